@@ -1,0 +1,83 @@
+"""Device choice, autocast and progress reporting shared by every analysis.
+
+``FL_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``) overrides the automatic choice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+
+import torch
+
+Progress = Callable[[float, str], None]
+"""``progress(fraction_done, message)``: pages map it to ``st.progress``, the CLI to ``tqdm``."""
+
+
+def default_device() -> torch.device:
+    """The device named by ``FL_DEVICE``, else CUDA, else MPS, else CPU."""
+    requested = os.environ.get("FL_DEVICE", "").strip()
+    if requested:
+        return resolve_device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """Turn ``None``/``"auto"``/a name into a usable ``torch.device``; unavailable accelerators fall back to CPU."""
+    if device is None or str(device) == "auto":
+        return default_device()
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return torch.device("cpu")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        return torch.device("cpu")
+    return dev
+
+
+def available_devices() -> list[str]:
+    """Device names a user may pick in the sidebar or pass as ``--device``."""
+    names = ["cpu"]
+    if torch.cuda.is_available():
+        names += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        names.append("mps")
+    return names
+
+
+def statistics_dtype(device: torch.device) -> torch.dtype:
+    """float64 for accumulators where the device supports it (MPS has no float64)."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+@contextlib.contextmanager
+def inference_autocast(device: torch.device, enabled: bool = True) -> Iterator[None]:
+    """``torch.inference_mode`` plus bf16/fp16 autocast on accelerators (never on CPU: it is slower there)."""
+    with torch.inference_mode():
+        if enabled and device.type == "cuda":
+            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            with torch.autocast("cuda", dtype=dtype):
+                yield
+        else:
+            yield
+
+
+def report(progress: Progress | None, fraction: float, message: str) -> None:
+    """Call ``progress`` if given, clamping the fraction to [0, 1]."""
+    if progress is not None:
+        progress(min(max(float(fraction), 0.0), 1.0), message)
+
+
+def sub_progress(progress: Progress | None, start: float, stop: float) -> Progress | None:
+    """A progress callback that maps [0, 1] onto [start, stop] of ``progress`` (for nested steps)."""
+    if progress is None:
+        return None
+
+    def scaled(fraction: float, message: str) -> None:
+        report(progress, start + (stop - start) * fraction, message)
+
+    return scaled

@@ -1,0 +1,25 @@
+"""Exceptions that reach users. Every message says what went wrong *and* what to do about it."""
+
+
+class FilterLensError(Exception):
+    """Base class: the message is shown to the user as is (``st.error`` or a one-line CLI error)."""
+
+
+class ModelSpecError(FilterLensError):
+    """A model spec string (``timm:NAME``, ``weights:PATH``, ...) could not be understood or resolved."""
+
+
+class CheckpointError(FilterLensError):
+    """A checkpoint file was refused: unsafe, corrupt, too large, or not matching the architecture."""
+
+
+class WeightsUnavailableError(FilterLensError):
+    """Pretrained weights could not be downloaded or found in the local cache."""
+
+
+class DataError(FilterLensError):
+    """An image source could not be read, or holds nothing usable."""
+
+
+class AnalysisError(FilterLensError):
+    """An analysis cannot run on the chosen model/layer (e.g. no depthwise convolution)."""
