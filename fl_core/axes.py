@@ -1,0 +1,138 @@
+"""Comparing the local and target axes: rank correlation, cluster agreement, pruning AUC.
+
+Section numbers (§6, §7) refer to ``shared/reference/channel_axes.md``.
+
+These work on per-channel scores (C values per layer), so they run on CPU in numpy / scikit-learn. The
+protocol (features, k-means with k = 4, ARI with a permutation null, AUC normalization) is the project's
+**proposed** one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+from sklearn.cluster import KMeans
+from sklearn.metrics import adjusted_rand_score
+
+from fl_core.errors import AnalysisError
+from fl_core.results import Result
+
+ArrayLike = np.ndarray | torch.Tensor | Sequence[float]
+
+
+def _as_numpy(values: ArrayLike) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    return np.asarray(values, dtype=np.float64)
+
+
+def spearman(a: ArrayLike, b: ArrayLike) -> float:
+    """Spearman rank correlation of two per-channel scores (§7); pairs with a NaN in either are dropped."""
+    result = spearmanr(_as_numpy(a), _as_numpy(b), nan_policy="omit")
+    return float(result.statistic)
+
+
+def axis_clusters(features: ArrayLike, k: int = 4, n_init: int = 20, seed: int = 0) -> np.ndarray:
+    """k-means labels ``(C,)`` of channels described by ``features (C, F)``, each column z-scored first (§7).
+
+    A constant feature column is set to 0 rather than divided by a zero standard deviation.
+    """
+    values = _as_numpy(features)
+    if values.ndim == 1:
+        values = values[:, None]
+    if values.shape[0] < k:
+        raise AnalysisError(
+            f"Clustering into k = {k} groups needs at least {k} channels, got {values.shape[0]}."
+        )
+    std = values.std(axis=0)
+    standardized = (values - values.mean(axis=0)) / np.where(std > 0, std, 1.0)
+    return KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit_predict(standardized)
+
+
+@dataclass(frozen=True)
+class AxesAgreement(Result):
+    """Agreement of the channel groupings induced by the two axes (proposed, ``channel_axes.md`` §7).
+
+    Attributes:
+        ari_median: median over seeds of the ARI between local-axis and target-axis k-means labels.
+        ari: ARI per seed.
+        null_median: median ARI after permuting the channels of the target axis (chance level, ≈ 0).
+        null_ari: every permutation's ARI (``n_permutations`` per seed).
+        p_value: ``(1 + #{null ≥ ari_median}) / (1 + #null)``.
+        k: clusters per axis.
+        seeds: k-means and permutation seeds.
+    """
+
+    ari_median: float
+    ari: list[float]
+    null_median: float
+    null_ari: list[float]
+    p_value: float
+    k: int
+    seeds: list[int]
+
+
+def axes_agreement(
+    local_features: ArrayLike,
+    target_features: ArrayLike,
+    k: int = 4,
+    seeds: Sequence[int] = tuple(range(10)),
+    n_init: int = 20,
+    n_permutations: int = 20,
+) -> AxesAgreement:
+    """ARI between the k-means groupings of the local and the target axis, with a permutation null (§7).
+
+    For each seed both feature sets are clustered (:func:`axis_clusters`) and compared with
+    ``sklearn.metrics.adjusted_rand_score``; the null permutes the channel order of the target labels.
+
+    Args:
+        local_features: ``(C, F_local)``, e.g. ``[log I_X, R̄_X]``.
+        target_features: ``(C, F_target)``, e.g. ``[I(ā;m), TE]``.
+        k: clusters per axis.
+        seeds: one clustering and ``n_permutations`` permutations per seed.
+        n_init: k-means restarts.
+        n_permutations: permutations per seed for the null.
+    """
+    ari: list[float] = []
+    null_ari: list[float] = []
+    for seed in seeds:
+        local_labels = axis_clusters(local_features, k, n_init, seed)
+        target_labels = axis_clusters(target_features, k, n_init, seed)
+        ari.append(float(adjusted_rand_score(local_labels, target_labels)))
+        rng = np.random.default_rng(seed)
+        null_ari.extend(
+            float(adjusted_rand_score(local_labels, rng.permutation(target_labels)))
+            for _ in range(n_permutations)
+        )
+    ari_median = float(np.median(ari))
+    null = np.asarray(null_ari)
+    return AxesAgreement(
+        ari_median=ari_median,
+        ari=ari,
+        null_median=float(np.median(null)),
+        null_ari=null_ari,
+        p_value=float((1 + np.sum(null >= ari_median)) / (1 + null.size)),
+        k=k,
+        seeds=[int(s) for s in seeds],
+    )
+
+
+def auc_accuracy_vs_flops(flops_removed: ArrayLike, accuracy: ArrayLike) -> float:
+    """Proposed pruning AUC (§6): trapezoid area under accuracy vs FLOPs-removed fraction ÷ the grid's range.
+
+    The result is in the accuracy's own units (a constant curve gives that constant). Points are sorted by
+    ``flops_removed`` first.
+    """
+    x, y = _as_numpy(flops_removed), _as_numpy(accuracy)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError("flops_removed and accuracy must be 1-D and of equal length")
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    span = x[-1] - x[0] if x.size else 0.0
+    if span <= 0:
+        raise AnalysisError("The pruning AUC needs at least two different FLOPs reductions.")
+    return float(np.trapezoid(y, x) / span)
