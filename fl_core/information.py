@@ -99,7 +99,8 @@ def _average_ranks(x: torch.Tensor) -> torch.Tensor:
     starts_group = torch.ones_like(values, dtype=torch.bool)
     starts_group[1:] = values[1:] != values[:-1]
     groups = starts_group.long().cumsum(dim=0) - 1 + n * torch.arange(n_columns, device=x.device)
-    positions = torch.arange(1, n + 1, dtype=statistics_dtype(x.device), device=x.device).expand(n, n_columns)
+    positions = torch.arange(1, n + 1, dtype=statistics_dtype(x.device), device=x.device)[:, None]
+    positions = positions.expand(n, n_columns)
     rank_sums = torch.zeros(n * n_columns, dtype=positions.dtype, device=x.device)
     rank_sums.scatter_add_(0, groups.flatten(), positions.flatten())
     group_sizes = torch.zeros_like(rank_sums).scatter_add_(0, groups.flatten(), torch.ones_like(rank_sums))
