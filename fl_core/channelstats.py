@@ -271,6 +271,7 @@ def ridge_peer_coefficients(
         ``(beta (C, k), intercept (C,))``.
     """
     n_channels = cov.shape[0]
+    index_sets = index_sets.to(cov.device)
     own = torch.arange(n_channels, device=cov.device)[:, None]
     if (index_sets == own).any():
         raise ValueError("a channel's peer set must not contain the channel itself")
