@@ -19,7 +19,7 @@ import numpy as np
 from scipy.ndimage import correlate1d
 from scipy.special import ive
 
-from fl_core.errors import DataError
+from fl_core.errors import AnalysisError, DataError
 from fl_core.results import Result
 
 PUBLISHED_FILTERS_PATH = Path(__file__).resolve().parent.parent / "assets" / "master_key_8filters.txt"
@@ -49,6 +49,7 @@ FILTER7_ALPHA_L2 = 0.52563  # B.5: joint l2 fit of δ - α ∇²₅ T to publish
 FILTER7_GAMMA_EXPERIMENT = 0.5  # B.2: γ7 of T - γ7 ∇²₅ T in the authors' experiment code
 SIGMA_REF = 1.0  # B.4: scale of the weighting model for filters 1-6 and 8
 SIGMA_REF_FILTER7 = 1.0 / np.sqrt(2.0)  # B.4: scale of the weighting Gaussian for filter 7
+NORMALIZATION_EPS = 1e-9  # a normalising response below this fraction of Σ|h| means "no response"
 
 
 def load_published_filters(path: str | Path | None = None) -> np.ndarray:
@@ -163,7 +164,8 @@ def _operator_factor(sigma: np.ndarray, kind: str, radius: int, sum_to_one: bool
     return kernel[..., ::-1] if y_axis else kernel
 
 
-def _check_size(size: int) -> int:
+def _radius_of_size(size: int) -> int:
+    """Half-width N of an odd kernel size 2N + 1 ≥ 3."""
     if size < 3 or size % 2 == 0:
         raise ValueError(f"Kernel size must be odd and at least 3, got {size}.")
     return (size - 1) // 2
@@ -180,10 +182,12 @@ def idealized_filter_batch(
 ) -> np.ndarray:
     """Idealized models of table B.2 for broadcastable arrays of parameters (see :func:`idealized_filter`).
 
+    ``alpha`` only applies to filter 7 and is ignored for the others.
+
     Returns:
         Array of shape ``broadcast(sigma_x, sigma_y, alpha) + (size, size)``.
     """
-    radius = _check_size(size)
+    radius = _radius_of_size(size)
     sx = np.asarray(sigma_x, dtype=float)
     sy = sx if sigma_y is None else np.asarray(sigma_y, dtype=float)
     if index == 7:
@@ -238,9 +242,7 @@ def idealized_filter(
     Returns:
         Array of shape (size, size).
     """
-    return idealized_filter_batch(
-        index, sigma_x, sigma_y, alpha if index == 7 else None, size, filter7_form, sum_to_one
-    )
+    return idealized_filter_batch(index, sigma_x, sigma_y, alpha, size, filter7_form, sum_to_one)
 
 
 def _pixel_coordinates(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -361,13 +363,10 @@ def dc_offset_minimizing_spread(h: np.ndarray, samples: int = 401) -> float:
         samples: grid points per stage.
     """
     h = np.asarray(h, dtype=float)
-    grid = np.linspace(h.min(), h.max(), samples)
-    for _ in range(2):
-        spread = sqrt_det_spread(h - grid[:, None, None])
-        i = int(np.argmin(spread))
-        low, high = grid[max(i - 1, 0)], grid[min(i + 1, samples - 1)]
-        coarse, grid = grid, np.linspace(low, high, samples)
-    return parabolic_minimum(coarse, spread)
+    coarse = np.linspace(h.min(), h.max(), samples)
+    i = int(np.argmin(sqrt_det_spread(h - coarse[:, None, None])))
+    fine = np.linspace(coarse[max(i - 1, 0)], coarse[min(i + 1, samples - 1)], samples)
+    return parabolic_minimum(fine, sqrt_det_spread(h - fine[:, None, None]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -396,16 +395,28 @@ def normalize_learned_filter(h: np.ndarray, index: int) -> FilterNormalization:
     the response to x (or y) is 1 as for the models (this also flips filters 2 and 3 to the model sign).
     Filters 7-8: subtract the DC offset Ĉ minimising √det V(|h - C|), then divide by the sum (the response
     to the constant 1), so the result sums to 1.
+
+    Raises:
+        AnalysisError: the normalising response is zero (e.g. a constant or dead filter).
     """
     h = np.asarray(h, dtype=float)
+    magnitude = float(np.abs(h).sum())
+    if not magnitude > 0:
+        raise AnalysisError("This filter is all zeros and has no scale to fit; skip it or pick another one.")
     if index in DIFFERENTIATED_DIRECTION:
+        offset = 0.0
         response = monomial_response(h, DIFFERENTIATED_DIRECTION[index])
-        return FilterNormalization(h / response, response, 0.0)
-    if index in (7, 8):
+    elif index in (7, 8):
         offset = dc_offset_minimizing_spread(h)
         response = float((h - offset).sum())
-        return FilterNormalization((h - offset) / response, response, offset)
-    raise ValueError(f"Master key filter index must be 1..8, got {index}.")
+    else:
+        raise ValueError(f"Master key filter index must be 1..8, got {index}.")
+    if not abs(response) > NORMALIZATION_EPS * magnitude:
+        raise AnalysisError(
+            f"This filter has no response to the {'constant' if index in (7, 8) else 'linear ramp'} that "
+            f"normalises model {index} (it is zero, constant or of another type); fit it as another model."
+        )
+    return FilterNormalization((h - offset) / response, response, offset)
 
 
 def centred_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
