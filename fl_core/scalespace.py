@@ -185,14 +185,14 @@ def idealized_filter_batch(
     ``alpha`` only applies to filter 7 and is ignored for the others.
 
     Returns:
-        Array of shape ``broadcast(sigma_x, sigma_y, alpha) + (size, size)``.
+        Array of shape ``broadcast(sigma_x, sigma_y[, alpha for filter 7]) + (size, size)``.
     """
     radius = _radius_of_size(size)
     sx = np.asarray(sigma_x, dtype=float)
     sy = sx if sigma_y is None else np.asarray(sigma_y, dtype=float)
     if index == 7:
         form_default = FILTER7_ALPHA_L2 if filter7_form == "impulse" else FILTER7_GAMMA_EXPERIMENT
-        weight = np.asarray(form_default if alpha is None else alpha, dtype=float)[..., None, None]
+        coefficient = np.asarray(form_default if alpha is None else alpha, dtype=float)[..., None, None]
         smooth_y = _operator_factor(sy, "smooth", radius, sum_to_one, y_axis=True)
         smooth_x = _operator_factor(sx, "smooth", radius, sum_to_one, y_axis=False)
         gaussian = smooth_y[..., :, None] * smooth_x[..., None, :]
@@ -203,7 +203,7 @@ def idealized_filter_batch(
             base = gaussian
         else:
             raise ValueError(f"filter7_form must be 'impulse' or 'gaussian', got {filter7_form!r}.")
-        return base - weight * laplacian_5point(gaussian)
+        return base - coefficient * laplacian_5point(gaussian)
     if index not in MODEL_OPERATORS:
         raise ValueError(f"Master key filter index must be 1..8, got {index}.")
     kind_x, kind_y = MODEL_OPERATORS[index]
