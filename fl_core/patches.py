@@ -1,0 +1,173 @@
+"""Streaming statistics of image patches and their PCA (Chowers & Weiss, Def. 2.1 and 4.1).
+
+Every overlapping k×k patch (stride 1, no padding) of every image is a sample p ∈ R^D, D = C·kh·kw, flattened
+in (channel, row, column) order — the order of ``conv.weight.flatten(1)``. The covariance is accumulated in
+chunks with one GEMM per chunk (``Σ p pᵀ``) in float64 on the chosen device, around a fixed shift for accuracy,
+so memory does not grow with the number of patches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fl_core.backend import Progress, report, resolve_device, statistics_dtype
+from fl_core.errors import AnalysisError
+from fl_core.results import Result
+
+DEFAULT_CHUNK_ELEMENTS = 2**23
+"""Largest unfolded chunk (patches × D) held at once: 64 MiB in float64."""
+
+
+@dataclass(frozen=True)
+class PatchPCA(Result):
+    """PCA of image patches, components ordered by decreasing variance.
+
+    Attributes:
+        components: (D, D) array, row i = u_i (unit norm), in (channel, row, column) order.
+        lambdas: (D,) patch standard deviation along u_i: λ_i = sqrt(Var(pᵀu_i)) (Def. 4.1), decreasing.
+        mean: (D,) mean patch.
+        kernel: (C, kh, kw) patch shape.
+        n_patches: number of patches accumulated.
+    """
+
+    components: np.ndarray
+    lambdas: np.ndarray
+    mean: np.ndarray
+    kernel: tuple[int, int, int]
+    n_patches: int
+
+    _private_fields = ("components", "mean")
+
+    @property
+    def dim(self) -> int:
+        return int(self.lambdas.shape[0])
+
+    def component_images(self) -> np.ndarray:
+        """The components reshaped to filters: (D, C, kh, kw)."""
+        return self.components.reshape(self.dim, *self.kernel)
+
+    def with_scaled_component(self, index: int, alpha: float) -> PatchPCA:
+        """The PCA of patches mapped to α⟨p,u_t⟩u_t + Σ_{j≠t}⟨p,u_j⟩u_j (App. D.2): λ_t -> αλ_t, re-sorted."""
+        lambdas = self.lambdas.copy()
+        lambdas[index] *= alpha
+        order = np.argsort(-lambdas, kind="stable")
+        return PatchPCA(self.components[order], lambdas[order], self.mean, self.kernel, self.n_patches)
+
+
+class PatchStatistics:
+    """Streaming mean and covariance of all k×k patches of a stream of images.
+
+    Args:
+        kernel_size: (kh, kw) patch size.
+        device: where the GEMMs run (``None``: automatic, see :mod:`fl_core.backend`).
+        dtype: accumulation dtype (float64 unless the device has none).
+        chunk_elements: bound on patches × D held at once.
+
+    ``update(x)`` takes (N, C, H, W) batches; for grouped convolutions pass ``groups`` to pool the statistics
+    of each group's input slice (a depthwise layer's patches are k×k patches of single channels).
+    """
+
+    def __init__(self, kernel_size: tuple[int, int], device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+                 groups: int = 1) -> None:
+        self.kernel_size = (int(kernel_size[0]), int(kernel_size[1]))
+        self.device = resolve_device(device)
+        self.dtype = dtype or statistics_dtype(self.device)
+        self.chunk_elements = chunk_elements
+        self.groups = groups
+        self.count = 0
+        self._shift: torch.Tensor | None = None
+        self._sum: torch.Tensor | None = None
+        self._outer: torch.Tensor | None = None
+        self._channels: int | None = None
+
+    def update(self, x: torch.Tensor) -> None:
+        """Add every patch of a (N, C, H, W) batch."""
+        if x.dim() != 4:
+            raise AnalysisError(f"patch statistics need (N, C, H, W) images, got shape {tuple(x.shape)}")
+        n, c, h, w = x.shape
+        if self.groups > 1:
+            x = x.reshape(n * self.groups, c // self.groups, h, w)
+            c //= self.groups
+        kh, kw = self.kernel_size
+        if h < kh or w < kw:
+            return
+        if self._channels is None:
+            self._channels = c
+        elif c != self._channels:
+            raise AnalysisError(f"images with {c} channels after {self._channels}: one statistic per input space")
+        x = x.to(self.device, self.dtype)
+        dim = c * kh * kw
+        rows_per_chunk = max(1, self.chunk_elements // (dim * max(1, w - kw + 1)))
+        for image in x:
+            for top in range(0, h - kh + 1, rows_per_chunk):
+                band = image[:, top: top + rows_per_chunk + kh - 1]
+                patches = F.unfold(band.unsqueeze(0), self.kernel_size).squeeze(0).T  # (L, D)
+                self._accumulate(patches)
+
+    def _accumulate(self, patches: torch.Tensor) -> None:
+        if self._shift is None:
+            self._shift = patches.mean(0)
+            self._sum = torch.zeros_like(self._shift)
+            self._outer = torch.zeros(patches.shape[1], patches.shape[1], device=self.device, dtype=self.dtype)
+        centred = patches - self._shift
+        self._sum += centred.sum(0)
+        self._outer.addmm_(centred.T, centred)
+        self.count += patches.shape[0]
+
+    def mean(self) -> torch.Tensor:
+        """Mean patch (D,)."""
+        self._require_data()
+        return self._shift + self._sum / self.count
+
+    def covariance(self) -> torch.Tensor:
+        """Unbiased patch covariance (D, D): (Σ (p−s)(p−s)ᵀ − n·(m−s)(m−s)ᵀ) / (n − 1), s the shift."""
+        self._require_data()
+        delta = self._sum / self.count
+        cov = (self._outer - self.count * torch.outer(delta, delta)) / max(self.count - 1, 1)
+        return (cov + cov.T) / 2
+
+    def pca(self) -> PatchPCA:
+        """Eigen-decomposition of the covariance, ordered by decreasing variance; λ_i = sqrt(eigenvalue)."""
+        eigvals, eigvecs = torch.linalg.eigh(self.covariance().double().cpu())
+        order = torch.argsort(eigvals, descending=True)
+        eigvals, eigvecs = eigvals[order].clamp_min(0), eigvecs[:, order]
+        components = _fix_signs(eigvecs.T)
+        kernel = (self._channels, *self.kernel_size)
+        return PatchPCA(components=components.numpy(), lambdas=eigvals.sqrt().numpy(),
+                        mean=self.mean().double().cpu().numpy(), kernel=kernel, n_patches=self.count)
+
+    def _require_data(self) -> None:
+        if self._shift is None or self.count < 2:
+            raise AnalysisError("No patches were accumulated: the images are smaller than the filter.")
+
+
+def _fix_signs(components: torch.Tensor) -> torch.Tensor:
+    """Deterministic component signs: the entry of largest magnitude is positive."""
+    idx = components.abs().argmax(dim=1)
+    signs = torch.sign(components[torch.arange(components.shape[0]), idx])
+    return components * signs.unsqueeze(1)
+
+
+def patch_pca(batches: Iterable[torch.Tensor], kernel_size: tuple[int, int], *, device=None,
+              groups: int = 1, total: int | None = None, progress: Progress | None = None) -> PatchPCA:
+    """Stream image batches through :class:`PatchStatistics` and return the PCA.
+
+    Args:
+        batches: iterable of (N, C, H, W) tensors in the model's input space.
+        kernel_size: patch size (the filter size of the layer analysed).
+        device: where to accumulate.
+        groups: pool statistics over this many channel groups (grouped/depthwise layers).
+        total: number of batches, for progress.
+        progress: ``progress(fraction, message)``.
+    """
+    stats = PatchStatistics(kernel_size, device=device, groups=groups)
+    for i, batch in enumerate(batches, start=1):
+        stats.update(batch)
+        report(progress, i / total if total else 0.0, f"patch statistics: {stats.count:,} patches")
+    return stats.pca()

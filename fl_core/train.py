@@ -1,0 +1,151 @@
+"""Training small CNNs on in-memory data, with first-layer snapshots (demo checkpoints and the Training Lab).
+
+Defaults follow the authors' setup (plain SGD, cross-entropy, no augmentation) with a larger step size so a run
+finishes in CPU minutes. Training is deterministic under ``TrainConfig.seed`` on CPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fl_core.backend import Progress, report, resolve_device
+from fl_core.results import Result
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimizer and schedule.
+
+    Attributes:
+        steps: SGD steps.
+        batch_size: examples per step.
+        lr: step size.
+        momentum: SGD momentum (0 = the authors' plain SGD).
+        weight_decay: L2 penalty.
+        seed: seeds init-independent randomness (batch order).
+        eval_every: steps between validation passes.
+        snapshot_steps: steps at which the first layer's weights are recorded (0 = before training).
+        freeze_first: keep the first layer at its initialization.
+    """
+
+    steps: int = 600
+    batch_size: int = 128
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    seed: int = 0
+    eval_every: int = 250
+    snapshot_steps: tuple[int, ...] = ()
+    freeze_first: bool = False
+
+
+@dataclass(frozen=True)
+class TrainHistory(Result):
+    """What happened during training.
+
+    Attributes:
+        steps: steps at which metrics were recorded.
+        train_loss, train_accuracy: running means over the steps since the previous record.
+        val_loss, val_accuracy: on the validation set at those steps.
+        seconds: wall time of the run.
+        snapshots: step -> first-layer weights (K, C, kh, kw) at that step.
+        config: the training configuration.
+    """
+
+    steps: list[int]
+    train_loss: list[float]
+    train_accuracy: list[float]
+    val_loss: list[float]
+    val_accuracy: list[float]
+    seconds: float
+    snapshots: dict[int, np.ndarray] = field(default_factory=dict)
+    config: TrainConfig = TrainConfig()
+
+    _private_fields = ("snapshots",)
+
+    @property
+    def final_val_accuracy(self) -> float:
+        return self.val_accuracy[-1] if self.val_accuracy else float("nan")
+
+
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, prepare: Callable[[torch.Tensor], torch.Tensor],
+             device: torch.device, batch_size: int = 512) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of ``model`` on (x, y)."""
+    was_training = model.training
+    model.eval()
+    loss, correct = 0.0, 0
+    with torch.inference_mode():
+        for start in range(0, len(x), batch_size):
+            xb = prepare(x[start: start + batch_size].to(device))
+            yb = y[start: start + batch_size].to(device)
+            logits = model(xb)
+            loss += float(F.cross_entropy(logits, yb, reduction="sum"))
+            correct += int((logits.argmax(1) == yb).sum())
+    model.train(was_training)
+    return loss / len(x), correct / len(x)
+
+
+def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
+                     val_y: torch.Tensor, prepare: Callable[[torch.Tensor], torch.Tensor], first_layer: nn.Conv2d,
+                     config: TrainConfig = TrainConfig(), *, device=None, progress: Progress | None = None,
+                     should_stop: Callable[[], bool] | None = None) -> TrainHistory:
+    """Train ``model`` in place with SGD + cross-entropy on mini-batches drawn without replacement per epoch.
+
+    Args:
+        model: the network (changed in place: pass a copy of anything cached).
+        train_x, train_y, val_x, val_y: data tensors (raw, turned into model input by ``prepare``).
+        prepare: raw batch on the device -> model input (e.g. uint8 -> normalized float).
+        first_layer: the module whose weights are snapshotted (and frozen with ``freeze_first``).
+        config: optimizer and schedule.
+        device: where to train.
+        progress: ``progress(fraction, message)``.
+        should_stop: polled every step; training ends early when it returns True (cancel button).
+    """
+    device = resolve_device(device)
+    model.to(device).train()
+    first_layer.weight.requires_grad_(not config.freeze_first)
+    if first_layer.bias is not None:
+        first_layer.bias.requires_grad_(not config.freeze_first)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    generator = torch.Generator().manual_seed(config.seed)
+    history: dict[str, list] = {k: [] for k in ("steps", "train_loss", "train_accuracy", "val_loss", "val_accuracy")}
+    snapshots = {0: first_layer.weight.detach().cpu().numpy().copy()} if 0 in config.snapshot_steps else {}
+    running_loss, running_correct, running_count = 0.0, 0, 0
+    order = torch.randperm(len(train_x), generator=generator)
+    cursor, start = 0, time.perf_counter()
+    for step in range(1, config.steps + 1):
+        if cursor + config.batch_size > len(order):
+            order, cursor = torch.randperm(len(train_x), generator=generator), 0
+        index = order[cursor: cursor + config.batch_size]
+        cursor += config.batch_size
+        xb, yb = prepare(train_x[index].to(device)), train_y[index].to(device)
+        logits = model(xb)
+        loss = F.cross_entropy(logits, yb)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item() * len(index)
+        running_correct += int((logits.argmax(1) == yb).sum())
+        running_count += len(index)
+        if step in config.snapshot_steps:
+            snapshots[step] = first_layer.weight.detach().cpu().numpy().copy()
+        stop = should_stop is not None and should_stop()
+        if step % config.eval_every == 0 or step == config.steps or stop:
+            val_loss, val_acc = evaluate(model, val_x, val_y, prepare, device)
+            for key, value in zip(history, (step, running_loss / running_count, running_correct / running_count,
+                                            val_loss, val_acc)):
+                history[key].append(value)
+            running_loss, running_correct, running_count = 0.0, 0, 0
+            report(progress, step / config.steps, f"step {step}/{config.steps}: validation accuracy {val_acc:.1%}")
+        if stop:
+            break
+    model.eval()
+    return TrainHistory(**history, seconds=time.perf_counter() - start, snapshots=snapshots, config=config)
