@@ -247,6 +247,14 @@ class EnergyResult(Result):
                              "random_init_sd": m.random_init.profile_sd[i - 1]})
         return pd.DataFrame(rows)
 
+    def summary_frame(self) -> pd.DataFrame:
+        """One row per model: theory fit, random-init baseline, init subtraction."""
+        return pd.DataFrame([{
+            "model": m.label, "spec": m.spec, "layer": m.layer, "filters": m.n_filters, "theory_r": m.theory.r,
+            "eta_t": m.theory.eta_t, "random_init_r_mean": m.random_init.mean, "random_init_r_sd": m.random_init.sd,
+            "vs_random_init_mean": m.random_init.vs_profile_mean, "vs_random_init_sd": m.random_init.vs_profile_sd,
+            "init_subtracted": m.init_subtracted or "", "beyond_paper": m.beyond_paper} for m in self.models])
+
     def correlation_frame(self) -> pd.DataFrame:
         labels = [m.spec for m in self.models]
         return pd.DataFrame(self.correlation, index=labels, columns=labels)

@@ -162,7 +162,8 @@ class LoadedModel:
 
     def describe(self) -> dict[str, object]:
         """JSON-safe summary for ``inspect`` and the Home page."""
-        n_params = sum(int(t.numel()) for t in self.state_dict.values() if t.is_floating_point())
+        n_params = sum(int(t.numel()) for k, t in self.state_dict.items()
+                       if t.is_floating_point() and not k.endswith(("running_mean", "running_var")))
         return {"spec": self.spec, "label": self.label, "weights_only": self.weights_only,
                 "random_init": self.random_init, "parameters": n_params, "num_classes": self.num_classes,
                 "input_config": self.input_config.to_dict(), "sha256": self.sha256, "notes": list(self.notes),

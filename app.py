@@ -1,0 +1,26 @@
+"""FilterLens dashboard entry point: ``streamlit run app.py``.
+
+The page list is data (:data:`PAGES`); the shared sidebar (models, preprocessing, images, device) is drawn here
+once per run and its selection stored in the session and the URL.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import streamlit as st
+
+from fl_ui.sidebar import render_sidebar
+
+PAGES = (
+    ("pages/home.py", "Home", "🏠", "home"),
+    ("pages/energy_profiles.py", "Energy Profiles", "📈", "energy"),
+    ("pages/whitening.py", "Whitening", "🌊", "whitening"),
+)
+
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+st.set_page_config(page_title="FilterLens", page_icon="🔍", layout="wide")
+navigation = st.navigation([st.Page(path, title=title, icon=icon, url_path=url, default=i == 0)
+                            for i, (path, title, icon, url) in enumerate(PAGES)])
+render_sidebar()
+navigation.run()

@@ -1,0 +1,111 @@
+"""Command line: ``python -m fl_core <analysis> --model SPEC [--model SPEC ...] [options] [--json PATH] [--csv PATH]``.
+
+Each analysis is a module of this package with ``add_arguments(parser)`` and ``run(args, progress) -> Result``;
+:data:`COMMANDS` lists them (configs as data). The result's ``to_dict()`` goes to ``--json``, its ``to_frame()`` to
+``--csv``, and a short summary to stdout. Errors print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fl_core import __version__
+from fl_core.errors import FilterLensError
+
+COMMANDS: dict[str, str] = {
+    "inspect": "list a model's convolutions, input preprocessing and load notes",
+    "energy": "first-layer (or any layer's) energy profiles, linear-theory fit, random-init baseline",
+    "whitening": "spatial autocorrelation C(δ)/C(0) of RGB, learned, random-init and ZCA filter responses",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m fl_core", description="FilterLens analyses without a browser.")
+    parser.add_argument("--version", action="version", version=f"FilterLens {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="ANALYSIS")
+    for name, help_text in COMMANDS.items():
+        module = importlib.import_module(f"fl_core.cli.{name}")
+        sub = subparsers.add_parser(name, help=help_text, description=module.__doc__,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(sub)
+        add_output_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the result's to_dict() as JSON")
+    parser.add_argument("--csv", type=Path, metavar="PATH", help="write the result's table as CSV")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: FL_DEVICE or automatic)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """``--model SPEC`` (repeatable) and the preprocessing overrides for uploaded weights."""
+    parser.add_argument("--model", action="append", required=required, metavar="SPEC", default=None,
+                        help="timm:NAME[@pretrained|=PATH], torchvision:NAME[...], weights:PATH or demo:NAME")
+    group = parser.add_argument_group("preprocessing overrides (registry models default to their own config)")
+    group.add_argument("--input-size", type=int, help="square input size in pixels")
+    group.add_argument("--crop-pct", type=float, help="centre-crop fraction (resize short side to size/crop_pct)")
+    group.add_argument("--interpolation", choices=("bilinear", "bicubic", "nearest"))
+    group.add_argument("--mean", type=float, nargs=3, metavar=("R", "G", "B"))
+    group.add_argument("--std", type=float, nargs=3, metavar=("R", "G", "B"))
+
+
+def add_image_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--images", default="bundled", metavar="SOURCE",
+                        help="'bundled' (offline natural photos), a folder, or an ImageFolder tree")
+    parser.add_argument("--max-images", type=int, default=None, help="use at most this many images")
+
+
+def input_overrides(args: argparse.Namespace) -> dict[str, object]:
+    return {"input_size": args.input_size, "crop_pct": args.crop_pct, "interpolation": args.interpolation,
+            "mean": args.mean, "std": args.std}
+
+
+def load_models(args: argparse.Namespace) -> list:
+    """Load every ``--model`` with the preprocessing overrides."""
+    from fl_core.models import load_model
+
+    return [load_model(spec, input_overrides=input_overrides(args)) for spec in args.model]
+
+
+def tqdm_progress(quiet: bool):
+    """A ``progress(fraction, message)`` callback drawing a tqdm bar on stderr (``None`` when quiet)."""
+    if quiet:
+        return None
+    from tqdm import tqdm
+
+    bars: list[tqdm] = []
+
+    def progress(fraction: float, message: str) -> None:
+        if not bars:
+            bars.append(tqdm(total=1000, file=sys.stderr, leave=False,
+                             bar_format="{l_bar}{bar}| {elapsed}<{remaining}"))
+        bar = bars[0]
+        bar.n = int(fraction * 1000)
+        bar.set_description(message[:60])
+        bar.refresh()
+
+    return progress
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        result = args.run(args, tqdm_progress(args.quiet))
+        if args.json:
+            args.json.write_text(json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
+        if args.csv:
+            result.to_frame().to_csv(args.csv, index=False)
+    except FilterLensError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0

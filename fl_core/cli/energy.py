@@ -1,0 +1,47 @@
+"""Energy profiles e_i of a layer's filters on the patch PCA of their input (Chowers & Weiss, Def. 2.2), the
+one-parameter linear-theory fit (ηt, Pearson r), the random-init baseline, and the correlation between models.
+
+Example:
+    python -m fl_core energy --model demo:tiny_vgg --model demo:tiny_vgg_init --json energy.json
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from fl_core.cli import add_image_arguments, add_model_arguments, load_models
+from fl_core.energy import analyze_energy
+from fl_core.images import open_images
+from fl_core.models import load_model
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    add_image_arguments(parser)
+    parser.add_argument("--layer", default=None, help="convolution name (default: the first convolution)")
+    parser.add_argument("--subtract-init", action="store_true",
+                        help="subtract each model's initialization checkpoint (demo models know theirs)")
+    parser.add_argument("--init", action="append", default=[], metavar="SPEC",
+                        help="initialization checkpoint to subtract, one per --model in order")
+    parser.add_argument("--seeds", type=int, default=10, help="random-init seeds for the baseline")
+
+
+def run(args: argparse.Namespace, progress):
+    models = load_models(args)
+    inits = {}
+    for i, loaded in enumerate(models):
+        init_spec = args.init[i] if i < len(args.init) else (loaded.init_spec if args.subtract_init else None)
+        if init_spec:
+            inits[loaded.spec] = load_model(init_spec, input_overrides=None)
+    result = analyze_energy(models, open_images(args.images, args.max_images), layer=args.layer, inits=inits,
+                            seeds=range(args.seeds), device=args.device, progress=progress)
+    print(f"patch PCA: {result.n_patches:,} patches from {result.images}")
+    for m in result.models:
+        extra = " [deeper layer: extension beyond the paper]" if m.beyond_paper else ""
+        print(f"{m.label} @ {m.layer}{extra}: theory fit r = {m.theory.r:.3f} (eta_t = {m.theory.eta_t:.3g}); "
+              f"random init r = {m.random_init.mean:.3f} ± {m.random_init.sd:.3f}; "
+              f"vs random-init profiles {m.random_init.vs_profile_mean:+.3f} ± {m.random_init.vs_profile_sd:.3f}")
+    if len(result.models) > 1:
+        print("profile correlations (Pearson):")
+        print(result.correlation_frame().round(3).to_string())
+    return result

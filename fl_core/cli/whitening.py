@@ -1,0 +1,32 @@
+"""Normalized spatial autocorrelation C(δ)/C(0) of RGB, of each model's learned first-layer responses, of
+random-init banks (mean ± sd over seeds) and of the ideal ZCA whitening bank (Chowers & Weiss §5).
+
+Example:
+    python -m fl_core whitening --model demo:tiny_vgg --max-distance 12 --json whitening.json
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from fl_core.cli import add_image_arguments, add_model_arguments, load_models
+from fl_core.images import open_images
+from fl_core.whitening import analyze_whitening
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    add_image_arguments(parser)
+    parser.add_argument("--max-distance", type=int, default=20, help="largest distance δ in pixels")
+    parser.add_argument("--seeds", type=int, default=10, help="random-init seeds (≥ 10 recommended)")
+
+
+def run(args: argparse.Namespace, progress):
+    models = load_models(args)
+    result = analyze_whitening(models, open_images(args.images, args.max_images), max_distance=args.max_distance,
+                               seeds=range(args.seeds), device=args.device, progress=progress)
+    distance = min(10, args.max_distance)
+    print(f"C(δ)/C(0) at δ = {distance} px ({result.images}):")
+    for name, value in result.at(distance).items():
+        print(f"  {result.labels.get(name, name):40s} {value:.3f}")
+    return result

@@ -1,0 +1,77 @@
+"""Figures of energy profiles (:class:`~fl_core.energy.EnergyResult`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from fl_core.energy import EnergyResult, ModelEnergy
+from fl_core.plots import REFERENCE_COLORS, color, heatmap_figure, tiles_figure
+
+
+def profile_figure(result: EnergyResult, log_y: bool = True, show_theory: bool = True,
+                   show_random: bool = True) -> go.Figure:
+    """e_i against component index for every model, with each model's fitted theory and the random-init band."""
+    fig = go.Figure()
+    for i, m in enumerate(result.models):
+        x = np.arange(1, len(m.profile) + 1)
+        name = _legend_name(m)
+        if show_random and i == 0:
+            band = m.random_init
+            lower = np.maximum(band.profile_mean - band.profile_sd, 1e-6)
+            fig.add_trace(go.Scatter(x=np.r_[x, x[::-1]], y=np.r_[band.profile_mean + band.profile_sd, lower[::-1]],
+                                     fill="toself", line=dict(width=0), fillcolor="rgba(150,150,150,0.25)",
+                                     name=f"random init (mean ± sd, {len(band.seeds)} seeds)", hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=x, y=m.profile, mode="lines+markers", name=name, line=dict(color=color(i)),
+                                 marker=dict(size=4),
+                                 hovertemplate="component %{x}<br>e = %{y:.3f}<extra>" + m.label + "</extra>"))
+        if show_theory:
+            fig.add_trace(go.Scatter(x=x, y=m.theory.profile, mode="lines", line=dict(color=color(i), dash="dash"),
+                                     name=f"theory fit to {m.label} (r = {m.theory.r:.2f})",
+                                     hovertemplate="component %{x}<br>theory = %{y:.3f}<extra></extra>"))
+    fig.update_layout(title="Energy profile: RMS projection of the filters on each patch PCA component",
+                      xaxis_title="PCA component (1 = largest variance, low spatial frequency)",
+                      yaxis_title="energy e_i (max-normalized)", height=460, legend=dict(orientation="h", y=-0.2),
+                      margin=dict(l=10, r=10, t=50, b=10))
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def _legend_name(m: ModelEnergy) -> str:
+    parts = [m.label]
+    if m.init_subtracted:
+        parts.append("minus init")
+    if m.beyond_paper:
+        parts.append(f"@ {m.layer} (beyond the paper)")
+    return " ".join(parts)
+
+
+def spectrum_figure(result: EnergyResult) -> go.Figure:
+    """Patch standard deviation λ_i per component (the input statistics the theory is built from)."""
+    fig = go.Figure(go.Scatter(x=np.arange(1, len(result.lambdas) + 1), y=result.lambdas, mode="lines+markers",
+                               line=dict(color=REFERENCE_COLORS["rgb"]), name="λ_i"))
+    fig.update_layout(title="Patch spectrum: standard deviation along each PCA component", height=300,
+                      xaxis_title="PCA component", yaxis_title="λ_i (patch std)", margin=dict(l=10, r=10, t=50, b=10))
+    fig.update_yaxes(type="log")
+    return fig
+
+
+def correlation_figure(result: EnergyResult) -> go.Figure:
+    """Pearson correlation between the models' energy profiles."""
+    return heatmap_figure(result.correlation, [m.label for m in result.models],
+                          "Profile correlation between models (Pearson r)")
+
+
+def components_figure(result: EnergyResult, key: str | None = None, count: int = 32) -> go.Figure:
+    """The first ``count`` patch PCA components as image tiles (grey = 0)."""
+    pca = result.pcas[key or result.models[0].pca_key]
+    return tiles_figure(pca.component_images()[:count], f"First {min(count, pca.dim)} patch PCA components "
+                        "(largest variance first)", ncols=min(16, count))
+
+
+def filters_figure(model: ModelEnergy, count: int = 64) -> go.Figure:
+    """A model's filters as image tiles (after init subtraction when it was applied)."""
+    title = f"{model.label}: {model.n_filters} filters at {model.layer}" + (" minus init" if model.init_subtracted
+                                                                              else "")
+    return tiles_figure(model.filters[:count], title, ncols=min(16, count))

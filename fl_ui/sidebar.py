@@ -1,0 +1,189 @@
+"""The shared sidebar: model picker (demo, registry, upload), preprocessing of uploads, images, device.
+
+The selection is stored in ``st.session_state["selection"]`` and mirrored into the URL (:mod:`fl_ui.state`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import streamlit as st
+
+from fl_core.backend import available_devices
+from fl_core.checkpoints import CHECKPOINT_SUFFIXES
+from fl_core.errors import FilterLensError
+from fl_core.images import IMAGE_SUFFIXES, save_uploaded_images
+from fl_core.models import INTERPOLATIONS, ModelSpec, demo_manifest
+from fl_ui.cache import get_model
+from fl_ui.state import Selection, selection_from_url, write_selection_to_url
+
+
+def upload_dir() -> Path:
+    """Where uploads are kept, content-addressed (``FL_UPLOAD_DIR``; default: a temp folder)."""
+    root = Path(os.environ.get("FL_UPLOAD_DIR", Path(tempfile.gettempdir()) / "filterlens-uploads"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _known_specs(selection: Selection) -> list[str]:
+    demos = [f"demo:{name}" for name in demo_manifest()]
+    added = st.session_state.setdefault("added_specs", [])
+    return list(dict.fromkeys([*demos, *selection.specs, *added]))
+
+
+def _spec_label(spec: str) -> str:
+    parsed = ModelSpec.parse(spec)
+    if parsed.source == "demo":
+        return f"{parsed.name} (demo)"
+    if parsed.path:
+        return f"{parsed.name if parsed.source != 'weights' else 'weights'}: {Path(parsed.path).name}"
+    return f"{parsed.source}:{parsed.name}" + (" (pretrained)" if parsed.pretrained else " (random init)")
+
+
+def _add_spec(spec: str) -> bool:
+    """Validate a new model by loading it; on success add it to the picker and the selection."""
+    try:
+        get_model(spec)
+    except FilterLensError as err:
+        st.session_state["sidebar_error"] = str(err)
+        return False
+    st.session_state.pop("sidebar_error", None)
+    if spec in st.session_state.get("model_picker", []):
+        return True
+    st.session_state["added_specs"] = [*st.session_state.get("added_specs", []), spec]
+    st.session_state["model_picker"] = [*st.session_state.get("model_picker", []), spec]
+    return True
+
+
+def _on_add_registry() -> None:
+    """Button callback: add ``library:name[@pretrained]`` from the form fields."""
+    name = st.session_state.get("reg_name", "").strip()
+    if name:
+        tag = "@pretrained" if st.session_state.get("reg_pretrained") else ""
+        _add_spec(f"{st.session_state['reg_library']}:{name}{tag}")
+
+
+def _registry_form() -> None:
+    with st.expander("➕ Add a timm / torchvision architecture"):
+        st.radio("Library", ["timm", "torchvision"], horizontal=True, key="reg_library")
+        st.text_input("Architecture", placeholder="resnet18, convnext_tiny, mobilenetv3_large_100 …", key="reg_name")
+        st.checkbox("Pretrained weights (needs network or a warm cache)", key="reg_pretrained")
+        st.button("Add architecture", key="reg_add", on_click=_on_add_registry)
+
+
+def _on_add_upload() -> None:
+    """Button callback: store the uploaded file content-addressed and add it (refused files are deleted)."""
+    uploaded = st.session_state.get("ckpt_upload")
+    if uploaded is None:
+        st.session_state["sidebar_error"] = "Choose a checkpoint file first."
+        return
+    data = uploaded.getvalue()
+    path = upload_dir() / f"{hashlib.sha256(data).hexdigest()[:24]}{Path(uploaded.name).suffix.lower()}"
+    is_new = not path.exists()
+    if is_new:
+        path.write_bytes(data)
+    arch = st.session_state.get("ckpt_arch", "").strip()
+    spec = f"{arch}={path}" if arch else f"weights:{path}"
+    try:
+        ModelSpec.parse(spec)
+        accepted = _add_spec(spec)
+    except FilterLensError as err:
+        st.session_state["sidebar_error"] = str(err)
+        accepted = False
+    if not accepted and is_new:
+        path.unlink(missing_ok=True)
+
+
+def _upload_form() -> None:
+    with st.expander("⬆ Upload a checkpoint"):
+        st.file_uploader("State dict (.safetensors, .pt, .pth, .th, .bin)",
+                         type=[s.lstrip(".") for s in CHECKPOINT_SUFFIXES], key="ckpt_upload")
+        st.text_input("Architecture (optional)", key="ckpt_arch",
+                      placeholder="timm:resnet18 or torchvision:squeezenet1_0; blank = weights only",
+                      help="Without an architecture, analyses that need only weights (energy profiles, whitening, "
+                           "master keys, scale-space fits) still work.")
+        st.button("Add upload", key="ckpt_add", on_click=_on_add_upload)
+
+
+def _preprocessing_form(specs: list[str], overrides: dict[str, dict]) -> dict[str, dict]:
+    """Editable preprocessing for models loaded from files (registry models use their own config)."""
+    editable = [s for s in specs if ModelSpec.parse(s).path]
+    if not editable:
+        return overrides
+    with st.expander("⚙ Preprocessing of uploaded weights"):
+        spec = st.selectbox("Model", editable, format_func=_spec_label, key="pre_model")
+        try:
+            base = get_model(spec).input_config.with_overrides(**overrides.get(spec, {}))
+        except FilterLensError:
+            return overrides
+        size = st.number_input("Input size (px)", 8, 1024, base.input_size, key=f"pre_size_{spec}")
+        crop = st.number_input("Crop fraction", 0.05, 1.0, float(base.crop_pct), step=0.025, key=f"pre_crop_{spec}")
+        interp = st.selectbox("Interpolation", INTERPOLATIONS, index=INTERPOLATIONS.index(base.interpolation),
+                              key=f"pre_interp_{spec}")
+        mean = st.text_input("Mean (R G B)", " ".join(f"{v:g}" for v in base.mean), key=f"pre_mean_{spec}")
+        std = st.text_input("Std (R G B)", " ".join(f"{v:g}" for v in base.std), key=f"pre_std_{spec}")
+        try:
+            mean_v, std_v = tuple(float(v) for v in mean.split()), tuple(float(v) for v in std.split())
+            if len(mean_v) != 3 or len(std_v) != 3:
+                raise ValueError
+        except ValueError:
+            st.warning("Mean and std need three numbers each (R G B).")
+            return overrides
+        chosen = {"input_size": int(size), "crop_pct": float(crop), "interpolation": interp, "mean": mean_v,
+                  "std": std_v}
+        default = get_model(spec).input_config
+        changed = {k: v for k, v in chosen.items() if getattr(default, k) != v}
+        return {**overrides, spec: changed} if changed else {k: v for k, v in overrides.items() if k != spec}
+
+
+def _images_form(current: str) -> str:
+    options = ["bundled photos (offline)", "folder on the server", "upload images"]
+    index = 0 if current == "bundled" else 1
+    choice = st.radio("Images", options, index=index, key="img_choice")
+    if choice == options[0]:
+        return "bundled"
+    if choice == options[1]:
+        folder = st.text_input("Folder or ImageFolder tree", "" if current == "bundled" else current,
+                               key="img_folder", placeholder="/data/imagenet/val")
+        return folder.strip() or "bundled"
+    files = st.file_uploader("Images", type=[s.lstrip(".") for s in IMAGE_SUFFIXES], accept_multiple_files=True,
+                             key="img_upload")
+    if not files:
+        return current
+    digest = hashlib.sha256(b"".join(f.getvalue()[:4096] + f.name.encode() for f in files)).hexdigest()[:16]
+    folder = upload_dir() / f"images-{digest}"
+    try:
+        save_uploaded_images([(f.name, f.getvalue()) for f in files], folder)
+    except FilterLensError as err:
+        st.error(str(err))
+        return current
+    return str(folder)
+
+
+def render_sidebar() -> Selection:
+    """Draw the sidebar, store the selection in the session and the URL, and return it."""
+    url = selection_from_url()
+    with st.sidebar:
+        st.markdown("### 🔍 FilterLens")
+        st.caption("What convolutional filters learn, and why.")
+        options = _known_specs(url)
+        if "model_picker" not in st.session_state:
+            st.session_state["model_picker"] = [s for s in url.specs if s in options]
+        specs = st.multiselect("Models", options, format_func=_spec_label, key="model_picker",
+                               help="Compare several models side by side. Demo models ship with the app.")
+        _registry_form()
+        _upload_form()
+        if error := st.session_state.get("sidebar_error"):
+            st.error(error)
+        overrides = _preprocessing_form(specs, {k: v for k, v in url.overrides.items() if k in specs})
+        images = _images_form(url.images)
+        devices = ["auto", *available_devices()]
+        device = st.selectbox("Device", devices, index=devices.index(url.device) if url.device in devices else 0,
+                              key="device_choice")
+    selection = Selection(specs=tuple(specs), overrides=overrides, images=images, device=device)
+    st.session_state["selection"] = selection
+    write_selection_to_url(selection)
+    return selection

@@ -1,0 +1,82 @@
+"""Small Streamlit building blocks used by every page: errors, progress, downloads, plot + explanation."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+from collections.abc import Iterator
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from fl_core.backend import Progress
+from fl_core.errors import FilterLensError
+from fl_core.plots import figure_html
+
+log = logging.getLogger("filterlens")
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Show FilterLens errors as ``st.error`` with their advice; anything else briefly (traceback in the log)."""
+    try:
+        yield
+    except FilterLensError as err:
+        st.error(str(err))
+    except Exception as err:  # the page must keep serving; details go to the log
+        log.exception("unexpected error")
+        st.error(f"Something went wrong ({type(err).__name__}). The details are in the server log; try another "
+                 "model or fewer images, and report the problem if it persists.")
+
+
+@contextlib.contextmanager
+def progress_bar(label: str) -> Iterator[Progress]:
+    """A ``progress(fraction, message)`` callback drawing an ``st.progress`` bar that disappears when done."""
+    slot = st.empty()
+    bar = slot.progress(0.0, text=label)
+
+    def progress(fraction: float, message: str) -> None:
+        bar.progress(min(max(fraction, 0.0), 1.0), text=f"{label}: {message}")
+
+    try:
+        yield progress
+    finally:
+        slot.empty()
+
+
+def slug(text: str) -> str:
+    """A file-name-safe version of a label."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:80] or "filterlens"
+
+
+def downloads(name: str, *, figure: go.Figure | None = None, frame: pd.DataFrame | None = None,
+              data: dict | None = None) -> None:
+    """Download buttons for a figure (HTML), a table (CSV) and a result (JSON), side by side."""
+    items = [(figure, "HTML figure", "html", "text/html", lambda f: figure_html(f)),
+             (frame, "CSV table", "csv", "text/csv", lambda f: f.to_csv(index=False)),
+             (data, "JSON", "json", "application/json", lambda d: json.dumps(d, indent=2, allow_nan=False))]
+    present = [item for item in items if item[0] is not None]
+    columns = st.columns(len(present) or 1)
+    for column, (payload, label, ext, mime, render) in zip(columns, present):
+        column.download_button(f"⬇ {label}", render(payload), file_name=f"{slug(name)}.{ext}", mime=mime,
+                               key=f"dl-{slug(name)}-{ext}", on_click="ignore")
+
+
+def plot_with_explanation(figure: go.Figure, explanation: str, name: str, *, frame: pd.DataFrame | None = None,
+                          data: dict | None = None) -> None:
+    """A figure with a student-level explanation beside it and its downloads below."""
+    left, right = st.columns([3, 1])
+    with left:
+        st.plotly_chart(figure, width="stretch", key=f"plot-{slug(name)}")
+    with right:
+        st.markdown(explanation)
+    downloads(name, figure=figure, frame=frame, data=data)
+
+
+def table_with_download(frame: pd.DataFrame, name: str) -> None:
+    """A table and its CSV download."""
+    st.dataframe(frame, width="stretch", hide_index=True)
+    downloads(name, frame=frame)

@@ -1,0 +1,90 @@
+"""Energy Profiles: how strongly a layer's filters respond to each principal component of image patches."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from fl_core.layers import conv_inventory
+from fl_core.plots.energy import components_figure, correlation_figure, filters_figure, profile_figure, spectrum_figure
+from fl_ui.cache import energy_result, get_model
+from fl_ui.state import current_selection, page_param, set_page_param
+from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors
+
+st.title("📈 Energy profiles")
+st.markdown(
+    "Chowers & Weiss (ICML 2023) found that the **first layer** of a CNN is nearly the same filter bank whatever "
+    "the architecture, the seed, the data set and even the labels: its sensitivity to each principal component of "
+    "image patches (its *energy profile*) follows a closed-form linear-systems formula. Pick models in the sidebar "
+    "to compare them.")
+
+selection = current_selection()
+with user_errors():
+    if not selection.specs:
+        st.info("Pick at least one model in the sidebar.")
+        st.stop()
+    first = get_model(selection.specs[0], selection.overrides_of(selection.specs[0]))
+    layers = conv_inventory(first)
+    names = ["first"] + [lay.name for lay in layers if lay.kind != "first"]
+    wanted = page_param("layer", "first")
+    c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
+    layer = c1.selectbox("Layer", names, index=names.index(wanted) if wanted in names else 0,
+                         format_func=lambda n: "first convolution (the paper's setting)" if n == "first"
+                         else f"{n} (extension beyond the paper)", key="energy_layer")
+    set_page_param("layer", layer)
+    has_init = any(get_model(s).init_spec for s in selection.specs if s.startswith("demo:"))
+    subtract = c2.checkbox("Subtract initialization", value=page_param("init", "0") == "1", disabled=not has_init,
+                           help="Analyse w − w_init (the authors' protocol). Demo models know their initialization.")
+    set_page_param("init", "1" if subtract else "0")
+    log_y = c3.checkbox("Log scale", value=True)
+    seeds = c4.number_input("Random-init seeds", 3, 100, 10)
+    keys = selection.model_keys()
+    if layer != "first":
+        keys = tuple(k for k in keys if any(lay.name == layer for lay in conv_inventory(get_model(*k))))
+        skipped = len(selection.specs) - len(keys)
+        if skipped:
+            st.caption(f"{skipped} selected model(s) have no layer named {layer} and are left out.")
+        st.warning("Deeper layers are an **extension beyond the paper**: patches are the layer's own inputs "
+                   "(captured by hooks), and the linear theory was derived for the first layer only.")
+    with progress_bar("Energy profiles") as progress:
+        result = energy_result(keys, selection.images, layer if layer != "first" else None, subtract, int(seeds),
+                               selection.device, progress=progress)
+
+    st.caption(f"Patch PCA from {result.n_patches:,} patches of {result.images}.")
+    plot_with_explanation(
+        profile_figure(result, log_y=log_y),
+        "**How to read it.** Each patch of an image is a point in a space with one axis per pixel and colour. "
+        "PCA finds the directions of largest variation: component 1 is the average brightness of the patch, the "
+        "next ones are smooth gradients, the last ones are fine checkerboard-like detail. A filter's *energy* on a "
+        "component is how strongly it responds to that pattern.\n\n"
+        "**Dashed lines** are the linear theory fitted with one number (ηt, the learning rate × training time). "
+        "Early in training the profile follows the patch spectrum (∝ λ); late it approaches whitening (∝ 1/λ).\n\n"
+        "**The grey band** is random initialization: flat, because random filters respond equally to every "
+        "direction. A trained first layer is far from it.",
+        "energy_profiles", frame=result.to_frame(), data=result.to_dict())
+    st.subheader("Summary")
+    table_with_download(result.summary_frame().round(3), "energy_summary")
+    if len(result.models) > 1:
+        plot_with_explanation(
+            correlation_figure(result),
+            "Pearson correlation between two models' profiles. The paper finds > 0.98 between seeds and widths, "
+            "about 0.9 between true and random labels, and about 0 between a trained layer and its own "
+            "initialization. Blank cells: different patch sizes cannot be compared.",
+            "energy_correlation", frame=result.correlation_frame().reset_index())
+    plot_with_explanation(
+        spectrum_figure(result),
+        "λ_i is the standard deviation of the patches along component i. Natural images have a steeply falling "
+        "spectrum: most of the variation is in the first few (smooth) components.", "patch_spectrum")
+    left, right = st.columns(2)
+    with left:
+        figure = components_figure(result)
+        st.plotly_chart(figure, width="stretch")
+        st.caption("The patch PCA components as images (grey = 0). Low-frequency components come first.")
+        downloads("pca_components", figure=figure)
+    with right:
+        chosen = st.selectbox("Filters of", [m.label for m in result.models], key="energy_filters_of")
+        model = next(m for m in result.models if m.label == chosen)
+        figure = filters_figure(model)
+        st.plotly_chart(figure, width="stretch")
+        st.caption("The filters themselves (colour = RGB weight, grey = 0). Trained first layers show "
+                   "smooth colour blobs and oriented edges; random ones look like noise.")
+        downloads(f"filters_{chosen}", figure=figure)
