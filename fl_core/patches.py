@@ -67,6 +67,8 @@ class PatchStatistics:
         device: where the GEMMs run (``None``: automatic, see :mod:`fl_core.backend`).
         dtype: accumulation dtype (float64 unless the device has none).
         chunk_elements: bound on patches × D held at once.
+        groups: pool the statistics of this many channel groups.
+        stride: patch stride (1 = every overlapping patch; k = the non-overlapping tiles a stride-k layer sees).
 
     ``update(x)`` takes (N, C, H, W) batches; for grouped convolutions pass ``groups`` to pool the statistics
     of each group's input slice (a depthwise layer's patches are k×k patches of single channels).
@@ -74,8 +76,9 @@ class PatchStatistics:
 
     def __init__(self, kernel_size: tuple[int, int], device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-                 groups: int = 1) -> None:
+                 groups: int = 1, stride: int = 1) -> None:
         self.kernel_size = (int(kernel_size[0]), int(kernel_size[1]))
+        self.stride = int(stride)
         self.device = resolve_device(device)
         self.dtype = dtype or statistics_dtype(self.device)
         self.chunk_elements = chunk_elements
@@ -102,12 +105,16 @@ class PatchStatistics:
         elif c != self._channels:
             raise AnalysisError(f"images with {c} channels after {self._channels}: one statistic per input space")
         x = x.to(self.device, self.dtype)
-        dim = c * kh * kw
-        rows_per_chunk = max(1, self.chunk_elements // (dim * max(1, w - kw + 1)))
+        dim, s = c * kh * kw, self.stride
+        per_row, rows = (w - kw) // s + 1, (h - kh) // s + 1
+        if x.shape[0] * rows * per_row * dim <= self.chunk_elements:  # the whole batch in one GEMM
+            self._accumulate(F.unfold(x, self.kernel_size, stride=s).transpose(1, 2).reshape(-1, dim))
+            return
+        rows_per_chunk = max(1, self.chunk_elements // (dim * per_row)) * s  # image rows per band
         for image in x:
             for top in range(0, h - kh + 1, rows_per_chunk):
                 band = image[:, top: top + rows_per_chunk + kh - 1]
-                patches = F.unfold(band.unsqueeze(0), self.kernel_size).squeeze(0).T  # (L, D)
+                patches = F.unfold(band.unsqueeze(0), self.kernel_size, stride=s).squeeze(0).T  # (L, D)
                 self._accumulate(patches)
 
     def _accumulate(self, patches: torch.Tensor) -> None:
@@ -155,7 +162,8 @@ def _fix_signs(components: torch.Tensor) -> torch.Tensor:
 
 
 def patch_pca(batches: Iterable[torch.Tensor], kernel_size: tuple[int, int], *, device=None,
-              groups: int = 1, total: int | None = None, progress: Progress | None = None) -> PatchPCA:
+              groups: int = 1, stride: int = 1, total: int | None = None, progress: Progress | None = None
+              ) -> PatchPCA:
     """Stream image batches through :class:`PatchStatistics` and return the PCA.
 
     Args:
@@ -163,10 +171,11 @@ def patch_pca(batches: Iterable[torch.Tensor], kernel_size: tuple[int, int], *, 
         kernel_size: patch size (the filter size of the layer analysed).
         device: where to accumulate.
         groups: pool statistics over this many channel groups (grouped/depthwise layers).
+        stride: patch stride (1: all overlapping patches, the paper's setting).
         total: number of batches, for progress.
         progress: ``progress(fraction, message)``.
     """
-    stats = PatchStatistics(kernel_size, device=device, groups=groups)
+    stats = PatchStatistics(kernel_size, device=device, groups=groups, stride=stride)
     for i, batch in enumerate(batches, start=1):
         stats.update(batch)
         report(progress, i / total if total else 0.0, f"patch statistics: {stats.count:,} patches")
