@@ -12,8 +12,10 @@ from collections.abc import Callable, Sequence
 from torch import nn
 
 
-def _conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int = 1) -> list[nn.Module]:
-    return [nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=kernel // 2, bias=False),
+def _conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int = 1, padding: int | None = None
+                  ) -> list[nn.Module]:
+    padding = kernel // 2 if padding is None else padding
+    return [nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=padding, bias=False),
             nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
 
 
@@ -25,12 +27,14 @@ class SmallVGG(nn.Module):
         widths: channels per stage; ``widths[0]`` is the first-layer width (number of first-layer filters).
         first_kernel: first-layer kernel size (3, 5 or 7).
         in_channels: input channels (3 for RGB).
+        first_stride: first-layer stride (= ``first_kernel`` with ``first_padding=0``: non-overlapping tiles).
+        first_padding: first-layer padding (default ``first_kernel // 2``).
     """
 
     def __init__(self, num_classes: int = 10, widths: Sequence[int] = (32, 64, 128), first_kernel: int = 3,
-                 in_channels: int = 3) -> None:
+                 in_channels: int = 3, first_stride: int = 1, first_padding: int | None = None) -> None:
         super().__init__()
-        layers: list[nn.Module] = _conv_bn_relu(in_channels, widths[0], first_kernel)
+        layers: list[nn.Module] = _conv_bn_relu(in_channels, widths[0], first_kernel, first_stride, first_padding)
         for c_in, c_out in itertools.pairwise(widths):
             layers += [nn.MaxPool2d(2), *_conv_bn_relu(c_in, c_out, 3), *_conv_bn_relu(c_out, c_out, 3)]
         self.features = nn.Sequential(*layers)
@@ -60,12 +64,15 @@ class BasicBlock(nn.Module):
 
 
 class SmallResNet(nn.Module):
-    """ResNet-like: a ``conv(k1)`` stem then one :class:`BasicBlock` per stage (stride 2 between stages)."""
+    """ResNet-like: a ``conv(k1)`` stem then one :class:`BasicBlock` per stage (stride 2 between stages).
+
+    Arguments as :class:`SmallVGG`.
+    """
 
     def __init__(self, num_classes: int = 10, widths: Sequence[int] = (32, 64, 128), first_kernel: int = 3,
-                 in_channels: int = 3) -> None:
+                 in_channels: int = 3, first_stride: int = 1, first_padding: int | None = None) -> None:
         super().__init__()
-        self.stem = nn.Sequential(*_conv_bn_relu(in_channels, widths[0], first_kernel))
+        self.stem = nn.Sequential(*_conv_bn_relu(in_channels, widths[0], first_kernel, first_stride, first_padding))
         blocks = [BasicBlock(widths[0], widths[0], 1)]
         blocks += [BasicBlock(c_in, c_out, 2) for c_in, c_out in itertools.pairwise(widths)]
         self.layers = nn.Sequential(*blocks)
