@@ -2,7 +2,7 @@
 
 Query parameters: ``models`` (comma-separated model tokens), ``images``, ``device`` and page-specific keys.
 A model token is a spec string, optionally followed by ``|`` and preprocessing overrides, e.g.
-``weights:/srv/uploads/ab12.pt|size=32,crop=1,mean=0.49/0.48/0.45,std=0.25/0.24/0.26``.
+``weights:/srv/uploads/ab12.pt|size=32;crop=1;mean=0.49/0.48/0.45;std=0.25/0.24/0.26``.
 """
 
 from __future__ import annotations
@@ -42,14 +42,14 @@ def encode_token(spec: str, overrides: dict) -> str:
         text = "/".join(f"{v:g}" for v in value) if isinstance(value, list | tuple) else (
             f"{value:g}" if isinstance(value, float) else str(value))
         parts.append(f"{inverse[key]}={text}")
-    return f"{spec}|{','.join(parts)}"
+    return f"{spec}|{';'.join(parts)}"
 
 
 def decode_token(token: str) -> tuple[str, dict]:
     """Split a model token into its spec and overrides (unknown or malformed override fields are ignored)."""
     spec, _, raw = token.partition("|")
     overrides: dict[str, object] = {}
-    for part in filter(None, raw.split(",")):
+    for part in filter(None, raw.split(";")):
         key, _, value = part.partition("=")
         if key not in OVERRIDE_KEYS:
             continue

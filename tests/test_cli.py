@@ -1,0 +1,61 @@
+"""The command line: JSON keys scripts rely on (DESIGN.md), CSV output, one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fl_core.cli import main
+
+from .conftest import RESNET20_SPEC
+
+
+def run_cli(*args: str) -> int:
+    return main([*args, "--quiet"])
+
+
+def test_energy_json_has_the_contract_keys(tmp_path: Path) -> None:
+    out, table = tmp_path / "energy.json", tmp_path / "energy.csv"
+    assert run_cli("energy", "--model", "demo:tiny_vgg", "--model", "demo:tiny_vgg_init", "--subtract-init",
+                   "--seeds", "4", "--json", str(out), "--csv", str(table)) == 0
+    payload = json.loads(out.read_text())
+    assert {"lambdas", "models", "correlation"} <= set(payload)
+    first = payload["models"][0]
+    assert {"spec", "layer", "profile", "theory", "random_init"} <= set(first)
+    assert set(first["theory"]) == {"eta_t", "r"} and {"mean", "sd"} <= set(first["random_init"])
+    assert len(first["profile"]) == len(payload["lambdas"]) == 27
+    assert first["init_subtracted"] == "demo:tiny_vgg_init" and payload["models"][1]["init_subtracted"] is None
+    assert len(payload["correlation"]) == 2 and payload["correlation"][0][0] == pytest.approx(1.0)
+    assert len(pd.read_csv(table)) == 2 * 27
+
+
+def test_whitening_json_has_the_contract_keys(tmp_path: Path) -> None:
+    out = tmp_path / "whitening.json"
+    assert run_cli("whitening", "--model", "demo:tiny_vgg", "--max-distance", "6", "--json", str(out)) == 0
+    payload = json.loads(out.read_text())
+    assert payload["distances"] == list(range(7))
+    assert set(payload["curves"]) == {"rgb", "zca", "random", "demo:tiny_vgg"}
+    assert all(len(curve) == 7 for curve in payload["curves"].values())
+
+
+def test_inspect_with_preprocessing_overrides(tmp_path: Path, resnet20, capsys) -> None:
+    out = tmp_path / "inspect.json"
+    assert run_cli("inspect", "--model", RESNET20_SPEC, "--input-size", "32", "--mean", "0.49", "0.48", "0.45",
+                   "--json", str(out)) == 0
+    model = json.loads(out.read_text())["models"][0]
+    assert model["input_config"]["input_size"] == 32 and model["input_config"]["mean"] == [0.49, 0.48, 0.45]
+    assert model["layers"][0]["kind"] == "first"
+    assert "stripped the 'module.' prefix" in capsys.readouterr().out
+
+
+def test_bad_input_gives_one_line_and_exit_status_2() -> None:
+    proc = subprocess.run([sys.executable, "-m", "fl_core", "energy", "--model", "weights:/no/such/file.pt",
+                           "--quiet"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: No checkpoint file")

@@ -1,0 +1,116 @@
+"""Model specs: parsing, registry models, files with architectures, weights-only, demos, preprocessing."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fl_core import models as models_module
+from fl_core.checkpoints import save_state_dict
+from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
+from fl_core.models import InputConfig, ModelSpec, demo_manifest, load_model
+
+from .conftest import CHECKPOINTS
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    ("timm:resnet18", ModelSpec("timm", "resnet18")),
+    ("timm:resnet18@pretrained", ModelSpec("timm", "resnet18", pretrained=True)),
+    ("torchvision:squeezenet1_0=/x/y.pt", ModelSpec("torchvision", "squeezenet1_0", path="/x/y.pt")),
+    ("weights:/tmp/a b.safetensors", ModelSpec("weights", "a b.safetensors", path="/tmp/a b.safetensors")),
+    ("demo:tiny_vgg", ModelSpec("demo", "tiny_vgg")),
+])
+def test_spec_parsing_round_trips(spec: str, expected: ModelSpec) -> None:
+    parsed = ModelSpec.parse(spec)
+    assert parsed == expected
+    assert str(parsed) == spec
+
+
+@pytest.mark.parametrize("spec", ["resnet18", "keras:resnet", "timm:", "timm:resnet18@latest", "timm:x="])
+def test_bad_specs_explain_the_forms(spec: str) -> None:
+    with pytest.raises(ModelSpecError):
+        ModelSpec.parse(spec)
+
+
+def test_timm_random_init_is_labelled_and_has_its_own_preprocessing() -> None:
+    loaded = load_model("timm:resnet18")
+    assert loaded.random_init and "random init" in loaded.label
+    assert loaded.input_config.interpolation == "bicubic" and loaded.input_config.crop_pct == pytest.approx(0.95)
+    assert not loaded.model.training and not any(p.requires_grad for p in loaded.model.parameters())
+
+
+def test_torchvision_config_comes_from_the_weights_preset() -> None:
+    cfg = load_model("torchvision:resnet18").input_config
+    assert (cfg.input_size, cfg.resize_size, cfg.interpolation) == (224, 256, "bilinear")
+
+
+def test_unknown_architecture_suggests_close_names() -> None:
+    with pytest.raises(ModelSpecError, match="resnet"):
+        load_model("timm:resnet_does_not_exist")
+
+
+def test_pretrained_without_network_fails_fast_with_advice(monkeypatch) -> None:
+    monkeypatch.setattr(models_module, "_reachable", lambda *a, **k: False)
+    start = time.perf_counter()
+    with pytest.raises(WeightsUnavailableError, match=r"timm:resnet18=PATH"):
+        load_model("timm:resnet18@pretrained")
+    assert time.perf_counter() - start < 20
+
+
+def test_architecture_plus_file_infers_a_finetuned_head(tmp_path: Path) -> None:
+    source = load_model("timm:resnet18").copy_model()
+    source.reset_classifier(7)
+    save_state_dict(source.state_dict(), tmp_path / "ft.safetensors")
+    loaded = load_model(f"timm:resnet18={tmp_path / 'ft.safetensors'}")
+    assert loaded.num_classes == 7 and not loaded.random_init
+    assert torch.equal(loaded.state_dict["conv1.weight"], source.state_dict()["conv1.weight"])
+
+
+def test_wrong_architecture_is_refused_with_the_mismatch(tmp_path: Path) -> None:
+    save_state_dict(load_model("timm:resnet18").state_dict, tmp_path / "r18.safetensors")
+    with pytest.raises(CheckpointError, match="does not fit torchvision:squeezenet1_0"):
+        load_model(f"torchvision:squeezenet1_0={tmp_path / 'r18.safetensors'}")
+
+
+def test_weights_only_works_for_an_unknown_architecture(tmp_path: Path) -> None:
+    state = {"stem.conv.weight": torch.randn(8, 3, 5, 5), "blocks.0.dw.weight": torch.randn(8, 1, 3, 3),
+             "head.fc.weight": torch.randn(4, 8)}
+    save_state_dict(state, tmp_path / "mystery.safetensors")
+    loaded = load_model(f"weights:{tmp_path / 'mystery.safetensors'}", input_overrides={"input_size": 64})
+    assert loaded.weights_only and loaded.model is None
+    assert loaded.input_config.input_size == 64
+    with pytest.raises(ModelSpecError, match="weights-only"):
+        loaded.copy_model()
+
+
+def test_real_squeezenet_loads_with_standard_preprocessing(squeezenet) -> None:
+    assert squeezenet.num_classes == 1000 and not squeezenet.random_init
+    assert squeezenet.input_config.mean == pytest.approx((0.485, 0.456, 0.406))
+
+
+def test_demo_manifest_records_how_each_checkpoint_was_made(demo) -> None:
+    trained, init = demo
+    entry = demo_manifest()["tiny_vgg"]
+    assert entry.provenance["script"] == "scripts/make_demo_checkpoints.py"
+    assert entry.provenance["val_accuracy"] > 0.5 > demo_manifest()["tiny_vgg_init"].provenance["val_accuracy"]
+    assert trained.init_spec == "demo:tiny_vgg_init" and init.random_init and not trained.random_init
+    assert trained.class_names and len(trained.class_names) == trained.num_classes == 11
+
+
+def test_input_config_validation_and_overrides() -> None:
+    with pytest.raises(ModelSpecError):
+        InputConfig(input_size=2)
+    with pytest.raises(ModelSpecError):
+        InputConfig(std=(0.0, 1.0, 1.0))
+    cfg = InputConfig().with_overrides(input_size=32, crop_pct=None, mean=[0.5, 0.5, 0.5])
+    assert (cfg.input_size, cfg.crop_pct, cfg.mean) == (32, 0.875, (0.5, 0.5, 0.5))
+    assert hash(cfg) == hash(InputConfig(input_size=32, mean=(0.5, 0.5, 0.5)))
+
+
+def test_fixture_cifar_weights_are_described(resnet20) -> None:
+    info = resnet20.describe()
+    assert info["parameters"] == 269_722  # the count stated in the fixture's README
+    assert info["weights_only"] and (CHECKPOINTS / "resnet20_cifar10.th").name in info["spec"]

@@ -1,0 +1,93 @@
+"""AppTest runs of the Home, Energy Profiles and Whitening pages with the demo model and a real fixture."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from .conftest import REPO, RESNET20_SPEC, page_app
+
+APP = str(REPO / "app.py")
+
+
+def open_page(page: str, **query: str) -> AppTest:
+    """The page behind the shared sidebar, run once."""
+    app = page_app(page, **query)
+    app.run()
+    return app
+
+
+def assert_clean(app: AppTest) -> None:
+    assert not app.exception, [e.value for e in app.exception]
+    assert not app.error, [e.value for e in app.error]
+
+
+def test_app_entry_point_opens_on_home_with_the_sidebar() -> None:
+    app = AppTest.from_file(APP, default_timeout=300)
+    app.run()
+    assert_clean(app)
+    assert app.title[0].value.endswith("FilterLens")
+    assert {w.key for w in app.sidebar.text_input} >= {"reg_name", "ckpt_arch"}
+    assert app.query_params["models"] == "demo:tiny_vgg,demo:tiny_vgg_init"
+
+
+def test_home_shows_trained_vs_init_for_the_demo_by_default() -> None:
+    app = open_page("pages/home.py")
+    assert_clean(app)
+    assert app.session_state["selection"].specs == ("demo:tiny_vgg", "demo:tiny_vgg_init")
+    assert len(app.get("plotly_chart")) >= 2
+    text = " ".join(m.value for m in app.markdown)
+    assert "vs its own initialization: r =" in text and "Theory fit" in text
+
+
+def test_energy_page_subtracts_init_and_labels_deeper_layers() -> None:
+    app = open_page("pages/energy_profiles.py")
+    assert_clean(app)
+    app.checkbox[0].check().run()
+    assert_clean(app)
+    summary = app.dataframe[0].value
+    assert summary["init_subtracted"].iloc[0] == "demo:tiny_vgg_init"
+    assert summary["theory_r"].iloc[0] > 0.85
+    app.selectbox(key="energy_layer").select("features.4").run()
+    assert_clean(app)
+    assert any("extension beyond the paper" in w.value for w in app.warning)
+    assert app.query_params["layer"] == "features.4"
+
+
+def test_url_restores_a_weights_only_model_with_preprocessing(resnet20) -> None:
+    token = f"{RESNET20_SPEC}|size=32;crop=1"
+    app = open_page("pages/whitening.py", models=token)
+    assert_clean(app)
+    selection = app.session_state["selection"]
+    assert selection.specs == (RESNET20_SPEC,)
+    assert selection.overrides[RESNET20_SPEC] == {"input_size": 32, "crop_pct": 1.0}
+    assert len(app.get("plotly_chart")) == 2  # curves + activation maps
+
+
+def test_adding_a_registry_architecture_from_the_sidebar() -> None:
+    app = open_page("pages/home.py")
+    app.text_input(key="reg_name").input("resnet18")
+    app.button(key="reg_add").click().run()
+    assert_clean(app)
+    assert "timm:resnet18" in app.session_state["selection"].specs
+
+
+def test_a_bad_registry_name_is_explained_and_the_selection_kept() -> None:
+    app = open_page("pages/home.py")
+    app.text_input(key="reg_name").input("not_a_net")
+    app.button(key="reg_add").click().run()
+    assert any("timm has no architecture" in e.value for e in app.error)
+    assert app.session_state["selection"].specs == ("demo:tiny_vgg", "demo:tiny_vgg_init")
+
+
+@pytest.mark.parametrize("package", ["fl_core"])
+def test_the_library_never_imports_streamlit(package: str) -> None:
+    for path in Path(REPO / package).rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] == "streamlit" for n in names), path
