@@ -31,6 +31,7 @@ NESTED_KEYS = ("state_dict", "model", "model_ema", "state_dict_ema", "ema", "net
 STRIPPED_PREFIXES = ("module.", "_orig_mod.")
 MAX_TENSOR_ELEMENTS = 2_000_000_000
 MAX_TENSOR_DIMS = 8
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def max_checkpoint_bytes() -> int:
@@ -128,7 +129,7 @@ def load_state_dict(path: str | Path, *, prefer_ema: bool = False, max_bytes: in
     if size > cap:
         raise CheckpointError(f"{path.name} is {size / 2**20:.0f} MiB, over the {cap / 2**20:.0f} MiB limit "
                               "(FL_MAX_CHECKPOINT_MB). Save only the state dict, or ask the admin to raise the limit.")
-    raw = _read_safetensors(path) if _is_safetensors(path) else _read_torch_file(path)
+    raw = _read_safetensors(path) if _is_safetensors(path) else _read_torch_file(path, cap)
     tensors, notes = unwrap_state_dict(raw, prefer_ema=prefer_ema, name=path.name)
     validate_tensors(tensors, name=path.name)
     return LoadedStateDict(tensors=tensors, path=str(path), sha256=file_sha256(path), notes=tuple(notes))
@@ -160,12 +161,14 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path.name}: corrupt safetensors file ({err}). Upload it again or re-save it.") from err
 
 
-def _read_torch_file(path: Path) -> object:
+def _read_torch_file(path: Path, cap: int) -> object:
     if zipfile.is_zipfile(path):
-        _check_zip_archive(path)
+        _check_zip_archive(path, cap)
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=False)
     except pickle.UnpicklingError as err:
+        if "unsupported global" not in str(err).lower():  # a malformed stream, not a forbidden object
+            raise _unreadable(path, err) from err
         raise CheckpointError(
             f"{path.name} was refused: it contains Python objects other than tensors and plain containers, and "
             "loading it would run code from the file. FilterLens never does that. Re-save only the weights: "
@@ -173,12 +176,17 @@ def _read_torch_file(path: Path) -> object:
         ) from err
     except (EOFError, RuntimeError, ValueError, OSError, struct.error, zipfile.BadZipFile, KeyError,
             AttributeError, IndexError, TypeError, UnicodeDecodeError, MemoryError) as err:
-        raise CheckpointError(f"{path.name} could not be read as a PyTorch checkpoint: the file is damaged, truncated "
-                              f"or not a checkpoint ({type(err).__name__}). Upload it again.") from err
+        raise _unreadable(path, err) from err
 
 
-def _check_zip_archive(path: Path) -> None:
-    """Refuse zip archives that are not PyTorch checkpoints, or whose members are unsafe to open."""
+def _unreadable(path: Path, err: Exception) -> CheckpointError:
+    return CheckpointError(f"{path.name} could not be read as a PyTorch checkpoint: the file is damaged, truncated "
+                           f"or not a checkpoint ({type(err).__name__}). Upload it again.")
+
+
+def _check_zip_archive(path: Path, cap: int) -> None:
+    """Refuse zip archives that are not PyTorch checkpoints, or whose members are unsafe to open or unpack to more
+    than four times the size cap."""
     try:
         with zipfile.ZipFile(path) as archive:
             members = archive.infolist()
@@ -187,10 +195,13 @@ def _check_zip_archive(path: Path) -> None:
                 raise CheckpointError(f"{path.name} is a zip archive but not a PyTorch checkpoint (no data.pkl). "
                                       "Upload the .pt/.pth file itself, not an archive of it.")
             if any(n.startswith("/") or ".." in n.split("/") for n in names):
-                raise CheckpointError(f"{path.name}: the archive has member paths outside the archive; refused.")
+                raise CheckpointError(f"{path.name}: the archive has member paths outside the archive; refused. "
+                                      "Upload the file torch.save wrote, unmodified.")
             unpacked = sum(m.file_size for m in members)
-            if unpacked > 4 * max_checkpoint_bytes():
-                raise CheckpointError(f"{path.name}: the archive unpacks to {unpacked / 2**20:.0f} MiB; refused.")
+            if unpacked > 4 * cap:
+                raise CheckpointError(f"{path.name}: the archive unpacks to {unpacked / 2**20:.0f} MiB, over four "
+                                      "times the limit (FL_MAX_CHECKPOINT_MB); refused. Upload the file torch.save "
+                                      "wrote.")
             bad = archive.testzip()
             if bad is not None:
                 raise CheckpointError(f"{path.name}: archive member {bad} is corrupt. Upload the file again.")
@@ -238,19 +249,33 @@ def _tensor_count(obj: Mapping) -> int:
 
 
 def validate_tensors(tensors: Mapping[str, torch.Tensor], *, name: str = "checkpoint") -> None:
-    """Refuse tensors FilterLens cannot analyse: absurd shapes, NaN/inf, integer (quantized) weights."""
+    """Refuse tensors FilterLens cannot analyse: sparse/meta storage, absurd shapes, views that claim more values
+    than the file stores (a tiny file unpacking to gigabytes), NaN/inf, float8, integer (quantized) weights."""
     for key, tensor in tensors.items():
+        if tensor.is_meta:
+            raise CheckpointError(f"{name}: tensor '{key}' holds no values (saved from the 'meta' device); refused. "
+                                  "Save the weights of a materialized model.")
+        if tensor.layout != torch.strided:
+            raise CheckpointError(f"{name}: tensor '{key}' is stored as {str(tensor.layout).removeprefix('torch.')}, "
+                                  "not a dense tensor; refused. Save dense weights (tensor.to_dense()).")
         if tensor.dim() > MAX_TENSOR_DIMS or tensor.numel() > MAX_TENSOR_ELEMENTS or 0 in tensor.shape:
             raise CheckpointError(f"{name}: tensor '{key}' has an unusable shape {tuple(tensor.shape)}; refused.")
+        if tensor.numel() * tensor.element_size() > tensor.untyped_storage().nbytes():
+            raise CheckpointError(f"{name}: tensor '{key}' claims {tensor.numel():,} values but the file stores "
+                                  f"only {tensor.untyped_storage().nbytes() // tensor.element_size():,} (a broadcast "
+                                  "view); refused. Save contiguous tensors (tensor.contiguous()).")
         if tensor.is_floating_point():
+            if tensor.dtype not in FLOAT_DTYPES:
+                raise CheckpointError(f"{name}: tensor '{key}' holds {tensor.dtype} values; FilterLens reads float16, "
+                                      "bfloat16, float32 and float64. Convert the weights to float32 first.")
             if not bool(torch.isfinite(tensor).all()):
                 raise CheckpointError(f"{name}: tensor '{key}' contains NaN or infinite values. The training run "
                                       "that saved it diverged; use an earlier checkpoint.")
-        elif key.endswith("weight") and tensor.dim() >= 2:
+        elif tensor.is_complex():
+            raise CheckpointError(f"{name}: tensor '{key}' is complex-valued; refused. Save real-valued weights.")
+        elif (key.endswith("weight") and tensor.dim() >= 2) or tensor.dim() == 4:
             raise CheckpointError(f"{name}: '{key}' holds {tensor.dtype} values, not floating-point weights "
                                   "(a quantized checkpoint?). Dequantize it to float32 first.")
-        elif tensor.is_complex():
-            raise CheckpointError(f"{name}: tensor '{key}' is complex-valued; refused.")
 
 
 def match_state_dict(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> StateDictMatch:

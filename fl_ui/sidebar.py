@@ -75,7 +75,8 @@ def _registry_form() -> None:
 
 
 def _on_add_upload() -> None:
-    """Button callback: store the uploaded file content-addressed and add it (refused files are deleted)."""
+    """Button callback: store the uploaded file content-addressed and add it (refused files are deleted, and the
+    error names the file as the user uploaded it)."""
     uploaded = st.session_state.get("ckpt_upload")
     if uploaded is None:
         st.session_state["sidebar_error"] = "Choose a checkpoint file first."
@@ -84,17 +85,27 @@ def _on_add_upload() -> None:
     path = upload_dir() / f"{hashlib.sha256(data).hexdigest()[:24]}{Path(uploaded.name).suffix.lower()}"
     is_new = not path.exists()
     if is_new:
-        path.write_bytes(data)
+        _write_atomically(path, data)
     arch = st.session_state.get("ckpt_arch", "").strip()
     spec = f"{arch}={path}" if arch else f"weights:{path}"
+    accepted = False
     try:
         ModelSpec.parse(spec)
         accepted = _add_spec(spec)
     except FilterLensError as err:
         st.session_state["sidebar_error"] = str(err)
-        accepted = False
-    if not accepted and is_new:
-        path.unlink(missing_ok=True)
+    finally:
+        if not accepted and is_new:
+            path.unlink(missing_ok=True)
+    if not accepted:
+        st.session_state["sidebar_error"] = st.session_state["sidebar_error"].replace(path.name, uploaded.name)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write through a temporary file in the same folder, so another session never reads a half-written file."""
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".part", delete=False) as handle:
+        handle.write(data)
+    os.replace(handle.name, path)
 
 
 def _upload_form() -> None:
@@ -153,7 +164,7 @@ def _images_form(current: str) -> str:
                              key="img_upload")
     if not files:
         return current
-    digest = hashlib.sha256(b"".join(f.getvalue()[:4096] + f.name.encode() for f in files)).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(f.getvalue() + f.name.encode() for f in files)).hexdigest()[:16]
     folder = upload_dir() / f"images-{digest}"
     try:
         save_uploaded_images([(f.name, f.getvalue()) for f in files], folder)

@@ -1,0 +1,38 @@
+"""The dashboard's page list, read from ``app.py``'s ``PAGES`` without running Streamlit, so tests cover new pages
+automatically."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import NamedTuple
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+
+
+class AppPage(NamedTuple):
+    """One ``PAGES`` entry: script path (relative to the repository), title, icon, URL path."""
+
+    path: str
+    title: str
+    icon: str
+    url: str
+
+
+def app_pages() -> list[AppPage]:
+    """Every page of ``app.py``'s ``PAGES`` tuple, in order (the first is the default page)."""
+    tree = ast.parse(APP.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PAGES" for t in node.targets):
+            return [AppPage(*entry) for entry in ast.literal_eval(node.value)]
+    raise AssertionError("app.py defines no PAGES tuple")
+
+
+def whole_app_page() -> AppPage:
+    """A page on which AppTest reruns the whole app (sidebar included).
+
+    AppTest reruns the page it finished on by URL path, and before ``st.navigation`` runs it looks the path up in
+    the ``pages/`` folder: a page whose URL path equals its file name (``home`` = ``pages/home.py``) is then rerun
+    alone, without ``app.py``'s sidebar. A real server does not do this; pages with another URL path are safe.
+    """
+    return next(p for p in app_pages() if Path(p.path).stem != p.url)
