@@ -103,6 +103,16 @@ def _bundled_array(name: str) -> np.ndarray:
     return np.ascontiguousarray(array[..., :3].astype(np.uint8))
 
 
+def decode_rgb(source: str | Path | io.BytesIO) -> Image.Image:
+    """Decode an image as RGB. Images over ``MAX_IMAGE_PIXELS`` are refused from their header, before decoding
+    (PIL itself only warns below twice that limit): a small, highly compressed file cannot unpack to gigabytes."""
+    with Image.open(source) as handle:
+        if handle.width * handle.height > MAX_IMAGE_PIXELS:
+            raise Image.DecompressionBombError(f"{handle.width}×{handle.height} pixels is over the "
+                                               f"{MAX_IMAGE_PIXELS:,}-pixel limit")
+        return handle.convert("RGB")
+
+
 class ImageSet(Dataset):
     """An indexable set of RGB images with integer labels (``-1`` when unlabelled).
 
@@ -136,8 +146,7 @@ class ImageSet(Dataset):
         if callable(source):
             return source()
         try:
-            with Image.open(source) as handle:
-                return handle.convert("RGB")
+            return decode_rgb(source)
         except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as err:
             raise DataError(f"Could not read image {name}: {err}. Remove or replace the file.") from err
 
@@ -220,8 +229,7 @@ def save_uploaded_images(files: Sequence[tuple[str, bytes]], folder: str | Path)
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in files:
         try:
-            with Image.open(io.BytesIO(data)) as handle:
-                image = handle.convert("RGB")
+            image = decode_rgb(io.BytesIO(data))
         except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as err:
             raise DataError(f"{name} is not a readable image ({err}).") from err
         image.save(folder / f"{Path(name).stem[:60]}.png")

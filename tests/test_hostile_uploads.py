@@ -18,6 +18,7 @@ import re
 import shlex
 import struct
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,8 @@ from streamlit.testing.v1 import AppTest
 from torch import nn
 
 from fl_core.checkpoints import CHECKPOINT_SUFFIXES, load_state_dict
-from fl_core.errors import CheckpointError
+from fl_core.errors import CheckpointError, DataError
+from fl_core.images import MAX_IMAGE_PIXELS, save_uploaded_images
 
 from .app_pages import whole_app_page
 from .conftest import CHECKPOINTS, REPO
@@ -343,3 +345,60 @@ def test_app_refuses_each_upload_keeps_the_selection_and_keeps_serving(tmp_path:
         assert not app.exception and not app.sidebar.error
         assert len(app.session_state["model_picker"]) == len(selection) + 1
         assert [p.suffix for p in uploads.iterdir()] == [".th"]
+
+
+def _png_bomb(side: int) -> bytes:
+    """A valid greyscale PNG of side × side black pixels: kilobytes on disk, side² bytes once decoded."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    rows = zlib.compress(b"\0" * ((side + 1) * side), 9)
+    header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows) + chunk(b"IEND", b"")
+
+
+def _png(side: int = 16) -> bytes:
+    buffer = io.BytesIO()
+    from PIL import Image
+
+    Image.new("RGB", (side, side), (200, 30, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+HOSTILE_IMAGES = {
+    "decompression_bomb.png": (lambda: _png_bomb(9_000), "pixel limit"),  # 81 Mpx: PIL alone would only warn
+    "text_renamed.jpg": (lambda: b"not an image at all\n" * 50, "not a readable image"),
+    "truncated.png": (lambda: _png(64)[:60], "not a readable image"),
+    "empty.png": (lambda: b"", "not a readable image"),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_IMAGES)
+def test_hostile_image_uploads_are_refused_before_decoding(name: str, tmp_path: Path) -> None:
+    build, refusal = HOSTILE_IMAGES[name]
+    data = build()
+    assert len(data) < 200_000
+    with pytest.raises(DataError, match=refusal) as refused:
+        save_uploaded_images([("ok.png", _png()), (name, data)], tmp_path / "images")
+    assert name in str(refused.value)
+
+
+def test_the_bomb_is_in_the_range_pil_alone_would_decode() -> None:
+    """PIL raises only above twice its limit (it merely warns below): FilterLens refuses the whole range."""
+    assert MAX_IMAGE_PIXELS < 9_000**2 < 2 * MAX_IMAGE_PIXELS
+
+
+def test_app_refuses_a_bad_image_upload_and_keeps_the_image_source(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FL_UPLOAD_DIR", str(tmp_path / "uploads"))
+    monkeypatch.chdir(REPO)
+    app = _open_app()
+    app.radio(key="img_choice").set_value("upload images").run()
+    for name, (build, refusal) in HOSTILE_IMAGES.items():
+        app.file_uploader(key="img_upload").set_value([(name, build(), "image/png")]).run()
+        assert not app.exception
+        assert [re.search(refusal, e.value) is not None for e in app.sidebar.error] == [True], name
+        assert app.session_state["selection"].images == "bundled"
+    app.file_uploader(key="img_upload").set_value([("red.png", _png(), "image/png")]).run()
+    assert not app.exception and not app.sidebar.error
+    assert Path(app.session_state["selection"].images).name.startswith("images-")
