@@ -16,6 +16,9 @@ PAGES = (
     ("pages/home.py", "Home", "🏠", "home"),
     ("pages/energy_profiles.py", "Energy Profiles", "📈", "energy"),
     ("pages/whitening.py", "Whitening", "🌊", "whitening"),
+    ("pages/master_keys.py", "Master Keys", "🗝️", "master-keys"),
+    ("pages/scale_space.py", "Scale-Space Models", "📐", "scale-space"),
+    ("pages/swap_rescore.py", "Swap & Re-score", "🔁", "swap-rescore"),
 )
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

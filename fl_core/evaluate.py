@@ -280,8 +280,9 @@ def _batch_tally(logits: torch.Tensor, labels: torch.Tensor, reference: torch.Te
         kl.sum()])
 
 
-def _default_workers() -> int:
-    return min(8, max(1, (os.cpu_count() or 2) - 1))
+def _default_workers(n_images: int, batch_size: int) -> int:
+    """CPU cores - 1 (at most 8) decoding in parallel with the forward passes; none for a single batch."""
+    return 0 if n_images <= batch_size else min(8, max(1, (os.cpu_count() or 2) - 1))
 
 
 def _loader(images: ImageSet, loaded: LoadedModel, batch_size: int, workers: int, device: torch.device) -> DataLoader:
@@ -327,7 +328,8 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
     keys = sorted({key for patch in patches for key in patch})
     originals = {key: parameters[key].detach().clone() for key in keys}
     todo = images.subset(shard[done:])
-    loader = _loader(todo, loaded, batch_size, _default_workers() if workers is None else workers, device)
+    workers = _default_workers(len(todo), batch_size) if workers is None else workers
+    loader = _loader(todo, loaded, batch_size, workers, device)
     start = time.perf_counter()
     scored = 0
     tally = torch.as_tensor(sums, dtype=statistics_dtype(device), device=device)
@@ -386,7 +388,8 @@ def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | No
 
 def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] = (), *,
             device: str | torch.device | None = None, batch_size: int = DEFAULT_BATCH_SIZE, workers: int | None = None,
-            resume: str | Path | None = None, progress: Progress | None = None) -> RescoreResult:
+            resume: str | Path | None = None, use_labels: bool = True, progress: Progress | None = None
+            ) -> RescoreResult:
     """Score the original model and every swap on the same decoded images (module docstring).
 
     Args:
@@ -395,12 +398,15 @@ def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] =
         swaps: from :func:`fl_core.swap.swap_filters`.
         device: where to run (under torchrun with CUDA: this rank's GPU).
         batch_size: images per batch.
-        workers: DataLoader worker processes (default: CPU cores - 1, at most 8).
+        workers: DataLoader worker processes (default: CPU cores - 1, at most 8; none for a single batch).
         resume: file of running sums; a rerun with the same inputs continues from it.
+        use_labels: score accuracy against the tree's labels; ``False`` (e.g. the bundled photos, whose labels
+            are photo names): agreement with the original only.
         progress: ``progress(fraction, message)``.
     """
     device = rank_device(device)
-    mapping = map_tree_classes(images.classes if images.labelled else (), loaded.num_classes, loaded.class_names)
+    classes = images.classes if images.labelled and use_labels else ()
+    mapping = map_tree_classes(classes, loaded.num_classes, loaded.class_names)
     for warning in mapping.warnings:
         log.warning(warning)
     model = loaded.copy_model().to(device).eval()

@@ -15,6 +15,7 @@ master key filters (Babaiee et al., arXiv:2401.14469 / 2509.11711; ``shared/refe
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,8 +29,14 @@ from fl_core.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters, d
 from fl_core.errors import AnalysisError
 from fl_core.models import LoadedModel
 from fl_core.results import Result
-from fl_core.scalefit import FitMethod, idealized_templates
-from fl_core.scalespace import AffineTemplateFit, affine_fit_to_templates, centred_cosine, load_published_filters
+from fl_core.scalefit import FitMethod, ScaleSpaceResult, fit_filters, idealized_templates
+from fl_core.scalespace import (
+    AffineTemplateFit,
+    affine_fit_to_templates,
+    centred_cosine,
+    load_published_filters,
+    normalize_learned_filter,
+)
 
 N_MASTER_KEYS = 8
 DEFAULT_K = 8
@@ -348,6 +355,36 @@ def type_representatives(filters: torch.Tensor | np.ndarray, fit: AffineTemplate
     size = np.shape(filters)[-1]
     norms = np.linalg.norm(sums, axis=1)
     return {i + 1: (sums[i] / norms[i]).reshape(size, size) for i in range(N_MASTER_KEYS) if norms[i] > 0}
+
+
+def model_master_keys(source: LoadedModel | DepthwiseBank, method: FitMethod = "B", *,
+                      kernel_size: int | None = None, layers: Sequence[str] | None = None,
+                      stages: Sequence[int] | None = None) -> dict[int, np.ndarray]:
+    """A model's own master keys: key (1..8) -> the per-key mean filter (:func:`type_representatives`) of its
+    depthwise filters of one kernel size, assigned as in :func:`assign_to_master_keys`."""
+    bank = source if isinstance(source, DepthwiseBank) else depthwise_bank(source)
+    chosen = bank.select(kernel_size, layers, stages)
+    filters, layer_index = bank.filters(chosen)
+    return type_representatives(filters, assign_to_master_keys(filters, layer_index, chosen, method).fit)
+
+
+def fit_model_master_keys(source: LoadedModel | DepthwiseBank, method: FitMethod = "B", *,
+                          kernel_size: int | None = None, layers: Sequence[str] | None = None,
+                          stages: Sequence[int] | None = None) -> ScaleSpaceResult:
+    """σ (and α) of each master key *in a model*: the method's fit to its per-key mean filter
+    (:func:`model_master_keys`); keys whose mean filter has no response to its normalising monomial (B.3) are
+    left out."""
+    bank = source if isinstance(source, DepthwiseBank) else depthwise_bank(source)
+    keys = model_master_keys(bank, method, kernel_size=kernel_size, layers=layers, stages=stages)
+    fittable = {}
+    for index, representative in keys.items():
+        with contextlib.suppress(AnalysisError):
+            normalize_learned_filter(representative, index)
+            fittable[index] = representative
+    size = next(iter(keys.values())).shape[-1]
+    count = sum(lay.n_filters for lay in bank.select(kernel_size, layers, stages))
+    return fit_filters(fittable, method, f"per-key mean filters of {bank.label} ({count:,} {size}×{size} "
+                                         f"filters, keys {', '.join(map(str, fittable))})")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -23,6 +24,7 @@ import numpy as np
 from fl_core.results import Result
 from fl_core.scalespace import (
     DIFFERENTIATED_DIRECTION,
+    FILTER7_ALPHA_L2,
     SIGMA_REF,
     Filter7Form,
     centred_cosine,
@@ -222,10 +224,12 @@ class ScaleSpaceResult(Result):
     Attributes:
         method: fitting method.
         filters: one :class:`ScaleFit` per filter, in index order.
+        source: what was fitted ("the 8 published filters", or a model's per-key mean filters).
     """
 
     method: str
     filters: tuple[ScaleFit, ...]
+    source: str = "the 8 published filters"
 
     def to_frame(self) -> pd.DataFrame:
         """One row per filter: index, method, sigma_x, sigma_y, alpha, cosine_similarity, residual_l2."""
@@ -263,26 +267,49 @@ def fit_scale(filter_: np.ndarray, index: int, method: FitMethod = "B") -> Scale
         sigma_x, sigma_y = fit_scale_method_b(normalized, index)
     else:
         sigma_x, sigma_y = fit_scale_by_distance(normalized, index, norm, isotropic=method in ("C2", "D2"))
+    return model_fit_at(raw, index, sigma_x, sigma_y, alpha, method)
+
+
+def model_fit_at(filter_: np.ndarray, index: int, sigma_x: float, sigma_y: float | None = None,
+                 alpha: float | None = None, method: str = "manual") -> ScaleFit:
+    """The model of type ``index`` at given σ (and α) scored against a learned filter (e.g. from a σ slider).
+
+    Returns:
+        A :class:`ScaleFit` with the centred cosine to the raw filter and the l2 residual to the B.3-normalised one.
+    """
+    raw = np.asarray(filter_, dtype=float)
+    sigma_y = sigma_x if sigma_y is None else sigma_y
+    normalized = normalize_learned_filter(raw, index).normalized
     model = idealized_filter(index, sigma_x, sigma_y, alpha, size=raw.shape[-1])
     return ScaleFit(
         index=index,
         method=method,
-        sigma_x=sigma_x,
-        sigma_y=sigma_y,
-        alpha=alpha,
+        sigma_x=float(sigma_x),
+        sigma_y=float(sigma_y),
+        alpha=None if index != 7 else float(FILTER7_ALPHA_L2 if alpha is None else alpha),
         cosine_similarity=float(centred_cosine(model, raw)),
         residual_l2=float(np.sqrt(np.square(model - normalized).sum())),
     )
 
 
+def fit_filters(filters: Mapping[int, np.ndarray], method: FitMethod = "B", source: str = "") -> ScaleSpaceResult:
+    """Fit the model of each master key type (1..8) to its filter, e.g. a model's per-key mean filters.
+
+    Args:
+        filters: model type -> (k, k) learned filter.
+        method: fitting method.
+        source: what the filters are (kept in the result).
+    """
+    _check_method(method)
+    fits = tuple(fit_scale(filters[index], index, method) for index in sorted(filters))
+    return ScaleSpaceResult(method=method, filters=fits, source=source)
+
+
 @functools.lru_cache(maxsize=len(FIT_METHODS))
 def fit_published_filters(method: FitMethod = "B") -> ScaleSpaceResult:
     """Fit all 8 published master key filters with one method (the σ table of B.5); cached per method."""
-    _check_method(method)
     filters = load_published_filters()
-    return ScaleSpaceResult(
-        method=method, filters=tuple(fit_scale(filters[i], i + 1, method) for i in range(len(filters)))
-    )
+    return fit_filters({i + 1: filters[i] for i in range(len(filters))}, method, "the 8 published filters")
 
 
 def idealized_templates(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 from scipy.ndimage import correlate1d
 from scipy.special import ive
 
@@ -484,3 +485,21 @@ def affine_fit_to_templates(filters: np.ndarray, templates: np.ndarray) -> Affin
     norms = np.linalg.norm(centred, axis=1)
     cosine = np.divide(amplitude, norms, out=np.zeros_like(amplitude), where=norms > 0)
     return AffineTemplateFit(assignment, amplitude, offset, cosine)
+
+
+def spread_measures_frame(filters: dict[int, np.ndarray]) -> pd.DataFrame:
+    """Spatial spread of learned filters (B.4), one row per master key: plain M(|h|), V(|h|) of the raw filter and
+    the weighted M_w, V_w of the B.3-normalised filter (weight |model at σ_ref|), y upward.
+
+    Args:
+        filters: model type (1..8) -> (k, k) learned filter.
+    """
+    rows = []
+    for index, h in sorted(filters.items()):
+        normalized = normalize_learned_filter(h, index).normalized
+        mean, variance = filter_mean(h), filter_variance(h)
+        mean_w, variance_w = weighted_filter_mean(normalized, index), weighted_filter_variance(normalized, index)
+        rows.append({"index": index, "M_x": mean[0], "M_y": mean[1], "V_xx": variance[0, 0], "V_yy": variance[1, 1],
+                     "V_xy": variance[0, 1], "Mw_x": mean_w[0], "Mw_y": mean_w[1], "Vw_xx": variance_w[0, 0],
+                     "Vw_yy": variance_w[1, 1], "Vw_xy": variance_w[0, 1]})
+    return pd.DataFrame(rows)

@@ -1,0 +1,71 @@
+"""Master keys of a depthwise-separable model: sign- and scale-invariant clusters of its depthwise filters (k chosen
+by you, with an elbow / silhouette sweep), their assignment to the 8 published master key filters per layer and
+stage, and the centroids compared with the published filters.
+
+Example:
+    python -m fl_core masterkeys --model timm:convnext_atto --k 8 --sweep 2-12 --json masterkeys.json
+    python -m fl_core masterkeys --model torchvision:mobilenet_v2=mobilenet_v2.pt --stage 3 --stage 4
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from fl_core.cli import add_model_arguments, load_models
+from fl_core.errors import ModelSpecError
+from fl_core.masterkeys import DEFAULT_K, DEFAULT_RESTARTS, analyze_master_keys
+from fl_core.scalefit import FIT_METHODS
+
+
+def parse_range(text: str) -> list[int]:
+    """``"2-12"`` -> [2, ..., 12]; ``"4,8,16"`` -> [4, 8, 16]."""
+    try:
+        if "-" in text:
+            low, high = (int(v) for v in text.split("-", 1))
+            return list(range(low, high + 1))
+        return [int(v) for v in text.split(",") if v]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a range like 2-12 or a list like 4,8,16") from err
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--layer`` / ``--stage`` (repeatable): which depthwise layers to use."""
+    parser.add_argument("--layer", action="append", default=None, metavar="NAME", help="depthwise layer (repeatable)")
+    parser.add_argument("--stage", action="append", type=int, default=None, metavar="N",
+                        help="stage index, 0 = highest resolution (repeatable)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    add_selection_arguments(parser)
+    parser.add_argument("--k", type=int, default=DEFAULT_K, help="number of clusters")
+    parser.add_argument("--restarts", type=int, default=DEFAULT_RESTARTS, help="k-means++ restarts")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kernel-size", type=int, default=None, help="k of the k×k filters (default: most frequent)")
+    parser.add_argument("--sweep", type=parse_range, default=None, metavar="KS",
+                        help="also cluster for these k (e.g. 2-12) and report mean |cos| and silhouette")
+    parser.add_argument("--method", choices=FIT_METHODS, default="B",
+                        help="fitting method of the idealized templates used for kernels other than 7×7")
+
+
+def single_model(args: argparse.Namespace):
+    """The one model of ``--model`` (these analyses take one)."""
+    if len(args.model) != 1:
+        raise ModelSpecError("This analysis takes one --model; run it once per model.")
+    return load_models(args)[0]
+
+
+def run(args: argparse.Namespace, progress):
+    result = analyze_master_keys(single_model(args), args.k, kernel_size=args.kernel_size, layers=args.layer,
+                                 stages=args.stage, restarts=args.restarts, seed=args.seed, sweep=args.sweep,
+                                 method=args.method, device=args.device, progress=progress)
+    assignment = result.published_assignment
+    print(f"{result.label}: {result.n_filters:,} {result.kernel_size}×{result.kernel_size} depthwise filters "
+          f"({result.n_constant} constant), {result.k} clusters, mean |cos| to centroid {result.objective:.3f}")
+    print(result.to_frame().round(3).to_string(index=False))
+    print(f"assignment to {assignment.templates}: counts {assignment.counts.tolist()}")
+    print(assignment.stage_frame().to_string(index=False))
+    if result.sweep is not None:
+        print(f"sweep (best silhouette at k = {result.sweep.best_k}):")
+        print(result.sweep.to_frame().round(3).to_string(index=False))
+    return result

@@ -1,0 +1,86 @@
+"""Cached wrappers for the Master Keys, Scale-Space Models and Swap & Re-score pages.
+
+Depthwise banks are cached per model with ``st.cache_resource`` (read-only, like the models); analyses are memoized
+by their arguments (:func:`fl_ui.cache.memoize`), so the pages can draw progress bars.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from fl_core.backend import Progress
+from fl_core.depthwise import DepthwiseBank, depthwise_bank
+from fl_core.errors import FilterLensError
+from fl_core.evaluate import RescoreResult, rescore
+from fl_core.masterkeys import MasterKeyResult, analyze_master_keys, fit_model_master_keys, model_master_keys
+from fl_core.scalefit import ScaleSpaceResult
+from fl_core.swap import FilterSwap, swap_filters
+from fl_ui.cache import get_images, get_model, memoize
+from fl_ui.state import Selection
+
+DEFAULT_DEPTHWISE_SPEC = "timm:convnext_atto"
+"""Offline default: a ConvNeXt (7×7 depthwise filters) at random init; trained weights come from the sidebar."""
+DEFAULT_SWAP_SPEC = "timm:mobilenetv2_100"
+"""Offline default for swapping: a random-init ConvNeXt scales every block by a layer scale of 1e-6, so its
+depthwise filters do not affect the output yet; a random-init MobileNetV2 has no such scale."""
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def get_bank(spec: str, overrides: tuple = ()) -> DepthwiseBank:
+    """The depthwise filters of a model (shared, read-only)."""
+    return depthwise_bank(get_model(spec, overrides))
+
+
+def depthwise_specs(selection: Selection, full_models_only: bool = False,
+                    default: str = DEFAULT_DEPTHWISE_SPEC) -> list[str]:
+    """Selected models that have depthwise filters (full models only, if asked), then the offline ``default``."""
+    found = []
+    for spec in selection.specs:
+        try:
+            loaded = get_model(spec, selection.overrides_of(spec))
+            if full_models_only and loaded.weights_only:
+                continue
+            get_bank(spec, selection.overrides_of(spec))
+        except FilterLensError:
+            continue
+        found.append(spec)
+    return [*found, default] if default not in found else found
+
+
+@memoize(max_entries=16)
+def master_key_result(spec: str, overrides: tuple, kernel_size: int | None, k: int, restarts: int, seed: int,
+                      stages: tuple[int, ...] | None, sweep: tuple[int, ...] | None, device: str,
+                      progress: Progress | None = None) -> MasterKeyResult:
+    """:func:`fl_core.masterkeys.analyze_master_keys` of one model."""
+    return analyze_master_keys(get_bank(spec, overrides), k, kernel_size=kernel_size, stages=stages,
+                               restarts=restarts, seed=seed, sweep=sweep, device=device, progress=progress)
+
+
+@memoize(max_entries=16)
+def model_scale_fit(spec: str, overrides: tuple, method: str, progress: Progress | None = None) -> ScaleSpaceResult:
+    """:func:`fl_core.masterkeys.fit_model_master_keys` of one model (its most frequent kernel size)."""
+    return fit_model_master_keys(get_bank(spec, overrides), method)
+
+
+@memoize(max_entries=16)
+def model_keys(spec: str, overrides: tuple, method: str, progress: Progress | None = None) -> dict[int, np.ndarray]:
+    """:func:`fl_core.masterkeys.model_master_keys` of one model (its most frequent kernel size)."""
+    return model_master_keys(get_bank(spec, overrides), method)
+
+
+@memoize(max_entries=32)
+def filter_swap(spec: str, overrides: tuple, replacement: str, stages: tuple[int, ...] | None, k: int, seed: int,
+                device: str, progress: Progress | None = None) -> FilterSwap:
+    """:func:`fl_core.swap.swap_filters` of one model."""
+    return swap_filters(get_bank(spec, overrides), replacement, stages=stages, k=k, seed=seed, device=device)
+
+
+@memoize(max_entries=16)
+def rescore_result(spec: str, overrides: tuple, images: str, max_images: int, replacements: tuple[str, ...],
+                   stages: tuple[int, ...] | None, k: int, seed: int, batch_size: int, device: str,
+                   progress: Progress | None = None) -> RescoreResult:
+    """:func:`fl_core.evaluate.rescore` of the original and the chosen swaps."""
+    swaps = [filter_swap(spec, overrides, name, stages, k, seed, device) for name in replacements]
+    return rescore(get_model(spec, overrides), get_images(images, max_images), swaps, device=device,
+                   batch_size=batch_size, use_labels=images != "bundled", progress=progress)

@@ -1,0 +1,130 @@
+"""Master Keys: do a network's thousands of depthwise filters fall into a few kinds, and are they the published 8?"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from fl_core.models import ModelSpec
+from fl_core.plots.masterkeys import (
+    centroids_vs_keys_figure,
+    composition_figure,
+    key_filters_figure,
+    layer_counts_figure,
+    members_figure,
+    stage_counts_figure,
+    sweep_figure,
+)
+from fl_core.scalespace import load_published_filters
+from fl_ui.cache import get_model
+from fl_ui.masterkeys import depthwise_specs, get_bank, master_key_result
+from fl_ui.state import current_selection, page_param, set_page_param
+from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors
+
+SWEEP = tuple(range(2, 13))
+
+st.title("🗝️ Master keys")
+st.markdown(
+    "Depthwise convolutions filter every channel with its own small k×k kernel, so a ConvNeXt or MobileNet has "
+    "thousands of them. Babaiee et al. found that they come in **about 8 kinds** — Gaussian blobs, first "
+    "derivatives (edges) shifted by half a pixel, centre-surround — the *master key filters*. Here the filters of "
+    "a model are clustered without knowing those kinds (ignoring sign, scale and brightness offset), and each "
+    "filter is also assigned to the nearest of the 8 published filters.")
+
+selection = current_selection()
+with user_errors():
+    candidates = depthwise_specs(selection)
+    wanted = page_param("mk_model", candidates[0])
+    spec = st.selectbox("Depthwise model", candidates, index=candidates.index(wanted) if wanted in candidates else 0,
+                        key="mk_model", help="Models from the sidebar that have depthwise convolutions, and an "
+                                             "offline ConvNeXt at random init.")
+    set_page_param("mk_model", spec)
+    overrides = selection.overrides_of(spec)
+    loaded = get_model(spec, overrides)
+    bank = get_bank(spec, overrides)
+    if loaded.random_init:
+        st.info(f"**{loaded.label}** has random weights: its filters are noise, so expect no master keys — loose "
+                "clusters and about 1/8 of the filters on every key. That is the baseline; for the real thing add "
+                "trained depthwise weights in the sidebar (upload a MobileNet/ConvNeXt/EfficientNet checkpoint with "
+                "its architecture, or `timm:convnext_tiny@pretrained` where the hub is reachable).")
+    c1, c2, c3, c4 = st.columns(4)
+    sizes = list(bank.kernel_sizes)
+    kernel = c1.selectbox("Kernel size", sizes, format_func=lambda s: f"{s}×{s} ({bank.kernel_sizes[s]:,} filters)")
+    k = c2.slider("Clusters k", 2, 16, int(page_param("k", "8")), help="The papers find 8.")
+    set_page_param("k", str(k))
+    restarts = c3.number_input("Restarts", 1, 32, 8, help="Independent k-means++ starts; the best is kept.")
+    seed = c4.number_input("Seed", 0, 10_000, 0)
+    stage_labels = bank.stages
+    chosen = st.multiselect("Stages", list(stage_labels), default=list(stage_labels), format_func=stage_labels.get)
+    sweep = st.checkbox("Elbow / silhouette sweep over k = 2…12", value=page_param("sweep", "0") == "1")
+    set_page_param("sweep", "1" if sweep else "0")
+    if not chosen:
+        st.info("Choose at least one stage.")
+        st.stop()
+    with progress_bar("Clustering") as progress:
+        result = master_key_result(spec, overrides, kernel, k, int(restarts), int(seed), tuple(chosen),
+                                   SWEEP if sweep else None, selection.device, progress=progress)
+    assignment = result.published_assignment
+    st.caption(f"{result.n_filters:,} {kernel}×{kernel} filters from {len(result.layer_statistics)} layers"
+               f" ({result.n_constant} constant filters left out); mean |cos| to their centroid "
+               f"{result.objective:.3f}. Reference filters: {assignment.templates}."
+               + (f" Not analysed: {'; '.join(result.skipped)}." if result.skipped else ""))
+
+    st.subheader("The 8 published master keys")
+    plot_with_explanation(
+        key_filters_figure(load_published_filters()),
+        "These 8 filters (Babaiee et al. 2025, shipped with FilterLens, © Tony Lindeberg, CC BY 4.0) stand for "
+        "all the depthwise filters of several ImageNet ConvNeXt-like networks. Red is positive, blue negative. "
+        "1–4 are **edges between two pixels** (a derivative shifted by half a pixel), 5–6 **centred edges** in x "
+        "and y, 7 a **sharpening** centre-surround and 8 a **blur**. The names are their idealized models "
+        "(→ Scale-Space Models page).", "published_master_keys")
+
+    st.subheader("Clusters of this model's filters")
+    plot_with_explanation(
+        centroids_vs_keys_figure(result),
+        "**Top**: the centre of each cluster found here (largest first; share of the filters in brackets). "
+        "**Bottom**: the published filter most like it, with the cosine similarity (1 = same pattern; the sign "
+        "is ignored because a filter and its negative do the same job when the next layer can flip it).\n\n"
+        "The clustering compares *shapes*: each filter has its mean removed and is scaled to length 1, and a filter "
+        "counts as close to a centre when |cos| is large. For a 3×3 network the bottom row shows the idealized "
+        "models at 3×3 instead of the 7×7 published filters.",
+        "master_key_centroids", frame=result.to_frame(), data=result.to_dict())
+    plot_with_explanation(
+        composition_figure(result),
+        "Each row is a cluster, each column a published key: how many of the cluster's filters are nearest to "
+        "that key. A cluster that matches a master key has one dark cell; random filters spread everywhere.",
+        "cluster_composition", frame=result.to_frame())
+
+    st.subheader("Counts per stage and layer")
+    plot_with_explanation(
+        stage_counts_figure(assignment),
+        "Every filter is assigned to the published key it fits best, allowing any sign, scale and offset "
+        "(the authors' rule: largest |⟨y − ȳ, x_k⟩|). Stages are groups of layers working at the same "
+        "resolution (stage 0 = the largest feature maps). Trained networks use **blurs and centre-surrounds** "
+        "more in some stages and **edges** more in others; random ones are flat.",
+        "master_keys_per_stage", frame=assignment.stage_frame())
+    plot_with_explanation(
+        layer_counts_figure(assignment),
+        "The same counts for each layer, as shares of the layer's filters (darker = more).",
+        "master_keys_per_layer", frame=assignment.to_frame())
+
+    if result.sweep is not None:
+        plot_with_explanation(
+            sweep_figure(result.sweep, k),
+            "**Mean |cos|** rises with every extra cluster; where it stops rising fast (the *elbow*) more clusters "
+            "add little. The **silhouette** compares how close a filter is to its own cluster with the next "
+            "nearest one (1 = well separated, 0 = on a border).", "cluster_sweep", frame=result.sweep.to_frame())
+
+    st.subheader("Inside a cluster")
+    cluster = st.selectbox("Cluster", range(len(result.clusters)), key="mk_cluster",
+                           format_func=lambda j: f"cluster {j + 1} ({result.clusters[j].size} filters)")
+    figure = members_figure(result, cluster)
+    st.plotly_chart(figure, width="stretch")
+    st.caption("Its best-fitting filters, each flipped to the centroid's sign. Tight clusters look alike.")
+    downloads(f"cluster_{cluster + 1}_members", figure=figure)
+
+    st.subheader("Per-layer statistics")
+    st.caption("norm = L2 length of the filters; dc_share = share of a filter's energy in its mean; centre_share = "
+               "share in the centre tap; constant = filters with no shape (e.g. pruned).")
+    table_with_download(result.layer_frame().round(4), "depthwise_layer_statistics")
+    if ModelSpec.parse(spec).source == "weights":
+        st.caption("Weights-only file: stages come from layer names (stages.N / layerN / blocks.N) or widths.")

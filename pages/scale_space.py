@@ -1,0 +1,111 @@
+"""Scale-Space Models: the 8 master keys as discrete Gaussian derivatives, their σ by each fitting method."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from fl_core.plots.masterkeys import KEY_NAMES, key_filters_figure
+from fl_core.plots.scalespace import (
+    cross_section_figure,
+    model_vs_learned_figure,
+    models_figure,
+    sigma_by_method_figure,
+)
+from fl_core.scalefit import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, fit_published_filters, model_fit_at
+from fl_core.scalespace import idealized_filter, load_published_filters, normalize_learned_filter, spread_measures_frame
+from fl_ui.masterkeys import depthwise_specs, model_keys, model_scale_fit
+from fl_ui.state import current_selection, page_param, set_page_param
+from fl_ui.widgets import plot_with_explanation, table_with_download, user_errors
+
+PUBLISHED = "published"
+
+st.title("📐 Scale-space models")
+st.markdown(
+    "Lindeberg, Babaiee & Kiasari model each master key with the **discrete Gaussian** T(n; σ) = e^{−σ²} I_n(σ²) "
+    "— the blur that scale-space theory says is the right one on a pixel grid — or a difference of it: half-pixel "
+    "differences for keys 1–4, centred derivatives for 5–6, an impulse minus α times the Laplacian for 7 and the "
+    "Gaussian itself for 8. A filter is then described by its **scale σ** (how wide it is, in pixels). Six ways of "
+    "estimating σ (methods A–D) give different numbers: compare them here and try σ yourself.")
+
+selection = current_selection()
+with user_errors():
+    models = [s for s in depthwise_specs(selection) if s in selection.specs]
+    sources = [PUBLISHED, *models]
+    wanted = page_param("ss_source", PUBLISHED)
+    c1, c2 = st.columns([2, 1])
+    source = c1.selectbox("Learned filters", sources, index=sources.index(wanted) if wanted in sources else 0,
+                          key="ss_source", format_func=lambda s: "the 8 published filters" if s == PUBLISHED
+                          else f"per-key mean filters of {s}",
+                          help="The published filters, or the mean filter of each master key in a depthwise model "
+                               "chosen in the sidebar.")
+    set_page_param("ss_source", source)
+    method = c2.selectbox("Fitting method", FIT_METHODS, index=FIT_METHODS.index(page_param("method", "B")),
+                          format_func=lambda m: f"{m}: {FIT_METHOD_DESCRIPTIONS[m]}", key="ss_method")
+    set_page_param("method", method)
+    if source == PUBLISHED:
+        published = load_published_filters()
+        learned = {i + 1: published[i] for i in range(len(published))}
+        fits = {m: fit_published_filters(m) for m in FIT_METHODS}
+    else:
+        overrides = selection.overrides_of(source)
+        fits = {m: model_scale_fit(source, overrides, m) for m in FIT_METHODS}
+        learned = {f.index: model_keys(source, overrides, method)[f.index] for f in fits[method].filters}
+    fit = fits[method]
+    size = next(iter(learned.values())).shape[-1]
+    st.caption(f"Fitted: {fit.source}.")
+
+    plot_with_explanation(
+        sigma_by_method_figure(fits),
+        "**A** turns the filter's spatial spread into σ with formulas for continuous Gaussians; **B** matches "
+        "the same spread measured on the discrete model (the authors' default); **C** and **D** search the σ that "
+        "minimises the l1 or l2 difference between model and filter, with σx ≠ σy (C1, D1) or σx = σy (C2, D2). "
+        "Key 7 always gets a joint (σ, α) fit. The methods disagree most where a filter is lopsided (key 1) or "
+        "has a noisy border.", "sigma_by_method",
+        frame=pd.concat([f.to_frame() for f in fits.values()], ignore_index=True))
+
+    models_at_fit = np.stack([idealized_filter(f.index, f.sigma_x, f.sigma_y, f.alpha, size) for f in fit.filters])
+    plot_with_explanation(
+        models_figure(models_at_fit, fit),
+        f"The idealized models at the σ of method {method}; the learned filters they model are below. Models "
+        "follow the sign of Gaussian derivatives; the published keys 2 and 3 happen to have the opposite sign, "
+        "which does not matter for swapping (the fitted amplitude may be negative).", f"models_{method}",
+        frame=fit.to_frame(), data=fit.to_dict())
+    st.plotly_chart(key_filters_figure(learned, "Learned filters"), width="stretch", key="learned_filters")
+
+    st.subheader("Spatial spread")
+    st.caption("M = mean position and V = variance of |h| (y upward, pixels²) of the raw filter; M_w, V_w of the "
+               "normalised filter weighted by |model at σ = 1| (which suppresses a noisy border). V_xy ≈ 0 supports "
+               "separable models; the half-pixel keys 1–4 have means about half a pixel off centre.")
+    table_with_download(spread_measures_frame(learned).round(4), f"spread_measures_{size}x{size}")
+
+    st.subheader("Try σ yourself")
+    index = st.selectbox("Master key", list(learned), format_func=lambda i: KEY_NAMES[i - 1], key="ss_key")
+    fitted = next(f for f in fit.filters if f.index == index)
+    s1, s2, s3 = st.columns(3)
+    slider_key = f"{source}_{method}_{index}"
+    sigma_x = s1.slider("σ" if index == 7 else "σx", 0.05, 3.0, float(round(max(fitted.sigma_x, 0.05), 2)), 0.01,
+                        key=f"sx_{slider_key}")
+    sigma_y = sigma_x if index == 7 else s2.slider("σy", 0.05, 3.0, float(round(max(fitted.sigma_y, 0.05), 2)),
+                                                   0.01, key=f"sy_{slider_key}")
+    alpha = s3.slider("α", 0.0, 2.0, float(round(fitted.alpha, 2)), 0.01, key=f"a_{slider_key}") \
+        if fitted.alpha is not None else None
+    trial = model_fit_at(learned[index], index, sigma_x, sigma_y, alpha)
+    m1, m2 = st.columns(2)
+    m1.metric("l2 distance to the normalised filter", f"{trial.residual_l2:.3f}",
+              delta=f"{trial.residual_l2 - fitted.residual_l2:+.3f} vs method {method}", delta_color="inverse")
+    m2.metric("cosine similarity (centred)", f"{trial.cosine_similarity:+.3f}",
+              delta=f"{abs(trial.cosine_similarity) - abs(fitted.cosine_similarity):+.3f} in |cos| vs method {method}")
+    normalized = normalize_learned_filter(learned[index], index).normalized
+    model = idealized_filter(index, sigma_x, sigma_y, alpha, size)
+    plot_with_explanation(
+        model_vs_learned_figure(normalized, model, f"{KEY_NAMES[index - 1]}: learned vs model at your σ"),
+        "The learned filter is **normalised** first: derivative keys are divided by their response to a ramp, "
+        "blur-like keys get their background level removed and are scaled to sum 1 — the normalisation the models "
+        "have — so only shape and width are compared (one colour scale for all three panels). Move σ: too small "
+        "makes the model a sharp spike, too large spreads it beyond the filter.", f"model_vs_learned_{index}")
+    plot_with_explanation(
+        cross_section_figure(normalized, model),
+        "A slice through the centre along x and along y (y points up, as in the papers). Solid: learned, dashed: "
+        "model.", f"cross_section_{index}")

@@ -1,0 +1,100 @@
+"""Swap & Re-score: replace depthwise filters by idealized models and measure what the network loses."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from fl_core.evaluate import DEFAULT_BATCH_SIZE, map_tree_classes
+from fl_core.plots.rescore import reconstruction_figure, scores_figure
+from fl_core.swap import REPLACEMENTS
+from fl_ui.cache import get_images, get_model
+from fl_ui.masterkeys import DEFAULT_SWAP_SPEC, depthwise_specs, filter_swap, get_bank, rescore_result
+from fl_ui.state import current_selection, page_param, set_page_param
+from fl_ui.widgets import plot_with_explanation, progress_bar, table_with_download, user_errors
+
+DEFAULT_REPLACEMENTS = ("B", "centroid", "random")
+
+st.title("🔁 Swap & re-score")
+st.markdown(
+    "If the depthwise filters really are a handful of idealized kinds, replacing each learned filter by its "
+    "idealized model — same sign, scale and offset, only the shape made perfect — should cost little accuracy. "
+    "Pick the replacement and the layers, then score the original and every swap on the same images (each image "
+    "is decoded once and run through all variants). **Random filters** of the same size are the baseline; "
+    "**keep** is the control.")
+
+selection = current_selection()
+with user_errors():
+    candidates = depthwise_specs(selection, full_models_only=True, default=DEFAULT_SWAP_SPEC)
+    wanted = page_param("sw_model", candidates[0])
+    spec = st.selectbox("Depthwise model", candidates, index=candidates.index(wanted) if wanted in candidates else 0,
+                        key="sw_model", help="Full models (architecture + weights) with depthwise convolutions.")
+    set_page_param("sw_model", spec)
+    overrides = selection.overrides_of(spec)
+    loaded = get_model(spec, overrides)
+    bank = get_bank(spec, overrides)
+    c1, c2 = st.columns([3, 2])
+    chosen_names = page_param("swaps", ",".join(DEFAULT_REPLACEMENTS)).split(",")
+    replacements = c1.multiselect("Replace the filters by", list(REPLACEMENTS),
+                                  default=[r for r in chosen_names if r in REPLACEMENTS],
+                                  format_func=lambda r: f"{r}: {REPLACEMENTS[r]}", key="sw_replacements")
+    set_page_param("swaps", ",".join(replacements))
+    stage_labels = bank.stages
+    stages = c2.multiselect("In stages", list(stage_labels), default=list(stage_labels), format_func=stage_labels.get,
+                            key="sw_stages")
+    c3, c4, c5, c6 = st.columns(4)
+    max_images = c3.number_input("Images (at most)", 1, 100_000, 500, help="Spread evenly over the classes.")
+    batch_size = c4.number_input("Batch size", 1, 1024, DEFAULT_BATCH_SIZE)
+    k = c5.number_input("Clusters (centroid)", 2, 32, 8)
+    seed = c6.number_input("Seed", 0, 10_000, 0)
+    if not replacements or not stages:
+        st.info("Choose at least one replacement and one stage.")
+        st.stop()
+    stage_key = tuple(stages)
+    swaps = [filter_swap(spec, overrides, name, stage_key, int(k), int(seed), selection.device)
+             for name in replacements]
+    plot_with_explanation(
+        reconstruction_figure(swaps),
+        "How far each layer's filters move: ‖W − Ŵ‖/‖W‖ over the layer (0 = unchanged, about 1.4 for random "
+        "filters of the same length). Idealized models keep each filter's sign, size and offset and change only "
+        "its shape, so their error is the part of the filters that is *not* a master key.",
+        "swap_reconstruction", frame=pd.concat([s.to_frame() for s in swaps], ignore_index=True))
+
+    images = get_images(selection.images, int(max_images))
+    labelled = images.labelled and selection.images != "bundled"
+    mapping = map_tree_classes(images.classes if labelled else (), loaded.num_classes, loaded.class_names)
+    if mapping.label_map is None:
+        st.info(f"**No accuracy on {images.description}**: {mapping.how} Accuracy needs labelled images of the "
+                "model's classes — pick an ImageNet-style tree (val/<wnid>/*.JPEG) under *Images* in the sidebar. "
+                "Until then the re-score shows how often each swapped network still predicts the **same class as "
+                "the original** and how far its output probabilities move (KL divergence), which needs no labels.")
+    else:
+        st.caption(f"{images.description}. {mapping.how}")
+    for warning in mapping.warnings:
+        st.warning(warning)
+    if loaded.random_init:
+        st.caption(f"{loaded.label} has random weights: its predictions are arbitrary (often one class for every "
+                   "image), so compare the variants by how far their outputs move (KL), not by accuracy.")
+
+    key = (spec, overrides, selection.images, int(max_images), tuple(replacements), stage_key, int(k), int(seed),
+           int(batch_size), selection.device)
+    if st.button("▶ Re-score", type="primary", key="sw_run"):
+        st.session_state["sw_requested"] = key
+    if st.session_state.get("sw_requested") != key:
+        st.caption(f"Scores {len(images)} images × {len(replacements) + 1} variants when you press Re-score. From a "
+                   "shell, `python -m fl_core rescore` does the same, on several GPUs with torchrun.")
+        st.stop()
+    with progress_bar("Re-scoring") as progress:
+        result = rescore_result(*key, progress=progress)
+    plot_with_explanation(
+        scores_figure(result),
+        "**Top-1**: the right class is the model's first guess; **top-5**: among its five guesses. The dotted "
+        "line is the original network. Swapping every layer at once compounds the small errors of each layer; "
+        "the papers fine-tune the rest of the network after freezing idealized filters, which is not done here.\n\n"
+        f"{result.images_per_second:.1f} images/s × {len(result.swaps) + 1} variants on {result.device}.",
+        "rescore_scores", frame=result.to_frame(), data=result.to_dict())
+    if all(v.kl < 1e-9 for v in result.swaps):
+        st.warning("No swap changed the outputs: the depthwise filters of this network do not reach its output "
+                   "yet. A random-init ConvNeXt, for one, multiplies every block by a layer scale of 10⁻⁶.")
+    st.subheader("Original vs each swap")
+    table_with_download(result.to_frame().round(4), "rescore_table")
