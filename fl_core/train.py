@@ -1,7 +1,9 @@
 """Training small CNNs on in-memory data, with first-layer snapshots (demo checkpoints and the Training Lab).
 
-Defaults follow the authors' setup (plain SGD, cross-entropy, no augmentation) with a larger step size so a run
-finishes in CPU minutes. Training is deterministic under ``TrainConfig.seed`` on CPU.
+Defaults follow the authors' setup (cross-entropy, no augmentation) with momentum and a larger step size so the demo
+run finishes in CPU minutes; the Training Lab uses plain SGD (``momentum=0``, the authors' optimizer). Training is
+deterministic under ``TrainConfig.seed`` on CPU (the model's initialization is the caller's: seed it before building
+the model).
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ class TrainHistory(Result):
         train_loss, train_accuracy: running means over the steps since the previous record.
         val_loss, val_accuracy: on the validation set at those steps.
         seconds: wall time of the run.
-        snapshots: step -> first-layer weights (K, C, kh, kw) at that step.
+        snapshots: step -> first-layer weights (K, C, kh, kw) at that step (also the last step of a cancelled run).
         config: the training configuration.
+        stopped_early: True when ``should_stop`` ended the run before ``config.steps``.
     """
 
     steps: list[int]
@@ -67,12 +70,27 @@ class TrainHistory(Result):
     seconds: float
     snapshots: dict[int, np.ndarray] = field(default_factory=dict)
     config: TrainConfig = TrainConfig()
+    stopped_early: bool = False
 
     _private_fields = ("snapshots",)
 
     @property
     def final_val_accuracy(self) -> float:
         return self.val_accuracy[-1] if self.val_accuracy else float("nan")
+
+    @property
+    def final_train_accuracy(self) -> float:
+        return self.train_accuracy[-1] if self.train_accuracy else float("nan")
+
+    @classmethod
+    def from_dict(cls, data: dict, snapshots: dict[int, np.ndarray] | None = None) -> TrainHistory:
+        """Rebuild a history from its ``to_dict()`` (snapshots are stored separately)."""
+        config = dict(data.get("config") or {})
+        config["snapshot_steps"] = tuple(config.get("snapshot_steps", ()))
+        fields = {k: data[k] for k in ("steps", "train_loss", "train_accuracy", "val_loss", "val_accuracy")}
+        return cls(**{k: [float("nan") if v is None else v for v in values] for k, values in fields.items()},
+                   seconds=float(data.get("seconds", 0.0)), snapshots=dict(snapshots or {}),
+                   config=TrainConfig(**config), stopped_early=bool(data.get("stopped_early", False)))
 
 
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, prepare: Callable[[torch.Tensor], torch.Tensor],
@@ -95,7 +113,8 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, prepare: Callab
 def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
                      val_y: torch.Tensor, prepare: Callable[[torch.Tensor], torch.Tensor], first_layer: nn.Conv2d,
                      config: TrainConfig = TrainConfig(), *, device=None, progress: Progress | None = None,
-                     should_stop: Callable[[], bool] | None = None) -> TrainHistory:
+                     should_stop: Callable[[], bool] | None = None,
+                     on_snapshot: Callable[[int, np.ndarray], None] | None = None) -> TrainHistory:
     """Train ``model`` in place with SGD + cross-entropy on mini-batches drawn without replacement per epoch.
 
     Args:
@@ -105,8 +124,9 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
         first_layer: the module whose weights are snapshotted (and frozen with ``freeze_first``).
         config: optimizer and schedule.
         device: where to train.
-        progress: ``progress(fraction, message)``.
+        progress: ``progress(fraction, message)``, called about every 1 % of the steps and at each evaluation.
         should_stop: polled every step; training ends early when it returns True (cancel button).
+        on_snapshot: called with ``(step, weights)`` whenever a first-layer snapshot is taken (live views).
     """
     device = resolve_device(device)
     model.to(device).train()
@@ -117,10 +137,19 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
     optimizer = torch.optim.SGD(params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
     generator = torch.Generator().manual_seed(config.seed)
     history: dict[str, list] = {k: [] for k in ("steps", "train_loss", "train_accuracy", "val_loss", "val_accuracy")}
-    snapshots = {0: first_layer.weight.detach().cpu().numpy().copy()} if 0 in config.snapshot_steps else {}
+    snapshots: dict[int, np.ndarray] = {}
+
+    def snapshot(step: int) -> None:
+        snapshots[step] = first_layer.weight.detach().cpu().numpy().copy()
+        if on_snapshot is not None:
+            on_snapshot(step, snapshots[step])
+
+    if 0 in config.snapshot_steps:
+        snapshot(0)
+    report_every = max(1, config.steps // 100)
     running_loss, running_correct, running_count = 0.0, 0, 0
     order = torch.randperm(len(train_x), generator=generator)
-    cursor, start = 0, time.perf_counter()
+    step, cursor, start = 0, 0, time.perf_counter()
     for step in range(1, config.steps + 1):
         if cursor + config.batch_size > len(order):
             order, cursor = torch.randperm(len(train_x), generator=generator), 0
@@ -135,9 +164,9 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
         running_loss += loss.item() * len(index)
         running_correct += int((logits.argmax(1) == yb).sum())
         running_count += len(index)
-        if step in config.snapshot_steps:
-            snapshots[step] = first_layer.weight.detach().cpu().numpy().copy()
         stop = should_stop is not None and should_stop()
+        if step in config.snapshot_steps or (stop and config.snapshot_steps):
+            snapshot(step)
         if step % config.eval_every == 0 or step == config.steps or stop:
             val_loss, val_acc = evaluate(model, val_x, val_y, prepare, device)
             for key, value in zip(history, (step, running_loss / running_count, running_correct / running_count,
@@ -145,7 +174,10 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
                 history[key].append(value)
             running_loss, running_correct, running_count = 0.0, 0, 0
             report(progress, step / config.steps, f"step {step}/{config.steps}: validation accuracy {val_acc:.1%}")
+        elif step % report_every == 0:
+            report(progress, step / config.steps, f"step {step}/{config.steps}: training loss {loss.item():.3f}")
         if stop:
             break
     model.eval()
-    return TrainHistory(**history, seconds=time.perf_counter() - start, snapshots=snapshots, config=config)
+    return TrainHistory(**history, seconds=time.perf_counter() - start, snapshots=snapshots, config=config,
+                        stopped_early=step < config.steps)

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "inspect": "list a model's convolutions, input preprocessing and load notes",
     "energy": "first-layer (or any layer's) energy profiles, linear-theory fit, random-init baseline",
     "whitening": "spatial autocorrelation C(δ)/C(0) of RGB, learned, random-init and ZCA filter responses",
+    "train": "train a small CNN on labelled crops: first-layer snapshots, profile trajectory vs theory, paper claims",
     "masterkeys": "cluster depthwise filters (sign/scale invariant) and assign them to the 8 master key filters",
     "scalespace": "σ of the idealized scale-space models of the 8 master keys by fitting method A-D",
     "rescore": "swap depthwise filters for idealized models and re-score top-1/top-5 (torchrun for several GPUs)",
