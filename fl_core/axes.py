@@ -17,6 +17,7 @@ import torch
 from scipy.stats import spearmanr
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
+from threadpoolctl import threadpool_limits
 
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
@@ -100,8 +101,10 @@ def axes_agreement(
     ari: list[float] = []
     null_ari: list[float] = []
     for seed in seeds:
-        local_labels = axis_clusters(local_features, k, n_init, seed)
-        target_labels = axis_clusters(target_features, k, n_init, seed)
+        # One outer thread limit: sklearn's per-restart limits then cost nothing (they dominate on small layers).
+        with threadpool_limits(limits=1):
+            local_labels = axis_clusters(local_features, k, n_init, seed)
+            target_labels = axis_clusters(target_features, k, n_init, seed)
         ari.append(float(adjusted_rand_score(local_labels, target_labels)))
         rng = np.random.default_rng(seed)
         null_ari.extend(

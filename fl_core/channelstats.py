@@ -133,6 +133,45 @@ class ChannelMoments:
             )
 
 
+class FeatureVariance:
+    """Streaming per-feature variance of rows ``(n, D)``: the diagonal of :class:`ChannelMoments` in O(D) memory.
+
+    Same pairwise merge (Chan, Golub & LeVeque), so a large mean costs no precision. Used for ``tr Σ_X`` of im2col
+    patches, whose dimension D = C_in·k·k is too large for a D×D comoment.
+    """
+
+    def __init__(self, n_features: int, device: str | torch.device = "cpu", dtype: torch.dtype | None = None):
+        self.device = torch.device(device)
+        self.dtype = dtype if dtype is not None else statistics_dtype(self.device)
+        self.count = 0
+        self.sum = torch.zeros(n_features, dtype=self.dtype, device=self.device)
+        self.squares = torch.zeros(n_features, dtype=self.dtype, device=self.device)
+
+    def update(self, rows: torch.Tensor) -> FeatureVariance:
+        """Add samples ``(n, D)``; returns ``self``."""
+        rows = rows.detach().to(self.device, self.dtype)
+        n = rows.shape[0]
+        if n == 0:
+            return self
+        total = rows.sum(dim=0)
+        squares = (rows - total / n).square().sum(dim=0)
+        if self.count == 0:
+            self.count, self.sum, self.squares = n, total, squares
+            return self
+        merged = self.count + n
+        delta = total / n - self.sum / self.count
+        self.squares = self.squares + squares + delta.square() * (self.count * n / merged)
+        self.sum = self.sum + total
+        self.count = merged
+        return self
+
+    def variance(self, ddof: int = 0) -> torch.Tensor:
+        """Per-feature variance ``(D,)`` = centred sum of squares / (n − ddof)."""
+        if self.count <= ddof:
+            raise AnalysisError(f"Variances need more than {ddof} samples, got {self.count}: use more images.")
+        return self.squares / (self.count - ddof)
+
+
 def _as_moments(activations: torch.Tensor | ChannelMoments) -> ChannelMoments:
     if isinstance(activations, ChannelMoments):
         return activations

@@ -1,0 +1,154 @@
+"""Lesions and peer replacement: where they act, batched replay against one-lesion-at-a-time hooks, folding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fl_core.calibration import LabelledInputs
+from fl_core.errors import AnalysisError
+from fl_core.interventions import (
+    Substitutions,
+    channel_interventions,
+    fold_peer_replacement,
+    locate_site,
+    substitution_effects,
+)
+from fl_core.models import load_model
+
+from .planted_nets import duplicate_world
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    return load_model("torchvision:resnet18")
+
+
+def naive_effect(model, site, x, y, channel: int, value_fn) -> tuple[float, float]:
+    """Loss and accuracy with one channel of the site's output replaced by ``value_fn(a)``, one hook, one pass."""
+    module = model.get_submodule(site.activation)
+    calls = [0]
+
+    def hook(_module, _args, output):
+        calls[0] += 1
+        if calls[0] - 1 != site.activation_call:
+            return None
+        output = output.clone()
+        output[:, channel] = value_fn(output)
+        return output
+
+    handle = module.register_forward_hook(hook)
+    try:
+        with torch.inference_mode():
+            logits = model(x)
+    finally:
+        handle.remove()
+    return float(F.cross_entropy(logits, y)), float((logits.argmax(1) == y).float().mean())
+
+
+def test_site_follows_bn_and_activation_and_stops_before_residual_add(demo, resnet18) -> None:
+    tiny = demo[0].copy_model()
+    site = locate_site(tiny, "features.4", torch.zeros(1, 3, 32, 32))
+    assert site.chain == ("features.4", "features.5", "features.6")
+    assert site.consumers == ("features.7",) and site.foldable and not site.exact_fold  # 3×3 reader pads
+    assert locate_site(tiny, "features.7", torch.zeros(1, 3, 32, 32)).consumers == ("features.10",)  # max-pool
+    assert not locate_site(tiny, "features.7", torch.zeros(1, 3, 32, 32)).foldable
+
+    net = resnet18.copy_model()
+    x = torch.zeros(1, 3, 64, 64)
+    inner = locate_site(net, "layer1.0.conv1", x)
+    assert (inner.activation, inner.activation_call) == ("layer1.0.relu", 0)  # the block's shared ReLU, 1st call
+    end = locate_site(net, "layer1.0.conv2", x)
+    assert end.activation == "layer1.0.bn2" and end.consumers == () and not end.foldable  # before `out += x`
+    with pytest.raises(AnalysisError):
+        locate_site(net, "layer1.0.bn1", x)
+
+
+def test_squeeze_site_of_a_fire_module_folds_into_both_expand_convs() -> None:
+    net = load_model("torchvision:squeezenet1_0").copy_model()
+    site = locate_site(net, "features.3.squeeze", torch.zeros(1, 3, 64, 64))
+    assert site.activation == "features.3.squeeze_activation"
+    assert set(site.consumers) == {"features.3.expand1x1", "features.3.expand3x3"}
+    assert site.foldable and not site.exact_fold
+    expand = locate_site(net, "features.3.expand1x1", torch.zeros(1, 3, 64, 64))
+    assert expand.consumers == () and not expand.foldable  # read through torch.cat
+
+
+def test_substitutions_write_the_planned_values() -> None:
+    from fl_core.interventions import _substituted
+
+    a = torch.randn(3, 4, 2, 2, dtype=torch.float64)
+    peers = torch.tensor([[1, 2], [0, 2], [0, 1], [0, 1]])
+    beta = torch.tensor([[0.5, -1.0], [2.0, 0.0], [1.0, 1.0], [0.25, 0.25]], dtype=torch.float64)
+    subs = Substitutions.concat([Substitutions.constant(torch.tensor([0.0, 1.0, 2.0, 3.0])),
+                                 Substitutions.peer_replacement(peers, beta, torch.tensor([0.1, 0.2, 0.3, 0.4]))])
+    out = _substituted(a, subs, batch=3).view(8, 3, 4, 2, 2)
+    for g in range(8):
+        channel = g % 4
+        others = [c for c in range(4) if c != channel]
+        torch.testing.assert_close(out[g][:, others], a[:, others])
+    torch.testing.assert_close(out[2, :, 2], torch.full((3, 2, 2), 2.0, dtype=torch.float64))
+    expected = 0.1 + 0.5 * a[:, 1] - 1.0 * a[:, 2]
+    torch.testing.assert_close(out[4, :, 0], expected)
+
+
+@pytest.mark.parametrize(("layer", "mode"), [("layer2.0.conv1", "replay"), ("layer1.0.conv1", "full")])
+def test_batched_lesions_equal_one_at_a_time(resnet18, layer: str, mode: str) -> None:
+    model = resnet18.copy_model()
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 3, 64, 64, generator=generator)
+    y = torch.randint(0, 1000, (4,), generator=generator)
+    site = locate_site(model, layer, x[:1])
+    means = torch.linspace(0.0, 1.0, site.n_channels, dtype=torch.float64)
+    subs = Substitutions.constant(means)[torch.tensor([0, 5, 17])]
+    effects = substitution_effects(model, site, LabelledInputs(x=x, y=y), subs, device=CPU, batch_size=4)
+    assert effects.mode == mode and effects.n_images == 4
+    base_loss, base_accuracy = naive_effect(model, site, x, y, 0, lambda out: out[:, 0])
+    assert effects.base_accuracy == pytest.approx(base_accuracy)
+    assert effects.base_loss == pytest.approx(base_loss, rel=1e-5)
+    for g, channel in enumerate([0, 5, 17]):
+        loss, _ = naive_effect(model, site, x, y, channel, lambda out, c=channel: float(means[c]))
+        assert effects.loss[g] == pytest.approx(loss, rel=1e-5, abs=1e-6)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_memory_budget_splits_copies_without_changing_results(demo) -> None:
+    model = demo[0].copy_model()
+    generator = torch.Generator().manual_seed(1)
+    inputs = LabelledInputs(x=torch.randn(6, 3, 32, 32, generator=generator),
+                            y=torch.randint(0, 11, (6,), generator=generator))
+    site = locate_site(model, "features.11", inputs.head(1)[0])
+    subs = Substitutions.constant(torch.zeros(site.n_channels, dtype=torch.float64))
+    roomy = substitution_effects(model, site, inputs, subs, device=CPU)
+    tight = substitution_effects(model, site, inputs, subs, device=CPU, memory_bytes=4 * site.sample_bytes * 2 * 32)
+    assert (tight.copies_per_pass, roomy.copies_per_pass) == (32, site.n_channels + 1)
+    assert tight.passes == 3 * 5 and roomy.passes == 1
+    np.testing.assert_allclose(tight.loss, roomy.loss, rtol=1e-5)
+    assert roomy.mode == tight.mode == "replay"
+
+
+def test_duplicate_channel_is_replaced_exactly_and_the_fold_matches_the_hook() -> None:
+    loaded, data = duplicate_world()
+    model = loaded.copy_model()
+    site = locate_site(model, "conv", data.calibration.head(1)[0])
+    assert site.exact_fold  # the reader is a 1×1 conv
+    peers = torch.tensor([[2, 0], [1, 0], [1, 0], [4, 0], [3, 0]])
+    beta = torch.tensor([[1.0, 0.0]] * 5, dtype=torch.float64)
+    result = channel_interventions(model, site, data.evaluation, torch.ones(5), peers, beta,
+                                   torch.zeros(5, dtype=torch.float64), device=CPU)
+    assert result.dloss["replace"][2] == pytest.approx(0.0, abs=1e-6)  # a duplicate replaced by its twin
+    assert result.dloss["mean"][2] > 0.05 and result.daccuracy["mean"][2] < -0.02
+    assert result.peer_support[2] == pytest.approx(result.dloss["mean"][2], abs=1e-6)
+
+    folded = loaded.copy_model()
+    fold_peer_replacement(folded, site, 2, peers[2], beta[2], 0.0)
+    assert float(folded.head.weight[:, 2].abs().max()) == 0.0
+    x, y = data.evaluation.head(len(data.evaluation))
+    with torch.inference_mode():
+        folded_loss = float(F.cross_entropy(folded(x), y))
+    assert folded_loss == pytest.approx(result.base_loss + result.dloss["replace"][2], abs=1e-5)
+    assert float(loaded.model.head.weight[:, 2].abs().max()) > 0  # the cached model is untouched
