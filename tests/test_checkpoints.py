@@ -89,7 +89,7 @@ def test_truncated_and_empty_files_are_refused(tmp_path: Path) -> None:
     torch.save(_state(), path)
     data = path.read_bytes()
     (tmp_path / "cut.pt").write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="damaged|truncated|corrupt"):
+    with pytest.raises(CheckpointError, match=r"damaged|truncated|corrupt"):
         load_state_dict(tmp_path / "cut.pt")
     (tmp_path / "empty.pt").write_bytes(b"")
     with pytest.raises(CheckpointError, match="empty"):
@@ -97,7 +97,7 @@ def test_truncated_and_empty_files_are_refused(tmp_path: Path) -> None:
     save_state_dict(_state(), tmp_path / "w.safetensors")
     blob = (tmp_path / "w.safetensors").read_bytes()
     (tmp_path / "cut.safetensors").write_bytes(blob[:-20])
-    with pytest.raises(CheckpointError, match="truncated|corrupt"):
+    with pytest.raises(CheckpointError, match=r"truncated|corrupt"):
         load_state_dict(tmp_path / "cut.safetensors")
 
 
