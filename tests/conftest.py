@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from streamlit.testing.v1 import AppTest
 
 from fl_core.images import bundled_images
 from fl_core.models import load_model
+from fl_ui.testing import page_app  # noqa: F401  (re-exported for page tests)
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(os.environ.get("FL_FIXTURES", REPO.parent / "shared" / "fixtures"))
@@ -71,28 +71,6 @@ def demo():
 def photos():
     """The bundled natural photos (offline)."""
     return bundled_images()
-
-
-def _page_with_sidebar(page: str) -> None:
-    """AppTest script: the app's shared sidebar, then one page (what ``app.py`` does for the selected page)."""
-    import runpy
-
-    from fl_ui.sidebar import render_sidebar
-
-    render_sidebar()
-    runpy.run_path(page, run_name="__main__")
-
-
-def page_app(page: str, timeout: float = 300, **query: str) -> AppTest:
-    """An AppTest of ``pages/<page>`` behind the real sidebar, with URL query parameters, not yet run.
-
-    AppTest does not re-execute an ``st.navigation`` entry point after ``switch_page``, so page tests run the
-    sidebar and the page directly; ``tests/test_pages_foundation.py`` also runs ``app.py`` itself.
-    """
-    app = AppTest.from_function(_page_with_sidebar, args=(str(REPO / page),), default_timeout=timeout)
-    for key, value in query.items():
-        app.query_params[key] = value
-    return app
 
 
 @pytest.fixture(autouse=True)

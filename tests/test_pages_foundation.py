@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from .conftest import REPO, RESNET20_SPEC, page_app
+from fl_ui.testing import page_app
+
+from .conftest import REPO, RESNET20_SPEC
 
 APP = str(REPO / "app.py")
 
