@@ -23,11 +23,14 @@ from fl_core.masterkeys import (
     lloyd_abs_cosine,
     silhouette_abs_cosine,
 )
-from fl_core.models import InputConfig, LoadedModel
+from fl_core.models import InputConfig, LoadedModel, ModelSpec, load_model
 from fl_core.scalefit import fit_published_filters, idealized_templates
 from fl_core.scalespace import affine_fit_to_templates, centred_cosine, idealized_filter, load_published_filters
 
-from .conftest import CHECKPOINTS
+
+def fixture_path(loaded: LoadedModel) -> str:
+    """The checkpoint file of a ``library:NAME=PATH`` fixture."""
+    return ModelSpec.parse(loaded.spec).path
 
 
 class TinyDepthwiseNet(nn.Module):
@@ -210,9 +213,7 @@ def test_mobilenet_extraction_stages_and_assignment(mobilenet):
 
 
 def test_weights_only_file_gives_the_same_filters_as_the_full_model(mobilenet):
-    from fl_core.models import load_model
-
-    weights_only = depthwise_bank(load_model(f"weights:{CHECKPOINTS / 'mobilenet_v2_imagenet.pt'}"))
+    weights_only = depthwise_bank(load_model(f"weights:{fixture_path(mobilenet)}"))
     full = depthwise_bank(mobilenet)
     assert [lay.name for lay in weights_only.layers] == [lay.name for lay in full.layers]
     for key, tensor in full.weights.items():
@@ -234,10 +235,8 @@ def test_model_master_keys_recover_planted_sigmas():
     assert "per-key mean filters of tiny depthwise net" in result.source
 
 
-def test_cli_masterkeys_and_scalespace_json(tmp_path):
-    spec = f"weights:{CHECKPOINTS / 'mobilenet_v2_imagenet.pt'}"
-    if not (CHECKPOINTS / "mobilenet_v2_imagenet.pt").exists():
-        pytest.skip("real fixture absent")
+def test_cli_masterkeys_and_scalespace_json(tmp_path, mobilenet):
+    spec = f"weights:{fixture_path(mobilenet)}"
     assert main(["masterkeys", "--model", spec, "--k", "5", "--restarts", "2", "--stage", "6", "--quiet",
                  "--json", str(tmp_path / "mk.json"), "--csv", str(tmp_path / "mk.csv")]) == 0
     payload = json.loads((tmp_path / "mk.json").read_text())
