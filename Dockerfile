@@ -1,0 +1,53 @@
+# FilterLens lab server. See README, "Deploying for a lab".
+#   docker compose up                                  (CPU build, http://localhost:8501)
+#   docker build --build-arg TORCH_VARIANT=cu128 .     (a CUDA build of the same torch version)
+FROM python:3.11-slim-bookworm
+
+# Which PyTorch wheel index torch/torchvision come from: "cpu" (small, default) or a CUDA tag the index offers
+# for the pinned torch version (cu126, cu128, ...).
+ARG TORCH_VARIANT=cpu
+ARG TORCH_INDEX=https://download.pytorch.org/whl/${TORCH_VARIANT}
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HOME=/cache/huggingface \
+    TORCH_HOME=/cache/torch \
+    FL_UPLOAD_DIR=/data/uploads \
+    STREAMLIT_SERVER_PORT=8501
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# A non-root user owns the writable places: the weight cache and the data folder (volumes in docker-compose.yml).
+RUN groupadd --gid 1000 filterlens \
+    && useradd --uid 1000 --gid filterlens --create-home --shell /usr/sbin/nologin filterlens \
+    && mkdir -p /app /cache/huggingface /cache/torch /data/uploads /data/results /data/imagenet \
+    && chown -R filterlens:filterlens /cache /data
+
+WORKDIR /app
+
+# Dependencies first (a layer that survives code changes): torch and torchvision from the PyTorch index of the
+# chosen variant, everything else pinned from requirements.txt (whose torch pins the CPU/CUDA wheels satisfy).
+COPY requirements.txt ./
+RUN grep -E '^(torch|torchvision)==' requirements.txt > /tmp/torch-requirements.txt \
+    && pip install --no-cache-dir --index-url "${TORCH_INDEX}" -r /tmp/torch-requirements.txt \
+    && grep -vE '^-e ' requirements.txt > /tmp/requirements.txt \
+    && pip install --no-cache-dir -r /tmp/requirements.txt \
+    && rm /tmp/torch-requirements.txt /tmp/requirements.txt
+
+# The application, readable but not writable by the server user (the working tree may hold owner-only files),
+# installed in place so `python -m fl_core` works too.
+COPY . .
+RUN chmod -R a+rX,go-w /app \
+    && pip install --no-cache-dir --no-deps -e . \
+    && python -c "import fl_core.models as m; assert m.demo_manifest(), 'demo checkpoints missing'"
+
+# the filterlens user, by number so the host can resolve it
+USER 1000:1000
+EXPOSE 8501
+VOLUME ["/cache", "/data"]
+
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/_stcore/health' % os.environ.get('STREAMLIT_SERVER_PORT', '8501'), timeout=4)"]
+
+CMD ["streamlit", "run", "app.py", "--server.address=0.0.0.0"]
