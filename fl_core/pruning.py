@@ -73,7 +73,8 @@ CRITERIA: dict[str, Criterion] = {c.name: c for c in (
     Criterion("l2", "L2 norm", "baseline", "‖W_i‖₂²", "Li et al. 2017; TP GroupMagnitudeImportance(p=2)"),
     Criterion("bn_gamma", "BN |γ|", "baseline", "|γ_i| of the following BatchNorm", "Liu et al. 2017; TP "
               "BNScaleImportance"),
-    Criterion("fpgm", "FPGM", "baseline", "Σ_j ‖w_i − w_j‖ (near the geometric median = prune)",
+    Criterion("fpgm", "FPGM", "baseline", "Σ_j ‖|w_i|² − |w_j|²‖₂ (near the geometric median = prune; Torch-Pruning "
+              "compares squared magnitudes where He et al. compare the signed filters)",
               "He et al. 2019; TP FPGMImportance"),
     Criterion("taylor", "Taylor", "baseline", "Σ |w ⊙ ∂L/∂w| on a calibration batch",
               "Molchanov et al. 2019; TP GroupTaylorImportance"),

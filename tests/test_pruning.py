@@ -1,0 +1,123 @@
+"""Structured pruning: reused Torch-Pruning criteria against their formulas, physical removal against masking,
+FLOPs-matched curves and their AUC."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_pruning as tp
+
+from fl_core.axes import auc_accuracy_vs_flops
+from fl_core.calibration import LabelledInputs
+from fl_core.errors import AnalysisError
+from fl_core.models import load_model
+from fl_core.pruning import LayerPruner, PruningSettings, lowest_first, prune_curves, removal_counts
+
+from .planted_nets import duplicate_world
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def tiny_inputs() -> LabelledInputs:
+    generator = torch.Generator().manual_seed(2)
+    return LabelledInputs(x=torch.randn(12, 3, 32, 32, generator=generator),
+                          y=torch.randint(0, 11, (12,), generator=generator))
+
+
+def test_torch_pruning_baselines_are_the_published_formulas(demo, tiny_inputs) -> None:
+    model = demo[0].copy_model()
+    pruner = LayerPruner(model, "features.4", tiny_inputs.head(1)[0])
+    w = model.get_submodule("features.4").weight.detach().double().flatten(1)
+
+    def score(name: str, seed: int = 0) -> np.ndarray:
+        return pruner.importance(name, tiny_inputs, CPU, gradient_images=12, seed=seed)
+
+    np.testing.assert_allclose(score("l1"), w.abs().sum(1).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(score("l2"), w.square().sum(1).numpy(), rtol=1e-5)
+    gamma = model.get_submodule("features.5").weight.detach().double().abs()
+    np.testing.assert_allclose(score("bn_gamma"), gamma.numpy(), rtol=1e-5)
+    magnitudes = w.square()
+    np.testing.assert_allclose(score("fpgm"), torch.cdist(magnitudes, magnitudes).sum(1).numpy(), rtol=1e-4)
+
+    reference = demo[0].copy_model().requires_grad_(True)
+    x, y = tiny_inputs.head(12)
+    F.cross_entropy(reference(x), y).backward()
+    conv = reference.get_submodule("features.4")
+    taylor = (conv.weight * conv.weight.grad).abs().flatten(1).sum(1).detach().double().numpy()
+    np.testing.assert_allclose(score("taylor"), taylor, rtol=1e-4)
+    assert all(p.grad is None for p in model.parameters())  # gradients do not leak into pruned copies
+
+    assert np.array_equal(score("random", seed=3), score("random", seed=3))
+    assert not np.array_equal(score("random", seed=3), score("random", seed=4))
+
+
+def test_physical_removal_equals_zeroing_the_channels_and_leaves_the_template(demo, tiny_inputs) -> None:
+    model = demo[0].copy_model()
+    pruner = LayerPruner(model, "features.7", tiny_inputs.head(1)[0])
+    channels = [1, 8, 40, 63]
+    pruned = pruner.pruned_copy(channels).eval()
+    assert pruned.get_submodule("features.7").out_channels == 60
+    assert pruned.get_submodule("features.8").num_features == 60
+    assert pruned.get_submodule("features.11").in_channels == 60
+    assert model.get_submodule("features.7").out_channels == 64 and pruner.coupled_layers() == []
+
+    def zero(_module, _args, output):
+        output = output.clone()
+        output[:, channels] = 0
+        return output
+
+    x = tiny_inputs.head(12)[0]
+    handle = model.get_submodule("features.9").register_forward_hook(zero)
+    with torch.inference_mode():
+        masked, removed = model(x), pruned(x)
+    handle.remove()
+    torch.testing.assert_close(removed, masked, rtol=1e-4, atol=1e-5)
+    macs, params = tp.utils.count_ops_and_params(pruned, x[:1])
+    base_macs, base_params = tp.utils.count_ops_and_params(model, x[:1])
+    conv_macs = 4 * (64 * 9 * 16 * 16 + 128 * 9 * 8 * 8)  # the channels' own filters + the next conv's inputs
+    assert conv_macs <= base_macs - macs <= 1.01 * conv_macs  # + BN, ReLU and pooling of the removed maps
+    assert base_params - params == 4 * (64 * 9 + 2 + 128 * 9)
+
+
+def test_residual_partners_are_pruned_together() -> None:
+    model = load_model("torchvision:resnet18").copy_model()
+    x = torch.zeros(1, 3, 64, 64)
+    assert LayerPruner(model, "layer1.0.conv1", x).coupled_layers() == []
+    coupled = LayerPruner(load_model("torchvision:resnet18").copy_model(), "layer1.0.conv2", x).coupled_layers()
+    assert {"conv1", "layer1.1.conv2"} <= set(coupled)
+
+
+def test_removal_grid_and_ranking() -> None:
+    assert removal_counts(10, (0.0, 0.125, 0.25, 0.26, 1.0)) == [1, 2, 3, 9]
+    with pytest.raises(AnalysisError):
+        removal_counts(1, (0.5,))
+    assert lowest_first(np.array([0.3, np.nan, 0.1, 0.1, 2.0]), 3) == [1, 2, 3]
+
+
+def test_curves_are_flops_matched_with_auc_and_fine_tune() -> None:
+    loaded, data = duplicate_world(n_calibration=200, n_evaluation=200)
+    before = {k: v.clone() for k, v in loaded.state_dict.items()}
+    scores = {"peer_r2": -np.array([0.0, 1.0, 1.0, 0.0, 0.0])}
+    settings = PruningSettings(criteria=("peer_r2", "l1", "random"), fractions=(0.2, 0.4), finetune_steps=15,
+                               finetune_lr=0.05, finetune_batch=50)
+    result = prune_curves(loaded.copy_model(), "conv", data.calibration, data.evaluation, scores, settings,
+                          device=CPU)
+    assert result.channels_removed == [0, 1, 2] and result.skipped == {}
+    assert np.all(np.diff(result.macs) < 0) and result.flops_removed[0] == 0.0
+    for curve in result.curves.values():
+        assert curve.flops_removed == result.flops_removed  # same FLOPs for every criterion
+        assert curve.accuracy[0] == result.base_accuracy == 1.0
+        assert curve.auc == pytest.approx(auc_accuracy_vs_flops(curve.flops_removed, curve.accuracy))
+        assert len(curve.accuracy_finetuned) == 3 and curve.auc_finetuned is not None
+    assert result.curves["peer_r2"].removed[1] == [1]  # the most replaceable channel goes first
+    l1 = result.curves["l1"]
+    assert l1.removed[1] == [0]  # L1 ranks the box filters (norm 1) below the random ones (≈ 2.4)
+    for curve in result.curves.values():  # removal also drops the channel's mean (+1): the fine-tune recovers it
+        assert all(tuned > plain + 0.2 for tuned, plain in zip(curve.accuracy_finetuned[1:], curve.accuracy[1:]))
+    assert all(torch.equal(before[k], v) for k, v in loaded.state_dict.items())
+    with pytest.raises(AnalysisError):
+        prune_curves(loaded.copy_model(), "conv", data.calibration, data.evaluation, {},
+                     PruningSettings(criteria=("magic",)), device=CPU)
