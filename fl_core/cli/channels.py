@@ -1,0 +1,121 @@
+"""Channel Axes of one conv layer (Safaai et al. 2026, proposed definitions): the local axis (input capture, peer
+overlap, peer R²), the target axis (task and target-excess information), lesions and peer replacement, FLOPs-matched
+pruning curves with and without a recovery fine-tune, and how the axes relate (Spearman ρ, ARI, which predicts
+removability better).
+
+Examples:
+    python -m fl_core channels --model demo:tiny_vgg --layer features.14 --compare-init --json axes.json
+    python -m fl_core channels --model torchvision:squeezenet1_0=squeezenet.pt --layer features.12.squeeze \\
+        --data /data/imagenet/val --calibration 512 --evaluation 256 --finetune-steps 0 --csv channels.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from fl_core.calibration import CROPS, channel_data
+from fl_core.channels import ChannelAxesResult, ChannelSettings, analyze_channels
+from fl_core.cli import add_model_arguments, load_models
+from fl_core.errors import ModelSpecError
+from fl_core.interventions import LESION_KINDS
+from fl_core.layerstats import AxisSettings
+from fl_core.models import load_model
+from fl_core.pruning import CRITERIA, DEFAULT_CRITERIA, PruningSettings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--layer", default=None, help="convolution name (default: the first convolution)")
+    parser.add_argument("--data", default=CROPS, metavar="SOURCE",
+                        help="'crops' (the bundled labelled crops, offline) or a labelled ImageFolder tree "
+                             "(ImageNet val layout: class index = sorted wnid)")
+    parser.add_argument("--calibration", type=int, default=256, help="calibration images (statistics, fine-tune)")
+    parser.add_argument("--evaluation", type=int, default=256, help="held-out images (lesions, pruning)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the data split and every random choice")
+    group = parser.add_argument_group("estimators")
+    group.add_argument("--k", type=int, default=8, help="peers per channel")
+    group.add_argument("--shrinkage", type=float, default=1e-3, help="correlation shrinkage α")
+    group.add_argument("--ridge", type=float, default=1e-3, help="relative ridge λ of the peer regressions")
+    group.add_argument("--cluster-k", type=int, default=4, help="k-means clusters per axis (ARI)")
+    group.add_argument("--cluster-seeds", type=int, default=10, help="k-means seeds (ARI)")
+    group.add_argument("--lesions", nargs="*", default=list(LESION_KINDS), choices=LESION_KINDS,
+                       help="interventions to run (none: skip)")
+    group = parser.add_argument_group("pruning")
+    group.add_argument("--criteria", nargs="*", default=list(DEFAULT_CRITERIA), choices=list(CRITERIA),
+                       help="criteria to compare (none: no pruning curves)")
+    group.add_argument("--fractions", type=float, nargs="+", default=[0.125, 0.25, 0.5, 0.75],
+                       help="fractions of the layer's channels removed")
+    group.add_argument("--finetune-steps", type=int, default=20, help="recovery fine-tune steps (0 = none)")
+    group.add_argument("--finetune-lr", type=float, default=0.01, help="fine-tune step size")
+    group = parser.add_argument_group("initialization")
+    group.add_argument("--init", metavar="SPEC", help="the same architecture at initialization, to compare the axes")
+    group.add_argument("--compare-init", action="store_true", help="use the model's known initialization (demos)")
+    parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass")
+    parser.add_argument("--memory-mb", type=int, default=1024, help="activation memory for the batched lesions")
+
+
+def run(args: argparse.Namespace, progress) -> ChannelAxesResult:
+    models = load_models(args)
+    if len(models) != 1:
+        raise ModelSpecError("channels analyses one model: give one --model (and --init for its initialization).")
+    loaded = models[0]
+    init_spec = args.init or (loaded.init_spec if args.compare_init else None)
+    init = load_model(init_spec) if init_spec else None
+    data = channel_data(args.data, loaded, args.calibration, args.evaluation, seed=args.seed)
+    settings = ChannelSettings(axes=AxisSettings(k=args.k, shrinkage=args.shrinkage, ridge=args.ridge,
+                                                 seed=args.seed),
+                               lesion_kinds=tuple(args.lesions), cluster_k=args.cluster_k,
+                               cluster_seeds=args.cluster_seeds, batch_size=args.batch_size, memory_mb=args.memory_mb)
+    pruning = PruningSettings(criteria=tuple(args.criteria), fractions=tuple(args.fractions),
+                              finetune_steps=args.finetune_steps, finetune_lr=args.finetune_lr,
+                              seed=args.seed) if args.criteria else None
+    result = analyze_channels(loaded, data, args.layer, settings=settings, pruning=pruning, init=init,
+                              device=args.device, progress=progress)
+    print_summary(result)
+    return result
+
+
+def print_summary(result: ChannelAxesResult) -> None:
+    """The numbers a reader wants first, on stdout."""
+    site = result.site
+    print(f"{result.label} @ {result.layer}: {site.n_channels} channels, observed at {site.activation} "
+          f"({result.positions} positions/image); data: {result.data}")
+    for warning in result.warnings:
+        print(f"note: {warning}")
+    print(f"calibration accuracy {result.calibration_accuracy:.1%}, loss {result.calibration_loss:.3f}")
+    axes = result.axes
+    print(f"Spearman rho(I_X, task info) = {axes.spearman:+.3f}; rho(local, target composite) = "
+          f"{axes.spearman_composite:+.3f}")
+    agreement = axes.agreement
+    if agreement:
+        print(f"ARI (k={agreement.k}, median of {len(agreement.ari)} seeds) = {agreement.ari_median:+.3f} "
+              f"(permutation null {agreement.null_median:+.3f}, p = {agreement.p_value:.3f})")
+    if result.init_axes is not None:
+        ari = result.init_axes.agreement.ari_median if result.init_axes.agreement else float("nan")
+        print(f"at initialization ({result.init_spec}): rho = {result.init_axes.spearman:+.3f}, ARI = {ari:+.3f}")
+    if result.interventions is not None:
+        effects = result.interventions.effects
+        print(f"lesions: intact top-1 {result.interventions.base_accuracy:.1%}, loss "
+              f"{result.interventions.base_loss:.3f} on {effects.n_images} images ({effects.mode} mode, "
+              f"{effects.passes} passes of {effects.copies_per_pass} copies)")
+    removability = result.removability
+    if removability.lesion_spearman:
+        print(f"removability by lesion: rho(local score, dloss) = {removability.lesion_spearman['local']:+.3f}, "
+              f"rho(target score, dloss) = {removability.lesion_spearman['target']:+.3f} -> better axis: "
+              f"{removability.better_axis_lesion}")
+    if removability.refinement:
+        r = removability.refinement
+        print(f"peer support refines removability: lesion rank-R2 {r['r2_base']:.3f} -> {r['r2_with_peers']:.3f} "
+              f"(gain {r['gain']:+.3f})")
+    if result.pruning is not None:
+        pruning = result.pruning
+        print(f"pruning {pruning.layer}: channels removed {pruning.channels_removed}, MACs removed "
+              f"{', '.join(f'{f:.2%}' for f in pruning.flops_removed)} of {pruning.macs[0] / 1e6:,.1f}M")
+        for name, curve in pruning.curves.items():
+            tuned = f", fine-tuned {curve.auc_finetuned:.3f}" if curve.auc_finetuned is not None else ""
+            print(f"  AUC {name:14s} {curve.auc:.3f}{tuned}")
+        for name, reason in pruning.skipped.items():
+            print(f"  {name}: skipped ({reason})")
+        if removability.better_axis_pruning:
+            print(f"better axis by pruning AUC: {removability.better_axis_pruning}")
+    print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings.items()))
