@@ -1,0 +1,69 @@
+"""Browser end-to-end fixtures: one real ``streamlit run app.py`` server for the module, and Debian's Chromium driven
+by Playwright (never a browser download). Without Chromium the tests skip locally; under ``CI=true`` they fail."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ..streamlit_server import REPO, free_port, running_server, server_env
+
+CHROMIUM = Path(os.environ.get("FL_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = REPO / "test-artifacts" / "browser"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    if not CHROMIUM.exists():
+        reason = f"Chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium; .ci/run does it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + " — the browser tests must run in CI")
+        pytest.skip(reason)
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def upload_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("uploads")
+
+
+@pytest.fixture(scope="session")
+def app_url(chromium: Path, artifacts: Path, upload_dir: Path, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[str]:
+    """A real ``streamlit run app.py`` on a free localhost port, shared by every browser test."""
+    port = free_port()
+    env = server_env(port, FL_UPLOAD_DIR=str(upload_dir), HOME=str(tmp_path_factory.mktemp("home")))
+    command = ["streamlit", "run", "app.py", "--server.address=127.0.0.1", "--server.headless=true"]
+    with running_server(command, port, env, artifacts / "server.log"):
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="session")
+def browser(chromium: Path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser, app_url: str):
+    """A new browser session (its own Streamlit session) with downloads enabled and a tall viewport."""
+    context = browser.new_context(viewport={"width": 1440, "height": 1800}, accept_downloads=True)
+    context.set_default_timeout(60_000)
+    tab = context.new_page()
+    yield tab
+    context.close()
