@@ -14,6 +14,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HF_HOME=/cache/huggingface \
     TORCH_HOME=/cache/torch \
     FL_UPLOAD_DIR=/data/uploads \
+    FL_DATA_ROOTS=/data/imagenet \
     STREAMLIT_SERVER_PORT=8501
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

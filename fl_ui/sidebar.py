@@ -5,6 +5,7 @@ The selection is stored in ``st.session_state["selection"]`` and mirrored into t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import tempfile
@@ -28,6 +29,43 @@ def upload_dir() -> Path:
     return root
 
 
+def data_roots() -> tuple[Path, ...]:
+    """Server folders users may read from (``FL_DATA_ROOTS``, separated by ``os.pathsep``); none = anywhere."""
+    return tuple(Path(p).resolve() for p in os.environ.get("FL_DATA_ROOTS", "").split(os.pathsep) if p.strip())
+
+
+def server_path_error(path: str) -> str | None:
+    """Why users may not read ``path`` on this server, or ``None`` when they may.
+
+    With ``FL_DATA_ROOTS`` set (a shared server), only paths inside those folders, and files inside the upload
+    folder, never the upload folder itself: listing it would show other users' uploads.
+    """
+    roots = data_roots()
+    target = Path(path).resolve()
+    if not roots or any(target == r or r in target.parents for r in roots) or upload_dir().resolve() in target.parents:
+        return None
+    return (f"{path} is outside the folders this server shares ({', '.join(map(str, roots))}). Upload the file, or "
+            "ask the admin to add its folder to FL_DATA_ROOTS.")
+
+
+def _spec_path_error(spec: str) -> str | None:
+    try:
+        path = ModelSpec.parse(spec).path
+    except FilterLensError:  # the loader explains malformed specs
+        return None
+    return server_path_error(path) if path else None
+
+
+def _shared_paths_only(url: Selection) -> tuple[Selection, list[str]]:
+    """The URL's selection without server paths users may not read (an edited or shared link), and why."""
+    errors = {spec: _spec_path_error(spec) for spec in url.specs}
+    image_error = server_path_error(url.images) if url.images != "bundled" else None
+    kept = tuple(spec for spec in url.specs if errors[spec] is None)
+    clean = dataclasses.replace(url, specs=kept, overrides={k: v for k, v in url.overrides.items() if k in kept},
+                                images="bundled" if image_error else url.images)
+    return clean, [error for error in (*errors.values(), image_error) if error]
+
+
 def _known_specs(selection: Selection) -> list[str]:
     demos = [f"demo:{name}" for name in demo_manifest()]
     added = st.session_state.setdefault("added_specs", [])
@@ -45,6 +83,9 @@ def _spec_label(spec: str) -> str:
 
 def _add_spec(spec: str) -> bool:
     """Validate a new model by loading it; on success add it to the picker and the selection."""
+    if error := _spec_path_error(spec):
+        st.session_state["sidebar_error"] = error
+        return False
     try:
         get_model(spec)
     except FilterLensError as err:
@@ -158,8 +199,11 @@ def _images_form(current: str) -> str:
         return "bundled"
     if choice == options[1]:
         folder = st.text_input("Folder or ImageFolder tree", "" if current == "bundled" else current,
-                               key="img_folder", placeholder="/data/imagenet/val")
-        return folder.strip() or "bundled"
+                               key="img_folder", placeholder="/data/imagenet/val").strip()
+        if folder and (error := server_path_error(folder)):
+            st.error(error)
+            return "bundled"
+        return folder or "bundled"
     files = st.file_uploader("Images", type=[s.lstrip(".") for s in IMAGE_SUFFIXES], accept_multiple_files=True,
                              key="img_upload")
     if not files:
@@ -176,10 +220,12 @@ def _images_form(current: str) -> str:
 
 def render_sidebar() -> Selection:
     """Draw the sidebar, store the selection in the session and the URL, and return it."""
-    url = selection_from_url()
+    url, refused = _shared_paths_only(selection_from_url())
     with st.sidebar:
         st.markdown("### 🔍 FilterLens")
         st.caption("What convolutional filters learn, and why.")
+        for error in refused:
+            st.error(error)
         options = _known_specs(url)
         if "model_picker" not in st.session_state:
             st.session_state["model_picker"] = [s for s in url.specs if s in options]

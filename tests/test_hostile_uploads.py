@@ -402,3 +402,41 @@ def test_app_refuses_a_bad_image_upload_and_keeps_the_image_source(tmp_path: Pat
     app.file_uploader(key="img_upload").set_value([("red.png", _png(), "image/png")]).run()
     assert not app.exception and not app.sidebar.error
     assert Path(app.session_state["selection"].images).name.startswith("images-")
+
+
+def test_a_shared_server_refuses_paths_outside_its_data_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """Hostile links and typed paths: with ``FL_DATA_ROOTS`` set, server files outside it, and the upload folder's
+    listing (other users' uploads), are refused; the shared data folder still works."""
+    real = CHECKPOINTS / "resnet20_cifar10.th"
+    if not real.exists():
+        pytest.skip(f"real fixture {real} is absent")
+    shared, uploads = tmp_path / "imagenet", tmp_path / "uploads"
+    (shared / "n01440764").mkdir(parents=True)
+    (shared / "n01440764" / "fish.png").write_bytes(_png(40))
+    (uploads / "images-0123").mkdir(parents=True)
+    (uploads / "images-0123" / "someone_elses_photo.png").write_bytes(_png(40))
+    monkeypatch.setenv("FL_UPLOAD_DIR", str(uploads))
+    monkeypatch.setenv("FL_DATA_ROOTS", str(shared))
+    monkeypatch.chdir(REPO)
+    app = AppTest.from_file(str(REPO / "app.py"), default_timeout=300)
+    app.query_params["models"] = f"demo:tiny_vgg,weights:{real}"
+    app.query_params["images"] = str(uploads)
+    app.run()
+    errors = [e.value for e in app.sidebar.error]
+    assert not app.exception and len(errors) == 2 and all("outside the folders this server shares" in e
+                                                          for e in errors), errors
+    assert app.session_state["selection"].specs == ("demo:tiny_vgg",)
+    assert app.session_state["selection"].images == "bundled" and "weights:" not in app.query_params["models"]
+    app.switch_page(whole_app_page().path).run()
+
+    app.text_input(key="reg_name").input(f"resnet18={real}")
+    app.button(key="reg_add").click().run()
+    assert "outside the folders" in app.session_state["sidebar_error"]
+    assert app.session_state["selection"].specs == ("demo:tiny_vgg",)
+
+    app.radio(key="img_choice").set_value("folder on the server").run()
+    app.text_input(key="img_folder").input("/etc").run()
+    assert any("/etc is outside" in e.value for e in app.sidebar.error)
+    app.text_input(key="img_folder").input(str(shared)).run()
+    assert not app.exception and app.session_state["selection"].images == str(shared)
