@@ -15,6 +15,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     TORCH_HOME=/cache/torch \
     FL_UPLOAD_DIR=/data/uploads \
     FL_DATA_ROOTS=/data/imagenet \
+    FL_RUNS_DIR=/data/runs \
     STREAMLIT_SERVER_PORT=8501
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -22,7 +23,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # A non-root user owns the writable places: the weight cache and the data folder (volumes in docker-compose.yml).
 RUN groupadd --gid 1000 filterlens \
     && useradd --uid 1000 --gid filterlens --create-home --shell /usr/sbin/nologin filterlens \
-    && mkdir -p /app /cache/huggingface /cache/torch /data/uploads /data/results /data/imagenet \
+    && mkdir -p /app /cache/huggingface /cache/torch /data/uploads /data/runs /data/results /data/imagenet \
     && chown -R filterlens:filterlens /cache /data
 
 WORKDIR /app
