@@ -88,6 +88,9 @@ with user_errors():
         "counts as close to a centre when |cos| is large. For a 3×3 network the bottom row shows the idealized "
         "models at 3×3 instead of the 7×7 published filters.",
         "master_key_centroids", frame=result.to_frame(), data=result.to_dict())
+    st.caption("Clusters: size, share, tightness (mean |cos| of the members to the centre), nearest master key with "
+               "its cosine, and how many members each key claims (key_1 … key_8).")
+    table_with_download(result.to_frame().round(3), "master_key_clusters")
     plot_with_explanation(
         composition_figure(result),
         "Each row is a cluster, each column a published key: how many of the cluster's filters are nearest to "

@@ -1,0 +1,96 @@
+"""AppTest runs of the Master Keys, Scale-Space Models and Swap & Re-score pages: offline defaults and real fixtures."""
+
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+from fl_ui.masterkeys import DEFAULT_DEPTHWISE_SPEC, DEFAULT_SWAP_SPEC
+from fl_ui.testing import page_app
+
+
+def open_page(page: str, **query: str) -> AppTest:
+    app = page_app(f"pages/{page}.py", **query)
+    app.run()
+    assert_clean(app)
+    return app
+
+
+def assert_clean(app: AppTest) -> None:
+    assert not app.exception, [e.value for e in app.exception]
+    assert not app.error, [e.value for e in app.error]
+
+
+def mobilenet_token(mobilenet) -> str:
+    """The MobileNetV2 fixture as a URL model token with its mean/std 0.5 preprocessing."""
+    return f"{mobilenet.spec}|mean=0.5/0.5/0.5;std=0.5/0.5/0.5"
+
+
+def text_of(app: AppTest) -> str:
+    return " ".join(e.value for e in [*app.markdown, *app.caption, *app.info, *app.warning])
+
+
+def test_master_keys_opens_offline_on_a_random_init_convnext() -> None:
+    app = open_page("master_keys")
+    assert app.selectbox(key="mk_model").value == DEFAULT_DEPTHWISE_SPEC
+    assert "random weights" in text_of(app) and "published 7×7" in text_of(app)
+    assert len(app.get("plotly_chart")) >= 6
+    clusters = app.dataframe[0].value
+    assert len(clusters) == 8 and clusters["size"].sum() == 1840  # ConvNeXt-atto: 1840 depthwise 7×7 filters
+    app.slider[0].set_value(5).run()
+    assert_clean(app)
+    assert app.query_params["k"] == "5" and len(app.dataframe[0].value) == 5
+
+
+def test_master_keys_of_the_real_mobilenet_with_the_sweep(mobilenet) -> None:
+    app = open_page("master_keys", models=mobilenet_token(mobilenet), mk_model=mobilenet.spec, sweep="1")
+    assert app.selectbox(key="mk_model").value == mobilenet.spec
+    text = text_of(app)
+    assert "7,136 3×3 filters from 17 layers" in text and "idealized models (method B) at 3×3" in text
+    assert "random weights" not in text
+    stats = app.dataframe[-1].value
+    assert len(stats) == 17 and set(stats["stage"]) == {0, 1, 2, 3, 4}
+    titles = [chart.proto.spec for chart in app.get("plotly_chart")]
+    assert any("Choosing k" in spec for spec in titles)
+
+
+def test_scale_space_page_shows_sigma_by_method_and_reacts_to_the_sigma_slider() -> None:
+    app = open_page("scale_space")
+    assert "the 8 published filters" in text_of(app)
+    assert len(app.get("plotly_chart")) == 5
+    spread = app.dataframe[0].value
+    assert list(spread["index"]) == list(range(1, 9))
+    assert abs(spread["Vw_xx"].iloc[4] - 1.7324) < 1e-3  # B.4: weighted variance of key 5
+    fitted = app.metric[0].value
+    app.slider(key="sx_published_B_1").set_value(1.5).run()
+    assert_clean(app)
+    assert app.metric[0].value != fitted and float(app.metric[0].value) > float(fitted)
+    app.selectbox(key="ss_method").set_value("D1").run()
+    assert_clean(app)
+    assert app.query_params["method"] == "D1"
+
+
+def test_swap_page_offline_scores_agreement_with_the_original() -> None:
+    app = open_page("swap_rescore")
+    assert app.selectbox(key="sw_model").value == DEFAULT_SWAP_SPEC
+    assert "No accuracy on 11 bundled photos" in text_of(app)
+    assert len(app.get("plotly_chart")) == 1  # reconstruction errors, before any re-scoring
+    app.button(key="sw_run").click().run()
+    assert_clean(app)
+    table = app.dataframe[-1].value
+    assert table["method"].tolist() == ["original", "B", "centroid", "random"]
+    assert table["top1"].isna().all() and table["agreement"].iloc[0] == 1.0
+    kl = dict(zip(table["method"], table["kl"]))
+    assert kl["random"] > kl["B"] > 0  # idealized shapes move the outputs less than random filters of equal norm
+
+
+def test_swap_page_rescores_the_real_mobilenet_on_the_imagenet_sample(mobilenet, imagenet_sample) -> None:
+    app = open_page("swap_rescore", models=mobilenet_token(mobilenet), sw_model=mobilenet.spec,
+                    images=str(imagenet_sample), swaps="B,keep")
+    assert "Folders are ImageNet-1k wnids" in text_of(app)
+    app.number_input[0].set_value(6).run()
+    app.button(key="sw_run").click().run()
+    assert_clean(app)
+    table = app.dataframe[-1].value
+    assert table["method"].tolist() == ["original", "B", "keep"] and (table["n_images"] == 6).all()
+    assert table["top1"].iloc[0] >= 0.5 and table["top1"].iloc[2] == table["top1"].iloc[0]
+    assert app.query_params["swaps"] == "B,keep"
