@@ -78,12 +78,11 @@ def _assign(units: torch.Tensor, centroids: torch.Tensor) -> tuple[torch.Tensor,
 
 
 def _signed_sums(units: torch.Tensor, labels: torch.Tensor, cosine: torch.Tensor, k: int) -> torch.Tensor:
-    """Σ_{i∈j} s_i x_i per cluster and restart: (R, k, D)."""
-    restarts, dim = labels.shape[0], units.shape[1]
-    signed = units * torch.where(cosine < 0, -1.0, 1.0).to(units.dtype).unsqueeze(-1)  # (R, N, D)
-    slots = labels + k * torch.arange(restarts, device=labels.device).unsqueeze(1)
-    sums = torch.zeros(restarts * k, dim, dtype=units.dtype, device=units.device)
-    return sums.index_add_(0, slots.flatten(), signed.reshape(-1, dim)).view(restarts, k, dim)
+    """Σ_{i∈j} s_i x_i per cluster and restart, (R, k, D), as one batched product with a signed membership matrix."""
+    signs = torch.where(cosine < 0, -1.0, 1.0).to(units.dtype).unsqueeze(-1)
+    members = torch.zeros(*labels.shape, k, dtype=units.dtype, device=units.device)
+    members.scatter_(2, labels[..., None], signs)
+    return torch.matmul(members.transpose(1, 2), units)
 
 
 def _reseed_empty(sums: torch.Tensor, fit: torch.Tensor, units: torch.Tensor) -> torch.Tensor:

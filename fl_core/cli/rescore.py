@@ -6,7 +6,8 @@ centroids or random filters, and score top-1 / top-5 / loss of the original and 
         --images /data/imagenet/val --json rescore.json
     torchrun --nproc_per_node=4 -m fl_core rescore --model timm:convnext_tiny@pretrained --images /data/imagenet/val
 
-Without --swap the six idealized-model methods are scored (the original plus six variants).
+Without --swap the six idealized-model methods are scored (the original plus six variants); a model without depthwise
+convolutions is then scored alone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 from fl_core.cli import add_image_arguments, add_model_arguments
 from fl_core.cli.masterkeys import add_selection_arguments, single_model
 from fl_core.depthwise import depthwise_bank
+from fl_core.errors import AnalysisError
 from fl_core.evaluate import DEFAULT_BATCH_SIZE, distributed_session, rank_device, rescore
 from fl_core.images import open_images
 from fl_core.masterkeys import DEFAULT_K
@@ -44,15 +46,26 @@ def run(args: argparse.Namespace, progress):
             progress, args.json, args.csv = None, None, None
         loaded = single_model(args)
         device = rank_device(args.device)
-        bank = depthwise_bank(loaded)
-        swaps = [swap_filters(bank, name, layers=args.layer, stages=args.stage, k=args.k, seed=args.seed,
-                              device=device) for name in args.swap or FIT_METHODS]
+        swaps = _swaps(loaded, args, device)
         images = open_images(args.images, args.max_images)
         result = rescore(loaded, images, swaps, device=device, batch_size=args.batch_size, workers=args.workers,
                          resume=args.resume, use_labels=args.images != "bundled", progress=progress)
     if rank == 0:
         _print_summary(result)
     return result
+
+
+def _swaps(loaded, args: argparse.Namespace, device) -> list:
+    """The requested swaps; none for a model without depthwise filters when no swap was asked for."""
+    try:
+        bank = depthwise_bank(loaded)
+    except AnalysisError:
+        if args.swap:
+            raise
+        print(f"{loaded.label} has no depthwise filters: scoring the original model only.")
+        return []
+    return [swap_filters(bank, name, layers=args.layer, stages=args.stage, k=args.k, seed=args.seed, device=device)
+            for name in args.swap or FIT_METHODS]
 
 
 def _print_summary(result) -> None:
