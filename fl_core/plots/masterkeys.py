@@ -10,7 +10,6 @@ from plotly.subplots import make_subplots
 
 from fl_core.masterkeys import ClusterSweep, MasterKeyResult, PublishedAssignment
 from fl_core.plots import color, tiles_figure
-from fl_core.scalespace import centred_cosine
 
 KEY_NAMES = ("1 δy₊T", "2 δx₋T", "3 δy₋T", "4 δx₊T", "5 δxT", "6 δyT", "7 δ−α∇²T", "8 T")
 """Short names of the 8 master keys by their idealized model (master_keys.md B.2)."""
@@ -126,7 +125,3 @@ def members_figure(result: MasterKeyResult, cluster: int, count: int = 48) -> go
                         f"{result.clusters[cluster].size} filters (best fitting first, sign aligned)",
                         ncols=min(16, max(len(members), 1)), height=300)
 
-
-def centroid_similarity(result: MasterKeyResult) -> np.ndarray:
-    """(k, 8) signed centred cosine between each centroid and each reference filter."""
-    return centred_cosine(np.stack([c.centroid for c in result.clusters])[:, None], result.templates[None])
