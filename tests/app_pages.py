@@ -27,12 +27,3 @@ def app_pages() -> list[AppPage]:
             return [AppPage(*entry) for entry in ast.literal_eval(node.value)]
     raise AssertionError("app.py defines no PAGES tuple")
 
-
-def whole_app_page() -> AppPage:
-    """A page on which AppTest reruns the whole app (sidebar included).
-
-    AppTest reruns the page it finished on by URL path, and before ``st.navigation`` runs it looks the path up in
-    the ``pages/`` folder: a page whose URL path equals its file name (``home`` = ``pages/home.py``) is then rerun
-    alone, without ``app.py``'s sidebar. A real server does not do this; pages with another URL path are safe.
-    """
-    return next(p for p in app_pages() if Path(p.path).stem != p.url)

@@ -28,8 +28,9 @@ from fl_core.layers import first_conv_name
 from fl_core.swap import swap_filters, swapped_model
 from fl_core.train import TrainConfig, evaluate, train_classifier
 from fl_ui.cache import get_model
+from fl_ui.testing import page_app
 
-from .app_pages import whole_app_page
+from .app_pages import app_pages
 from .conftest import CHECKPOINTS, MOBILENET_OVERRIDES, MOBILENET_SPEC, REPO
 
 SESSIONS = 4
@@ -145,10 +146,8 @@ def test_concurrent_training_and_lesions_work_on_private_copies() -> None:
 
 
 def _session(**query: str) -> AppTest:
-    app = AppTest.from_file(str(REPO / "app.py"), default_timeout=300)
-    for key, value in query.items():
-        app.query_params[key] = value
-    app.run().switch_page(whole_app_page().path).run()
+    """A new browser session: the default page behind the real sidebar."""
+    app = page_app(app_pages()[0].path, **query).run()
     assert not app.exception
     return app
 

@@ -94,7 +94,7 @@ def test_compose_serves_the_image_with_the_admin_settings_and_volumes() -> None:
     assert set(ADMIN_SETTINGS) <= set(env)
     volumes = {re.fullmatch(r"(.+?):(/[^:]*)(:ro)?", v).group(2): v for v in service["volumes"]}
     assert volumes["/data/imagenet"].endswith(":ro")
-    for path_setting in ("FL_UPLOAD_DIR", "FL_RUNS_DIR", "HF_HOME", "TORCH_HOME"):  # every writable place lives on a volume
+    for path_setting in ("FL_UPLOAD_DIR", "FL_RUNS_DIR", "HF_HOME", "TORCH_HOME"):  # writable places live on volumes
         assert any(env[path_setting].startswith(target + "/") for target in volumes), path_setting
     named = yaml.safe_load(COMPOSE.read_text())["volumes"]
     assert {v.split(":")[0] for v in service["volumes"] if not v.startswith(("$", ".", "/"))} <= set(named)

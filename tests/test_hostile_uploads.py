@@ -33,8 +33,9 @@ from torch import nn
 from fl_core.checkpoints import CHECKPOINT_SUFFIXES, load_state_dict
 from fl_core.errors import CheckpointError, DataError
 from fl_core.images import MAX_IMAGE_PIXELS, save_uploaded_images
+from fl_ui.testing import page_app
 
-from .app_pages import whole_app_page
+from .app_pages import app_pages
 from .conftest import CHECKPOINTS, REPO
 
 CAP_MB = 2
@@ -283,9 +284,8 @@ def test_good_files_still_load_under_the_same_rules(tmp_path: Path) -> None:
 
 
 def _open_app() -> AppTest:
-    """A new browser session on a page where AppTest reruns the whole app (see ``whole_app_page``)."""
-    app = AppTest.from_file(str(REPO / "app.py"), default_timeout=300)
-    app.run().switch_page(whole_app_page().path).run()
+    """A new browser session: the default page behind the real sidebar, with the demo model."""
+    app = page_app(app_pages()[0].path, models="demo:tiny_vgg").run()
     assert not app.exception and app.file_uploader(key="ckpt_upload")
     return app
 
@@ -419,16 +419,12 @@ def test_a_shared_server_refuses_paths_outside_its_data_roots(tmp_path: Path, mo
     monkeypatch.setenv("FL_UPLOAD_DIR", str(uploads))
     monkeypatch.setenv("FL_DATA_ROOTS", str(shared))
     monkeypatch.chdir(REPO)
-    app = AppTest.from_file(str(REPO / "app.py"), default_timeout=300)
-    app.query_params["models"] = f"demo:tiny_vgg,weights:{real}"
-    app.query_params["images"] = str(uploads)
-    app.run()
+    app = page_app(app_pages()[0].path, models=f"demo:tiny_vgg,weights:{real}", images=str(uploads)).run()
     errors = [e.value for e in app.sidebar.error]
     assert not app.exception and len(errors) == 2 and all("outside the folders this server shares" in e
                                                           for e in errors), errors
     assert app.session_state["selection"].specs == ("demo:tiny_vgg",)
     assert app.session_state["selection"].images == "bundled" and "weights:" not in app.query_params["models"]
-    app.switch_page(whole_app_page().path).run()
 
     app.text_input(key="reg_name").input(f"resnet18={real}")
     app.button(key="reg_add").click().run()

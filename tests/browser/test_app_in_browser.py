@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -101,17 +102,18 @@ def test_pick_the_demo_model_and_visit_every_page(page, app_url: str, artifacts:
 
     seen = {}
     for number, entry in enumerate(pages, start=1):
+        start = time.perf_counter()
         if number > 1:
             sidebar(page).locator('[data-testid="stSidebarNavLink"]', has_text=entry.title).click()
             settle(page)
         assert_no_failure(page, entry.title)
         plots = drawn_plots(page)
         page.screenshot(path=str(artifacts / f"{number:02d}-{entry.url}.png"), full_page=True)
-        seen[entry.title] = len(plots)
+        seen[entry.title] = {"plots": len(plots), "seconds": round(time.perf_counter() - start, 1)}
         tags = sidebar(page).locator('[data-testid="stMultiSelect"]').first.inner_text()
         assert "tiny_vgg (demo)" in tags, f"{entry.title}: the sidebar lost the selection"
     (artifacts / "pages.json").write_text(json.dumps(seen, indent=2))
-    assert all(count >= 1 for count in seen.values()), f"pages without a drawn plot: {seen}"
+    assert all(visit["plots"] >= 1 for visit in seen.values()), f"pages without a drawn plot: {seen}"
 
     sidebar(page).locator('[data-testid="stSidebarNavLink"]', has_text=pages[0].title).click()
     settle(page)
