@@ -148,3 +148,11 @@ def test_the_image_entry_command_serves_and_its_health_check_passes(tmp_path: Pa
     log = (tmp_path / "server.log").read_text()
     assert "Traceback" not in log, log
     assert healthcheck() != 0  # and it fails once the server is gone
+
+
+def test_readme_links_point_to_existing_sections() -> None:
+    readme = (REPO / "README.md").read_text()
+    anchors = {re.sub(r"[^\w\- ]", "", title.lower()).strip().replace(" ", "-")
+               for title in re.findall(r"^#+ (.+)$", readme, flags=re.MULTILINE)}
+    links = re.findall(r"\]\(#([^)]+)\)", readme)
+    assert links and set(links) <= anchors, set(links) - anchors
