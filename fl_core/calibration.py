@@ -17,12 +17,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fl_core.crops import CropConfig, photo_crops
+from fl_core.crops import CropConfig, CropData, photo_crops
 from fl_core.errors import DataError
 from fl_core.images import ImageSet, folder_images, iter_input_batches
 from fl_core.models import InputConfig, LoadedModel
@@ -164,10 +165,16 @@ def folder_channel_data(root: str, loaded: LoadedModel, n_calibration: int, n_ev
                        seed=seed, warnings=warnings)
 
 
+@lru_cache(maxsize=2)
+def _bundled_crops(config: CropConfig) -> CropData:
+    """The bundled photos' crop data set, cut once per process (read-only)."""
+    return photo_crops(config)
+
+
 def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int, seed: int = 0,
                       config: CropConfig | None = None) -> ChannelData:
     """Calibration from the bundled photos' training crops, evaluation from their validation crops."""
-    crops = photo_crops(config or CropConfig())
+    crops = _bundled_crops(config or CropConfig())
     mapping, warnings = class_mapping(crops.classes, loaded)
     rng = np.random.default_rng(seed)
     cal = np.sort(rng.permutation(len(crops.train_x))[:n_calibration])

@@ -64,3 +64,23 @@ def test_auc_of_accuracy_vs_flops() -> None:
     assert auc_accuracy_vs_flops([1.0, 0.0, 0.5], [0.0, 1.0, 0.0]) == pytest.approx(0.25)
     with pytest.raises(AnalysisError):
         auc_accuracy_vs_flops([0.3, 0.3], [1.0, 2.0])
+
+
+def test_batched_kmeans_matches_scikit_learn_and_ari_matches_its_definition() -> None:
+    from sklearn.cluster import KMeans
+
+    from fl_core.axes import adjusted_rand_index, kmeans_labels
+
+    rng = np.random.default_rng(5)
+    for seed in range(3):
+        points = rng.normal(size=(300, 2)) * [1.0, 3.0]
+        labels = kmeans_labels(points, 4, n_init=20, seed=seed)
+        inertia = sum(((points[labels == c] - points[labels == c].mean(0)) ** 2).sum() for c in range(4))
+        reference = KMeans(4, n_init=20, random_state=seed).fit(points).inertia_
+        assert inertia <= reference * (1 + 1e-3)  # as good a local optimum as scikit-learn's
+        assert np.array_equal(labels, kmeans_labels(points, 4, n_init=20, seed=seed))
+    for _ in range(20):
+        a, b = rng.integers(0, 4, 50), rng.integers(0, 3, 50)
+        assert adjusted_rand_index(a, b) == pytest.approx(adjusted_rand_score(a, b), abs=1e-12)
+    assert adjusted_rand_index([0] * 5, [1] * 5) == adjusted_rand_score([0] * 5, [1] * 5) == 1.0
+    assert adjusted_rand_index([0, 0, 1, 1], [5, 5, 2, 2]) == 1.0
