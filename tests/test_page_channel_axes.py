@@ -1,0 +1,47 @@
+"""AppTest of the Channel Axes page: the default view (demo model on the bundled crops, offline) and a layer change."""
+
+from __future__ import annotations
+
+import json
+
+from .conftest import page_app
+
+PAGE = "pages/channel_axes.py"
+SMALL = {"axes_ncal": "64", "axes_neval": "32"}
+
+
+def assert_clean(app) -> None:
+    assert not app.exception, [e.value for e in app.exception]
+    assert not app.error, [e.value for e in app.error]
+
+
+def test_default_view_shows_both_axes_lesions_and_pruning_for_the_demo() -> None:
+    app = page_app(PAGE, **SMALL)
+    app.run()
+    assert_clean(app)
+    assert app.session_state["selection"].specs[0] == "demo:tiny_vgg"
+    assert app.query_params["axes_layer"] == "features.14"  # the last conv: quick, 128 channels
+    metrics = {m.label: m.value for m in app.metric}
+    assert -1 <= float(metrics["Spearman ρ between the axes"]) <= 1
+    assert metrics["Prunes better (AUC)"] in ("local", "target")
+    charts = app.get("plotly_chart")
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in charts]
+    assert any("local axis vs target axis" in t for t in titles)
+    assert any(t.startswith("Lesion and peer replacement") for t in titles)
+    assert any(t.startswith("Pruning features.14") for t in titles)
+    channels = app.dataframe[-1].value
+    assert len(channels) == 128 and {"input_capture", "task_info", "lesion_dloss"} <= set(channels.columns)
+    summary = app.dataframe[-2].value
+    assert summary["quantity"].str.contains("at initialization").any()  # the demo knows its initialization
+    assert len(app.get("download_button")) >= 8
+
+
+def test_layer_choice_is_remembered_in_the_url() -> None:
+    app = page_app(PAGE, axes_layer="features.7", **SMALL)
+    app.run()
+    assert_clean(app)
+    assert app.selectbox(key="axes_layer").value == "features.7"
+    app.selectbox(key="axes_layer").select("features.11").run()
+    assert_clean(app)
+    assert app.query_params["axes_layer"] == "features.11"
+    assert len(app.dataframe[-1].value) == 128
