@@ -31,12 +31,14 @@ def filter_grid_figure(filters: np.ndarray, titles: Sequence[str], title: str, r
         fig.add_trace(go.Heatmap(z=filt, zmin=-bound, zmax=bound, zmid=0, colorscale="RdBu_r", showscale=False,
                                  hovertemplate="row %{y}, col %{x}<br>%{z:.4f}<extra>" + titles[i] + "</extra>"),
                       row=i // cols + 1, col=i % cols + 1)
-    fig.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", showticklabels=False,
+                     showgrid=False, zeroline=False)
+    fig.update_xaxes(constrain="domain", showticklabels=False, showgrid=False, zeroline=False)
     for axis in range(2, rows * cols + 1):
         fig.layout[f"yaxis{axis}"].scaleanchor = f"x{axis}"
     fig.update_annotations(font_size=11)
-    fig.update_layout(title=title, height=height or 60 + 170 * rows, margin=dict(l=10, r=10, t=70, b=10))
+    fig.update_layout(title=title, height=height or 60 + 170 * rows, margin=dict(l=10, r=10, t=70, b=10),
+                      plot_bgcolor="white")
     return fig
 
 
