@@ -246,9 +246,7 @@ def _load_resume(path: Path | None, fingerprint: str, variants: int) -> tuple[in
     return int(state["done"]), np.asarray(state["sums"], dtype=np.float64)
 
 
-def _save_resume(path: Path | None, fingerprint: str, done: int, sums: np.ndarray) -> None:
-    if path is None:
-        return
+def _save_resume(path: Path, fingerprint: str, done: int, sums: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(path.suffix + ".tmp")
     temporary.write_text(json.dumps({"fingerprint": fingerprint, "done": done, "columns": TALLY_COLUMNS,
@@ -351,7 +349,8 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
                 rows.append(_batch_tally(logits, labels, reference))
             tally += torch.stack(rows)
             scored += len(x)
-            _save_resume(resume_path, fingerprint, done + scored, tally.cpu().numpy())
+            if resume_path is not None:  # (copying the sums to the CPU waits for the device)
+                _save_resume(resume_path, fingerprint, done + scored, tally.cpu().numpy())
             elapsed = time.perf_counter() - start
             rate = scored / elapsed
             report(progress, (done + scored) / max(len(shard), 1),
