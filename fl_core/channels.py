@@ -302,7 +302,7 @@ class ChannelAxesResult(Result):
         return pd.DataFrame(rows, columns=["quantity", "value"])
 
 
-def _layer_axes(model: torch.nn.Module, layer: str, data: ChannelData, settings: ChannelSettings,
+def layer_axes(model: torch.nn.Module, layer: str, data: ChannelData, settings: ChannelSettings,
                 device: torch.device, progress: Progress | None):
     """Site, statistics, both axes and the per-channel table of one layer of a private model copy."""
     example, _ = data.calibration.head(1)
@@ -337,7 +337,7 @@ def analyze_channels(loaded: LoadedModel, data: ChannelData, layer: str | None =
     timings: dict[str, float] = {}
     start = time.perf_counter()
     model = loaded.copy_model().to(device).eval()
-    site, stats, local, table = _layer_axes(model, conv.name, data, settings, device, sub_progress(progress, 0, 0.2))
+    site, stats, local, table = layer_axes(model, conv.name, data, settings, device, sub_progress(progress, 0, 0.2))
     timings["statistics"] = time.perf_counter() - start
     evaluation = data.evaluation.materialized(settings.memory_bytes)
 
@@ -349,7 +349,7 @@ def analyze_channels(loaded: LoadedModel, data: ChannelData, layer: str | None =
             local.replacement_intercept, kinds=settings.lesion_kinds, device=device, batch_size=settings.batch_size,
             memory_bytes=settings.memory_bytes, progress=sub_progress(progress, 0.2, 0.5))
         timings["interventions"] = time.perf_counter() - start
-    table = _with_interventions(table, interventions)
+    table = add_intervention_columns(table, interventions)
     report(progress, 0.5, "comparing the axes")
     axes = compare_axes(table, settings)
 
@@ -368,7 +368,7 @@ def analyze_channels(loaded: LoadedModel, data: ChannelData, layer: str | None =
     if init is not None:
         start = time.perf_counter()
         init_model = init.copy_model().to(device).eval()
-        *_, init_table = _layer_axes(init_model, conv.name, data, settings, device, sub_progress(progress, 0.9, 1))
+        *_, init_table = layer_axes(init_model, conv.name, data, settings, device, sub_progress(progress, 0.9, 1))
         init_axes = compare_axes(init_table, settings)
         timings["initialization"] = time.perf_counter() - start
     report(progress, 1.0, "done")
@@ -381,7 +381,7 @@ def analyze_channels(loaded: LoadedModel, data: ChannelData, layer: str | None =
         filters=stats.weight.float().cpu().numpy(), warnings=data.warnings, timings=timings)
 
 
-def _with_interventions(table: pd.DataFrame, interventions: ChannelInterventions | None) -> pd.DataFrame:
+def add_intervention_columns(table: pd.DataFrame, interventions: ChannelInterventions | None) -> pd.DataFrame:
     """Add the lesion / replacement columns (NaN for kinds that were not run)."""
     table = table.copy()
     n = len(table)
