@@ -13,6 +13,7 @@ from fl_core.plots.channels import (
     label,
     lesion_bars_figure,
     metric_correlation_figure,
+    metric_correlations,
     peer_support_figure,
     pruning_curves_figure,
     summary_table,
@@ -150,7 +151,8 @@ with user_errors():
             peer_support_figure(result),
             "Each dot is a channel: its lesion cost (x) against its cost after peer replacement (y). Dots far "
             "**below the dashed diagonal** are channels whose neighbours can stand in for them; the colour is "
-            "how well the neighbours reconstruct them (peer R²).", f"peer_support_{layer}")
+            "how well the neighbours reconstruct them (peer R²).", f"peer_support_{layer}",
+            frame=result.to_frame()[["index", "lesion_dloss", "replacement_dloss", "peer_support", "peer_r2"]])
 
     if result.pruning is not None:
         st.subheader("Pruning curves")
@@ -174,7 +176,8 @@ with user_errors():
     plot_with_explanation(
         metric_correlation_figure(result),
         "Spearman rank correlation between every per-channel quantity across this layer's channels. Look at the "
-        "rows of the lesion and replacement costs: which score predicts them best?", f"metric_correlation_{layer}")
+        "rows of the lesion and replacement costs: which score predicts them best?", f"metric_correlation_{layer}",
+        frame=metric_correlations(result).reset_index(names="quantity"))
 
     st.subheader("Per-layer summary")
     table_with_download(summary_table(result), f"channel_axes_summary_{layer}")

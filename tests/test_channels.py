@@ -190,3 +190,26 @@ def test_real_squeezenet_fire_module_on_the_imagenet_sample(squeezenet, imagenet
     assert pruning_result.macs[0] == pytest.approx(0.830e9, rel=0.01) and pruning_result.channels_removed == [0, 16, 32]
     assert np.all(np.diff(pruning_result.macs) < 0)
     json.dumps(result.to_dict(), allow_nan=False)
+
+
+def test_figures_show_every_channel_with_its_filter_and_every_curve_with_its_auc() -> None:
+    from fl_core.plots import channels as plots
+
+    loaded, data = duplicate_world(n_calibration=200, n_evaluation=100)
+    pruning = PruningSettings(criteria=("local", "peer_r2", "l1"), fractions=(0.2, 0.4), finetune_steps=0)
+    result = analyze_channels(loaded, data, "conv", settings=FAST, pruning=pruning, device="cpu")
+    scatter = plots.axes_scatter_figure(result)
+    assert len(scatter.data[0].x) == 5 and "in 1: +1.00" in scatter.data[0].customdata[1][1]  # green box filter
+    assert plots.filter_glyph(np.ones((2, 3, 3))).startswith("████")
+    bars = plots.lesion_bars_figure(result)
+    assert [t.name for t in bars.data] == ["mean-ablation", "zero-ablation", "peer replacement"]
+    assert list(bars.data[0].x[:3]) == ["0", "1", "2"]  # sorted by lesion effect: red first, then the duplicates
+    curves = plots.pruning_curves_figure(result.pruning)
+    assert [t.name.split(" (AUC")[0] for t in curves.data] == ["local axis", "peer R²", "L1 norm"]
+    for name, trace in zip(result.pruning.curves, curves.data):
+        assert f"AUC {result.pruning.curves[name].auc * 100:.1f}" in trace.name
+    correlations = plots.metric_correlations(result)
+    np.testing.assert_allclose(np.diag(correlations.to_numpy()), 1.0)
+    np.testing.assert_allclose(correlations.to_numpy(), correlations.to_numpy().T)
+    assert plots.filter_figure(result, 0).layout.title.text.startswith("Channel 0")
+    assert "quantity" in plots.summary_table(result).columns
