@@ -7,14 +7,13 @@ Two sources:
 * the bundled labelled crops (:func:`fl_core.crops.photo_crops`): calibration from the training crops, evaluation
   from the validation crops, which never share pixels.
 
-The class index the data assigns is checked against the model's head: by class name when the model knows its
-class names, by ImageNet wnid for 1000-way heads (through timm's ImageNet synset list), and by count otherwise.
-Disagreements are remapped where the mapping is known and reported as warnings either way.
+The class index the data assigns is checked against the model's head (:func:`fl_core.evaluate.map_tree_classes`: by
+ImageNet wnid for 1000-way heads, by the model's class names, else by position when the counts agree); remapped
+labels and assumptions are reported as warnings, and data whose classes the head cannot score is refused.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,10 +24,10 @@ import torch.nn.functional as F
 
 from fl_core.crops import CropConfig, CropData, photo_crops
 from fl_core.errors import DataError
+from fl_core.evaluate import map_tree_classes
 from fl_core.images import ImageSet, folder_images, iter_input_batches
 from fl_core.models import InputConfig, LoadedModel
 
-WNID = re.compile(r"^n\d{8}$")
 CROPS = "crops"
 
 
@@ -108,39 +107,18 @@ class ChannelData:
 def class_mapping(classes: Sequence[str], loaded: LoadedModel) -> tuple[np.ndarray, tuple[str, ...]]:
     """Map data class indices (position in ``classes``) to the model's output indices.
 
-    Returns ``(mapping, warnings)`` with ``mapping[data_label] = model_label``. Raises :class:`DataError` when the
-    data has classes the head cannot score.
+    Uses :func:`fl_core.evaluate.map_tree_classes` (ImageNet wnids, then the model's class names, then position).
+    Returns ``(mapping, notes)`` with ``mapping[data_label] = model_label``; raises :class:`DataError` when the data's
+    classes cannot be matched with the head (the true-class margin needs the right class).
     """
-    n_out = loaded.num_classes
-    identity = np.arange(len(classes))
-    names = loaded.class_names
-    if names and set(classes) <= set(names):
-        mapping = np.array([names.index(c) for c in classes])
-        moved = int((mapping != identity).sum())
-        return mapping, ((f"{moved} data classes were re-indexed by name to match the model's head.",) if moved
-                         else ())
-    if n_out == 1000 and classes and all(WNID.match(c) for c in classes):
-        from timm.data import ImageNetInfo
-
-        wnids = ImageNetInfo().label_names()
-        missing = [c for c in classes if c not in wnids]
-        if missing:
-            raise DataError(f"Folders {', '.join(missing[:3])} are not ImageNet-1k wnids; the 1000-way head cannot "
-                            "score them.")
-        mapping = np.array([wnids.index(c) for c in classes])
-        moved = int((mapping != identity).sum())
-        return mapping, ((f"The tree holds {len(classes)} of the 1000 ImageNet classes: labels were remapped to "
-                          f"the canonical wnid order ({moved} moved).",) if moved else ())
-    if n_out is not None and len(classes) > n_out:
-        raise DataError(f"The data has {len(classes)} classes but the model's head has {n_out} outputs. Pick "
-                        "data labelled with the model's classes.")
-    if n_out is not None and len(classes) != n_out:
-        return identity, (f"The data has {len(classes)} classes and the model's head {n_out} outputs: labels are "
-                          "taken as sorted-folder indices, which may not be the model's classes.",)
-    if not names and not all(WNID.match(c) for c in classes):
-        return identity, ("The model does not name its classes: the data's sorted class order is assumed to be "
-                          "the head's order.",)
-    return identity, ()
+    mapping = map_tree_classes(classes, loaded.num_classes, loaded.class_names)
+    if mapping.label_map is None or (mapping.label_map < 0).any():
+        raise DataError("The data's classes do not match the model's head: " + " ".join(mapping.warnings or
+                                                                                         (mapping.how,)))
+    moved = mapping.label_map != np.arange(len(classes))
+    notes = mapping.warnings + ((f"{mapping.how} {int(moved.sum())} of {len(classes)} labels differ from the "
+                                 "sorted folder order.",) if moved.any() else ())
+    return mapping.label_map, notes
 
 
 def folder_channel_data(root: str, loaded: LoadedModel, n_calibration: int, n_evaluation: int,
