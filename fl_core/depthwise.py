@@ -142,7 +142,8 @@ def depthwise_bank(loaded: LoadedModel) -> DepthwiseBank:
     """
     found = _model_depthwise(loaded.model) if loaded.model is not None else _weights_depthwise(loaded)
     size = min(loaded.input_config.input_size, 224)
-    resolutions = _output_resolutions(loaded.model, [name for name, _ in found], size) if loaded.model else {}
+    resolutions = _output_resolutions(loaded.model, [name for name, _ in found], size) if loaded.model and found \
+        else {}
     order = {name: i for i, name in enumerate(resolutions)}
     found.sort(key=lambda item: order.get(item[0], len(order)))
     layers, weights, skipped = [], {}, []
