@@ -17,6 +17,7 @@ PAGES = (
     ("pages/energy_profiles.py", "Energy Profiles", "📈", "energy"),
     ("pages/whitening.py", "Whitening", "🌊", "whitening"),
     ("pages/channel_axes.py", "Channel Axes", "🧭", "channel-axes"),
+    ("pages/training_lab.py", "Training Lab", "🧪", "training-lab"),
     ("pages/master_keys.py", "Master Keys", "🗝️", "master-keys"),
     ("pages/scale_space.py", "Scale-Space Models", "📐", "scale-space"),
     ("pages/swap_rescore.py", "Swap & Re-score", "🔁", "swap-rescore"),

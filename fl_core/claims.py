@@ -95,32 +95,37 @@ def _fit_rows(profiles: np.ndarray, lambdas: np.ndarray) -> tuple[np.ndarray, np
     return theory, r, tau
 
 
-def _moved_profiles(run: Run, pca: PatchPCA) -> np.ndarray:
+def _moved_profiles(snapshots: dict[int, np.ndarray], pca: PatchPCA) -> np.ndarray:
     """e(w_t − w_0) per step; NaN where the first layer has not moved."""
     rows = []
-    for step in run.steps:
-        delta = run.snapshots[step] - run.init_weights
+    for step in sorted(snapshots):
+        delta = snapshots[step] - snapshots[0]
         rows.append(energy_profile(delta, pca) if np.any(delta) else np.full(pca.dim, np.nan))
     return np.stack(rows)
 
 
-def run_trajectory(run: Run) -> Trajectory:
-    """Profiles and theory fits at every snapshot of ``run`` (see :class:`Trajectory`)."""
-    pca = run.pca
-    raw = np.stack([energy_profile(run.snapshots[s], pca) for s in run.steps])
-    moved = _moved_profiles(run, pca)
+def snapshot_trajectory(name: str, snapshots: dict[int, np.ndarray], pca: PatchPCA,
+                        reference_pca: PatchPCA | None = None) -> Trajectory:
+    """Profiles and theory fits at every snapshot (step 0 = the initialization must be among them)."""
+    steps = np.array(sorted(snapshots))
+    raw = np.stack([energy_profile(snapshots[s], pca) for s in steps])
+    moved = _moved_profiles(snapshots, pca)
     theory, r, tau = _fit_rows(moved, pca.lambdas)
     raw_theory, raw_r, raw_tau = _fit_rows(raw, pca.lambdas)
-    steps = np.array(run.steps)
     valid = (steps > 0) & np.isfinite(tau)
     trend = float(spearmanr(steps[valid], tau[valid]).statistic) if valid.sum() >= 3 else float("nan")
     reference = None
-    if run.reference_pca is not None:
-        reference = _fit_rows(_moved_profiles(run, run.reference_pca), run.reference_pca.lambdas)[1]
-    return Trajectory(run=run.name, steps=steps, lambdas=pca.lambdas, profiles=moved, theory=theory, r=r, eta_t=tau,
+    if reference_pca is not None:
+        reference = _fit_rows(_moved_profiles(snapshots, reference_pca), reference_pca.lambdas)[1]
+    return Trajectory(run=name, steps=steps, lambdas=pca.lambdas, profiles=moved, theory=theory, r=r, eta_t=tau,
                       raw_profiles=raw, raw_theory=raw_theory, raw_r=raw_r, raw_eta_t=raw_tau,
                       vs_init=np.array([pearson(p, raw[0]) for p in raw]), eta_t_trend=trend,
                       reference_r=reference)
+
+
+def run_trajectory(run: Run) -> Trajectory:
+    """The :class:`Trajectory` of a run (see :func:`snapshot_trajectory`)."""
+    return snapshot_trajectory(run.name, run.snapshots, run.pca, run.reference_pca)
 
 
 # --------------------------------------------------------------------------------------------------- consistency

@@ -64,9 +64,9 @@ class RunConfig:
         max_images: use at most this many images of a folder (spread over its classes).
         crops_per_image: training crops per image (default 600 bundled; about 6,600 in total for folders).
         arch: ``small_vgg``, ``small_resnet`` or ``timm:NAME`` (random init, any timm net that takes 32×32 input).
-        width: first-layer width K (small nets).
+        width: first-layer width K (timm nets: their own, recorded by :func:`resolve_config`).
         body_widths: widths of the later stages (small nets).
-        first_kernel: first-layer kernel size, 3, 5 or 7 (small nets).
+        first_kernel: first-layer kernel size, 3, 5 or 7 (timm nets: their own).
         labels: ``true``, ``random`` (a permutation) or ``energy`` (App. D.1 deciles).
         label_component: 1-based PCA component of the ``energy`` labels.
         alpha: App. D.2 scale of one component of every first-layer tile (1 = unchanged input). With α ≠ 1 the
@@ -132,9 +132,9 @@ class RunConfig:
         return tuple(sorted({0, *spaced.tolist(), self.steps}))
 
     def train_config(self) -> TrainConfig:
-        """The trainer's configuration (about 20 evaluations per run)."""
+        """The trainer's configuration (about 20 evaluations per run, at least 10 steps apart)."""
         return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, momentum=self.momentum,
-                           weight_decay=self.weight_decay, seed=self.seed, eval_every=max(1, self.steps // 20),
+                           weight_decay=self.weight_decay, seed=self.seed, eval_every=max(10, self.steps // 20),
                            snapshot_steps=self.snapshot_steps(), freeze_first=self.freeze_first)
 
     def slug(self) -> str:
@@ -226,6 +226,18 @@ class Run(Result):
 # ------------------------------------------------------------------------------------------------- model building
 
 
+def resolve_config(config: RunConfig) -> RunConfig:
+    """The configuration with a timm net's own first-layer width and (square) kernel; small nets unchanged."""
+    if not config.is_timm:
+        return config
+    model, first, _ = build_run_model(config, 2)
+    conv = model.get_submodule(first)
+    if conv.kernel_size[0] != conv.kernel_size[1] or conv.in_channels != 3:
+        raise ModelSpecError(f"{config.arch}: its first convolution ({first}, {tuple(conv.weight.shape)}) is not a "
+                             "square filter on RGB input, which the energy profile needs.")
+    return dataclasses.replace(config, width=conv.out_channels, first_kernel=conv.kernel_size[0])
+
+
 def build_run_model(config: RunConfig, num_classes: int) -> tuple[nn.Module, str, dict]:
     """``(model, first-layer module name, small-net kwargs)``, initialized from ``config.seed``."""
     with torch.random.fork_rng(devices=[]):
@@ -249,10 +261,10 @@ def _timm_model(name: str, num_classes: int) -> nn.Module:
     if not timm.is_model(name):
         raise ModelSpecError(f"timm has no architecture '{name}'. See timm.list_models().")
     try:
-        model = timm.create_model(name, pretrained=False, num_classes=num_classes, img_size=32)
-    except TypeError:
-        model = timm.create_model(name, pretrained=False, num_classes=num_classes)
-    try:
+        try:
+            model = timm.create_model(name, pretrained=False, num_classes=num_classes, img_size=32)
+        except TypeError:  # no img_size argument: a convolutional net
+            model = timm.create_model(name, pretrained=False, num_classes=num_classes)
         with torch.no_grad():
             model.eval()(torch.zeros(2, 3, 32, 32))
     except Exception as err:  # any architectural refusal of 32×32 input
@@ -324,6 +336,7 @@ def train_run(config: RunConfig, out: str | Path | None = None, *, name: str | N
     started = time.perf_counter()
     device = resolve_device(device)
     report(progress, 0.0, "cutting crops and computing the patch PCA")
+    config = resolve_config(config)
     inputs = run_inputs(config)
     data, labels = inputs.data, inputs.labels
     model, first_name, kwargs = build_run_model(config, len(labels.classes))

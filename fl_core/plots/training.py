@@ -17,8 +17,9 @@ MIN_ENERGY = 1e-3
 
 
 def _profile_traces(traj: Trajectory, index: int, subtract_init: bool) -> list[go.Scatter]:
-    """Profile, fitted theory and initial profile at snapshot ``index``."""
+    """Profile, fitted theory and initial profile at snapshot ``index`` (raw where nothing has moved yet)."""
     x = np.arange(1, len(traj.lambdas) + 1)
+    subtract_init = subtract_init and bool(np.isfinite(traj.profiles[index]).any())
     profile, theory = (traj.profiles, traj.theory) if subtract_init else (traj.raw_profiles, traj.raw_theory)
     r, tau = (traj.r, traj.eta_t) if subtract_init else (traj.raw_r, traj.raw_eta_t)
     name = "w_t − w_0" if subtract_init else "w_t"

@@ -1,0 +1,268 @@
+"""Training Lab: train small CNNs live and watch the first layer's energy profile approach the linear theory."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+import streamlit as st
+
+from fl_core.claims import snapshot_trajectory
+from fl_core.jobs import TrainingJob
+from fl_core.plots.training import (
+    claims_figure,
+    fit_over_steps_figure,
+    run_correlation_figure,
+    training_curves_figure,
+    trajectory_figure,
+)
+from fl_core.runs import SHIPPED_RUNS_DIR, Run, RunConfig, user_runs_dir
+from fl_core.trainsets import LABEL_VARIANTS
+from fl_ui.lab import demo_name_of, get_claims, get_correlations, get_trajectory, runs_in
+from fl_ui.state import current_selection, encode_token, page_param, set_page_param
+from fl_ui.widgets import downloads, plot_with_explanation, table_with_download, user_errors
+
+MODES = {"shipped": "📦 Shipped runs", "train": "🏋 Train a run", "yours": "🗂 Your runs"}
+DEFAULT_RUN = "lab_vgg_true_s0"
+DEFAULTS = RunConfig()
+
+st.title("🧪 Training Lab")
+st.markdown(
+    "Chowers & Weiss claim that a CNN's **first layer** is shaped by the statistics of image patches and by "
+    "gradient descent, not by the task: different seeds, widths, architectures and even **random labels** end up "
+    "with nearly the same energy profile, which follows a closed-form linear-systems formula. Here you can watch it "
+    "happen: browse the shipped runs (instant), or train your own on the bundled photos or an ImageFolder tree.")
+
+
+def on_mode_change() -> None:
+    set_page_param("lab", st.session_state["lab_mode"])
+
+
+def show_run(run: Run) -> None:
+    """Trajectory animation, fit over steps, training curves and provenance of one run."""
+    traj = get_trajectory(run)
+    steps = [int(s) for s in traj.steps]
+    c1, c2 = st.columns([3, 1])
+    wanted = int(page_param("step", str(steps[-1]))) if page_param("step", "").isdigit() else steps[-1]
+    step = c1.select_slider("Step", steps, value=wanted if wanted in steps else steps[-1], key=f"lab_step_{run.name}")
+    set_page_param("step", str(step))
+    moving = not run.config.freeze_first
+    subtract = c2.checkbox("Subtract initialization", value=moving, disabled=not moving, key=f"lab_sub_{run.name}",
+                           help="Profile of w_t − w_0 (the authors' protocol); off: the raw weights w_t.")
+    index = steps.index(step)
+    if subtract and step == 0:
+        st.caption("At step 0 the layer is its initialization (w_t − w_0 = 0): showing the raw profile.")
+        subtract = False
+    elif not moving:
+        st.caption("The first layer was frozen: it never leaves its initialization, so only raw profiles exist.")
+    r, tau = (traj.r, traj.eta_t) if subtract else (traj.raw_r, traj.raw_eta_t)
+    m = st.columns(4)
+    m[0].metric("Theory fit r", f"{r[index]:.3f}")
+    m[1].metric("Fitted ηt", f"{tau[index]:.3g}")
+    m[2].metric("r with the initial profile", f"{traj.vs_init[index]:+.3f}")
+    m[3].metric("Validation accuracy (end)", f"{run.history.final_val_accuracy:.1%}",
+                help=f"chance: {run.provenance.get('chance_accuracy', float('nan')):.1%}")
+    plot_with_explanation(
+        trajectory_figure(traj, subtract, start=index),
+        "**The energy profile over training.** Each point is how strongly the first layer's filters respond to "
+        "one principal component of image patches (left: smooth patterns with large variance λ; right: fine "
+        "detail). The **dashed curve** is the linear theory e_i ∝ (1 − exp(−ηt·λ_i²))/λ_i, fitted with its one "
+        "parameter ηt at every step. Early on it follows the patch spectrum (∝ λ); with more steps the largest "
+        "components saturate and the profile flattens towards **whitening** (∝ 1/λ).\n\n"
+        "Press ▶ to animate, or drag the slider. The dotted grey curve is the random initialization: flat, "
+        "because random filters respond equally to every direction.",
+        f"trajectory_{run.name}", frame=traj.to_frame(), data=traj.to_dict())
+    plot_with_explanation(
+        fit_over_steps_figure(traj),
+        "**Does ηt grow with the steps?** The theory says the fitted time τ = ηt is proportional to the number "
+        "of gradient steps. The blue curves show how well the theory fits (r), the red one the fitted ηt; the "
+        "grey curve shows how much of the initial (random) profile is left in the raw weights.",
+        f"fit_over_steps_{run.name}", frame=traj.steps_frame())
+    history = pd.DataFrame({k: getattr(run.history, k) for k in ("steps", "train_loss", "train_accuracy",
+                                                                 "val_loss", "val_accuracy")})
+    plot_with_explanation(
+        training_curves_figure([run]),
+        "Loss and accuracy while training (dashed: running mean on the training batches; solid: the held-out "
+        "validation crops, cut from a strip of each photo the training crops never touch). Random labels can only "
+        "be memorized, so their validation accuracy stays at chance.",
+        f"curves_{run.name}", frame=history)
+    with st.expander("Configuration, provenance and how to open this network elsewhere"):
+        details = {**{f"config.{k}": v for k, v in run.config.to_dict().items()},
+                   **{f"provenance.{k}": v for k, v in run.provenance.items() if not isinstance(v, list)}}
+        table_with_download(pd.DataFrame({"field": list(details), "value": [str(v) for v in details.values()]}),
+                            f"run_{run.name}")
+        downloads(f"run_{run.name}", data=run.to_dict())
+        demo = demo_name_of(run)
+        spec = run.weights_spec()
+        if demo:
+            st.markdown(f"Shipped as **`demo:{demo}`** (and `demo:{demo}_init`): pick it in the sidebar's model list.")
+        elif spec is not None:
+            token = encode_token(*spec)
+            st.markdown(f"Open it in [Energy Profiles](energy?models={token}) or use the spec `{spec[0]}` with "
+                        f"input size {run.input_config.input_size}, crop {run.input_config.crop_pct:g}, mean "
+                        f"{run.input_config.mean} and std {run.input_config.std}.")
+        else:
+            st.caption("This run kept only its first-layer snapshots (no full checkpoints).")
+        st.code(f"python -m fl_core train {cli_flags(run.config)} --out runs/{run.name}", language="bash")
+
+
+def cli_flags(config: RunConfig) -> str:
+    """The ``python -m fl_core train`` options that reproduce ``config`` (defaults left out)."""
+    flags = []
+    for key, value in config.to_dict().items():
+        if value == getattr(DEFAULTS, key) or value is None:
+            continue
+        option = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(option)
+        elif isinstance(value, tuple | list):
+            flags.append(f"{option} {' '.join(str(v) for v in value)}")
+        else:
+            flags.append(f"{option} {value}")
+    return " ".join(flags)
+
+
+def show_claims(runs: list[Run]) -> None:
+    """The paper's claims on these runs, and their consistency matrix."""
+    st.subheader("The paper's claims, measured on these runs")
+    summary = get_claims(runs)
+    st.caption("Pairs are found by configuration: two runs that differ in exactly one factor (seed, width, "
+               "architecture, labels, frozen first layer). Paper values are for VGG11 on CIFAR10/CIFAR100/CelebA.")
+    frame = summary.to_frame()
+    st.dataframe(frame, width="stretch", hide_index=True)
+    downloads("training_lab_claims", frame=frame, data=summary.to_dict())
+    plot_with_explanation(
+        claims_figure(summary),
+        "Our measurements (dots, mean ± sd over runs or pairs) next to the paper's CIFAR10 values (diamonds). "
+        "High agreement across seeds, widths, architectures and labels, low agreement with the initialization and "
+        "a good theory fit are the paper's qualitative table.", "training_lab_claims_figure")
+    corr = get_correlations(runs)
+    plot_with_explanation(
+        run_correlation_figure(corr),
+        "Pearson correlation between the final profiles (w_T − w_0) of every pair of runs, measured in one patch "
+        f"PCA ({corr.basis}). Paper: > 0.98 across seeds and widths, about 0.9 between true and random labels.",
+        "training_lab_consistency", frame=corr.to_frame().reset_index(names="run"))
+
+
+def browse(root, empty_message: str) -> None:
+    runs = runs_in(root)
+    if not runs:
+        st.info(empty_message)
+        return
+    names = [run.name for run in runs]
+    wanted = page_param("run", DEFAULT_RUN)
+    name = st.selectbox("Run", names, index=names.index(wanted) if wanted in names else 0, key="lab_run")
+    if name != wanted:
+        set_page_param("run", name)
+    show_run(runs[names.index(name)])
+    show_claims(runs)
+
+
+def config_form() -> RunConfig | None:
+    """The run configuration form; returns a config when submitted."""
+    selection = current_selection()
+    with st.form("lab_form"):
+        st.markdown("**Data**")
+        d1, d2, d3 = st.columns([2, 1, 1])
+        sources = ["bundled"] + ([selection.images] if selection.images != "bundled" else [])
+        images = d1.selectbox("Images", sources, format_func=lambda s: "bundled photos (label = photo)" if s ==
+                              "bundled" else f"{s} (label = class folder)",
+                              help="Pick a folder or ImageFolder tree in the sidebar to train on your own images.")
+        max_images = d2.number_input("At most this many images (0 = all)", 0, 100_000, 0, key="lab_max_images")
+        crops = d3.number_input("Training crops per image (0 = auto)", 0, 5000, 0, key="lab_crops")
+        st.markdown("**Model**")
+        m1, m2, m3, m4 = st.columns(4)
+        arch = m1.selectbox("Architecture", ["small_vgg", "small_resnet", "timm"], key="lab_arch")
+        timm_name = m1.text_input("timm architecture", "resnet18", key="lab_timm",
+                                  help="Used with 'timm': random init, its own first layer, 32×32 input.")
+        width = m2.number_input("First-layer width", 4, 256, DEFAULTS.width, key="lab_width")
+        kernel = m3.selectbox("First-layer kernel", [3, 5, 7], key="lab_kernel")
+        freeze = m4.checkbox("Freeze the first layer", key="lab_freeze",
+                             help="Keep it at its random initialization (Fig. 2).")
+        st.markdown("**Labels and input (App. D)**")
+        v1, v2, v3, v4 = st.columns(4)
+        labels = v1.selectbox("Labels", LABEL_VARIANTS, key="lab_labels", format_func={
+            "true": "true labels", "random": "random (a permutation)",
+            "energy": "energy deciles (App. D.1)"}.get)
+        component = v2.number_input("Energy component (App. D.1)", 1, 147, DEFAULTS.label_component,
+                                    key="lab_component")
+        alpha = v3.number_input("α (App. D.2; 1 = off)", 0.1, 20.0, DEFAULTS.alpha, step=0.5, key="lab_alpha")
+        alpha_component = v4.number_input("Scaled component (App. D.2)", 1, 147, DEFAULTS.alpha_component,
+                                          key="lab_alpha_component")
+        st.markdown("**Plain SGD (the authors' optimizer)**")
+        o1, o2, o3, o4, o5 = st.columns(5)
+        seed = o1.number_input("Seed", 0, 10_000, DEFAULTS.seed, key="lab_seed")
+        steps = o2.number_input("Steps", 1, 100_000, DEFAULTS.steps, key="lab_steps",
+                                help="The default finishes in a few minutes on a 2-core CPU; random labels need "
+                                     "more (the shipped random-label runs use 2×).")
+        batch = o3.number_input("Batch size", 1, 4096, DEFAULTS.batch_size, key="lab_batch")
+        lr = o4.number_input("Learning rate", 1e-4, 10.0, DEFAULTS.lr, format="%.4f", key="lab_lr")
+        momentum = o5.number_input("Momentum (0 = plain SGD)", 0.0, 0.99, DEFAULTS.momentum, key="lab_momentum")
+        if not st.form_submit_button("▶ Start training", type="primary", key="lab_start"):
+            return None
+    return RunConfig(images=images, max_images=int(max_images) or None, crops_per_image=int(crops) or None,
+                     arch=f"timm:{timm_name.strip()}" if arch == "timm" else arch, width=int(width),
+                     first_kernel=int(kernel), labels=labels, label_component=int(component), alpha=float(alpha),
+                     alpha_component=int(alpha_component), freeze_first=freeze, seed=int(seed), steps=int(steps),
+                     batch_size=int(batch), lr=float(lr), momentum=float(momentum))
+
+
+def show_job(job: TrainingJob) -> None:
+    """Live progress of the session's run (polled every second while it trains), with a cancel button."""
+
+    @st.fragment(run_every=None if job.status().finished else 1.0)
+    def live() -> None:
+        status = job.status()
+        st.progress(min(max(status.fraction, 0.0), 1.0), text=f"{job.folder.name}: {status.message}")
+        if not status.finished:
+            st.button("■ Cancel", key="lab_cancel", on_click=job.cancel,
+                      help="Stop after the current step; what was trained so far is kept.")
+        if status.pca is not None and len(status.snapshots) >= 2:
+            traj = snapshot_trajectory(job.folder.name, status.snapshots, status.pca, status.reference_pca)
+            st.plotly_chart(trajectory_figure(traj, not job.config.freeze_first), width="stretch",
+                            key="lab_live_profile")
+        if status.state == "failed":
+            st.error(status.error)
+        elif status.finished and status.run is not None:
+            st.success(f"Run {status.run.name} {'stopped early and ' if status.state == 'cancelled' else ''}"
+                       f"saved: validation accuracy {status.run.history.final_val_accuracy:.1%}. It is listed "
+                       "under “Your runs”.")
+        if status.finished and st.session_state.get("lab_job_seen") != job.folder.name:
+            st.session_state["lab_job_seen"] = job.folder.name
+            st.rerun(scope="app")
+
+    live()
+
+
+def train_mode() -> None:
+    config = config_form()
+    if config is not None:
+        job = st.session_state.get("lab_job")
+        if job is not None and not job.status().finished:
+            st.warning("Your previous run is still training: cancel it first.")
+        else:
+            folder = user_runs_dir() / f"{config.slug()}-{datetime.now():%Y%m%d-%H%M%S}"
+            st.session_state["lab_job"] = TrainingJob(config, folder, current_selection().device).start()
+    job = st.session_state.get("lab_job")
+    if job is not None:
+        st.subheader("Your run")
+        show_job(job)
+        status = job.status()
+        if status.finished and status.run is not None:
+            show_run(status.run)
+
+
+with user_errors():
+    mode_keys = list(MODES)
+    wanted_mode = page_param("lab", "shipped")
+    if "lab_mode" not in st.session_state:
+        st.session_state["lab_mode"] = wanted_mode if wanted_mode in MODES else "shipped"
+    mode = st.radio("Mode", mode_keys, format_func=MODES.get, horizontal=True, key="lab_mode",
+                    on_change=on_mode_change, label_visibility="collapsed")
+    if mode == "shipped":
+        browse(SHIPPED_RUNS_DIR, "No shipped runs: build them with `python scripts/make_shipped_runs.py`.")
+    elif mode == "yours":
+        browse(user_runs_dir(), "No runs yet: train one under “Train a run” (they are saved in FL_RUNS_DIR, "
+                                f"here {user_runs_dir()}).")
+    else:
+        train_mode()
