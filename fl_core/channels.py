@@ -272,12 +272,23 @@ class ChannelAxesResult(Result):
             "init": None if self.init_axes is None else {"spec": self.init_spec, **self.init_axes.to_dict()},
             "interventions": None if self.interventions is None else {
                 "base_loss": self.interventions.base_loss, "base_accuracy": self.interventions.base_accuracy,
+                "replacement": self.replacement_method(),
                 **{k: v for k, v in self.interventions.effects.to_dict().items() if k not in ("loss", "accuracy")}},
             "pruning": {} if self.pruning is None else self.pruning.curves_dict(),
             "pruning_protocol": None if self.pruning is None else {
                 k: v for k, v in self.pruning.to_dict().items() if k != "curves"},
         })
         return jsonable(out)
+
+    def replacement_method(self) -> str:
+        """How the peer-replacement Δloss relates to folding the reconstruction into the next layer."""
+        readers = ", ".join(self.site.consumers)
+        if self.site.exact_fold:
+            return f"per-position substitution at {self.site.activation}, identical to folding it into {readers}"
+        if self.site.foldable:
+            return (f"per-position substitution at {self.site.activation}; folding it into {readers} would be exact "
+                    "only away from their zero-padded borders")
+        return f"per-position substitution at {self.site.activation} (a hook: its readers cannot absorb a fold)"
 
     def summary_frame(self) -> pd.DataFrame:
         """The per-layer summary: axis agreement, removability and pruning AUCs, one row per quantity."""

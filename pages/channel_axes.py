@@ -78,7 +78,10 @@ with user_errors():
                                    help="SGD steps on the calibration images after each pruning (0 = none).")
         lesions = st.multiselect("Interventions", LESION_KINDS, default=list(LESION_KINDS),
                                  format_func={"mean": "mean-ablation", "zero": "zero-ablation",
-                                              "replace": "peer replacement"}.get)
+                                              "replace": "peer replacement"}.get,
+                                 help="Each kind evaluates every channel's lesioned network on the evaluation images "
+                                      "(batched: the layers before this one run once). On a CPU, large models are "
+                                      "quicker with a late layer or fewer images.")
         criteria = st.multiselect("Pruning criteria", list(CRITERIA), default=list(PAGE_CRITERIA),
                                   format_func=lambda c: f"{CRITERIA[c].label} ({CRITERIA[c].axis})")
         compare_init = st.checkbox("Compare with the initialization", value=bool(loaded.init_spec),
@@ -144,7 +147,7 @@ with user_errors():
             "zero, and the cross-entropy on held-out images is measured again. **Peer replacement**: the channel is "
             "replaced by its best linear reconstruction from its 8 most correlated neighbours. When replacement "
             "costs much less than the lesion, the neighbours *support* the channel: it is removable even if it "
-            "matters.",
+            f"matters.\n\n*Peer replacement: {result.replacement_method()}.*",
             f"lesions_{layer}", frame=result.to_frame()[["index", "lesion_dloss", "lesion_zero_dloss",
                                                         "replacement_dloss", "peer_support"]])
         plot_with_explanation(

@@ -78,6 +78,7 @@ def test_exact_duplicate_is_replaceable_and_removable_after_peer_replacement() -
     # whatever the duplicate knows about the margin, its twin knows too: no target-excess information
     assert table.loc[2, "target_excess"] < 0.05 * table.loc[2, "task_info"]
 
+    assert result.replacement_method().endswith("identical to folding it into head")
     # Fold the replacement into the 1×1 reader, then remove the channel for real: no loss.
     model = loaded.copy_model()
     site, peers = result.site, result.interventions.replacement_peers[2]
