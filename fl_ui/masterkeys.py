@@ -27,9 +27,13 @@ depthwise filters do not affect the output yet; a random-init MobileNetV2 has no
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def get_bank(spec: str, overrides: tuple = ()) -> DepthwiseBank:
-    """The depthwise filters of a model (shared, read-only)."""
+def _cached_bank(spec: str, overrides: tuple, sha256: str | None) -> DepthwiseBank:
     return depthwise_bank(get_model(spec, overrides))
+
+
+def get_bank(spec: str, overrides: tuple = ()) -> DepthwiseBank:
+    """The depthwise filters of a model (shared, read-only; re-extracted when its weight file changes)."""
+    return _cached_bank(spec, overrides, get_model(spec, overrides).sha256)
 
 
 def depthwise_specs(selection: Selection, full_models_only: bool = False,
