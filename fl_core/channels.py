@@ -368,7 +368,8 @@ def analyze_channels(loaded: LoadedModel, data: ChannelData, layer: str | None =
     if pruning is not None:
         start = time.perf_counter()
         pruning_result = prune_curves(model, conv.name, data.calibration, evaluation, importance_scores(table),
-                                      pruning, device=device, batch_size=settings.batch_size,
+                                      pruning, device=device, means=local.post_means.cpu().numpy(),
+                                      readers=site.consumers if site.foldable else (), batch_size=settings.batch_size,
                                       memory_bytes=settings.memory_bytes, progress=sub_progress(progress, 0.5, 0.9))
         timings["pruning"] = time.perf_counter() - start
         for name, scores in pruning_result.scores.items():

@@ -5,6 +5,9 @@ short recovery fine-tune, and the area under each curve (``channel_axes.md`` §6
   conv's outputs, its BatchNorm, the readers' input channels, concatenations, residual partners); the graph is built
   once on a template and its pruning plan applied to fresh copies (:class:`LayerPruner`). FLOPs (MACs) and
   parameters of the pruned networks are counted with ``tp.utils.count_ops_and_params``.
+* **Mean compensation [proposed].** Removing a post-activation channel also removes its mean (the zero-ablation
+  pitfall of §5), which can swamp every criterion before any fine-tune. By default the removed channels' calibration
+  means are folded into the biases of the convolutions that read them directly, so removal acts like mean-ablation.
 * **FLOPs-matched [proposed].** Every channel of one layer costs the same, so each point of the grid removes the same
   number of channels whatever the criterion: the criteria differ only in *which* channels go. The FLOPs removed
   are measured once per point on the physically pruned network.
@@ -95,6 +98,8 @@ class PruningSettings:
         finetune_lr: SGD step size of the fine-tune.
         finetune_batch: images per fine-tune step.
         gradient_images: calibration images for the Taylor gradients.
+        compensate_mean: fold the removed channels' calibration means into the biases of the layers that read them
+            directly (removal then acts like mean-ablation rather than zero-ablation; [proposed]).
         seed: seeds the random criterion and the fine-tune's batch order.
     """
 
@@ -104,6 +109,7 @@ class PruningSettings:
     finetune_lr: float = 0.01
     finetune_batch: int = 32
     gradient_images: int = 64
+    compensate_mean: bool = True
     seed: int = 0
 
 
@@ -139,21 +145,32 @@ class LayerPruner:
     def has_batchnorm(self) -> bool:
         return any(isinstance(dep.target.module, nn.modules.batchnorm._BatchNorm) for dep, _ in self.group())
 
-    def pruned_copy(self, channels: Sequence[int]) -> nn.Module:
-        """A copy of the template with ``channels`` removed for real from every coupled layer."""
+    def pruned_copy(self, channels: Sequence[int], means: np.ndarray | None = None,
+                    readers: Sequence[str] = ()) -> nn.Module:
+        """A copy of the template with ``channels`` removed for real from every coupled layer.
+
+        With ``means`` (the removed channels' calibration means of ``a``, indexed by channel), each of ``readers``
+        (convolutions or linear layers that read ``a`` directly) first absorbs the removed inputs' mean contribution
+        into its bias, ``b += Σ_i μ_i Σ_spatial W[:, i]``: the network then behaves as if the channels were
+        mean-ablated (exactly for unpadded readers) instead of zeroed.
+        """
         pruned = copy.deepcopy(self.template)
         if not len(channels):
             return pruned
         modules = dict(pruned.named_modules())
         names = self.graph._module2name
-        for dep, idxs in self.group(channels):
-            target = dep.target.module
+        for item in self.group(channels):
+            dep, idxs, target = item.dep, item.idxs, item.dep.target.module
             if dep.target.type == OPTYPE.PARAMETER:
                 path = self.graph._param_to_name[target].split(".")
                 parent = pruned.get_submodule(".".join(path[:-1]))
                 setattr(parent, path[-1], dep.handler(getattr(parent, path[-1]), idxs))
             elif target in names:
-                dep.handler(modules[names[target]], idxs)
+                module = modules[names[target]]
+                if means is not None and names[target] in readers and not self.graph.is_out_channel_pruning_fn(
+                        dep.handler):
+                    _absorb_mean_inputs(module, idxs, np.asarray(means)[item.root_idxs])
+                dep.handler(module, idxs)
         return pruned
 
     def importance(self, name: str, calibration: LabelledInputs, device: torch.device, gradient_images: int,
@@ -187,6 +204,16 @@ class LayerPruner:
         scores = tp.importance.GroupTaylorImportance(normalizer=None, group_reduction="first")(self.group())
         model.zero_grad(set_to_none=True)
         return scores.detach().cpu().double().numpy()
+
+
+def _absorb_mean_inputs(layer: nn.Module, inputs: Sequence[int], means: np.ndarray) -> None:
+    """``bias += Σ_k μ_k Σ_spatial W[:, inputs_k]`` for a groups-1 conv or a linear layer (in place, on a copy)."""
+    with torch.no_grad():
+        weight = layer.weight[:, list(inputs)].flatten(2).sum(2) if layer.weight.ndim > 2 else layer.weight[:, inputs]
+        shift = weight @ torch.as_tensor(means, dtype=weight.dtype, device=weight.device)
+        if layer.bias is None:
+            layer.bias = nn.Parameter(torch.zeros_like(shift), requires_grad=layer.weight.requires_grad)
+        layer.bias += shift
 
 
 def evaluate_model(model: nn.Module, inputs: LabelledInputs, device: torch.device, batch_size: int = 64
@@ -296,7 +323,8 @@ def lowest_first(scores: np.ndarray, count: int) -> list[int]:
 
 def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, evaluation: LabelledInputs,
                  axis_scores: Mapping[str, np.ndarray], settings: PruningSettings = PruningSettings(), *,
-                 device: torch.device, batch_size: int = 64, memory_bytes: int = 1 << 30,
+                 device: torch.device, means: np.ndarray | None = None, readers: Sequence[str] = (),
+                 batch_size: int = 64, memory_bytes: int = 1 << 30,
                  progress: Progress | None = None) -> PruningResult:
     """Prune ``layer`` by every criterion at every grid point, evaluate, fine-tune, and integrate the curves.
 
@@ -308,6 +336,8 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
         axis_scores: importance of the two-axis criteria (``local``, ``target``, ...) computed elsewhere.
         settings: the protocol.
         device: where to run.
+        means: calibration means of the layer's channels at the site (for ``settings.compensate_mean``).
+        readers: the layers that read the site directly (groups-1 convs / linear layers) and absorb the means.
         batch_size: evaluation batch size.
         memory_bytes: images kept in memory for the repeated evaluations and the fine-tune.
         progress: ``progress(fraction, message)``.
@@ -322,6 +352,11 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
         tune_x, tune_y = calibration.head(max(2, min(len(calibration), memory_bytes // image_bytes)))
     pruner = LayerPruner(model, layer, example.to(device))
     counts = removal_counts(pruner.n_channels, settings.fractions)
+    compensation = means if settings.compensate_mean and means is not None and len(readers) else None
+    reason = ("switched off" if not settings.compensate_mean else "no calibration means" if means is None
+              else "no convolution reads the channels directly")
+    notes = [f"the removed channels' calibration means are folded into {', '.join(readers)}"
+             if compensation is not None else f"removal zeroes the channels (no mean compensation: {reason})"]
     base_loss, base_accuracy = evaluate_model(pruner.template, evaluation, device, batch_size)
     base_macs, base_params = tp.utils.count_ops_and_params(pruner.template, example.to(device))
 
@@ -345,7 +380,7 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
             step = c_index * len(counts) + p_index
             report(progress, step / total, f"pruning by {CRITERIA[name].label}: {count}/{pruner.n_channels}")
             channels = lowest_first(score, count)
-            pruned = pruner.pruned_copy(channels).requires_grad_(False).eval()
+            pruned = pruner.pruned_copy(channels, compensation, readers).requires_grad_(False).eval()
             if len(macs) <= len(counts):
                 ops, n_params = tp.utils.count_ops_and_params(pruned, example.to(device))
                 macs.append(int(ops))
@@ -370,5 +405,5 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
     return PruningResult(layer=layer, coupled_layers=pruner.coupled_layers(), channels_removed=[0, *counts],
                          flops_removed=[1.0 - m / base_macs for m in macs], macs=macs, params=params,
                          base_accuracy=base_accuracy, base_loss=base_loss, curves=curves, scores=scores,
-                         skipped=skipped, settings=settings, n_images=len(evaluation))
+                         skipped=skipped, settings=settings, n_images=len(evaluation), notes=notes)
 

@@ -121,3 +121,34 @@ def test_curves_are_flops_matched_with_auc_and_fine_tune() -> None:
     with pytest.raises(AnalysisError):
         prune_curves(loaded.copy_model(), "conv", data.calibration, data.evaluation, {},
                      PruningSettings(criteria=("magic",)), device=CPU)
+
+
+def test_mean_compensated_removal_acts_like_mean_ablation() -> None:
+    loaded, data = duplicate_world(n_calibration=200, n_evaluation=200)
+    model = loaded.copy_model()
+    x, _ = data.evaluation.head(200)
+    pruner = LayerPruner(model, "conv", x[:1])
+    means = np.array([0.9, 1.1, 1.2, 0.8, 1.05])
+    pruned = pruner.pruned_copy([1, 3], means=means, readers=("head",)).eval()
+    assert pruned.head.in_channels == 3
+
+    def mean_ablate(_module, _args, output):
+        output = output.clone()
+        output[:, [1, 3]] = torch.tensor([1.1, 0.8])[:, None, None]
+        return output
+
+    handle = model.relu.register_forward_hook(mean_ablate)
+    with torch.inference_mode():
+        expected, removed = model(x), pruned(x)
+    handle.remove()
+    torch.testing.assert_close(removed, expected, rtol=1e-5, atol=1e-4)  # exact: the reader is a 1×1 conv
+
+    settings = PruningSettings(criteria=("peer_r2",), fractions=(0.2,), finetune_steps=0)
+    scores = {"peer_r2": -np.array([0.0, 1.0, 1.0, 0.0, 0.0])}
+    kept = prune_curves(loaded.copy_model(), "conv", data.calibration, data.evaluation, scores, settings,
+                        device=CPU, means=np.ones(5), readers=("head",))
+    zeroed = prune_curves(loaded.copy_model(), "conv", data.calibration, data.evaluation, scores,
+                          PruningSettings(criteria=("peer_r2",), fractions=(0.2,), finetune_steps=0,
+                                          compensate_mean=False), device=CPU, means=np.ones(5), readers=("head",))
+    assert kept.curves["peer_r2"].accuracy[1] > zeroed.curves["peer_r2"].accuracy[1] + 0.3
+    assert "folded into head" in kept.notes[0] and "switched off" in zeroed.notes[0]
