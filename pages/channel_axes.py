@@ -166,14 +166,15 @@ with user_errors():
         plot_with_explanation(
             pruning_curves_figure(result.pruning, finetuned=show_tuned),
             "Channels of this layer are removed **for real** (the network gets smaller) by each criterion, lowest "
-            "score first, and the accuracy is measured on held-out images. Every criterion removes the same number "
-            "of channels at each point, so the FLOPs match. The **AUC** is the average accuracy over the range: "
-            "higher = the criterion picked channels that were safer to remove. Blue curves use the local axis, red "
-            "the target axis, dotted ones classic baselines." + (
+            "score first, and the accuracy is measured on held-out images. Where a convolution reads the channels "
+            "directly, it absorbs their average (so removal does not also shift the next layer's input). Every "
+            "criterion removes the same number of channels at each point, so the FLOPs match. The **AUC** is the "
+            "average accuracy over the range: higher = the criterion picked channels that were safer to remove. Blue "
+            "curves use the local axis, red the target axis, dotted ones classic baselines." + (
                 "" if tuned else " Set fine-tune steps in the settings to see how much a short retraining recovers."),
             f"pruning_{layer}", frame=auc, data=result.to_dict()["pruning"])
-        if result.pruning.skipped:
-            st.caption("Not available here: " + "; ".join(f"{k} ({v})" for k, v in result.pruning.skipped.items()))
+        skipped = [f"not available here: {k} ({v})" for k, v in result.pruning.skipped.items()]
+        st.caption("Pruning: " + "; ".join([*result.pruning.notes, *skipped]) + ".")
 
     st.subheader("Which numbers go together")
     plot_with_explanation(

@@ -114,6 +114,8 @@ def print_summary(result: ChannelAxesResult) -> None:
         for name, curve in pruning.curves.items():
             tuned = f", fine-tuned {curve.auc_finetuned:.3f}" if curve.auc_finetuned is not None else ""
             print(f"  AUC {name:14s} {curve.auc:.3f}{tuned}")
+        for note in pruning.notes:
+            print(f"  note: {note}")
         for name, reason in pruning.skipped.items():
             print(f"  {name}: skipped ({reason})")
         if removability.better_axis_pruning:
