@@ -409,9 +409,10 @@ def substitution_effects(model: nn.Module, site: ChannelSite, inputs: LabelledIn
     with replay.installed(replay=True), inference_autocast(device):
         for x, y in inputs.batches(images_per_pass):
             x, y = x.to(device), y.to(device)
-            if mode is None:
-                plain = replay.logits(x, None, replay=False)
-                mode = "replay" if _replay_matches(replay, x, plain, site.n_channels) else "full"
+            if mode is None:  # checked once, in full precision: reduced-precision kernels differ by batch size
+                with torch.autocast(device.type, enabled=False):
+                    plain = replay.logits(x, None, replay=False)
+                    mode = "replay" if _replay_matches(replay, x, plain, site.n_channels) else "full"
             for start in range(0, len(subs), copies):
                 part = subs[start: start + copies]
                 logits = replay.logits(x, part, replay=mode == "replay")
