@@ -106,10 +106,7 @@ class PatchStatistics:
             raise AnalysisError(f"images with {c} channels after {self._channels}: one statistic per input space")
         x = x.to(self.device, self.dtype)
         dim, s = c * kh * kw, self.stride
-        per_row, rows = (w - kw) // s + 1, (h - kh) // s + 1
-        if x.shape[0] * rows * per_row * dim <= self.chunk_elements:  # the whole batch in one GEMM
-            self._accumulate(F.unfold(x, self.kernel_size, stride=s).transpose(1, 2).reshape(-1, dim))
-            return
+        per_row = (w - kw) // s + 1
         rows_per_chunk = max(1, self.chunk_elements // (dim * per_row)) * s  # image rows per band
         for image in x:
             for top in range(0, h - kh + 1, rows_per_chunk):
