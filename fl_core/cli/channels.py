@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+import torch
+
 from fl_core.calibration import CROPS, channel_data
 from fl_core.channels import ChannelAxesResult, ChannelSettings, analyze_channels
 from fl_core.cli import add_model_arguments, load_models
@@ -55,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, progress) -> ChannelAxesResult:
+    torch.manual_seed(args.seed)  # random-init registry models (e.g. an --init baseline) are drawn reproducibly
     models = load_models(args)
     if len(models) != 1:
         raise ModelSpecError("channels analyses one model: give one --model (and --init for its initialization).")
