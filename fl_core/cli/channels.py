@@ -49,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="fractions of the layer's channels removed")
     group.add_argument("--finetune-steps", type=int, default=20, help="recovery fine-tune steps (0 = none)")
     group.add_argument("--finetune-lr", type=float, default=0.01, help="fine-tune step size")
+    group.add_argument("--no-mean-compensation", action="store_true",
+                       help="remove channels without folding their calibration means into the layers reading them")
     group = parser.add_argument_group("initialization")
     group.add_argument("--init", metavar="SPEC", help="the same architecture at initialization, to compare the axes")
     group.add_argument("--compare-init", action="store_true", help="use the model's known initialization (demos)")
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace, progress) -> ChannelAxesResult:
                                cluster_seeds=args.cluster_seeds, batch_size=args.batch_size, memory_mb=args.memory_mb)
     pruning = PruningSettings(criteria=tuple(args.criteria), fractions=tuple(args.fractions),
                               finetune_steps=args.finetune_steps, finetune_lr=args.finetune_lr,
-                              seed=args.seed) if args.criteria else None
+                              compensate_mean=not args.no_mean_compensation, seed=args.seed) if args.criteria else None
     result = analyze_channels(loaded, data, args.layer, settings=settings, pruning=pruning, init=init,
                               device=args.device, progress=progress)
     print_summary(result)
