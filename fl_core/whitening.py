@@ -154,6 +154,11 @@ class WhiteningResult(Result):
         index = int(np.searchsorted(self.distances, distance))
         return {name: float(curve[index]) for name, curve in self.curves.items()}
 
+    def decorrelation(self, distance: int) -> dict[str, float]:
+        """How far each model's learned curve lies below RGB at ``distance`` (positive = whitening)."""
+        values = self.at(distance)
+        return {spec: values["rgb"] - values[spec] for spec in self.labels}
+
 
 def input_correlation(batches: Iterable[torch.Tensor], max_lag: int, *, device=None, total: int | None = None,
                       progress: Progress | None = None) -> torch.Tensor:

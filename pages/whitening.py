@@ -36,10 +36,12 @@ with user_errors():
         autocorrelation_figure(result),
         "**How to read it.** Every curve starts at 1 (a response is perfectly correlated with itself) and falls "
         "with distance. **RGB** falls slowly: natural images are smooth. **Random filters** barely change that: "
-        "they just blur. **Learned filters** fall much faster: they emphasise what changes between neighbours, "
+        "they just blur. **Fully trained filters** fall faster: they emphasise what changes between neighbours, "
         "so distant responses are less redundant. The **ideal ZCA bank** (filters W = UΛ⁻¹Uᵀ built from the patch "
         "PCA) is the limit of full whitening: almost 0 beyond the filter size.\n\n"
-        "The paper reports, at δ = 10 px: RGB > 0.5, random ≈ RGB, learned ≈ 0.2, perfect whitening ≈ 0.",
+        "The paper reports, at δ = 10 px: RGB > 0.5, random ≈ RGB, learned ≈ 0.2, perfect whitening ≈ 0. A layer "
+        "trained only briefly (the demo: a few CPU minutes) is still in the early regime of the theory, where it "
+        "follows the patch spectrum and smooths rather than whitens; compare a fully trained checkpoint.",
         "whitening_curves", frame=result.to_frame(), data=result.to_dict())
     at = min(10, max_distance)
     table = pd.DataFrame([{"curve": result.labels.get(name, name), f"C({at})/C(0)": round(value, 3)}
