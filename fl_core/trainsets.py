@@ -32,6 +32,8 @@ BUNDLED_CROPS = CropConfig()
 """The bundled data set: 600 training crops per photo, 11 photos (the demo checkpoints' data)."""
 FOLDER_TRAIN_CROPS = 6600
 """Training crops of a folder data set when not given: about as many as the bundled one, spread over its images."""
+FOLDER_MAX_IMAGES = 2000
+"""Images of a folder used when ``max_images`` is not given (evenly spread over its classes)."""
 MAX_VAL_CROPS = 2000
 PCA_MAX_CROPS = 2000
 """Crops (evenly spaced) whose every patch enters a run's patch PCA: ≥ 1.8 M patches at 32×32, ample for D ≤ 147."""
@@ -47,7 +49,8 @@ def crop_dataset(images: str = "bundled", max_images: int | None = None, crops_p
     Args:
         images: ``"bundled"`` or a folder path (an ImageFolder tree gives class labels; a flat folder labels each
             crop by its image).
-        max_images: use at most this many images (evenly spread over the sorted tree, so every class can appear).
+        max_images: use at most this many images (evenly spread over the sorted tree, so every class can appear;
+            default: all bundled photos, at most :data:`FOLDER_MAX_IMAGES` of a folder).
         crops_per_image: training crops per image (default: 600 for the bundled photos; for folders about
             6,600 in total).
         seed: crop positions.
@@ -57,7 +60,7 @@ def crop_dataset(images: str = "bundled", max_images: int | None = None, crops_p
 
 @lru_cache(maxsize=4)
 def _cached_crops(images: str, max_images: int | None, crops_per_image: int | None, seed: int) -> CropData:
-    source = open_images(images, max_images)
+    source = open_images(images, max_images or (None if images == "bundled" else FOLDER_MAX_IMAGES))
     if len(source) < 2:
         raise DataError(f"{source.description}: a training set needs at least two images.")
     per_image = crops_per_image or (BUNDLED_CROPS.train_per_photo if images == "bundled"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 import pandas as pd
@@ -241,7 +242,7 @@ def train_mode() -> None:
         if job is not None and not job.status().finished:
             st.warning("Your previous run is still training: cancel it first.")
         else:
-            folder = user_runs_dir() / f"{config.slug()}-{datetime.now():%Y%m%d-%H%M%S}"
+            folder = user_runs_dir() / f"{config.slug()}-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}"
             st.session_state["lab_job"] = TrainingJob(config, folder, current_selection().device).start()
     job = st.session_state.get("lab_job")
     if job is not None:

@@ -1,0 +1,151 @@
+"""Training Lab runs: determinism, the first layer moving toward the theory, frozen layers, cancelling, run folders
+that the other pages load, demo registration, the ``train`` CLI and the background job."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from fl_core.checkpoints import load_into, load_state_dict
+from fl_core.claims import run_trajectory
+from fl_core.cli import main
+from fl_core.errors import DataError, ModelSpecError
+from fl_core.jobs import TrainingJob
+from fl_core.models import DEMO_DIR, load_model
+from fl_core.nets import build_net
+from fl_core.runs import SHIPPED_RUNS_DIR, RunConfig, load_run, register_demo_runs, resolve_config, train_run
+
+TINY = RunConfig(width=8, body_widths=(8, 8), steps=30, batch_size=32, lr=0.5, crops_per_image=20, snapshots=4)
+"""A tiny net on 220 crops: seconds per run, and the first layer still moves decisively."""
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """One tiny run saved with checkpoints (shared by the read-only tests below)."""
+    return train_run(TINY, tmp_path_factory.mktemp("runs") / "tiny")
+
+
+def test_training_is_deterministic_under_a_seed() -> None:
+    short = dataclasses.replace(TINY, steps=6, snapshots=3, labels="random")
+    first, again = train_run(short), train_run(short)
+    assert first.steps == again.steps == [0, 1, 6]
+    for step in first.steps:
+        np.testing.assert_array_equal(again.snapshots[step], first.snapshots[step])
+    assert again.history.train_loss == first.history.train_loss
+    assert again.history.val_accuracy == first.history.val_accuracy
+    other = train_run(dataclasses.replace(short, seed=1, steps=1))
+    assert not np.array_equal(other.snapshots[0], first.snapshots[0])
+
+
+def test_a_short_run_moves_the_profile_away_from_init_toward_the_theory(saved) -> None:
+    assert saved.steps == [0, 1, 5, 30]
+    traj = run_trajectory(saved)
+    assert traj.raw_r[-1] > traj.raw_r[0] + 0.3  # the raw weights' fit rises …
+    assert traj.raw_r[-1] > 0.8
+    assert traj.vs_init[-1] < 0.6  # … as the profile leaves the (flat) initial one
+    assert np.all(traj.r[1:] > 0.9)  # the update w_t − w_0 follows the theory from the first steps
+
+
+def test_a_frozen_first_layer_stays_at_its_initialization(tmp_path) -> None:
+    run = train_run(dataclasses.replace(TINY, freeze_first=True, steps=10), tmp_path / "frozen")
+    for step in run.steps:
+        np.testing.assert_array_equal(run.snapshots[step], run.init_weights)
+    init, final = (load_state_dict(tmp_path / "frozen" / f"{w}.safetensors").tensors for w in ("init", "final"))
+    assert torch.equal(init["features.0.weight"], final["features.0.weight"])
+    assert not torch.equal(init["features.4.weight"], final["features.4.weight"])  # the rest did train
+    assert np.isnan(run_trajectory(run).r).all()  # nothing moved: no w − w₀ profile to fit
+
+
+def test_cancelling_keeps_what_was_trained(tmp_path) -> None:
+    calls, messages = [], []
+    run = train_run(dataclasses.replace(TINY, steps=200), tmp_path / "cancelled",
+                    should_stop=lambda: calls.append(1) or len(calls) >= 4,
+                    progress=lambda f, m: messages.append((f, m)))
+    assert run.history.stopped_early and run.steps[-1] == 4 and run.history.steps[-1] == 4
+    assert load_run(tmp_path / "cancelled").history.stopped_early
+    assert any("step 2/200" in m for _, m in messages) and messages[-1][0] == 1.0
+
+
+def test_run_folders_round_trip_and_open_in_the_other_pages(saved) -> None:
+    loaded = load_run(saved.path)
+    assert loaded.config == TINY and loaded.classes == saved.classes
+    assert loaded.history.val_accuracy == saved.history.val_accuracy
+    for step in saved.steps:
+        np.testing.assert_array_equal(loaded.snapshots[step], saved.snapshots[step])
+    np.testing.assert_allclose(loaded.pca.lambdas, saved.pca.lambdas)
+    spec, overrides = loaded.weights_spec()
+    model = load_model(spec, input_overrides=overrides)
+    assert model.weights_only and model.input_config.input_size == 32
+    np.testing.assert_array_equal(model.state_dict["features.0.weight"].numpy(), saved.final_weights)
+    net = build_net(loaded.config.arch, **loaded.arch_kwargs)
+    load_into(net, load_state_dict(loaded.checkpoint("init")).tensors, "init")  # strict: same architecture
+    np.testing.assert_array_equal(net.features[0].weight.detach().numpy(), saved.init_weights)
+    document = json.loads((loaded.checkpoint("final").parent / "run.json").read_text())
+    assert document["format"] == "filterlens-run/1" and document["provenance"]["trained_steps"] == 30
+
+
+def test_demo_registration_adds_lab_entries_and_keeps_the_others(saved, tmp_path) -> None:
+    manifest = tmp_path / "manifest.json"
+    shutil.copy(DEMO_DIR / "manifest.json", manifest)
+    before = {e["name"]: e for e in json.loads(manifest.read_text())["models"] if not e["name"].startswith("lab_")}
+    named = dataclasses.replace(saved, name="lab_tiny")
+    assert register_demo_runs([named], manifest) == ["lab_tiny", "lab_tiny_init"]
+    entries = {e["name"]: e for e in json.loads(manifest.read_text())["models"]}
+    assert {k: v for k, v in entries.items() if k in before} == before  # tiny_vgg entries untouched
+    assert entries["lab_tiny"]["init"] == "lab_tiny_init" and entries["lab_tiny_init"]["init"] is None
+    assert (tmp_path / entries["lab_tiny"]["file"]).resolve() == saved.checkpoint("final").resolve()
+    net = build_net(entries["lab_tiny"]["arch"], **entries["lab_tiny"]["arch_kwargs"])
+    load_into(net, load_state_dict(tmp_path / entries["lab_tiny"]["file"]).tensors, "lab_tiny")
+    with pytest.raises(DataError):
+        register_demo_runs([saved], manifest)  # only lab_* names are written
+
+
+def test_shipped_runs_are_registered_as_demo_models() -> None:
+    run = load_run(SHIPPED_RUNS_DIR / "lab_vgg_true_s0")
+    demo = load_model("demo:lab_vgg_true_s0")
+    assert demo.init_spec == "demo:lab_vgg_true_s0_init" and not demo.random_init
+    np.testing.assert_array_equal(demo.state_dict["features.0.weight"].numpy(), run.final_weights)
+    assert load_model("demo:lab_vgg_true_s0_init").random_init
+    assert demo.input_config == run.input_config
+
+
+def test_timm_architectures_train_with_their_own_first_layer() -> None:
+    config = resolve_config(dataclasses.replace(TINY, arch="timm:resnet10t", steps=2, batch_size=8, snapshots=2))
+    assert (config.width, config.first_kernel) == (24, 3)  # its stem, not the small-net defaults
+    run = train_run(config)
+    assert run.first_layer == "conv1.0" and run.init_weights.shape == (24, 3, 3, 3) and run.pca.dim == 27
+    with pytest.raises(ModelSpecError, match="32×32"):
+        resolve_config(dataclasses.replace(TINY, arch="timm:inception_v3"))
+    with pytest.raises(ModelSpecError):
+        RunConfig(arch="timm:resnet18", alpha=2.0)
+
+
+def test_cli_trains_a_run_folder_and_reports_json(tmp_path, capsys) -> None:
+    out = tmp_path / "cli"
+    args = ["train", "--width", "8", "--body-widths", "8", "8", "--steps", "6", "--batch-size", "16",
+            "--crops-per-image", "20", "--snapshots", "3", "--labels", "random", "--out", str(out), "--json",
+            str(tmp_path / "r.json"), "--quiet", "--no-checkpoints"]
+    assert main(args) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    entry = report["runs"][0]
+    assert entry["config"]["labels"] == "random" and entry["path"] == str(out)
+    assert [row["step"] for row in entry["trajectory"]] == [0, 1, 6]
+    assert {c["key"] for c in report["claims"]["claims"]} >= {"seeds", "true_vs_random", "theory_fit"}
+    assert load_run(out).checkpoint("final") is None and "theory fit r =" in capsys.readouterr().out
+    assert main(["train", "--arch", "not_a_net", "--out", str(tmp_path / "bad"), "--quiet"]) == 2
+
+
+def test_a_background_job_reports_live_snapshots_and_can_be_cancelled(tmp_path) -> None:
+    job = TrainingJob(dataclasses.replace(TINY, steps=5, snapshots=3), tmp_path / "job").start()
+    status = job.wait(timeout=600)
+    assert status.state == "done" and status.run.path == str(tmp_path / "job") and status.fraction == 1.0
+    assert sorted(status.snapshots) == status.run.steps and status.pca is not None
+    slow = TrainingJob(dataclasses.replace(TINY, steps=100_000), tmp_path / "slow").start()
+    slow.cancel()
+    status = slow.wait(timeout=600)
+    assert status.state == "cancelled" and status.error is None
