@@ -5,7 +5,9 @@ runs, and the claims of Chowers & Weiss (Tables 1–3, Fig. 2, App. D) measured 
   the raw w_t, each with the one-parameter theory fit (τ = ηt, Pearson r; Thm. 4.2), and Pearson(e(w_t), e(w_0)).
   The theory predicts that the fitted τ grows with t (τ = ηt); we report Spearman's ρ between step and τ.
 * Comparisons use pairs of runs whose configurations differ in exactly one factor (the training length may
-  differ: random labels train longer, as in the paper).
+  differ: random labels train longer, as in the paper). Since the theory makes the profile a function of ηt alone,
+  pairs are also compared at matched time (*proposed*, not in the paper): the final profile of the run with the
+  smaller fitted ηt against the other run's snapshot whose fitted ηt is closest.
 """
 
 from __future__ import annotations
@@ -244,6 +246,7 @@ class ClaimCheck(Result):
         ours, ours_sd: mean and sd over the pairs/runs (``None`` when no run tests it).
         n: number of pairs/runs.
         detail: the individual values, by run.
+        matched, matched_sd, matched_detail: pair claims only: the same pairs compared at matched ηt (proposed).
     """
 
     key: str
@@ -256,6 +259,9 @@ class ClaimCheck(Result):
     ours_sd: float | None
     n: int
     detail: str
+    matched: float | None = None
+    matched_sd: float | None = None
+    matched_detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -267,8 +273,10 @@ class ClaimSummary(Result):
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([{"claim": c.claim, "source": c.source, "paper": c.paper,
-                              "ours": _format(c.ours, c.ours_sd, c.n), "n": c.n, "measure": c.measure,
-                              "detail": c.detail} for c in self.claims])
+                              "ours": _format(c.ours, c.ours_sd, c.n), "n": c.n,
+                              "ours at matched ηt (proposed)": _format(c.matched, c.matched_sd, c.n) if c.matched_detail
+                              else "", "measure": c.measure, "detail": c.detail,
+                              "matched detail": c.matched_detail} for c in self.claims])
 
 
 def _format(mean: float | None, sd: float | None, n: int) -> str:
@@ -301,13 +309,22 @@ def _plain(run: Run, labels: str = "true") -> bool:
     return run.config.labels == labels and not run.config.manipulated and not run.config.freeze_first
 
 
-def _check(key: str, values: Sequence[tuple[str, float]]) -> ClaimCheck:
-    paper = PAPER_CLAIMS[key]
+def _mean_sd(values: Sequence[tuple[str, float]]) -> tuple[float | None, float | None, int, str]:
     finite = [v for _, v in values if np.isfinite(v)]
     detail = "; ".join(f"{name}: {value:+.3f}" for name, value in values)
+    if not finite:
+        return None, None, 0, detail
+    return float(np.mean(finite)), float(np.std(finite)), len(finite), detail
+
+
+def _check(key: str, values: Sequence[tuple[str, float]],
+           matched: Sequence[tuple[str, float]] | None = None) -> ClaimCheck:
+    paper = PAPER_CLAIMS[key]
+    ours, sd, n, detail = _mean_sd(values)
+    m, m_sd, _, m_detail = _mean_sd(matched or [])
     return ClaimCheck(key=key, claim=paper.claim, source=paper.source, paper=paper.paper, paper_value=paper.value,
-                      measure=paper.measure, ours=float(np.mean(finite)) if finite else None,
-                      ours_sd=float(np.std(finite)) if finite else None, n=len(finite), detail=detail)
+                      measure=paper.measure, ours=ours, ours_sd=sd, n=n, detail=detail, matched=m, matched_sd=m_sd,
+                      matched_detail=m_detail)
 
 
 def summarize_runs(runs: Sequence[Run], trajectories: dict[str, Trajectory] | None = None) -> ClaimSummary:
@@ -324,18 +341,24 @@ def summarize_runs(runs: Sequence[Run], trajectories: dict[str, Trajectory] | No
         return [(f"{a.name} vs {b.name}", pearson(moved[a.name], moved[b.name]))
                 for a, b in pairs_differing_in(runs, factor) if keep(a, b)]
 
+    def matched_values(factor: str, keep: Callable[[Run, Run], bool]) -> list[tuple[str, float]]:
+        return [_matched_time(a, b, traj, bases, moved) for a, b in pairs_differing_in(runs, factor) if keep(a, b)]
+
+    def pair_check(key: str, factor: str, keep: Callable[[Run, Run], bool]) -> ClaimCheck:
+        return _check(key, pair_values(factor, keep), matched_values(factor, keep))
+
     def per_run(keep: Callable[[Run], bool], value: Callable[[Trajectory], float]) -> list[tuple[str, float]]:
         return [(run.name, float(value(traj[run.name]))) for run in runs if keep(run)]
 
     labels_pair = {"true", "random"}
     checks = [
-        _check("seeds", pair_values("seed", lambda a, b: _plain(a) and _plain(b))),
-        _check("widths", pair_values("width", lambda a, b: _plain(a) and _plain(b))),
+        pair_check("seeds", "seed", lambda a, b: _plain(a) and _plain(b)),
+        pair_check("widths", "width", lambda a, b: _plain(a) and _plain(b)),
         _check("trained_vs_init", per_run(_plain, lambda t: t.vs_init[-1])),
-        _check("architectures", pair_values("arch", lambda a, b: _plain(a) and _plain(b))),
+        pair_check("architectures", "arch", lambda a, b: _plain(a) and _plain(b)),
         _check("random_vs_init", per_run(lambda r: _plain(r, "random"), lambda t: t.vs_init[-1])),
-        _check("true_vs_random", pair_values("labels", lambda a, b: {a.config.labels, b.config.labels} == labels_pair
-                                             and not a.config.manipulated and not a.config.freeze_first)),
+        pair_check("true_vs_random", "labels", lambda a, b: {a.config.labels, b.config.labels} == labels_pair
+                   and not a.config.manipulated and not a.config.freeze_first),
         _check("theory_fit", per_run(_plain, lambda t: t.r[-1])),
         _check("random_init_fit", _random_init_fits(runs, bases)),
         _check("eta_t_grows", per_run(_plain, lambda t: t.eta_t_trend)),
@@ -344,12 +367,29 @@ def summarize_runs(runs: Sequence[Run], trajectories: dict[str, Trajectory] | No
                            100 * (b.history.final_val_accuracy - a.history.final_val_accuracy))
                           for a, b in (sorted(p, key=lambda r: r.config.freeze_first)
                                        for p in pairs_differing_in(runs, "freeze_first"))]),
-        _check("d1_energy_labels", pair_values("labels", lambda a, b: {a.config.labels, b.config.labels}
-                                               == {"energy", "random"} and not a.config.manipulated)),
+        pair_check("d1_energy_labels", "labels", lambda a, b: {a.config.labels, b.config.labels}
+                   == {"energy", "random"} and not a.config.manipulated),
         _check("d2_modified_spectrum", [(f"{run.name} (unmodified spectrum: {traj[run.name].reference_r[-1]:+.3f})",
                                          traj[run.name].r[-1]) for run in runs if run.config.manipulated]),
     ]
     return ClaimSummary(claims=tuple(checks), runs=tuple(run.name for run in runs))
+
+
+def _matched_time(a: Run, b: Run, traj: dict[str, Trajectory], bases: dict[int, PatchPCA],
+                  moved: dict[str, np.ndarray]) -> tuple[str, float]:
+    """Pearson r at matched ηt (proposed): the final w−w₀ profile of the pair's run with the smaller fitted ηt
+    against the other run's snapshot whose fitted ηt is closest to it (in log ηt)."""
+    final = {run.name: traj[run.name].eta_t[-1] for run in (a, b)}
+    if not all(np.isfinite(v) and v > 0 for v in final.values()):
+        return f"{a.name} vs {b.name}", float("nan")
+    early, late = sorted((a, b), key=lambda run: final[run.name])
+    taus = traj[late.name].eta_t
+    valid = np.flatnonzero(np.isfinite(taus) & (taus > 0))
+    index = valid[np.argmin(np.abs(np.log(taus[valid]) - np.log(final[early.name])))]
+    step = int(traj[late.name].steps[index])
+    pca = bases[data_pca(late).dim]
+    profile = energy_profile(late.snapshots[step] - late.init_weights, pca)
+    return f"{early.name} (end) vs {late.name} (step {step})", pearson(moved[early.name], profile)
 
 
 def _random_init_fits(runs: Sequence[Run], bases: dict[int, PatchPCA]) -> list[tuple[str, float]]:

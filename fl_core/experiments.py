@@ -19,6 +19,8 @@ from fl_core.runs import Run, RunConfig, list_runs, load_run, train_run
 
 RANDOM_LABEL_STEPS = 800
 """Random labels are learnt much more slowly (the authors train 100 epochs instead of 30): 2× the default steps."""
+LONG_RANDOM_STEPS = 4000
+"""One longer random-label run (10× the default) shows how far the layer leaves its initialization with time."""
 D1_COMPONENTS = (15, 2)
 """App. D.1: component 15 (Fig. 8a) and a high-variance one that every first layer learns anyway."""
 D2_COMPONENT, D2_ALPHA = 15, 4.0
@@ -47,6 +49,11 @@ SUITES: dict[str, tuple[SuiteRun, ...]] = {
         *(SuiteRun(f"lab_vgg_energy{c}_s0", dataclasses.replace(BASE, labels="energy", label_component=c))
           for c in D1_COMPONENTS),
         SuiteRun("lab_vgg_alpha_true_s0", dataclasses.replace(BASE, alpha=D2_ALPHA, alpha_component=D2_COMPONENT)),
+        SuiteRun("lab_vgg_true_s2", dataclasses.replace(BASE, seed=2)),
+        SuiteRun("lab_vgg_true_w16", dataclasses.replace(BASE, width=16)),
+        SuiteRun("lab_vgg_random_s1", dataclasses.replace(RANDOM, seed=1)),
+        SuiteRun("lab_vgg_alpha_random_s0", dataclasses.replace(RANDOM, alpha=D2_ALPHA, alpha_component=D2_COMPONENT)),
+        SuiteRun("lab_vgg_random_long_s0", dataclasses.replace(RANDOM, steps=LONG_RANDOM_STEPS)),
     ),
     "quick": (
         SuiteRun("lab_vgg_true_s0", BASE),

@@ -128,20 +128,25 @@ def show_claims(runs: list[Run]) -> None:
     st.subheader("The paper's claims, measured on these runs")
     summary = get_claims(runs)
     st.caption("Pairs are found by configuration: two runs that differ in exactly one factor (seed, width, "
-               "architecture, labels, frozen first layer). Paper values are for VGG11 on CIFAR10/CIFAR100/CelebA.")
+               "architecture, labels, frozen first layer; the number of steps aside). Paper values are for VGG11 on "
+               "CIFAR10/CIFAR100/CelebA. *Matched ηt* (our proposal, not the paper's protocol) compares a pair at the "
+               "same fitted training time: the theory says the profile depends on ηt only, so runs of different "
+               "lengths are compared where they have trained equally far.")
     frame = summary.to_frame()
     st.dataframe(frame, width="stretch", hide_index=True)
     downloads("training_lab_claims", frame=frame, data=summary.to_dict())
     plot_with_explanation(
         claims_figure(summary),
-        "Our measurements (dots, mean ± sd over runs or pairs) next to the paper's CIFAR10 values (diamonds). "
+        "Our measurements (dots, mean ± sd over runs or pairs; triangles: pairs at matched ηt) next to the "
+        "paper's CIFAR10 values (diamonds). "
         "High agreement across seeds, widths, architectures and labels, low agreement with the initialization and "
         "a good theory fit are the paper's qualitative table.", "training_lab_claims_figure")
     corr = get_correlations(runs)
     plot_with_explanation(
         run_correlation_figure(corr),
         "Pearson correlation between the final profiles (w_T − w_0) of every pair of runs, measured in one patch "
-        f"PCA ({corr.basis}). Paper: > 0.98 across seeds and widths, about 0.9 between true and random labels.",
+        f"PCA ({corr.basis}). Paper: > 0.98 across seeds and widths, about 0.9 between true and random labels. "
+        "A frozen first layer never moves, so it has no w_T − w_0 profile (blank row).",
         "training_lab_consistency", frame=corr.to_frame().reset_index(names="run"))
 
 
@@ -152,7 +157,8 @@ def browse(root, empty_message: str) -> None:
         return
     names = [run.name for run in runs]
     wanted = page_param("run", DEFAULT_RUN)
-    name = st.selectbox("Run", names, index=names.index(wanted) if wanted in names else 0, key="lab_run")
+    fallback = names.index(DEFAULT_RUN) if DEFAULT_RUN in names else 0
+    name = st.selectbox("Run", names, index=names.index(wanted) if wanted in names else fallback, key="lab_run")
     if name != wanted:
         set_page_param("run", name)
     show_run(runs[names.index(name)])

@@ -188,7 +188,7 @@ def fake_run(name: str, config: RunConfig, snapshots: dict[int, np.ndarray], pca
 
 def test_claims_pair_runs_by_configuration_and_match_direct_correlations(pca) -> None:
     base = RunConfig()
-    early, late = planted_snapshots(pca, [0.05], seed=0), planted_snapshots(pca, [5.0], seed=1)
+    early, late = planted_snapshots(pca, [0.05], seed=0), planted_snapshots(pca, [0.05, 5.0], seed=1)
     runs = [fake_run("true_s0", base, early, pca, 0.80),
             fake_run("true_s1", dataclasses.replace(base, seed=1), planted_snapshots(pca, [0.06], seed=2), pca),
             fake_run("random_s0", dataclasses.replace(base, labels="random", steps=3000), late, pca),
@@ -204,6 +204,9 @@ def test_claims_pair_runs_by_configuration_and_match_direct_correlations(pca) ->
 
     assert claims["seeds"].ours == pytest.approx(r("true_s0", "true_s1")) and claims["seeds"].n == 1
     assert claims["true_vs_random"].ours == pytest.approx(r("true_s0", "random_s0"))
+    assert claims["true_vs_random"].ours < 0.9  # final profiles at ηt = 0.05 and 5: different times
+    assert claims["true_vs_random"].matched == pytest.approx(1.0, abs=1e-6)  # random_s0 at its ηt = 0.05 step
+    assert "random_s0 (step 10)" in claims["true_vs_random"].matched_detail
     assert claims["frozen"].ours == pytest.approx(-6.0)  # 74 % frozen vs 80 % trained, in points
     assert claims["theory_fit"].ours == pytest.approx(1.0, abs=1e-6) and claims["theory_fit"].n == 2
     assert claims["widths"].ours is None and claims["widths"].n == 0

@@ -52,13 +52,13 @@ def trajectory_figure(traj: Trajectory, subtract_init: bool = True, start: int |
     play = dict(label="▶ play", method="animate", args=[None, dict(frame=dict(duration=600, redraw=True),
                                                                    fromcurrent=False, transition=dict(duration=0))])
     pause = dict(label="❚❚", method="animate", args=[[None], dict(mode="immediate", frame=dict(duration=0))])
-    fig.update_layout(title=_step_title(traj, start), height=480, margin=dict(l=10, r=10, t=50, b=10),
+    fig.update_layout(title=_step_title(traj, start), height=540, margin=dict(l=10, r=10, t=90, b=10),
                       xaxis_title="PCA component (1 = largest variance)", yaxis_title="energy e_i (max-normalized)",
-                      legend=dict(orientation="h", y=-0.35),
-                      updatemenus=[dict(type="buttons", buttons=[play, pause], x=0, y=1.12, xanchor="left",
-                                        direction="left", showactive=False)],
-                      sliders=[dict(active=start, steps=steps, currentvalue=dict(prefix="step "), y=-0.08,
-                                    pad=dict(t=30))])
+                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
+                      updatemenus=[dict(type="buttons", buttons=[play, pause], x=0, y=-0.2, xanchor="left",
+                                        yanchor="top", direction="left", showactive=False, pad=dict(t=10))],
+                      sliders=[dict(active=start, steps=steps, currentvalue=dict(prefix="step "), x=0.16, len=0.84,
+                                    y=-0.2, yanchor="top", pad=dict(t=10))])
     fig.update_yaxes(type="log", range=[np.log10(MIN_ENERGY), 0.1])
     return fig
 
@@ -125,6 +125,10 @@ def claims_figure(summary: ClaimSummary) -> go.Figure:
     fig.add_trace(go.Scatter(x=[c.ours for c in rows], y=names, mode="markers", name="ours (mean ± sd)",
                              marker=dict(color=color(0), size=11),
                              error_x=dict(type="data", array=[c.ours_sd or 0 for c in rows], visible=True)))
+    matched = [c for c in rows if c.matched is not None]
+    fig.add_trace(go.Scatter(x=[c.matched for c in matched], y=[c.claim for c in matched], mode="markers",
+                             name="ours at matched ηt (proposed)", marker=dict(color=color(2), size=9,
+                                                                                 symbol="triangle-up")))
     published = [c for c in rows if c.paper_value is not None]
     fig.add_trace(go.Scatter(x=[c.paper_value for c in published], y=[c.claim for c in published], mode="markers",
                              name="paper (CIFAR10)", marker=dict(color=color(1), size=11, symbol="diamond-open",
