@@ -81,11 +81,13 @@ def suite_runs(suite: str, *, images: str = "bundled", max_images: int | None = 
 
 
 def run_suite(runs: Sequence[SuiteRun], root: str | Path, *, device=None, resume: bool = True,
-              progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
-              log: Callable[[str], None] | None = None) -> list[Run]:
-    """Train every run of a suite into ``root/<name>`` (checkpoints only for ``demo`` runs).
+              save_checkpoints: bool | None = None, progress: Progress | None = None,
+              should_stop: Callable[[], bool] | None = None, log: Callable[[str], None] | None = None) -> list[Run]:
+    """Train every run of a suite into ``root/<name>``.
 
     With ``resume``, a run folder that already holds a run of the same configuration is loaded, not retrained.
+    ``save_checkpoints``: write full checkpoints for every run (True), none (False), or only for the ``demo`` runs
+    (``None``: what ships in ``assets/runs``).
     """
     root = Path(root)
     done: list[Run] = []
@@ -97,7 +99,8 @@ def run_suite(runs: Sequence[SuiteRun], root: str | Path, *, device=None, resume
             done.append(existing)
             continue
         started = time.perf_counter()
-        done.append(train_run(item.config, folder, name=item.name, device=device, save_checkpoints=item.demo,
+        checkpoints = item.demo if save_checkpoints is None else save_checkpoints
+        done.append(train_run(item.config, folder, name=item.name, device=device, save_checkpoints=checkpoints,
                               progress=step, should_stop=should_stop))
         if log is not None:
             log(f"{item.name}: {time.perf_counter() - started:.0f} s, validation accuracy "

@@ -97,7 +97,8 @@ def run(args: argparse.Namespace, progress) -> TrainReport:
     if args.suite:
         items = suite_runs(args.suite, images=args.images, max_images=args.max_images,
                            crops_per_image=args.crops_per_image, steps_scale=args.steps_scale)
-        runs = run_suite(items, args.out or user_runs_dir() / args.suite, device=args.device, progress=progress)
+        runs = run_suite(items, args.out or user_runs_dir() / args.suite, device=args.device,
+                         save_checkpoints=not args.no_checkpoints, progress=progress)
     else:
         config = config_from_args(args)
         runs = [train_run(config, args.out or user_runs_dir() / config.slug(), device=args.device,

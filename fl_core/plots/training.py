@@ -57,7 +57,8 @@ def trajectory_figure(traj: Trajectory, subtract_init: bool = True, start: int |
                       legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
                       updatemenus=[dict(type="buttons", buttons=[play, pause], x=0, y=-0.2, xanchor="left",
                                         yanchor="top", direction="left", showactive=False, pad=dict(t=10))],
-                      sliders=[dict(active=start, steps=steps, currentvalue=dict(prefix="step "), x=0.16, len=0.84,
+                      sliders=[dict(active=start, steps=steps, currentvalue=dict(prefix="step ", xanchor="right"),
+                                    x=0.16, len=0.84,
                                     y=-0.2, yanchor="top", pad=dict(t=10))])
     fig.update_yaxes(type="log", range=[np.log10(MIN_ENERGY), 0.1])
     return fig
