@@ -290,19 +290,21 @@ class RunInputs:
 def run_inputs(config: RunConfig) -> RunInputs:
     """Crops, label variant, input map and patch PCA(s) of a configuration (PCAs cached across runs)."""
     data = crop_dataset(config.images, config.max_images, config.crops_per_image)
-    stride = config.patch_stride
-    base = _data_pca(config.images, config.max_images, config.crops_per_image, config.first_kernel, stride, 1.0, 0)
-    prepare: Callable[[torch.Tensor], torch.Tensor] = data.normalize
-    pca, reference = base, None
-    if config.manipulated:
-        scaling = TileScaling.from_pca(base, config.alpha_component, config.alpha)
-        prepare = T.Compose([data.normalize, scaling])
-        pca = _data_pca(config.images, config.max_images, config.crops_per_image, config.first_kernel, stride,
-                        config.alpha, config.alpha_component)
-        reference = base
+    key = (config.images, config.max_images, config.crops_per_image, config.first_kernel, config.patch_stride)
+    base = _data_pca(*key, 1.0, 0)
+    prepare = _input_map(data, base, config.alpha, config.alpha_component)
+    pca = _data_pca(*key, config.alpha, config.alpha_component) if config.manipulated else base
     labels = label_variant(data, config.labels, seed=config.seed, pca=base, component=config.label_component,
                            prepare=prepare)
-    return RunInputs(data=data, labels=labels, prepare=prepare, pca=pca, reference_pca=reference)
+    return RunInputs(data=data, labels=labels, prepare=prepare, pca=pca,
+                     reference_pca=base if config.manipulated else None)
+
+
+def _input_map(data: CropData, base: PatchPCA, alpha: float, component: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Normalize, then (App. D.2, α ≠ 1) scale ``component`` of ``base`` in every tile."""
+    if alpha == 1.0:
+        return data.normalize
+    return T.Compose([data.normalize, TileScaling.from_pca(base, component, alpha)])
 
 
 @lru_cache(maxsize=16)
@@ -310,11 +312,8 @@ def _data_pca(images: str, max_images: int | None, crops_per_image: int | None, 
               alpha: float, component: int) -> PatchPCA:
     """Patch PCA of the crops (after the App. D.2 map along ``component`` when α ≠ 1), cached per data set."""
     data = crop_dataset(images, max_images, crops_per_image)
-    prepare: Callable[[torch.Tensor], torch.Tensor] = data.normalize
-    if alpha != 1.0:
-        base = _data_pca(images, max_images, crops_per_image, kernel, stride, 1.0, 0)
-        prepare = T.Compose([data.normalize, TileScaling.from_pca(base, component, alpha)])
-    return crops_pca(data, kernel, prepare, stride=stride)
+    base = _data_pca(images, max_images, crops_per_image, kernel, stride, 1.0, 0) if alpha != 1.0 else None
+    return crops_pca(data, kernel, _input_map(data, base, alpha, component), stride=stride)
 
 
 def train_run(config: RunConfig, out: str | Path | None = None, *, name: str | None = None, device=None,

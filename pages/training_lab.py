@@ -224,7 +224,7 @@ def show_job(job: TrainingJob) -> None:
         if not status.finished:
             st.button("■ Cancel", key="lab_cancel", on_click=job.cancel,
                       help="Stop after the current step; what was trained so far is kept.")
-        if status.pca is not None and len(status.snapshots) >= 2:
+        if not status.finished and status.pca is not None and len(status.snapshots) >= 2:
             traj = snapshot_trajectory(job.folder.name, status.snapshots, status.pca, status.reference_pca)
             st.plotly_chart(trajectory_figure(traj, not job.config.freeze_first), width="stretch",
                             key="lab_live_profile")

@@ -61,6 +61,17 @@ def test_a_frozen_first_layer_stays_at_its_initialization(tmp_path) -> None:
     assert np.isnan(run_trajectory(run).r).all()  # nothing moved: no w − w₀ profile to fit
 
 
+def test_appendix_d_runs_train_on_the_manipulated_input_and_energy_labels() -> None:
+    d2 = train_run(dataclasses.replace(TINY, steps=2, snapshots=2, alpha=3.0, alpha_component=4))
+    assert d2.arch_kwargs["first_stride"] == 3 and d2.arch_kwargs["first_padding"] == 0  # it sees the tiles
+    predicted = d2.reference_pca.with_scaled_component(3, 3.0)
+    np.testing.assert_allclose(d2.pca.lambdas, predicted.lambdas, rtol=1e-4)  # the theory's modified spectrum
+    assert run_trajectory(d2).reference_r is not None
+    d1 = train_run(dataclasses.replace(TINY, steps=2, snapshots=2, labels="energy", label_component=15))
+    assert len(d1.classes) == 10 and d1.provenance["chance_accuracy"] == pytest.approx(0.1, abs=0.01)
+    assert len(d1.provenance["energy_decile_cuts"]) == 9
+
+
 def test_cancelling_keeps_what_was_trained(tmp_path) -> None:
     calls, messages = [], []
     run = train_run(dataclasses.replace(TINY, steps=200), tmp_path / "cancelled",
