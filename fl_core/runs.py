@@ -404,7 +404,7 @@ def save_run(run: Run, folder: str | Path, states: tuple[dict, dict] | None = No
         save_state_dict(states[0], folder / "init.safetensors")
         save_state_dict(states[1], folder / "final.safetensors")
     run = dataclasses.replace(run, path=str(folder))
-    document = {"format": RUN_FORMAT, **run.to_dict()}
+    document = {"format": RUN_FORMAT, **{k: v for k, v in run.to_dict().items() if k != "path"}}  # movable
     (folder / "run.json").write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
     return run
 
