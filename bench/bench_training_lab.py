@@ -1,6 +1,6 @@
 """Benchmark of the Training Lab's hot paths, printed as ratios measured in one run.
 
-    python bench/bench_training_lab.py [--steps 200] [--device cpu]
+    python bench/bench_training_lab.py [--steps 400] [--device cpu]
 
 * ``trainer``: :func:`fl_core.train.train_classifier` with the lab's snapshots, progress reports and evaluations vs a
   bare SGD loop over the same model, data and batches (target: ≤ 1.15×);
@@ -74,7 +74,7 @@ def bench_fit() -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=RunConfig().steps)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     device = resolve_device(args.device)
