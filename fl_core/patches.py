@@ -141,6 +141,8 @@ class PatchStatistics:
         eigvals, eigvecs = torch.linalg.eigh(self.covariance().double().cpu())
         order = torch.argsort(eigvals, descending=True)
         eigvals, eigvecs = eigvals[order].clamp_min(0), eigvecs[:, order]
+        if not eigvals[0] > 0:
+            raise AnalysisError("The patches do not vary (the images are flat colour): pick images with texture.")
         components = _fix_signs(eigvecs.T)
         kernel = (self._channels, *self.kernel_size)
         return PatchPCA(components=components.numpy(), lambdas=eigvals.sqrt().numpy(),

@@ -402,6 +402,8 @@ def test_app_refuses_a_bad_image_upload_and_keeps_the_image_source(tmp_path: Pat
     app.file_uploader(key="img_upload").set_value([("red.png", _png(), "image/png")]).run()
     assert not app.exception and not app.sidebar.error
     assert Path(app.session_state["selection"].images).name.startswith("images-")
+    assert [e.value for e in app.main.error] == [  # a flat image is accepted, and the page says why it shows nothing
+        "The patches do not vary (the images are flat colour): pick images with texture."]
 
 
 def test_a_shared_server_refuses_paths_outside_its_data_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
