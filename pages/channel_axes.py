@@ -75,7 +75,8 @@ with user_errors():
         n_evaluation = s2.number_input("Evaluation images", 16, 20000, _int_param("axes_neval", 128), step=16,
                                        help="Held-out images for lesions and pruning accuracy.")
         finetune = s3.number_input("Recovery fine-tune steps", 0, 500, _int_param("axes_ft", 0), step=10,
-                                   help="SGD steps on the calibration images after each pruning (0 = none).")
+                                   help="SGD steps after each pruning that distil the intact network back into the "
+                                        "pruned one on the calibration images (proposed; 0 = none).")
         lesions = st.multiselect("Interventions", LESION_KINDS, default=list(LESION_KINDS),
                                  format_func={"mean": "mean-ablation", "zero": "zero-ablation",
                                               "replace": "peer replacement"}.get,

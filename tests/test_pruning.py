@@ -13,7 +13,14 @@ from fl_core.axes import auc_accuracy_vs_flops
 from fl_core.calibration import LabelledInputs
 from fl_core.errors import AnalysisError
 from fl_core.models import load_model
-from fl_core.pruning import LayerPruner, PruningSettings, lowest_first, prune_curves, removal_counts
+from fl_core.pruning import (
+    LayerPruner,
+    PruningSettings,
+    lowest_first,
+    prune_curves,
+    recovery_finetune,
+    removal_counts,
+)
 
 from .planted_nets import duplicate_world
 
@@ -152,3 +159,17 @@ def test_mean_compensated_removal_acts_like_mean_ablation() -> None:
                                           compensate_mean=False), device=CPU, means=np.ones(5), readers=("head",))
     assert kept.curves["peer_r2"].accuracy[1] > zeroed.curves["peer_r2"].accuracy[1] + 0.3
     assert "folded into head" in kept.notes[0] and "switched off" in zeroed.notes[0]
+
+
+def test_recovery_fine_tune_leaves_the_intact_network_unchanged() -> None:
+    """The fine-tune distils the intact network: with nothing pruned it is a fixed point, so it can only pull a pruned
+    copy back toward the original (hard labels would move it)."""
+    loaded, data = duplicate_world(n_calibration=64, n_evaluation=8)
+    x, _ = data.calibration.head(64)
+    with torch.no_grad():
+        teacher = loaded.model(x)
+    settings = PruningSettings(finetune_steps=20, finetune_lr=0.01, finetune_batch=16)
+    for target, should_move in ((teacher, False), (torch.roll(teacher, 1, dims=1), True)):
+        model = recovery_finetune(loaded.copy_model().eval(), x, target, settings, CPU)
+        same = all(torch.allclose(loaded.state_dict[k], v, atol=1e-5) for k, v in model.state_dict().items())
+        assert same != should_move

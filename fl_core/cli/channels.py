@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--fractions", type=float, nargs="+", default=[0.125, 0.25, 0.5, 0.75],
                        help="fractions of the layer's channels removed")
     group.add_argument("--finetune-steps", type=int, default=20, help="recovery fine-tune steps (0 = none)")
-    group.add_argument("--finetune-lr", type=float, default=0.01, help="fine-tune step size")
+    group.add_argument("--finetune-lr", type=float, default=1e-3, help="fine-tune SGD step size")
     group.add_argument("--no-mean-compensation", action="store_true",
                        help="remove channels without folding their calibration means into the layers reading them")
     group = parser.add_argument_group("initialization")
