@@ -18,9 +18,10 @@ from torchvision import transforms
 
 from fl_core.cli import main
 from fl_core.depthwise import depthwise_bank
-from fl_core.evaluate import imagenet_wnids, map_tree_classes, rescore
+from fl_core.evaluate import fold_batchnorm, folded_patch, imagenet_wnids, map_tree_classes, rescore
 from fl_core.images import bundled_images, folder_images
-from fl_core.swap import swap_filters
+from fl_core.models import load_model
+from fl_core.swap import parameter_patch, swap_filters, swapped_model
 
 from .test_masterkeys import tiny_loaded
 
@@ -85,6 +86,41 @@ def test_mobilenet_original_vs_every_swap(mobilenet, imagenet_sample):
         assert scores[name].kl > 0 and 0.3 < scores[name].relative_error < 0.5
         assert scores[name].delta_top1 == pytest.approx(scores[name].top1 - result.top1)
     assert scores["random"].loss > max(scores[name].loss for name in names[:6])
+
+
+def test_folding_batchnorm_keeps_the_outputs_and_swaps_the_same_filters():
+    loaded = load_model("torchvision:mobilenet_v2")  # random init; its BatchNorms get trained-like statistics
+    model = loaded.copy_model().eval()
+    generator = torch.Generator().manual_seed(0)
+    for bn in (m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)):
+        for tensor in (bn.running_mean, bn.weight, bn.bias):
+            tensor.data = torch.randn(tensor.shape, generator=generator) * 0.5
+        bn.running_var.data = torch.rand(bn.running_var.shape, generator=generator) + 0.5
+    loaded = dataclasses.replace(loaded, model=model, state_dict=model.state_dict())
+    folded = loaded.copy_model().eval()
+    scales = fold_batchnorm(folded)
+    assert len(scales) == 52 and not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+    x = torch.randn(2, 3, 64, 64, generator=generator)
+    with torch.no_grad():
+        assert torch.allclose(folded(x), model(x), rtol=1e-4, atol=1e-4)
+        swap = swap_filters(depthwise_bank(loaded), "B")
+        for key, tensor in folded_patch(parameter_patch(folded, swap), scales).items():
+            folded.get_parameter(key).copy_(tensor)
+        assert torch.allclose(folded(x), swapped_model(loaded, swap)(x), rtol=1e-4, atol=1e-4)
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())  # the original is untouched
+
+
+def test_an_untraceable_model_is_scored_unfolded():
+    class DataDependent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return self.bn(self.conv(x)) if x.sum() > 0 else x
+
+    model = DataDependent().eval()
+    assert fold_batchnorm(model) == {} and isinstance(model.bn, torch.nn.BatchNorm2d)
 
 
 def tiny_tree(root: Path) -> Path:

@@ -43,7 +43,7 @@ def reconstruction_figure(swaps: Sequence[FilterSwap]) -> go.Figure:
                                  name=f"{swap.replacement} (all: {swap.relative_error:.2f})",
                                  line=dict(color=color(i)),
                                  hovertemplate="%{x}<br>‖W−Ŵ‖/‖W‖ = %{y:.3f}<extra>" + swap.replacement + "</extra>"))
-    fig.update_layout(title="How much each layer's filters change", xaxis_title="depthwise layer (forward order)",
+    fig.update_layout(title="How much each layer's filters change (depthwise layers in forward order)",
                       yaxis_title="relative error ‖W − Ŵ‖ / ‖W‖", height=400, margin=dict(l=10, r=10, t=50, b=10),
                       legend=dict(orientation="h", y=-0.35))
     return fig
