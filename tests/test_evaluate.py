@@ -98,9 +98,9 @@ def test_folding_batchnorm_keeps_the_outputs_and_swaps_the_same_filters():
         bn.running_var.data = torch.rand(bn.running_var.shape, generator=generator) + 0.5
     loaded = dataclasses.replace(loaded, model=model, state_dict=model.state_dict())
     folded = loaded.copy_model().eval()
-    scales = fold_batchnorm(folded)
-    assert len(scales) == 52 and not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
     x = torch.randn(2, 3, 64, 64, generator=generator)
+    scales = fold_batchnorm(folded, x)
+    assert len(scales) == 52 and not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
     with torch.no_grad():
         assert torch.allclose(folded(x), model(x), rtol=1e-4, atol=1e-4)
         swap = swap_filters(depthwise_bank(loaded), "B")
@@ -110,17 +110,23 @@ def test_folding_batchnorm_keeps_the_outputs_and_swaps_the_same_filters():
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())  # the original is untouched
 
 
-def test_an_untraceable_model_is_scored_unfolded():
-    class DataDependent(torch.nn.Module):
+def test_a_conv_output_read_twice_is_not_folded():
+    class ReadTwice(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.conv, self.bn = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)
+            self.bn.running_mean.fill_(0.5)
 
         def forward(self, x):
-            return self.bn(self.conv(x)) if x.sum() > 0 else x
+            y = self.conv(x)
+            return self.bn(y) + y
 
-    model = DataDependent().eval()
-    assert fold_batchnorm(model) == {} and isinstance(model.bn, torch.nn.BatchNorm2d)
+    model = ReadTwice().eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        before = model(x)
+        assert fold_batchnorm(model, x) == {}  # the pair is found, but folding would change the sum: undone
+        assert isinstance(model.bn, torch.nn.BatchNorm2d) and torch.equal(model(x), before)
 
 
 def tiny_tree(root: Path) -> Path:
