@@ -7,9 +7,9 @@
 * Classes: tree folders are mapped onto model outputs by ImageNet-1k wnid, else by the model's class names, else by
   sorted position when the counts agree; otherwise there is no accuracy, only agreement with the original model
   (:func:`map_tree_classes`, which says what it did and warns when tree and model disagree).
-* Inference copy: every eval-mode ``BatchNorm2d`` that reads a conv's output is folded into that conv
-  (:func:`fold_batchnorm`; about 1.4× faster for MobileNetV2 on CPU), and swapped filters are scaled the same way,
-  so the numbers are those of the unfolded network up to float rounding.
+* Inference copy: every eval-mode BatchNorm (also timm's ``BatchNormAct2d``) that reads a conv's output is folded into
+  that conv (:func:`fold_batchnorm`; about 1.4× faster for MobileNetV2 on CPU), and swapped filters are scaled the
+  same way, so the numbers are those of the unfolded network up to float rounding.
 * Variants: the original and every swap run on each decoded batch, by copying the swapped tensors into one private
   copy of the model before each forward pass, so decoding is shared by all variants.
 * Per variant: top-1, top-5, mean cross-entropy (labelled images), the top-1 agreement with the original and the
@@ -282,8 +282,19 @@ def _batch_tally(logits: torch.Tensor, labels: torch.Tensor, reference: torch.Te
         kl.sum()])
 
 
+def _unfolded_rest(norm: nn.Module) -> nn.Module | None:
+    """What is left of a BatchNorm module once its affine map is folded into the conv before it (eval mode): nothing
+    for ``nn.BatchNorm2d``, the dropout and activation for timm's ``BatchNormAct2d``; ``None`` for anything else."""
+    if type(norm) is nn.BatchNorm2d:
+        return nn.Identity()
+    if type(norm).__name__ == "BatchNormAct2d" and isinstance(norm, nn.BatchNorm2d):
+        return nn.Sequential(norm.drop, norm.act)
+    return None
+
+
 def conv_batchnorm_pairs(model: nn.Module, example: torch.Tensor) -> list[tuple[str, str]]:
-    """(conv, BN) module names where an exact ``nn.BatchNorm2d`` reads an ``nn.Conv2d``'s output unchanged.
+    """(conv, BN) module names where a foldable BatchNorm (:func:`_unfolded_rest`) reads an ``nn.Conv2d``'s output
+    unchanged.
 
     Found with forward hooks on one pass over ``example`` (not torch.fx: tracing patches ``nn.Module.__call__`` for
     every thread, which a shared server cannot allow). Modules called more than once are left out.
@@ -310,7 +321,7 @@ def conv_batchnorm_pairs(model: nn.Module, example: torch.Tensor) -> list[tuple[
     for name, module in model.named_modules():
         if type(module) is nn.Conv2d:
             handles.append(module.register_forward_hook(after_conv(name)))
-        elif type(module) is nn.BatchNorm2d and module.running_mean is not None:
+        elif _unfolded_rest(module) is not None and module.running_mean is not None:
             handles.append(module.register_forward_pre_hook(before_bn(name)))
     try:
         with torch.no_grad():
@@ -324,7 +335,8 @@ def conv_batchnorm_pairs(model: nn.Module, example: torch.Tensor) -> list[tuple[
 def fold_batchnorm(model: nn.Module, example: torch.Tensor) -> dict[str, torch.Tensor]:
     """Fold each eval-mode BatchNorm of :func:`conv_batchnorm_pairs` into its conv, in place (use on a private copy).
 
-    W ← s·W, b ← s·(b − μ) + β with s = γ / √(σ² + ε) per output channel; the BN becomes ``nn.Identity``. The
+    W ← s·W, b ← s·(b − μ) + β with s = γ / √(σ² + ε) per output channel; the BN becomes what follows its affine
+    map (nothing, or timm's activation). The
     folded model's output on ``example`` is checked against the original's; if they differ (a conv output that is
     also read elsewhere), every change is undone and nothing is folded.
 
@@ -347,7 +359,7 @@ def fold_batchnorm(model: nn.Module, example: torch.Tensor) -> dict[str, torch.T
             conv.weight.mul_(scale.view(-1, 1, 1, 1))
             conv.bias = nn.Parameter((bias - bn.running_mean) * scale + (bn.bias if bn.affine else 0.0),
                                      requires_grad=False)
-            model.set_submodule(bn_name, nn.Identity())
+            model.set_submodule(bn_name, _unfolded_rest(bn))
             scales[f"{conv_name}.weight"] = scale.detach()
         folded = model(example).float()
         if torch.allclose(folded, reference, rtol=1e-3, atol=1e-4 * float(reference.abs().max())):

@@ -108,6 +108,11 @@ def test_folding_batchnorm_keeps_the_outputs_and_swaps_the_same_filters():
             folded.get_parameter(key).copy_(tensor)
         assert torch.allclose(folded(x), swapped_model(loaded, swap)(x), rtol=1e-4, atol=1e-4)
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())  # the original is untouched
+    timm_model = load_model("timm:mobilenetv2_100").copy_model().eval()  # BatchNormAct2d: BN + ReLU6 in one module
+    with torch.no_grad():
+        reference = timm_model(x)
+        assert len(fold_batchnorm(timm_model, x)) == 52
+        assert torch.allclose(timm_model(x), reference, rtol=1e-4, atol=1e-4)
 
 
 def test_a_conv_output_read_twice_is_not_folded():
