@@ -27,6 +27,17 @@ METRIC_LABELS = {
     "local_score": "local-axis score",
     "target_score": "target-axis score",
 }
+DETAIL_LABELS = {  # further per-channel columns, shown in the channel table but not offered as plot axes
+    "input_capture_rayleigh": "input capture, Rayleigh quotient wᵀΣw/‖w‖²",
+    "input_capture_raw": "input capture, raw wᵀΣw (output variance)",
+    "peer_overlap_max": "peer overlap, max |ρ|",
+    "peer_overlap_topk": "peer overlap, mean |ρ| of the top-k peers",
+    "peer_r2_all_pre": "peer R² (all peers, before the activation)",
+    "redundancy": "pairwise redundancy (MMI) [nats]",
+    "net_synergy": "net pairwise synergy [nats]",
+    "filter_norm": "filter norm ‖w‖",
+    "activation_mean": "mean activation",
+}
 AXIS_COLORS = {"local": ("#1f77b4", "#6baed6", "#08519c", "#9ecae1"), "target": ("#d62728", "#fb6a4a", "#a50f15",
                                                                                  "#fcae91")}
 GLYPHS = " ▁▂▃▄▅▆▇█"
@@ -35,7 +46,7 @@ LAYOUT = dict(margin=dict(l=10, r=10, t=50, b=10))
 
 def label(metric: str) -> str:
     """Display name of a per-channel column."""
-    return METRIC_LABELS.get(metric, metric.removeprefix("score_").replace("_", " "))
+    return METRIC_LABELS.get(metric) or DETAIL_LABELS.get(metric) or metric.removeprefix("score_").replace("_", " ")
 
 
 def filter_glyph(weight: np.ndarray, top: int = 3) -> str:
