@@ -3,7 +3,8 @@
 Spec forms (DESIGN.md, "Model spec strings"):
 
 =================================  ==============================================================================
-``timm:NAME`` / ``torchvision:NAME``  registry architecture, random init (labelled "random init" everywhere)
+``timm:NAME`` / ``torchvision:NAME``  registry architecture, random init from seed 0 (the same network in every
+                                    process; labelled "random init" everywhere)
 ``timm:NAME@pretrained``            registry weights (hub download or local cache; clear error when unreachable)
 ``timm:NAME=PATH``                  architecture + a state-dict file
 ``weights:PATH``                    weights only: any state dict, no architecture needed
@@ -208,10 +209,15 @@ def _load_weights_only(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
                        input_config=InputConfig(), sha256=sd.sha256, notes=sd.notes)
 
 
+RANDOM_INIT_SEED = 0  # registry architectures without weights: one reproducible network, not a new one per process
+
+
 def _load_registry(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
     build = _build_timm if spec.source == "timm" else _build_torchvision
     if spec.path is None:
-        model, config = build(spec.name, spec.pretrained, None)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(RANDOM_INIT_SEED)
+            model, config = build(spec.name, spec.pretrained, None)
         tag = "pretrained" if spec.pretrained else "random init"
         return LoadedModel(spec=str(spec), label=f"{spec.name} ({tag})", model=model, state_dict=model.state_dict(),
                            input_config=config, random_init=not spec.pretrained,

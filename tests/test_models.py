@@ -114,3 +114,16 @@ def test_fixture_cifar_weights_are_described(resnet20) -> None:
     info = resnet20.describe()
     assert info["parameters"] == 269_722  # the count stated in the fixture's README
     assert info["weights_only"] and (CHECKPOINTS / "resnet20_cifar10.th").name in info["spec"]
+
+
+def test_random_init_is_the_same_network_every_time_and_leaves_the_global_seed_alone() -> None:
+    """A registry architecture without weights is built from a fixed seed: two loads (two users, two processes, a CLI
+    rerun) give the same filters, and building it does not consume the caller's random stream."""
+    torch.manual_seed(123)
+    expected_next = torch.rand(1)
+    torch.manual_seed(123)
+    first = load_model("timm:resnet18").state_dict
+    assert torch.equal(torch.rand(1), expected_next)
+    second = load_model("timm:resnet18")
+    assert second.state_dict is not first and all(torch.equal(first[k], v) for k, v in second.state_dict.items())
+    assert not torch.equal(first["conv1.weight"], torch.zeros_like(first["conv1.weight"]))
