@@ -292,9 +292,9 @@ def _unfolded_rest(norm: nn.Module) -> nn.Module | None:
     return None
 
 
-def conv_batchnorm_pairs(model: nn.Module, example: torch.Tensor) -> list[tuple[str, str]]:
+def conv_batchnorm_pairs(model: nn.Module, example: torch.Tensor) -> tuple[list[tuple[str, str]], torch.Tensor]:
     """(conv, BN) module names where a foldable BatchNorm (:func:`_unfolded_rest`) reads an ``nn.Conv2d``'s output
-    unchanged.
+    unchanged, and the model's output on ``example``.
 
     Found with forward hooks on one pass over ``example`` (not torch.fx: tracing patches ``nn.Module.__call__`` for
     every thread, which a shared server cannot allow). Modules called more than once are left out.
@@ -325,11 +325,11 @@ def conv_batchnorm_pairs(model: nn.Module, example: torch.Tensor) -> list[tuple[
             handles.append(module.register_forward_pre_hook(before_bn(name)))
     try:
         with torch.no_grad():
-            model(example)
+            output = model(example)
     finally:
         for handle in handles:
             handle.remove()
-    return [(conv, bn) for conv, bn in pairs if calls[conv] == calls[bn] == 1]
+    return [(conv, bn) for conv, bn in pairs if calls[conv] == calls[bn] == 1], output
 
 
 def fold_batchnorm(model: nn.Module, example: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -344,11 +344,11 @@ def fold_batchnorm(model: nn.Module, example: torch.Tensor) -> dict[str, torch.T
         conv weight name -> s, to fold replacement filters for that conv the same way.
     """
     model.eval()
-    pairs = conv_batchnorm_pairs(model, example)
+    pairs, reference = conv_batchnorm_pairs(model, example)
     if not pairs:
         return {}
+    reference = reference.float()
     with torch.no_grad():
-        reference = model(example).float()
         saved = [(model.get_submodule(conv).weight.clone(), model.get_submodule(conv).bias, model.get_submodule(bn))
                  for conv, bn in pairs]
         scales = {}

@@ -300,8 +300,9 @@ def run_inputs(config: RunConfig) -> RunInputs:
                      reference_pca=base if config.manipulated else None)
 
 
-def _input_map(data: CropData, base: PatchPCA, alpha: float, component: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Normalize, then (App. D.2, α ≠ 1) scale ``component`` of ``base`` in every tile."""
+def _input_map(data: CropData, base: PatchPCA | None, alpha: float, component: int
+               ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Normalize, then (App. D.2, α ≠ 1) scale ``component`` of ``base`` in every tile (``base`` unused when α = 1)."""
     if alpha == 1.0:
         return data.normalize
     return T.Compose([data.normalize, TileScaling.from_pca(base, component, alpha)])
