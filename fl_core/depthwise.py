@@ -141,10 +141,9 @@ def depthwise_bank(loaded: LoadedModel) -> DepthwiseBank:
         AnalysisError: the model has no depthwise convolution with a square odd kernel ≥ 3.
     """
     found = _model_depthwise(loaded.model) if loaded.model is not None else _weights_depthwise(loaded)
-    size = min(loaded.input_config.input_size, 224)
-    resolutions = _output_resolutions(loaded.model, [name for name, _ in found], size) if loaded.model and found \
-        else {}
-    order = {name: i for i, name in enumerate(resolutions)}
+    probed = [lay for lay in conv_inventory(loaded) if lay.output_size is not None]
+    resolutions = {lay.name: lay.output_size for lay in probed}
+    order = {lay.name: i for i, lay in enumerate(probed)}
     found.sort(key=lambda item: order.get(item[0], len(order)))
     layers, weights, skipped = [], {}, []
     for name, weight in found:
@@ -172,26 +171,6 @@ def _model_depthwise(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
 
 def _weights_depthwise(loaded: LoadedModel) -> list[tuple[str, torch.Tensor]]:
     return [(lay.name, loaded.state_dict[lay.weight_key]) for lay in conv_inventory(loaded) if lay.kind == "depthwise"]
-
-
-def _output_resolutions(model: nn.Module, names: list[str], size: int) -> dict[str, int]:
-    """Output feature-map side of each named module in a forward pass of one zero image (dict in forward order)."""
-    seen: dict[str, int] = {}
-
-    def record(name: str, output: torch.Tensor) -> None:
-        seen.setdefault(name, int(output.shape[-1]))
-
-    handles = [model.get_submodule(name).register_forward_hook(lambda _m, _i, out, name=name: record(name, out))
-               for name in names]
-    try:
-        with torch.inference_mode():
-            model(torch.zeros(1, 3, size, size, device=next(model.parameters()).device))
-    except Exception:  # an exotic forward: fall back to name-based stages
-        seen = {}
-    finally:
-        for handle in handles:
-            handle.remove()
-    return seen
 
 
 def _assign_stages(layers: list[DepthwiseLayer]) -> tuple[DepthwiseLayer, ...]:

@@ -24,7 +24,7 @@ import torch
 from fl_core.backend import Progress, report, resolve_device, sub_progress
 from fl_core.errors import AnalysisError
 from fl_core.images import ImageSet, iter_input_batches, iter_scaled_inputs
-from fl_core.layers import ConvLayer, find_layer, iter_layer_inputs, layer_weight, module_on
+from fl_core.layers import ConvLayer, find_layer, iter_layer_inputs, layer_weight
 from fl_core.models import LoadedModel
 from fl_core.patches import PatchPCA, patch_pca
 from fl_core.results import Result
@@ -283,7 +283,7 @@ def layer_patch_pca(loaded: LoadedModel, layer: ConvLayer, images: ImageSet, *, 
     if layer.kind == "first" or loaded.model is None:
         batches = iter_scaled_inputs(images, loaded.input_config)
         return patch_pca(batches, layer.kernel_size, device=device, total=len(images), progress=progress)
-    model = module_on(loaded.model, device)
+    model = loaded.forward_copy(device)
     batches = (x for x, _ in iter_input_batches(images, loaded.input_config, batch_size=8))
     inputs = iter_layer_inputs(model, layer.name, batches, device)
     return patch_pca(inputs, layer.kernel_size, device=device, groups=layer.groups,

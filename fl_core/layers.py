@@ -4,26 +4,36 @@ Kinds: ``first`` (the convolution that sees the image), ``depthwise`` (groups ==
 ``pointwise`` (1×1, groups 1), ``grouped`` and ``regular``. For weights-only files the inventory lists the 4-D
 tensors of the state dict; shapes tell the kind except for grouping, which a weight shape alone cannot show
 beyond ``in/groups == 1`` (depthwise).
+
+The inventory of a full model needs one forward pass of a dummy image with hooks (forward order, output sizes).
+It is taken once, by :func:`probe_inventory` while the model is being loaded and not yet shared, and kept in
+:attr:`~fl_core.models.LoadedModel.conv_layers`: nothing here ever registers a hook on a shared, cached model.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
 from torch import nn
 
 from fl_core.errors import AnalysisError
-from fl_core.models import LoadedModel
+
+if TYPE_CHECKING:
+    from fl_core.models import LoadedModel
 
 
 @dataclass(frozen=True)
 class ConvLayer:
-    """One convolution: its name (module name, or the weight key for weights-only files) and geometry."""
+    """One convolution: its name (module name, or the weight key for weights-only files) and geometry.
+
+    ``output_size`` is the side of its output feature map in the probe forward pass (``None`` for weights-only files
+    and convolutions the pass did not reach).
+    """
 
     name: str
     kind: str
@@ -35,6 +45,7 @@ class ConvLayer:
     dilation: tuple[int, int] = (1, 1)
     groups: int = 1
     weight_key: str = ""
+    output_size: int | None = None
 
     @property
     def patch_dim(self) -> int:
@@ -56,20 +67,78 @@ def _pair(value: int | tuple[int, ...]) -> tuple[int, int]:
 
 
 def conv_inventory(loaded: LoadedModel) -> list[ConvLayer]:
-    """All convolutions of a model in forward order (first conv first), or the 4-D tensors of a weights-only file."""
-    if loaded.model is None:
-        return _weights_inventory(loaded.state_dict)
-    first = first_conv_name(loaded)
+    """All convolutions of a model in forward order (first conv first), or the 4-D tensors of a weights-only file.
+
+    Taken once when the model was loaded (:attr:`~fl_core.models.LoadedModel.conv_layers`); no forward pass here.
+    """
+    return list(loaded.conv_layers)
+
+
+def probe_inventory(model: nn.Module | None, state_dict: Mapping[str, torch.Tensor], input_size: int
+                    ) -> tuple[tuple[ConvLayer, ...], tuple[str, ...]]:
+    """The inventory of a model that is not shared yet, and notes for the user.
+
+    A full model runs one zero image of side ``min(input_size, 224)`` with hooks on every convolution (forward
+    order and output sizes); a forward pass that fails leaves registration order, with a note saying so.
+    """
+    if model is None:
+        return tuple(_weights_inventory(state_dict)), ()
+    convs = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Conv2d)]
+    if not convs:
+        return (), ()
+    order, sizes, note = _probe_forward(model, convs, min(input_size, 224))
+    rank = {name: i for i, name in enumerate(order)}
+    ordered = sorted(enumerate(convs), key=lambda item: (rank.get(item[1][0], len(rank)), item[0]))
+    first = _configured_first_conv(model) or ordered[0][1][0]
     layers = []
-    for name, module in _forward_ordered_convs(loaded):
+    for _, (name, module) in ordered:
         kernel = _pair(module.kernel_size)
         kind = "first" if name == first else conv_kind(module.out_channels, module.in_channels // module.groups,
                                                        module.groups, kernel)
         layers.append(ConvLayer(name=name, kind=kind, out_channels=module.out_channels,
                                 in_channels=module.in_channels, kernel_size=kernel, stride=_pair(module.stride),
                                 padding=_pair(module.padding) if not isinstance(module.padding, str) else (-1, -1),
-                                dilation=_pair(module.dilation), groups=module.groups, weight_key=f"{name}.weight"))
-    return layers
+                                dilation=_pair(module.dilation), groups=module.groups, weight_key=f"{name}.weight",
+                                output_size=sizes.get(name)))
+    return tuple(layers), (note,) if note else ()
+
+
+def _probe_forward(model: nn.Module, convs: list[tuple[str, nn.Conv2d]], size: int
+                   ) -> tuple[list[str], dict[str, int], str]:
+    """Forward order and output side of each convolution in one pass of a zero image, in eval mode (BatchNorm
+    statistics untouched); hooks and the train/eval mode are restored after."""
+    order: dict[str, None] = {}
+    sizes: dict[str, int] = {}
+
+    def record(name: str, output: torch.Tensor) -> None:
+        order.setdefault(name)
+        sizes.setdefault(name, int(output.shape[-1]))
+
+    handles = [m.register_forward_hook(lambda _m, _i, out, name=n: record(name, out)) for n, m in convs]
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    training = model.training
+    try:
+        with torch.inference_mode():
+            model.eval()(torch.zeros(1, 3, size, size, device=device))
+    except (RuntimeError, ValueError, TypeError, AssertionError, IndexError) as err:
+        return [], {}, (f"a test forward pass at {size}×{size} failed ({type(err).__name__}), so convolutions are "
+                        "listed in registration order and stages follow layer names")
+    finally:
+        model.train(training)
+        for handle in handles:
+            handle.remove()
+    return list(order), sizes, ""
+
+
+def _configured_first_conv(model: nn.Module) -> str | None:
+    """timm's ``pretrained_cfg['first_conv']`` where it names a convolution of the model."""
+    name = (getattr(model, "pretrained_cfg", None) or {}).get("first_conv")
+    if not name:
+        return None
+    try:
+        return name if isinstance(model.get_submodule(name), nn.Conv2d) else None
+    except AttributeError:
+        return None
 
 
 def _weights_inventory(state_dict: Mapping[str, torch.Tensor]) -> list[ConvLayer]:
@@ -106,45 +175,17 @@ def first_conv_name(loaded: LoadedModel) -> str:
     timm's ``pretrained_cfg['first_conv']`` where it names a convolution, else the first convolution reached in a
     forward pass of a dummy image, else (weights only) the first 4-D tensor with three input channels.
     """
-    if loaded.model is None:
-        return _first_weight_key(loaded.state_dict).removesuffix(".weight")
-    cfg_name = (getattr(loaded.model, "pretrained_cfg", None) or {}).get("first_conv")
-    if cfg_name:
-        try:
-            if isinstance(loaded.model.get_submodule(cfg_name), nn.Conv2d):
-                return cfg_name
-        except AttributeError:
-            pass
-    ordered = _forward_ordered_convs(loaded)
-    if not ordered:
+    first = next((lay.name for lay in loaded.conv_layers if lay.kind == "first"), None)
+    if first is None:
         raise AnalysisError(f"{loaded.label} has no 2-D convolution.")
-    return ordered[0][0]
-
-
-def _forward_ordered_convs(loaded: LoadedModel) -> list[tuple[str, nn.Conv2d]]:
-    """Convolutions in the order a forward pass reaches them (registration order for any that are not reached)."""
-    model = loaded.model
-    convs = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Conv2d)]
-    order: list[str] = []
-    handles = [m.register_forward_pre_hook(lambda _m, _i, name=n: order.append(name)) for n, m in convs]
-    size = min(loaded.input_config.input_size, 224)
-    try:
-        with torch.inference_mode():
-            model(torch.zeros(1, 3, size, size))
-    except Exception:
-        order = []
-    finally:
-        for h in handles:
-            h.remove()
-    rank = {name: i for i, name in enumerate(dict.fromkeys(order))}
-    return sorted(convs, key=lambda item: rank.get(item[0], len(rank) + [n for n, _ in convs].index(item[0])))
+    return first
 
 
 def find_layer(loaded: LoadedModel, name: str | None) -> ConvLayer:
     """A layer by name (``None`` or ``"first"``: the first convolution); clear error listing choices otherwise."""
     layers = conv_inventory(loaded)
     if name in (None, "", "first"):
-        return next(lay for lay in layers if lay.kind == "first")
+        return find_layer(loaded, first_conv_name(loaded))
     for lay in layers:
         if name in (lay.name, lay.weight_key):
             return lay
@@ -163,7 +204,11 @@ class _StopForward(Exception):
 
 def iter_layer_inputs(model: nn.Module, layer_name: str, batches: Iterator[torch.Tensor],
                       device: torch.device) -> Iterator[torch.Tensor]:
-    """Yield the input tensor of ``layer_name`` for each image batch, stopping each forward pass at that layer."""
+    """Yield the input tensor of ``layer_name`` for each image batch, stopping each forward pass at that layer.
+
+    The hook goes on ``model``, so it must be the caller's own (:meth:`~fl_core.models.LoadedModel.forward_copy`),
+    never a shared, cached model: hooks belong to the module, not the thread, and would fire in other sessions.
+    """
     module = model.get_submodule(layer_name)
     captured: list[torch.Tensor] = []
 
@@ -183,12 +228,3 @@ def iter_layer_inputs(model: nn.Module, layer_name: str, batches: Iterator[torch
                 yield captured[0]
     finally:
         handle.remove()
-
-
-def module_on(model: nn.Module, device: torch.device) -> nn.Module:
-    """The model itself when already on ``device``; otherwise a private copy moved there (never mutates caches)."""
-    param = next(model.parameters(), None)
-    if param is None or param.device == device:
-        return model
-    return copy.deepcopy(model).to(device)
-

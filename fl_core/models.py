@@ -30,6 +30,7 @@ from torch import nn
 from fl_core import nets
 from fl_core.checkpoints import file_sha256, load_into, load_state_dict, match_state_dict
 from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
+from fl_core.layers import ConvLayer, probe_inventory
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 DEMO_DIR = ASSETS_DIR / "demo"
@@ -120,7 +121,8 @@ class ModelSpec:
 
 @dataclass(frozen=True, eq=False)
 class LoadedModel:
-    """A model ready for analysis. Shared read-only between sessions: never mutate ``model`` or ``state_dict``.
+    """A model ready for analysis. Shared read-only between sessions: never mutate ``model`` or ``state_dict``, and
+    never register a hook on ``model`` (hooks fire in every thread's forward pass): use :meth:`forward_copy`.
 
     Attributes:
         spec: the canonical spec string.
@@ -133,6 +135,8 @@ class LoadedModel:
         notes: plain-language notes from loading.
         init_spec: spec of the matching initialization checkpoint (demo models), for init subtraction.
         class_names: names of the output classes when known.
+        conv_layers: every convolution in forward order (:func:`fl_core.layers.probe_inventory`), taken once on
+            construction, before the object is shared.
     """
 
     spec: str
@@ -145,6 +149,12 @@ class LoadedModel:
     notes: tuple[str, ...] = ()
     init_spec: str | None = None
     class_names: tuple[str, ...] | None = None
+    conv_layers: tuple[ConvLayer, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        layers, notes = probe_inventory(self.model, self.state_dict, self.input_config.input_size)
+        object.__setattr__(self, "conv_layers", layers)
+        object.__setattr__(self, "notes", tuple(dict.fromkeys((*self.notes, *notes))))
 
     @property
     def weights_only(self) -> bool:
@@ -156,10 +166,26 @@ class LoadedModel:
 
     def copy_model(self) -> nn.Module:
         """A private deep copy of the network, safe to change (swaps, lesions, training)."""
+        return copy.deepcopy(self._require_model())
+
+    def forward_copy(self, device: torch.device) -> nn.Module:
+        """A private network for read-only forward passes with hooks (the shared one is never hooked).
+
+        On the model's own device: new module objects that share the parameter and buffer tensors (no copy of the
+        weights; hooks and flags set on it stay private). Elsewhere: a deep copy moved to ``device``. Never train it
+        or move it with ``.to()`` (that would reach the shared tensors).
+        """
+        model = self._require_model()
+        tensors = [*model.parameters(), *model.buffers()]
+        if not tensors or tensors[0].device == device:
+            return copy.deepcopy(model, memo={id(t): t for t in tensors})
+        return copy.deepcopy(model).to(device)
+
+    def _require_model(self) -> nn.Module:
         if self.model is None:
             raise ModelSpecError(f"{self.label} is weights-only: this analysis needs a full model. Use "
                                  "timm:NAME=PATH or torchvision:NAME=PATH to name its architecture.")
-        return copy.deepcopy(self.model)
+        return self.model
 
     def describe(self) -> dict[str, object]:
         """JSON-safe summary for ``inspect`` and the Home page."""
@@ -176,6 +202,15 @@ def _count_outputs(model: nn.Module | None) -> int | None:
         return None
     last = [m for m in model.modules() if isinstance(m, nn.Linear | nn.Conv2d)]
     return None if not last else (last[-1].out_features if isinstance(last[-1], nn.Linear) else last[-1].out_channels)
+
+
+def spec_file_stamp(spec: str) -> str:
+    """Modification time and size of a spec's file ("" when it names none), so an edited file is reloaded."""
+    path = ModelSpec.parse(spec).path
+    if path and Path(path).is_file():
+        stat = Path(path).stat()
+        return f"{stat.st_mtime_ns}:{stat.st_size}"
+    return ""
 
 
 def load_model(spec: str, *, input_overrides: Mapping[str, object] | None = None, prefer_ema: bool = False
@@ -299,14 +334,25 @@ def _imagenet_names(model: nn.Module) -> tuple[str, ...] | None:
     return tuple(torchvision.models.ResNet18_Weights.DEFAULT.meta["categories"])
 
 
-@contextlib.contextmanager
-def _hub_errors(name: str, library: str) -> Iterator[None]:
-    """Turn download failures into one clear message; skip the hub's slow retries when it is unreachable."""
+@cache
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub is used offline, decided once per process (not per request).
+
+    ``HF_HUB_OFFLINE`` as set in the environment wins; otherwise, when huggingface.co cannot be reached, the hub is
+    switched offline for the whole process, once, so that no request waits for the hub's slow retries.
+    """
     from huggingface_hub import constants
 
-    offline = constants.HF_HUB_OFFLINE
-    if library == "timm" and not offline and not _reachable("huggingface.co"):
+    if not constants.HF_HUB_OFFLINE and not _reachable("huggingface.co"):
         constants.HF_HUB_OFFLINE = True
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+@contextlib.contextmanager
+def _hub_errors(name: str, library: str) -> Iterator[None]:
+    """Turn download failures into one clear message."""
+    if library == "timm":
+        hub_offline()
     try:
         yield
     except (OSError, RuntimeError, ValueError) as err:
@@ -318,8 +364,6 @@ def _hub_errors(name: str, library: str) -> Iterator[None]:
             f"({type(err).__name__}). Either supply the file yourself with the spec {library}:{name}=PATH "
             f"(.safetensors/.pth), or warm the cache on a machine with network and point {cache} at it."
         ) from err
-    finally:
-        constants.HF_HUB_OFFLINE = offline
 
 
 def _reachable(host: str, port: int = 443, timeout: float = 3.0) -> bool:
