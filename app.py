@@ -10,6 +10,7 @@ import logging
 
 import streamlit as st
 
+from fl_ui.cache import start_workers
 from fl_ui.sidebar import render_sidebar
 
 PAGES = (
@@ -27,5 +28,6 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name
 st.set_page_config(page_title="FilterLens", page_icon="🔍", layout="wide")
 navigation = st.navigation([st.Page(path, title=title, icon=icon, url_path=url, default=i == 0)
                             for i, (path, title, icon, url) in enumerate(PAGES)])
+start_workers()
 render_sidebar()
 navigation.run()

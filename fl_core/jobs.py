@@ -1,28 +1,95 @@
-"""A Training Lab run in a background thread, for the dashboard: live progress and snapshots, cancel, and a limit
-on how many runs train at once in one server process (``FL_TRAINING_SLOTS``, default 1: training is CPU-bound).
+"""The dashboard's heavy jobs, run in worker processes (:mod:`fl_core.workers`).
+
+Each ``*_job`` function is what one worker runs: it loads its models through
+:func:`~fl_core.workers.worker_model` (specs and settings cross the process boundary, not models) and returns a
+frozen result. :class:`TrainingJob` follows a Training Lab run with its live snapshots and a graceful cancel.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from fl_core.errors import FilterLensError
+from fl_core.backend import Progress
+from fl_core.calibration import channel_data
+from fl_core.channels import ChannelAxesResult, ChannelSettings, analyze_channels
+from fl_core.depthwise import depthwise_bank
+from fl_core.energy import EnergyResult, analyze_energy
+from fl_core.evaluate import RescoreResult, rescore
+from fl_core.images import open_images
 from fl_core.patches import PatchPCA
+from fl_core.pruning import PruningSettings
 from fl_core.runs import Run, RunConfig, resolve_config, run_inputs, train_run
+from fl_core.swap import swap_filters
+from fl_core.whitening import WhiteningResult, analyze_whitening
+from fl_core.workers import Job, heavy_pool, publish, stop_requested, worker_model
 
-log = logging.getLogger("filterlens")
-_SLOTS = threading.BoundedSemaphore(max(1, int(os.environ.get("FL_TRAINING_SLOTS", "1"))))
+ModelKeys = tuple[tuple[str, tuple], ...]
+"""``(spec, overrides)`` pairs: the models of a job, as the sidebar selects them."""
+
+
+def energy_job(models: ModelKeys, images: str, layer: str | None, subtract_init: bool, seeds: int, device: str,
+               progress: Progress | None = None) -> EnergyResult:
+    """:func:`fl_core.energy.analyze_energy` of ``(spec, overrides)`` pairs (init subtraction for demo models)."""
+    loaded = [worker_model(spec, overrides) for spec, overrides in models]
+    inits = {m.spec: worker_model(m.init_spec) for m in loaded if subtract_init and m.init_spec}
+    return analyze_energy(loaded, open_images(images), layer=layer, inits=inits, seeds=range(seeds), device=device,
+                          progress=progress)
+
+
+def whitening_job(models: ModelKeys, images: str, max_distance: int, seeds: int, device: str,
+                  progress: Progress | None = None) -> WhiteningResult:
+    """:func:`fl_core.whitening.analyze_whitening` of ``(spec, overrides)`` pairs."""
+    loaded = [worker_model(spec, overrides) for spec, overrides in models]
+    return analyze_whitening(loaded, open_images(images), max_distance=max_distance, seeds=range(seeds),
+                             device=device, progress=progress)
+
+
+def channel_axes_job(spec: str, overrides: tuple, source: str, layer: str, n_calibration: int, n_evaluation: int,
+                     lesions: tuple[str, ...], criteria: tuple[str, ...], fractions: tuple[float, ...],
+                     finetune_steps: int, compare_init: bool, seed: int, device: str,
+                     progress: Progress | None = None) -> ChannelAxesResult:
+    """:func:`fl_core.channels.analyze_channels` of one layer, with pruning curves for ``criteria`` (if any)."""
+    loaded = worker_model(spec, overrides)
+    init = worker_model(loaded.init_spec) if compare_init and loaded.init_spec else None
+    data = channel_data(source, loaded, n_calibration, n_evaluation, seed=seed)
+    pruning = PruningSettings(criteria=criteria, fractions=fractions, finetune_steps=finetune_steps,
+                              seed=seed) if criteria else None
+    return analyze_channels(loaded, data, layer, settings=ChannelSettings(lesion_kinds=lesions), pruning=pruning,
+                            init=init, device=device, progress=progress)
+
+
+def rescore_job(spec: str, overrides: tuple, images: str, max_images: int, replacements: Sequence[str],
+                stages: tuple[int, ...] | None, k: int, seed: int, batch_size: int, device: str,
+                progress: Progress | None = None) -> RescoreResult:
+    """:func:`fl_core.evaluate.rescore` of the original and each swap of its depthwise filters."""
+    loaded = worker_model(spec, overrides)
+    bank = depthwise_bank(loaded)
+    swaps = [swap_filters(bank, name, stages=stages, k=k, seed=seed, device=device) for name in replacements]
+    return rescore(loaded, open_images(images, max_images), swaps, device=device, batch_size=batch_size,
+                   use_labels=images != "bundled", progress=progress)
+
+
+def training_job(config: RunConfig, folder: str, device, progress: Progress | None = None) -> Run:
+    """Train one run into ``folder``, publishing its patch PCAs and every snapshot as it is taken."""
+    inputs = run_inputs(resolve_config(config))  # cached: train_run below reuses it
+    publish("pca", (inputs.pca, inputs.reference_pca))
+    snapshots: dict[int, np.ndarray] = {}
+
+    def on_snapshot(step: int, weights: np.ndarray) -> None:
+        snapshots[step] = weights
+        publish("snapshots", snapshots)
+
+    return train_run(config, folder, device=device, progress=progress, should_stop=stop_requested,
+                     on_snapshot=on_snapshot)
 
 
 @dataclass(frozen=True)
 class JobStatus:
-    """A consistent copy of a job's state for display.
+    """A consistent copy of a training job's state for display.
 
     Attributes:
         fraction, message: progress.
@@ -49,61 +116,35 @@ class JobStatus:
 
 
 class TrainingJob:
-    """Train ``config`` into ``folder`` on a daemon thread; poll :meth:`status`, stop with :meth:`cancel`."""
+    """Train ``config`` into ``folder`` in a heavy-job worker; poll :meth:`status`, stop with :meth:`cancel`
+    (the run stops after the current step and keeps what it trained)."""
 
     def __init__(self, config: RunConfig, folder: str | Path, device=None) -> None:
         self.config, self.folder, self.device = config, Path(folder), device
-        self._cancel = threading.Event()
-        self._lock = threading.Lock()
-        self._status = JobStatus(0.0, "waiting for a free training slot")
-        self._snapshots: dict[int, np.ndarray] = {}
-        self._thread = threading.Thread(target=self._work, name=f"filterlens-train-{self.folder.name}", daemon=True)
+        self._job: Job | None = None
+        self._run: Run | None = None
 
     def start(self) -> TrainingJob:
-        self._thread.start()
+        self._job = heavy_pool().submit(training_job, self.config, str(self.folder), self.device, graceful=True)
         return self
 
     def cancel(self) -> None:
-        """Ask the run to stop after the current step (what it has done so far is saved)."""
-        self._cancel.set()
+        self._job.cancel()
 
     def wait(self, timeout: float | None = None) -> JobStatus:
-        self._thread.join(timeout)
+        self._job.join(timeout)
         return self.status()
 
     def status(self) -> JobStatus:
-        with self._lock:
-            return JobStatus(**{**self._status.__dict__, "snapshots": dict(self._snapshots)})
-
-    def _update(self, **changes) -> None:
-        with self._lock:
-            self._status = JobStatus(**{**self._status.__dict__, **changes})
-
-    def _progress(self, fraction: float, message: str) -> None:
-        self._update(fraction=fraction, message=message)
-
-    def _snapshot(self, step: int, weights: np.ndarray) -> None:
-        with self._lock:
-            self._snapshots[step] = weights
-
-    def _work(self) -> None:
-        while not _SLOTS.acquire(timeout=0.5):
-            if self._cancel.is_set():
-                self._update(state="cancelled", message="cancelled before it started")
-                return
-        try:
-            self._update(state="running", message="cutting crops and computing the patch PCA")
-            inputs = run_inputs(resolve_config(self.config))  # cached: train_run below reuses it
-            self._update(pca=inputs.pca, reference_pca=inputs.reference_pca)
-            run = train_run(self.config, self.folder, device=self.device, progress=self._progress,
-                            should_stop=self._cancel.is_set, on_snapshot=self._snapshot)
-            self._update(state="cancelled" if run.history.stopped_early else "done", run=run, fraction=1.0,
-                         message=f"saved to {run.path}")
-        except FilterLensError as err:
-            self._update(state="failed", error=str(err))
-        except Exception as err:  # the server must keep serving; details go to the log
-            log.exception("training run failed")
-            self._update(state="failed", error=f"The run failed ({type(err).__name__}: {err}). Details are in the "
-                                               "server log.")
-        finally:
-            _SLOTS.release()
+        state = self._job.status()
+        if state.state == "queued":
+            return JobStatus(0.0, state.message + (f" ({state.position} in the queue)" if state.position else ""))
+        if state.state != "done":
+            pca, reference = self._job.published("pca", (None, None))
+            return JobStatus(state.fraction, state.message, self._job.published("snapshots", {}), pca, reference,
+                             state.state if state.finished else "running", error=state.error)
+        if self._run is None:
+            self._run = self._job.result()
+        run = self._run
+        return JobStatus(1.0, f"saved to {run.path}", dict(run.snapshots), run.pca, run.reference_pca,
+                         state="cancelled" if run.history.stopped_early else "done", run=run)

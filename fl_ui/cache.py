@@ -1,62 +1,191 @@
 """Cached wrappers around fl_core for the pages.
 
 Models are cached with ``st.cache_resource`` (shared across sessions and threads, never mutated: analyses that
-change weights work on ``LoadedModel.copy_model()``). Results are memoized by :func:`memoize`, keyed by the
-selection; unlike ``st.cache_data`` it lets the computation draw a progress bar (passed as ``progress``, which is not
-part of the key). Results are frozen dataclasses shared between sessions: pages only read them.
+change weights work on ``LoadedModel.copy_model()``, hooks go on ``LoadedModel.forward_copy()``). Results are
+memoized by :func:`memoize` (computed in the session's thread) or :func:`pooled` (heavy: computed in a worker process
+of :mod:`fl_core.workers`), keyed by the selection; unlike ``st.cache_data`` both let the computation draw a progress
+bar (passed as ``progress``, which is not part of the key). Sessions asking for a result that is being computed wait
+for that computation instead of starting their own. Results are frozen dataclasses shared between sessions: pages
+only read them.
 """
 
 from __future__ import annotations
 
 import functools
-import os
+import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 
 import streamlit as st
 
-from fl_core.backend import Progress
+from fl_core import jobs
+from fl_core.backend import Progress, report
 from fl_core.energy import EnergyResult, analyze_energy
+from fl_core.errors import FilterLensError
 from fl_core.images import ImageSet, open_images
-from fl_core.models import LoadedModel, ModelSpec, load_model
+from fl_core.models import LoadedModel, load_model, spec_file_stamp
 from fl_core.whitening import WhiteningResult, analyze_whitening
+from fl_core.workers import Job, JobState, heavy_pool
+
+WAIT_POLL_S = 0.25
+"""How often a session waiting for another session's computation redraws its progress bar."""
+
+
+class _Results:
+    """A thread-safe LRU of finished results by key."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries, self.lock = max_entries, threading.Lock()
+        self._entries: OrderedDict[Hashable, object] = OrderedDict()
+
+    def get(self, key: Hashable) -> tuple[bool, object]:
+        with self.lock:
+            if key not in self._entries:
+                return False, None
+            self._entries.move_to_end(key)
+            return True, self._entries[key]
+
+    def put(self, key: Hashable, value: object) -> None:
+        with self.lock:
+            self._entries[key] = value
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self.lock:
+            self._entries.clear()
+
+
+@dataclass
+class _InFlight:
+    """A computation running in one session's thread that other sessions wait for."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    fraction: float = 0.0
+    message: str = "computing for another session"
+    value: object = None
+    ok: bool = False
+    error: BaseException | None = None
+
+    def progress(self, fraction: float, message: str) -> None:
+        self.fraction, self.message = fraction, message
+
+
+def _takes_progress(func: Callable) -> bool:
+    return "progress" in inspect.signature(func).parameters
 
 
 def memoize(max_entries: int) -> Callable[[Callable], Callable]:
-    """A thread-safe LRU cache over hashable positional arguments; the ``progress`` keyword is not part of the key."""
+    """A thread-safe LRU cache over hashable positional arguments, computed in the caller's thread.
+
+    ``progress`` is not part of the key, and is passed on only to functions that take it. While one session computes
+    a key, other sessions asking for it wait and see its progress; if the computing session is interrupted (its user
+    clicked something), the next one asking computes it.
+    """
 
     def decorate(func: Callable) -> Callable:
-        entries: OrderedDict[tuple, object] = OrderedDict()
-        lock = threading.Lock()
+        results, running = _Results(max_entries), {}
+        forwards_progress = _takes_progress(func)
 
         @functools.wraps(func)
         def wrapper(*args, progress: Progress | None = None):
-            with lock:
-                if args in entries:
-                    entries.move_to_end(args)
-                    return entries[args]
-            value = func(*args, progress=progress)
-            with lock:
-                entries[args] = value
-                while len(entries) > max_entries:
-                    entries.popitem(last=False)
-            return value
+            while True:
+                found, value = results.get(args)
+                if found:
+                    return value
+                with results.lock:
+                    flight, owner = running.get(args), args not in running
+                    if owner:
+                        flight = running[args] = _InFlight()
+                if owner:
+                    return _compute(args, flight, progress)
+                while not flight.done.wait(WAIT_POLL_S):
+                    report(progress, flight.fraction, flight.message)
+                if flight.error is not None:
+                    raise flight.error
+                if flight.ok:
+                    return flight.value
+                # the computing session was interrupted: the next caller computes it
 
-        wrapper.clear = entries.clear
+        def _compute(args: tuple, flight: _InFlight, progress: Progress | None):
+            def to_both(fraction: float, message: str) -> None:
+                flight.progress(fraction, message)
+                report(progress, fraction, message)
+
+            try:
+                value = func(*args, progress=to_both) if forwards_progress else func(*args)
+                results.put(args, value)
+                flight.value, flight.ok = value, True
+                return value
+            except FilterLensError as err:
+                flight.error = err
+                raise
+            finally:
+                with results.lock:
+                    running.pop(args, None)
+                flight.done.set()
+
+        wrapper.clear = results.clear
         return wrapper
 
     return decorate
 
 
-def _file_stamp(spec: str) -> str:
-    """Modification time and size of a spec's file, so an edited server-side file is reloaded."""
-    path = ModelSpec.parse(spec).path
-    if path and Path(path).is_file():
-        stat = os.stat(path)
-        return f"{stat.st_mtime_ns}:{stat.st_size}"
-    return ""
+def pooled(job: Callable, max_entries: int) -> Callable:
+    """Memoize a heavy job of :mod:`fl_core.jobs` by its positional arguments, computed in a worker process.
+
+    Each key runs at most once at a time on the server: every session asking for it follows the same
+    :class:`~fl_core.workers.Job` (queue position, then progress), and a session interrupted while waiting takes up
+    the same job again on its next run. ``wrapper.cancel(*args)`` cancels it (for every session following it);
+    ``wrapper.state(*args)`` is its :class:`~fl_core.workers.JobState`, or ``None`` when none is running;
+    ``wrapper.cached(*args)`` says whether its result is at hand.
+    """
+    results, running = _Results(max_entries), {}
+
+    @functools.wraps(job)
+    def wrapper(*args, progress: Progress | None = None):
+        found, value = results.get(args)
+        if found:
+            return value
+        with results.lock:
+            handle = running.get(args)
+            if handle is None or handle.status().state in ("cancelled", "failed"):
+                handle = running[args] = heavy_pool().submit(job, *args)
+        try:
+            value = handle.wait(progress)
+        finally:
+            if handle.status().finished:
+                with results.lock:
+                    if running.get(args) is handle:
+                        del running[args]
+        results.put(args, value)
+        return value
+
+    def _running(*args) -> Job | None:
+        with results.lock:
+            return running.get(args)
+
+    def cancel(*args) -> None:
+        if (handle := _running(*args)) is not None:
+            handle.cancel()
+
+    def state(*args) -> JobState | None:
+        handle = _running(*args)
+        return None if handle is None else handle.status()
+
+    def cached(*args) -> bool:
+        return results.get(args)[0]
+
+    wrapper.cancel, wrapper.state, wrapper.cached, wrapper.clear = cancel, state, cached, results.clear
+    return wrapper
+
+
+@st.cache_resource(show_spinner=False)
+def start_workers() -> None:
+    """Start the heavy-job workers once per server, in the background (the first page does not wait for them)."""
+    threading.Thread(target=lambda: heavy_pool().warm_up(), name="filterlens-workers", daemon=True).start()
 
 
 @st.cache_resource(show_spinner=False, max_entries=24)
@@ -66,7 +195,7 @@ def _cached_model(spec: str, overrides: tuple, stamp: str) -> LoadedModel:
 
 def get_model(spec: str, overrides: tuple = ()) -> LoadedModel:
     """The loaded model for a spec (shared, read-only)."""
-    return _cached_model(spec, overrides, _file_stamp(spec))
+    return _cached_model(spec, overrides, spec_file_stamp(spec))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -75,10 +204,14 @@ def get_images(source: str, limit: int | None = None) -> ImageSet:
     return open_images(source, limit)
 
 
+def is_heavy_source(images: str) -> bool:
+    """Patch statistics of a folder (up to a whole ImageNet split) run in a worker; the bundled photos in-thread."""
+    return images not in ("", "bundled")
+
+
 @memoize(max_entries=32)
-def energy_result(models: tuple[tuple[str, tuple], ...], images: str, layer: str | None, subtract_init: bool,
-                  seeds: int, device: str, progress: Progress | None = None) -> EnergyResult:
-    """:func:`fl_core.energy.analyze_energy` for ``(spec, overrides)`` pairs."""
+def _energy_here(models: jobs.ModelKeys, images: str, layer: str | None, subtract_init: bool, seeds: int,
+                 device: str, progress: Progress | None = None) -> EnergyResult:
     loaded = [get_model(spec, overrides) for spec, overrides in models]
     inits = {m.spec: get_model(m.init_spec) for m in loaded if subtract_init and m.init_spec}
     return analyze_energy(loaded, get_images(images), layer=layer, inits=inits, seeds=range(seeds),
@@ -86,9 +219,26 @@ def energy_result(models: tuple[tuple[str, tuple], ...], images: str, layer: str
 
 
 @memoize(max_entries=32)
-def whitening_result(models: tuple[tuple[str, tuple], ...], images: str, max_distance: int, seeds: int,
-                     device: str, progress: Progress | None = None) -> WhiteningResult:
-    """:func:`fl_core.whitening.analyze_whitening` for ``(spec, overrides)`` pairs."""
+def _whitening_here(models: jobs.ModelKeys, images: str, max_distance: int, seeds: int, device: str,
+                    progress: Progress | None = None) -> WhiteningResult:
     loaded = [get_model(spec, overrides) for spec, overrides in models]
     return analyze_whitening(loaded, get_images(images), max_distance=max_distance, seeds=range(seeds),
                              device=device, progress=progress)
+
+
+_energy_in_worker = pooled(jobs.energy_job, max_entries=32)
+_whitening_in_worker = pooled(jobs.whitening_job, max_entries=32)
+
+
+def energy_result(models: jobs.ModelKeys, images: str, layer: str | None, subtract_init: bool, seeds: int,
+                  device: str, progress: Progress | None = None) -> EnergyResult:
+    """:func:`fl_core.energy.analyze_energy` for ``(spec, overrides)`` pairs (:func:`is_heavy_source`: in a worker)."""
+    compute = _energy_in_worker if is_heavy_source(images) else _energy_here
+    return compute(models, images, layer, subtract_init, seeds, device, progress=progress)
+
+
+def whitening_result(models: jobs.ModelKeys, images: str, max_distance: int, seeds: int, device: str,
+                     progress: Progress | None = None) -> WhiteningResult:
+    """:func:`fl_core.whitening.analyze_whitening` for ``(spec, overrides)`` pairs (folders: in a worker)."""
+    compute = _whitening_in_worker if is_heavy_source(images) else _whitening_here
+    return compute(models, images, max_distance, seeds, device, progress=progress)

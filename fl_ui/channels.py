@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-from fl_core.backend import Progress
-from fl_core.calibration import CROPS, channel_data
-from fl_core.channels import ChannelAxesResult, ChannelSettings, analyze_channels
+from fl_core import jobs
+from fl_core.calibration import CROPS
 from fl_core.layers import ConvLayer, conv_inventory
-from fl_core.pruning import PruningSettings
-from fl_ui.cache import get_model, memoize
+from fl_ui.cache import get_model, pooled
 
-
-@memoize(max_entries=8)
-def channel_axes_result(spec: str, overrides: tuple, source: str, layer: str, n_calibration: int,
-                        n_evaluation: int, lesions: tuple[str, ...], criteria: tuple[str, ...],
-                        fractions: tuple[float, ...], finetune_steps: int, compare_init: bool, seed: int,
-                        device: str, progress: Progress | None = None) -> ChannelAxesResult:
-    """:func:`fl_core.channels.analyze_channels` of one layer, keyed by every choice of the page."""
-    loaded = get_model(spec, overrides)
-    init = get_model(loaded.init_spec) if compare_init and loaded.init_spec else None
-    data = channel_data(source, loaded, n_calibration, n_evaluation, seed=seed)
-    pruning = PruningSettings(criteria=criteria, fractions=fractions, finetune_steps=finetune_steps,
-                              seed=seed) if criteria else None
-    return analyze_channels(loaded, data, layer, settings=ChannelSettings(lesion_kinds=lesions), pruning=pruning,
-                            init=init, device=device, progress=progress)
+channel_axes_result = pooled(jobs.channel_axes_job, max_entries=8)
+"""The page's channel analysis of one layer (:func:`fl_core.jobs.channel_axes_job`), keyed by every choice of the
+page, computed in a worker process."""
 
 
 def data_source(images: str) -> str:

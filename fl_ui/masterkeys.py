@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from fl_core import jobs
 from fl_core.backend import Progress
 from fl_core.depthwise import DepthwiseBank, depthwise_bank
 from fl_core.errors import FilterLensError
-from fl_core.evaluate import RescoreResult, rescore
 from fl_core.masterkeys import MasterKeyResult, analyze_master_keys, fit_model_master_keys, model_master_keys
 from fl_core.scalefit import ScaleSpaceResult
 from fl_core.swap import FilterSwap, swap_filters
-from fl_ui.cache import get_images, get_model, memoize
+from fl_ui.cache import get_model, memoize, pooled
 from fl_ui.state import Selection
 
 DEFAULT_DEPTHWISE_SPEC = "timm:convnext_atto"
@@ -80,11 +80,5 @@ def filter_swap(spec: str, overrides: tuple, replacement: str, stages: tuple[int
     return swap_filters(get_bank(spec, overrides), replacement, stages=stages, k=k, seed=seed, device=device)
 
 
-@memoize(max_entries=16)
-def rescore_result(spec: str, overrides: tuple, images: str, max_images: int, replacements: tuple[str, ...],
-                   stages: tuple[int, ...] | None, k: int, seed: int, batch_size: int, device: str,
-                   progress: Progress | None = None) -> RescoreResult:
-    """:func:`fl_core.evaluate.rescore` of the original and the chosen swaps."""
-    swaps = [filter_swap(spec, overrides, name, stages, k, seed, device) for name in replacements]
-    return rescore(get_model(spec, overrides), get_images(images, max_images), swaps, device=device,
-                   batch_size=batch_size, use_labels=images != "bundled", progress=progress)
+rescore_result = pooled(jobs.rescore_job, max_entries=16)
+"""The original and the chosen swaps re-scored (:func:`fl_core.jobs.rescore_job`), in a worker process."""

@@ -6,7 +6,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -45,6 +45,33 @@ def progress_bar(label: str) -> Iterator[Progress]:
         yield progress
     finally:
         slot.empty()
+
+
+def heavy_result(label: str, compute: Callable, *args: object) -> object:
+    """The result of a :func:`fl_ui.cache.pooled` computation, with a progress bar and a Cancel button while it runs.
+
+    Cancelling stops the job and this page's automatic start of it until the user presses "Run again".
+    """
+    key = f"heavy-{slug(label)}"
+    if st.session_state.get(f"{key}-cancelled") == args:
+        st.info(f"{label} was cancelled.")
+        if not st.button("▶ Run again", key=f"{key}-again"):
+            st.stop()
+        st.session_state.pop(f"{key}-cancelled")
+    if compute.cached(*args):
+        return compute(*args)
+
+    def cancel() -> None:
+        compute.cancel(*args)
+        st.session_state[f"{key}-cancelled"] = args
+
+    button = st.empty()
+    button.button("■ Cancel", key=f"{key}-cancel", on_click=cancel, help="Stop this computation (it runs in a "
+                  "worker process, so the rest of the app stays responsive).")
+    with progress_bar(label) as progress:
+        result = compute(*args, progress=progress)
+    button.empty()
+    return result
 
 
 def slug(text: str) -> str:

@@ -22,7 +22,7 @@ from fl_core.pruning import CRITERIA
 from fl_ui.cache import get_model
 from fl_ui.channels import analysable_layers, channel_axes_result, data_source, default_layer
 from fl_ui.state import current_selection, page_param, set_page_param
-from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors
+from fl_ui.widgets import downloads, heavy_result, plot_with_explanation, table_with_download, user_errors
 
 PAGE_CRITERIA = ("local", "target", "l1", "bn_gamma", "random")
 FRACTIONS = (0.125, 0.25, 0.5, 0.75)
@@ -91,10 +91,9 @@ with user_errors():
     for key, value in (("axes_ncal", n_calibration), ("axes_neval", n_evaluation), ("axes_ft", finetune)):
         set_page_param(key, str(int(value)))
 
-    with progress_bar("Channel axes") as progress:
-        result = channel_axes_result(spec, overrides, source, layer, int(n_calibration), int(n_evaluation),
-                                     tuple(lesions), tuple(criteria), FRACTIONS, int(finetune), compare_init, 0,
-                                     selection.device, progress=progress)
+    result = heavy_result("Channel axes", channel_axes_result, spec, overrides, source, layer, int(n_calibration),
+                          int(n_evaluation), tuple(lesions), tuple(criteria), FRACTIONS, int(finetune), compare_init,
+                          0, selection.device)
     for warning in result.warnings:
         st.warning(warning)
 

@@ -11,7 +11,7 @@ from fl_core.swap import REPLACEMENTS
 from fl_ui.cache import get_images, get_model
 from fl_ui.masterkeys import DEFAULT_SWAP_SPEC, depthwise_specs, filter_swap, get_bank, rescore_result
 from fl_ui.state import current_selection, page_param, set_page_param
-from fl_ui.widgets import plot_with_explanation, progress_bar, table_with_download, user_errors
+from fl_ui.widgets import heavy_result, plot_with_explanation, table_with_download, user_errors
 
 DEFAULT_REPLACEMENTS = ("B", "centroid", "random")
 
@@ -84,8 +84,7 @@ with user_errors():
         st.caption(f"Scores {len(images)} images × {len(replacements) + 1} variants when you press Re-score. From a "
                    "shell, `python -m fl_core rescore` does the same, on several GPUs with torchrun.")
         st.stop()
-    with progress_bar("Re-scoring") as progress:
-        result = rescore_result(*key, progress=progress)
+    result = heavy_result("Re-scoring", rescore_result, *key)
     plot_with_explanation(
         scores_figure(result),
         "**Top-1**: the right class is the model's first guess; **top-5**: among its five guesses. The dotted "

@@ -1,0 +1,170 @@
+"""Heavy jobs in worker processes: progress, queue position, cancel, errors, live values, and one job per key."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from fl_core.backend import report
+from fl_core.errors import DataError, FilterLensError
+from fl_core.workers import JobCancelled, WorkerPool, publish, stop_requested
+from fl_ui import cache as cache_module
+from fl_ui.cache import memoize, pooled
+
+from .test_concurrency import run_together
+
+
+def counting(steps: int, progress=None) -> int:
+    """A job: ``steps`` progress reports 50 ms apart; returns the worker's process id."""
+    for step in range(steps):
+        report(progress, step / steps, f"step {step}")
+        time.sleep(0.05)
+    return os.getpid()
+
+
+def graceful(progress=None) -> str:
+    """A graceful job: runs until asked to stop, then returns what it did."""
+    steps = 0
+    while not stop_requested() and steps < 2000:
+        steps += 1
+        report(progress, 0.5, "working")
+        time.sleep(0.01)
+    return f"stopped after {steps} steps"
+
+
+def publishing(progress=None) -> int:
+    for step in range(3):
+        publish("snapshots", {i: np.full(2, i) for i in range(step + 1)})
+    time.sleep(1.0)
+    return 3
+
+
+def failing(kind: str, progress=None) -> None:
+    if kind == "user":
+        raise DataError("The folder holds no images. Pick another folder.")
+    raise ValueError("an internal bug")
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """One worker: jobs queue behind each other."""
+    started = WorkerPool(workers=1)
+    yield started
+    started.shutdown()
+
+
+def test_a_job_runs_in_another_process_and_reports_progress(pool) -> None:
+    seen: list[tuple[float, str]] = []
+    pid = pool.submit(counting, 20).wait(lambda fraction, message: seen.append((fraction, message)))
+    assert pid != os.getpid()
+    assert any(message.startswith("step") for _, message in seen)
+    fractions = [f for f, m in seen if m.startswith("step")]
+    assert fractions == sorted(fractions) and 0 < max(fractions) < 1
+
+
+def test_jobs_queue_in_order_and_cancel(pool) -> None:
+    first, second, third = (pool.submit(counting, 400) for _ in range(3))
+    deadline = time.monotonic() + 60
+    while first.status().state != "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert first.status().state == "running"
+    assert (second.status().state, second.status().position) == ("queued", 1)
+    assert third.status().position == 2
+    third.cancel()
+    second.cancel()
+    first.cancel()  # running: stopped at its next progress report
+    for job in (first, second, third):
+        with pytest.raises(JobCancelled):
+            job.result(timeout=60)
+        assert job.status().state == "cancelled"
+    assert pool.submit(counting, 1).result(timeout=60) != os.getpid()  # the worker is free again
+
+
+def test_a_graceful_job_ends_itself_and_keeps_its_result(pool) -> None:
+    job = pool.submit(graceful, graceful=True)
+    while job.status().state != "running":
+        time.sleep(0.05)
+    time.sleep(0.3)
+    job.cancel()
+    assert job.result(timeout=60).startswith("stopped after")
+    assert job.status().state == "done"
+
+
+def test_errors_reach_the_caller_with_their_message(pool) -> None:
+    with pytest.raises(DataError, match="holds no images"):
+        pool.submit(failing, "user").result(timeout=60)
+    job = pool.submit(failing, "bug")
+    assert job.join(timeout=60).state == "failed"
+    assert "ValueError" in job.status().error and "server log" in job.status().error
+    with pytest.raises(ValueError):
+        job.result()
+
+
+def test_published_values_are_live(pool) -> None:
+    job = pool.submit(publishing)
+    deadline = time.monotonic() + 60
+    while job.published("snapshots") is None or len(job.published("snapshots")) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert sorted(job.published("snapshots")) == [0, 1, 2] and job.published("missing", "none") == "none"
+    assert job.result(timeout=60) == 3
+
+
+def test_one_job_per_key_for_every_session(pool, monkeypatch) -> None:
+    submitted = []
+    original = pool.submit
+
+    def counting_submit(*args, **kwargs):
+        submitted.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "submit", counting_submit)
+    monkeypatch.setattr(cache_module, "heavy_pool", lambda: pool)
+    shared = pooled(counting, max_entries=4)
+    pids = run_together([lambda: shared(10) for _ in range(4)])
+    assert len(set(pids)) == 1 and len(submitted) == 1
+    assert shared.cached(10) and shared(10) == pids[0] and len(submitted) == 1
+
+
+def test_memoize_computes_a_key_once_while_sessions_wait() -> None:
+    calls = []
+    gate = threading.Event()
+
+    @memoize(max_entries=4)
+    def slow(x: int, progress=None) -> int:
+        calls.append(x)
+        gate.wait(5)
+        report(progress, 1.0, "done")
+        return x * 2
+
+    threading.Timer(0.5, gate.set).start()
+    assert run_together([lambda: slow(3) for _ in range(4)]) == [6] * 4
+    assert calls == [3]
+
+
+def test_memoize_passes_progress_only_to_functions_that_take_it() -> None:
+    @memoize(max_entries=2)
+    def plain(x: int) -> int:
+        return x + 1
+
+    seen = []
+    assert plain(1, progress=lambda f, m: seen.append(m)) == 2 and not seen
+
+
+def test_memoize_does_not_keep_errors() -> None:
+    attempts = []
+
+    @memoize(max_entries=2)
+    def flaky(x: int) -> int:
+        attempts.append(x)
+        if len(attempts) == 1:
+            raise FilterLensError("try again")
+        return x
+
+    with pytest.raises(FilterLensError):
+        flaky(5)
+    assert flaky(5) == 5 and attempts == [5, 5]
