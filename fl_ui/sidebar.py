@@ -6,9 +6,7 @@ The selection is stored in ``st.session_state["selection"]`` and mirrored into t
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 import streamlit as st
@@ -16,17 +14,11 @@ import streamlit as st
 from fl_core.backend import available_devices
 from fl_core.checkpoints import CHECKPOINT_SUFFIXES
 from fl_core.errors import FilterLensError
-from fl_core.images import IMAGE_SUFFIXES, save_uploaded_images
+from fl_core.images import IMAGE_SUFFIXES
 from fl_core.models import INTERPOLATIONS, ModelSpec, demo_manifest
+from fl_core.uploads import upload_store
 from fl_ui.cache import get_model
 from fl_ui.state import Selection, selection_from_url, write_selection_to_url
-
-
-def upload_dir() -> Path:
-    """Where uploads are kept, content-addressed (``FL_UPLOAD_DIR``; default: a temp folder)."""
-    root = Path(os.environ.get("FL_UPLOAD_DIR", Path(tempfile.gettempdir()) / "filterlens-uploads"))
-    root.mkdir(parents=True, exist_ok=True)
-    return root
 
 
 def data_roots() -> tuple[Path, ...]:
@@ -42,7 +34,8 @@ def server_path_error(path: str) -> str | None:
     """
     roots = data_roots()
     target = Path(path).resolve()
-    if not roots or any(target == r or r in target.parents for r in roots) or upload_dir().resolve() in target.parents:
+    if (not roots or any(target == r or r in target.parents for r in roots)
+            or upload_store().root.resolve() in target.parents):
         return None
     return (f"{path} is outside the folders this server shares ({', '.join(map(str, roots))}). Upload the file, or "
             "ask the admin to add its folder to FL_DATA_ROOTS.")
@@ -122,11 +115,11 @@ def _on_add_upload() -> None:
     if uploaded is None:
         st.session_state["sidebar_error"] = "Choose a checkpoint file first."
         return
-    data = uploaded.getvalue()
-    path = upload_dir() / f"{hashlib.sha256(data).hexdigest()[:24]}{Path(uploaded.name).suffix.lower()}"
-    is_new = not path.exists()
-    if is_new:
-        _write_atomically(path, data)
+    try:
+        path, is_new = upload_store().add_checkpoint(uploaded.getvalue(), uploaded.name)
+    except FilterLensError as err:
+        st.session_state["sidebar_error"] = str(err)
+        return
     arch = st.session_state.get("ckpt_arch", "").strip()
     spec = f"{arch}={path}" if arch else f"weights:{path}"
     accepted = False
@@ -140,13 +133,6 @@ def _on_add_upload() -> None:
             path.unlink(missing_ok=True)
     if not accepted:
         st.session_state["sidebar_error"] = st.session_state["sidebar_error"].replace(path.name, uploaded.name)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same folder, so another session never reads a half-written file."""
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".part", delete=False) as handle:
-        handle.write(data)
-    os.replace(handle.name, path)
 
 
 def _upload_form() -> None:
@@ -208,14 +194,19 @@ def _images_form(current: str) -> str:
                              key="img_upload")
     if not files:
         return current
-    digest = hashlib.sha256(b"".join(f.getvalue() + f.name.encode() for f in files)).hexdigest()[:16]
-    folder = upload_dir() / f"images-{digest}"
     try:
-        save_uploaded_images([(f.name, f.getvalue()) for f in files], folder)
+        return str(upload_store().add_images([(f.name, f.getvalue()) for f in files]))
     except FilterLensError as err:
         st.error(str(err))
         return current
-    return str(folder)
+
+
+def _mark_selected_uploads_used(selection: Selection) -> None:
+    """Refresh the last use of the uploads this session has selected (the store evicts the least recently used)."""
+    store = upload_store()
+    for path in (*(ModelSpec.parse(spec).path for spec in selection.specs), selection.images):
+        if path:
+            store.touch(path)
 
 
 def render_sidebar() -> Selection:
@@ -242,5 +233,6 @@ def render_sidebar() -> Selection:
                               key="device_choice")
     selection = Selection(specs=tuple(specs), overrides=overrides, images=images, device=device)
     st.session_state["selection"] = selection
+    _mark_selected_uploads_used(selection)
     write_selection_to_url(selection)
     return selection

@@ -1,0 +1,249 @@
+"""The upload store (:mod:`fl_core.uploads`): content addressing, quota with least-recently-used eviction, age limit,
+refusal of uploads that cannot fit, atomic writes, and the sweep of what a killed process leaves behind; and the
+sidebar's use of it (AppTest)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fl_core.checkpoints import save_state_dict
+from fl_core.errors import DataError
+from fl_core.uploads import IN_USE_SECONDS, UploadStore, upload_store, write_atomically
+from fl_ui.testing import page_app
+
+from .app_pages import app_pages
+from .conftest import REPO
+from .test_hostile_uploads import _png
+
+MIB = 2**20
+HOUR = 3600.0
+
+
+def store_in(folder: Path, quota_mb: float = 10, max_age_hours: float = 72, in_use_seconds: float = 60
+             ) -> UploadStore:
+    folder.mkdir(parents=True, exist_ok=True)
+    return UploadStore(folder, int(quota_mb * MIB), max_age_hours * HOUR, in_use_seconds)
+
+
+def last_used(path: Path, hours_ago: float) -> None:
+    """Pretend ``path`` was last used ``hours_ago`` (a file: its access time; a folder: its modification time)."""
+    when = time.time() - hours_ago * HOUR
+    os.utime(path, (when, path.stat().st_mtime) if path.is_file() else (when, when))
+
+
+def names(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()}
+
+
+def test_uploads_are_content_addressed(tmp_path: Path) -> None:
+    store = store_in(tmp_path / "uploads")
+    path, created = store.add_checkpoint(b"weights", "Mine.PTH")
+    assert created and path.name.endswith(".pth") and path.read_bytes() == b"weights"
+    assert store.add_checkpoint(b"weights", "renamed.pth") == (path, False)
+    assert store.add_checkpoint(b"other", "mine.pth")[0] != path
+    folder = store.add_images([("a.png", _png()), ("b.png", _png(20))])
+    assert folder.name.startswith("images-") and sorted(names(folder)) == ["a.png", "b.png"]
+    assert store.add_images([("a.png", _png()), ("b.png", _png(20))]) == folder
+    assert not [n for n in names(store.root) if n.endswith(".part")]
+
+
+def test_the_quota_evicts_the_least_recently_used_uploads_first(tmp_path: Path) -> None:
+    store = store_in(tmp_path / "uploads", quota_mb=3)
+    a, b, c = (store.add_checkpoint(bytes([i]) * MIB, f"{i}.pt")[0] for i in range(3))
+    last_used(a, 3)
+    last_used(b, 2)
+    last_used(c, 1)
+    store.touch(a)  # a session selected it: now the most recently used, and in use
+    d, _ = store.add_checkpoint(b"d" * MIB, "d.pt")
+    assert names(store.root) == {a.name, c.name, d.name}  # b went first
+    e, _ = store.add_checkpoint(b"e" * MIB, "e.pt")
+    assert names(store.root) == {a.name, d.name, e.name}  # then c
+    with pytest.raises(DataError, match=r"f\.pt .*does not fit right now.*FL_UPLOAD_QUOTA_MB.*used in the last 1 min"):
+        store.add_checkpoint(b"f" * MIB, "f.pt")  # everything left is in use: nothing is evicted for it
+    assert names(store.root) == {a.name, d.name, e.name}
+
+
+def test_image_folders_count_and_are_evicted_like_files(tmp_path: Path) -> None:
+    photos = [(f"{i}.png", _png(64)) for i in range(3)]
+    store = store_in(tmp_path / "uploads")
+    folder = store.add_images(photos)
+    [(_, one_folder, _)] = store.entries()
+    store = dataclasses.replace(store, quota_bytes=int(2.5 * one_folder))
+    checkpoint, _ = store.add_checkpoint(b"x" * one_folder, "x.pt")
+    last_used(folder, 5)
+    last_used(checkpoint, 4)
+    newer = store.add_images([*photos[:2], ("other.png", _png(63))])
+    assert names(store.root) == {checkpoint.name, newer.name}
+
+
+def test_uploads_unused_past_the_age_limit_are_swept(tmp_path: Path) -> None:
+    store = store_in(tmp_path / "uploads", max_age_hours=1)
+    old, _ = store.add_checkpoint(b"old", "old.pt")
+    recent, _ = store.add_checkpoint(b"recent", "recent.pt")
+    old_images = store.add_images([("a.png", _png())])
+    last_used(old, 2)
+    last_used(recent, 0.5)
+    last_used(old_images, 2)
+    store.sweep()
+    assert names(store.root) == {recent.name}
+
+
+def test_nothing_used_in_the_last_minutes_is_removed_even_past_the_age_limit(tmp_path: Path) -> None:
+    store = store_in(tmp_path / "uploads", max_age_hours=0, in_use_seconds=IN_USE_SECONDS)
+    path, _ = store.add_checkpoint(b"in use", "a.pt")
+    store.sweep()
+    assert path.exists()
+
+
+def test_an_upload_that_cannot_fit_the_quota_is_refused_before_anything_is_written(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                                  ) -> None:
+    store = store_in(tmp_path / "uploads", quota_mb=1)
+    kept, _ = store.add_checkpoint(b"k" * 1000, "kept.pt")
+    last_used(kept, 5)
+    writes = []
+    monkeypatch.setattr(os, "replace", lambda *args: writes.append(args))
+    with pytest.raises(DataError, match=r"big\.safetensors \(2 MiB\) cannot fit: .*at most 1 MiB.*FL_UPLOAD_QUOTA_MB"):
+        store.add_checkpoint(b"x" * 2 * MIB, "big.safetensors")
+    with pytest.raises(DataError, match=r"2 images \(2 MiB\) cannot fit"):
+        store.add_images([("a.png", b"x" * MIB), ("b.png", b"y" * MIB)])
+    assert names(store.root) == {kept.name} and not writes  # nothing written, nothing evicted for it
+
+
+def test_readers_never_see_part_of_a_file_being_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "weights.pt"
+    versions = (b"a" * 4 * MIB, b"b" * 4 * MIB)
+    write_atomically(path, versions[0])
+    stop, seen = threading.Event(), set()
+
+    def keep_replacing() -> None:
+        for i in range(60):
+            write_atomically(path, versions[i % 2])
+        stop.set()
+
+    writer = threading.Thread(target=keep_replacing)
+    writer.start()
+    while not stop.is_set():
+        seen.add(path.read_bytes()[::MIB // 4])  # a sample of every version read: one letter, full length
+    writer.join()
+    assert seen <= {v[::MIB // 4] for v in versions} and names(tmp_path) == {"weights.pt"}
+
+
+KILLED_WRITER = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from fl_core import uploads
+
+    def hang(*args):
+        print("writing", flush=True)
+        time.sleep(120)
+
+    store = uploads.UploadStore(Path(sys.argv[1]), 2**30, 3600.0)
+    if sys.argv[2] == "checkpoint":
+        os.fsync = hang  # the data is written, not yet fsynced nor renamed into place
+        store.add_checkpoint(b"w" * 2**20, "killed.pt")
+    else:
+        real = uploads.save_uploaded_images
+        uploads.save_uploaded_images = lambda files, folder: (real(files[:1], folder), hang())
+        store.add_images([("a.png", open(sys.argv[3], "rb").read())] * 2)
+""")
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "images"])
+def test_a_writer_killed_mid_upload_leaves_only_a_part_entry_that_the_sweep_removes(kind: str, tmp_path: Path
+                                                                                   ) -> None:
+    """``kill -9`` in the middle of an upload: no entry a spec could name appears, and the leftover is swept."""
+    uploads, png = tmp_path / "uploads", tmp_path / "a.png"
+    uploads.mkdir()
+    png.write_bytes(_png())
+    writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(uploads), kind, str(png)], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "writing"
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    leftovers = list(uploads.iterdir())
+    assert len(leftovers) == 1 and leftovers[0].name.endswith(".part"), leftovers
+    store = store_in(uploads)
+    assert store.entries() == []
+    store.sweep()
+    assert leftovers[0].exists()  # written to a moment ago: it may still be another process's upload
+    os.utime(leftovers[0], (time.time() - 2 * store.in_use_seconds,) * 2)
+    store.sweep()
+    assert list(uploads.iterdir()) == []
+
+
+def test_the_first_use_of_the_store_in_a_process_sweeps_leftovers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    stale, fresh = uploads / ".0123.part", uploads / ".4567.part"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"being written")
+    os.utime(stale, (time.time() - 2 * IN_USE_SECONDS,) * 2)
+    expired = uploads / "abcdef.pt"
+    expired.write_bytes(b"old")
+    os.utime(expired, (time.time() - 100 * HOUR,) * 2)
+    monkeypatch.setenv("FL_UPLOAD_DIR", str(uploads))
+    monkeypatch.setenv("FL_UPLOAD_MAX_AGE_HOURS", "72")
+    store = upload_store()
+    assert store.root == uploads and store.max_age_seconds == 72 * HOUR
+    assert names(uploads) == {fresh.name}
+
+
+def _app_with_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quota_mb: str = "4096"):
+    """The default page with a small checkpoint uploaded through the sidebar's real flow."""
+    uploads, checkpoint = tmp_path / "uploads", tmp_path / "mine.safetensors"
+    save_state_dict({"conv.weight": torch.randn(8, 3, 3, 3)}, checkpoint)
+    monkeypatch.setenv("FL_UPLOAD_DIR", str(uploads))
+    monkeypatch.setenv("FL_UPLOAD_QUOTA_MB", quota_mb)
+    monkeypatch.chdir(REPO)
+    app = page_app(app_pages()[0].path).run()
+    app.file_uploader(key="ckpt_upload").set_value((checkpoint.name, checkpoint.read_bytes(), "application/x"))
+    app.button(key="ckpt_add").click().run()
+    return app, uploads
+
+
+def test_the_sidebar_refuses_an_upload_larger_than_the_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app, uploads = _app_with_upload(tmp_path, monkeypatch, quota_mb="0.0001")
+    assert not app.exception
+    assert [e.value for e in app.sidebar.error if "FL_UPLOAD_QUOTA_MB" in e.value and "mine.safetensors" in e.value]
+    assert list(uploads.iterdir()) == [] and app.session_state["selection"].specs == ("demo:tiny_vgg",
+                                                                                     "demo:tiny_vgg_init")
+
+
+def test_the_sidebar_marks_selected_uploads_used_without_changing_their_file_stamp(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                                  ) -> None:
+    app, uploads = _app_with_upload(tmp_path, monkeypatch)
+    assert not app.exception and not app.sidebar.error
+    [path] = uploads.iterdir()
+    assert app.session_state["selection"].specs[-1] == f"weights:{path}"
+    last_used(path, 10)
+    stamp = path.stat().st_mtime_ns
+    app.run()
+    assert time.time() - path.stat().st_atime < 60 and path.stat().st_mtime_ns == stamp  # the model cache's key
+
+
+def test_a_session_whose_upload_was_evicted_gets_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    app, uploads = _app_with_upload(tmp_path, monkeypatch)
+    app.multiselect(key="model_picker").set_value([app.session_state["selection"].specs[-1]]).run()
+    assert not app.exception and not app.error
+    [path] = uploads.iterdir()
+    path.unlink()  # what eviction does to an upload nobody used for a while
+    app.run()
+    assert not app.exception
+    assert any("No checkpoint file at" in e.value for e in app.error), [e.value for e in app.error]
