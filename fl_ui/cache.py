@@ -11,11 +11,13 @@ only read them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
 import streamlit as st
@@ -31,6 +33,11 @@ from fl_core.workers import Job, JobState, heavy_pool
 
 WAIT_POLL_S = 0.25
 """How often a session waiting for another session's computation redraws its progress bar."""
+PAGE_COMPUTE_SLOTS = threading.BoundedSemaphore(max(1, (os.cpu_count() or 1) // 4))
+"""How many :func:`memoize` computations run at once in the server process (one per four cores, at least one).
+Every extra thread computing in the server competes for the GIL with the event loop that answers the browsers and
+the health check; torch's thread pool already uses every core for the one computing."""
+_HOLDS_SLOT = threading.local()
 
 
 class _Results:
@@ -77,12 +84,30 @@ def _takes_progress(func: Callable) -> bool:
     return "progress" in inspect.signature(func).parameters
 
 
+@contextlib.contextmanager
+def _compute_slot(flight: _InFlight, progress: Progress | None) -> Iterator[None]:
+    """Hold one of :data:`PAGE_COMPUTE_SLOTS` (re-entrant: a memoized function calling another holds one slot)."""
+    if getattr(_HOLDS_SLOT, "held", False):
+        yield
+        return
+    while not PAGE_COMPUTE_SLOTS.acquire(timeout=WAIT_POLL_S):
+        flight.progress(0.0, "waiting for another session's computation")
+        report(progress, 0.0, "waiting for another session's computation")
+    _HOLDS_SLOT.held = True
+    try:
+        yield
+    finally:
+        _HOLDS_SLOT.held = False
+        PAGE_COMPUTE_SLOTS.release()
+
+
 def memoize(max_entries: int) -> Callable[[Callable], Callable]:
     """A thread-safe LRU cache over hashable positional arguments, computed in the caller's thread.
 
     ``progress`` is not part of the key, and is passed on only to functions that take it. While one session computes
     a key, other sessions asking for it wait and see its progress; if the computing session is interrupted (its user
-    clicked something), the next one asking computes it.
+    clicked something), the next one asking computes it. Computations of different keys take turns
+    (:data:`PAGE_COMPUTE_SLOTS`).
     """
 
     def decorate(func: Callable) -> Callable:
@@ -115,7 +140,8 @@ def memoize(max_entries: int) -> Callable[[Callable], Callable]:
                 report(progress, fraction, message)
 
             try:
-                value = func(*args, progress=to_both) if forwards_progress else func(*args)
+                with _compute_slot(flight, progress):
+                    value = func(*args, progress=to_both) if forwards_progress else func(*args)
                 results.put(args, value)
                 flight.value, flight.ok = value, True
                 return value

@@ -42,10 +42,11 @@ def server_env(port: int, **extra: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def running_server(command: Sequence[str], port: int, env: dict[str, str], log: Path,
-                   timeout: float = 120.0) -> Iterator[subprocess.Popen]:
-    """Run ``command`` in the repository until ``/_stcore/health`` answers "ok"; stop it (and only it) on exit."""
+                   timeout: float = 120.0, cwd: Path = REPO) -> Iterator[subprocess.Popen]:
+    """Run ``command`` in ``cwd`` (the repository) until ``/_stcore/health`` answers "ok"; stop it (and only it)
+    on exit."""
     with open(log, "wb") as output:
-        process = subprocess.Popen(list(command), cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         try:
             deadline = time.monotonic() + timeout
