@@ -74,12 +74,12 @@ class LoadReport:
 
 
 def lower_browser_priority(stop: threading.Event) -> None:
-    """Every second until ``stop``, set every Chromium process of this machine to :data:`BROWSER_NICENESS`."""
-    binary = str(CHROMIUM.resolve())
+    """Every second until ``stop``, set every Chromium process of this machine (an executable named chromium or
+    chrome*; /usr/bin/chromium itself is only a launcher script) to :data:`BROWSER_NICENESS`."""
     while not stop.is_set():
         for proc in Path("/proc").iterdir():
             with contextlib.suppress(OSError, ValueError):
-                if proc.name.isdigit() and os.readlink(proc / "exe").startswith(str(Path(binary).parent)):
+                if proc.name.isdigit() and Path(os.readlink(proc / "exe")).name.startswith(("chromium", "chrome")):
                     os.setpriority(os.PRIO_PROCESS, int(proc.name), BROWSER_NICENESS)
         stop.wait(1.0)
 

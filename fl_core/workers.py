@@ -32,6 +32,7 @@ from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import lru_cache
+from multiprocessing.managers import SyncManager
 from typing import Any
 
 from fl_core.backend import Progress, report
@@ -41,6 +42,8 @@ log = logging.getLogger("filterlens")
 
 PROGRESS_INTERVAL_S = 0.2
 """A worker sends at most one progress report (and checks for a cancel) per this many seconds."""
+PARENT_CHECK_S = 0.5
+"""How often workers check that the server that started them is still there."""
 WORKER_NICENESS = 10
 """How much lower than the server the workers run (``os.nice``): the pages and health checks come first."""
 
@@ -158,7 +161,8 @@ class WorkerPool:
         self._ids = itertools.count(1)
         self._queued: dict[int, Future] = {}
         self._context = multiprocessing.get_context("spawn")
-        self._manager = self._context.Manager()
+        self._manager = SyncManager(ctx=self._context)
+        self._manager.start(_exit_with_parent, (os.getpid(),))
         self._board = self._manager.dict()
         self._stops = self._manager.dict()
         self._executor = self._new_executor()
@@ -175,7 +179,7 @@ class WorkerPool:
     def _new_executor(self) -> ProcessPoolExecutor:
         threads = max(1, (os.cpu_count() or 1) // self.workers)
         return ProcessPoolExecutor(self.workers, mp_context=self._context, initializer=_initialize_worker,
-                                   initargs=(self._board, self._stops, threads))
+                                   initargs=(self._board, self._stops, threads, os.getpid()))
 
     def submit(self, function: Callable[..., Any], *args: Any, graceful: bool = False, **kwargs: Any) -> Job:
         """Queue ``function(*args, progress=..., **kwargs)``; ``graceful`` jobs stop via :func:`stop_requested`."""
@@ -258,10 +262,23 @@ class _WorkerContext:
 _WORKER: _WorkerContext | None = None
 
 
-def _initialize_worker(board: Any, stops: Any, threads: int) -> None:
+def _exit_with_parent(parent: int) -> None:
+    """In a worker or the manager: end this process as soon as the server that started it is gone (killed, or
+    exited while a job was running), so that no orphan keeps computing."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="filterlens-parent-watch", daemon=True).start()
+
+
+def _initialize_worker(board: Any, stops: Any, threads: int, parent: int) -> None:
     global _WORKER
     import torch
 
+    _exit_with_parent(parent)
     _WORKER = _WorkerContext(board, stops)
     torch.set_num_threads(threads)
     with contextlib.suppress(OSError):  # not permitted here: run at the server's priority

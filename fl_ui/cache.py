@@ -175,10 +175,11 @@ def pooled(job: Callable, max_entries: int) -> Callable:
         found, value = results.get(args)
         if found:
             return value
+        pool = heavy_pool()  # outside the lock: the first call starts the workers
         with results.lock:
             handle = running.get(args)
             if handle is None or handle.status().state in ("cancelled", "failed"):
-                handle = running[args] = heavy_pool().submit(job, *args)
+                handle = running[args] = pool.submit(job, *args)
         try:
             value = handle.wait(progress)
         finally:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +19,7 @@ from fl_core.workers import JobCancelled, WorkerPool, publish, stop_requested
 from fl_ui import cache as cache_module
 from fl_ui.cache import memoize, pooled
 
+from .conftest import REPO
 from .test_concurrency import run_together
 
 
@@ -168,3 +173,52 @@ def test_memoize_does_not_keep_errors() -> None:
     with pytest.raises(FilterLensError):
         flaky(5)
     assert flaky(5) == 5 and attempts == [5, 5]
+
+
+def reporting_pid(progress=None) -> None:
+    """A long job that publishes its process id."""
+    publish("pid", os.getpid())
+    for _ in range(6000):
+        report(progress, 0.5, "working")
+        time.sleep(0.01)
+
+
+SERVER_SCRIPT = """
+import sys, time
+from fl_core.workers import WorkerPool
+from tests.test_workers import reporting_pid
+
+if __name__ == "__main__":
+    job = WorkerPool(workers=1).submit(reporting_pid)
+    while job.published("pid") is None:
+        time.sleep(0.05)
+    print(job.published("pid"), flush=True)
+    time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().split()[2] != "Z"
+
+
+def test_workers_end_when_the_server_is_killed(tmp_path) -> None:
+    """kill -9 of the server leaves no orphan computing its job."""
+    script = tmp_path / "server.py"
+    script.write_text(SERVER_SCRIPT)
+    server = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        worker = int(server.stdout.readline())
+        assert _alive(worker)
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker), "the worker outlived the server"
