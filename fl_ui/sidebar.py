@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import streamlit as st
+from streamlit import config
 
 from fl_core.backend import available_devices
 from fl_core.checkpoints import CHECKPOINT_SUFFIXES
@@ -20,25 +21,45 @@ from fl_core.uploads import upload_store
 from fl_ui.cache import get_model
 from fl_ui.state import Selection, selection_from_url, write_selection_to_url
 
+LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1")
+
 
 def data_roots() -> tuple[Path, ...]:
-    """Server folders users may read from (``FL_DATA_ROOTS``, separated by ``os.pathsep``); none = anywhere."""
+    """Server folders users may read from (``FL_DATA_ROOTS``, separated by ``os.pathsep``)."""
     return tuple(Path(p).resolve() for p in os.environ.get("FL_DATA_ROOTS", "").split(os.pathsep) if p.strip())
+
+
+def shared_address() -> str | None:
+    """Where the server listens when others can reach it, else ``None`` (a local server).
+
+    Local means Streamlit's ``server.address`` is localhost, 127.0.0.1 or ::1 (``.streamlit/config.toml`` sets
+    localhost); anything else, including unset (Streamlit then binds every interface), is shared.
+    """
+    address = str(config.get_option("server.address") or "").strip()
+    return None if address in LOCAL_ADDRESSES else address or "every interface"
 
 
 def server_path_error(path: str) -> str | None:
     """Why users may not read ``path`` on this server, or ``None`` when they may.
 
-    With ``FL_DATA_ROOTS`` set (a shared server), only paths inside those folders, and files inside the upload
-    folder, never the upload folder itself: listing it would show other users' uploads.
+    Files inside the upload folder always (the upload flow names them), never the folder itself: listing it would
+    show other users' uploads. Other paths: with ``FL_DATA_ROOTS`` set, only inside those folders; without it,
+    anywhere on a local server and nowhere on a shared one (fail closed: an admin who exposes the server without
+    saying what it shares shares nothing).
     """
-    roots = data_roots()
     target = Path(path).resolve()
-    if (not roots or any(target == r or r in target.parents for r in roots)
-            or upload_store().root.resolve() in target.parents):
+    if upload_store().root.resolve() in target.parents:
         return None
-    return (f"{path} is outside the folders this server shares ({', '.join(map(str, roots))}). Upload the file, or "
-            "ask the admin to add its folder to FL_DATA_ROOTS.")
+    if roots := data_roots():
+        if any(target == r or r in target.parents for r in roots):
+            return None
+        return (f"{path} is outside the folders this server shares ({', '.join(map(str, roots))}). Upload the file, "
+                "or ask the admin to add its folder to FL_DATA_ROOTS.")
+    if (address := shared_address()) is None:
+        return None
+    return (f"{path}: this server is shared (it listens on {address}) and shares no server folders, because "
+            "FL_DATA_ROOTS is not set. Upload the file, or ask the admin to set FL_DATA_ROOTS to the folders users "
+            "may read.")
 
 
 def _spec_path_error(spec: str) -> str | None:

@@ -1,5 +1,6 @@
-"""Deployment files: Dockerfile (hadolint + structure), docker-compose.yml, .streamlit/config.toml, and the image's
-exact entry and health-check commands run outside Docker (Docker itself cannot run on the development machines)."""
+"""Deployment files: Dockerfile (hadolint + structure), docker-compose.yml, .streamlit/config.toml, the image's exact
+entry and health-check commands run outside Docker (Docker itself cannot run on the development machines), and the
+fail-closed rule for server paths on a shared server."""
 
 from __future__ import annotations
 
@@ -7,15 +8,25 @@ import fnmatch
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from streamlit import config as streamlit_config
 
+from fl_core.checkpoints import save_state_dict
+from fl_ui.sidebar import shared_address
+from fl_ui.testing import page_app
+
+from .app_pages import app_pages
 from .streamlit_server import REPO, free_port, health, running_server, server_env
+from .test_hostile_uploads import _png
 
 DOCKERFILE = REPO / "Dockerfile"
 COMPOSE = REPO / "docker-compose.yml"
@@ -156,3 +167,95 @@ def test_readme_links_point_to_existing_sections() -> None:
                for title in re.findall(r"^#+ (.+)$", readme, flags=re.MULTILINE)}
     links = re.findall(r"\]\(#([^)]+)\)", readme)
     assert links and set(links) <= anchors, set(links) - anchors
+
+
+@pytest.fixture
+def server_address() -> Iterator[Callable[[str | None], None]]:
+    """Set Streamlit's ``server.address`` as the server would read it (restored afterwards)."""
+    previous = streamlit_config.get_option("server.address")
+    yield lambda address: streamlit_config.set_option("server.address", address)
+    streamlit_config.set_option("server.address", previous)
+
+
+@pytest.mark.parametrize(("address", "shared"), [("localhost", None), ("127.0.0.1", None), ("::1", None),
+                                                 ("0.0.0.0", "0.0.0.0"), ("192.0.2.7", "192.0.2.7"),
+                                                 (None, "every interface"), ("", "every interface")])
+def test_only_a_loopback_address_makes_a_local_server(address: str | None, shared: str | None,
+                                                       server_address) -> None:
+    server_address(address)
+    assert shared_address() == shared
+
+
+@pytest.fixture
+def server_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A folder of images and a weights file on the server, no ``FL_DATA_ROOTS``, uploads in ``tmp_path``."""
+    folder, weights = tmp_path / "photos", tmp_path / "weights.safetensors"
+    folder.mkdir()
+    (folder / "fish.png").write_bytes(_png(40))
+    save_state_dict({"conv.weight": torch.randn(8, 3, 3, 3)}, weights)
+    monkeypatch.delenv("FL_DATA_ROOTS", raising=False)
+    monkeypatch.setenv("FL_UPLOAD_DIR", str(tmp_path / "uploads"))
+    monkeypatch.chdir(REPO)
+    return folder, weights
+
+
+def test_a_shared_server_without_data_roots_refuses_typed_server_paths(server_files, server_address) -> None:
+    """Fail closed: listening on 0.0.0.0 without ``FL_DATA_ROOTS``, no server path a user names is read (a link's
+    ``weights:PATH`` and folder, a typed ``NAME=PATH`` and folder), each refusal names the setting; uploads work."""
+    folder, weights = server_files
+    server_address("0.0.0.0")
+    app = page_app(app_pages()[0].path, models=f"demo:tiny_vgg,weights:{weights}", images=str(folder)).run()
+    errors = [e.value for e in app.sidebar.error]
+    assert not app.exception and len(errors) == 2 and all("FL_DATA_ROOTS" in e for e in errors), errors
+    assert app.session_state["selection"].specs == ("demo:tiny_vgg",)
+    assert app.session_state["selection"].images == "bundled" and "weights:" not in app.query_params["models"]
+
+    app.text_input(key="reg_name").input(f"resnet18={weights}")
+    app.button(key="reg_add").click().run()
+    assert "FL_DATA_ROOTS" in app.session_state["sidebar_error"]
+    app.radio(key="img_choice").set_value("folder on the server").run()
+    app.text_input(key="img_folder").input(str(folder)).run()
+    assert any("FL_DATA_ROOTS" in e.value and str(folder) in e.value for e in app.sidebar.error)
+    assert app.session_state["selection"].images == "bundled"
+
+    app.radio(key="img_choice").set_value("bundled photos (offline)").run()
+    app.file_uploader(key="ckpt_upload").set_value((weights.name, weights.read_bytes(), "application/octet-stream"))
+    app.button(key="ckpt_add").click().run()
+    assert not app.exception and not app.sidebar.error
+    assert app.session_state["selection"].specs[-1].startswith(f"weights:{folder.parent / 'uploads'}")
+
+
+def test_a_local_server_without_data_roots_reads_typed_server_paths(server_files, server_address) -> None:
+    folder, weights = server_files
+    server_address("localhost")
+    app = page_app(app_pages()[0].path, models=f"weights:{weights}", images=str(folder)).run()
+    assert not app.exception and not app.sidebar.error
+    assert app.session_state["selection"].specs == (f"weights:{weights}",)
+    assert app.session_state["selection"].images == str(folder)
+
+
+def _lan_address() -> str | None:
+    """This machine's address on its network (no packet is sent), or ``None`` when it has only loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def test_the_readme_dashboard_command_serves_localhost_only(tmp_path: Path) -> None:
+    """``streamlit run app.py`` (the README's quick start) serves http://localhost:PORT, to this machine only, and
+    is therefore a local server (typed paths allowed); the image's command overrides the address."""
+    assert "streamlit run app.py\n" in (REPO / "README.md").read_text()
+    port = free_port()
+    env = server_env(port, FL_UPLOAD_DIR=str(tmp_path / "uploads"), HOME=str(tmp_path))
+    with running_server(["streamlit", "run", "app.py"], port, env, tmp_path / "server.log"):
+        with urllib.request.urlopen(f"http://localhost:{port}/_stcore/health", timeout=10) as answer:
+            assert answer.read() == b"ok"
+        if lan := _lan_address():
+            with pytest.raises(OSError), socket.create_connection((lan, port), timeout=5):
+                pass
+    assert f"http://localhost:{port}" in (tmp_path / "server.log").read_text()
+    assert "--server.address=0.0.0.0" in exec_form("CMD")
