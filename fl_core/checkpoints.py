@@ -35,8 +35,8 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def max_checkpoint_bytes() -> int:
-    """The size cap for one checkpoint file: ``FL_MAX_CHECKPOINT_MB`` (default 2048 MiB)."""
-    return int(float(os.environ.get("FL_MAX_CHECKPOINT_MB", "2048")) * 2**20)
+    """The size cap for one checkpoint file: ``FL_MAX_CHECKPOINT_MB`` (default 1024 MiB, the upload limit)."""
+    return int(float(os.environ.get("FL_MAX_CHECKPOINT_MB", "1024")) * 2**20)
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,20 @@
-"""Deployment files: Dockerfile (hadolint + structure), docker-compose.yml, .streamlit/config.toml, the image's exact
-entry and health-check commands run outside Docker (Docker itself cannot run on the development machines), and the
-fail-closed rule for server paths on a shared server."""
+"""Deployment files: Dockerfile (hadolint + structure), docker-compose.yml (limits, read-only root, no privileges,
+restart on unhealthy), .streamlit/config.toml, the image's exact entry and health-check commands run outside Docker
+(Docker itself cannot run on the development machines), what the read-only container writes, and the fail-closed rule
+for server paths on a shared server."""
 
 from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
 import sys
+import textwrap
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +24,8 @@ import torch
 import yaml
 from streamlit import config as streamlit_config
 
-from fl_core.checkpoints import save_state_dict
+from fl_core.checkpoints import max_checkpoint_bytes, save_state_dict
+from fl_core.uploads import DEFAULT_MAX_AGE_HOURS, DEFAULT_QUOTA_MB
 from fl_ui.sidebar import shared_address
 from fl_ui.testing import page_app
 
@@ -31,8 +36,14 @@ from .test_hostile_uploads import _png
 DOCKERFILE = REPO / "Dockerfile"
 COMPOSE = REPO / "docker-compose.yml"
 CONFIG = REPO / ".streamlit" / "config.toml"
-ADMIN_SETTINGS = ("FL_DEVICE", "FL_MAX_CHECKPOINT_MB", "FL_UPLOAD_DIR", "STREAMLIT_SERVER_MAX_UPLOAD_SIZE", "HF_HOME",
-                  "TORCH_HOME")
+ADMIN_SETTINGS = ("FL_DEVICE", "FL_MAX_CHECKPOINT_MB", "FL_UPLOAD_DIR", "FL_UPLOAD_QUOTA_MB", "FL_UPLOAD_MAX_AGE_HOURS",
+                  "STREAMLIT_SERVER_MAX_UPLOAD_SIZE", "HF_HOME", "TORCH_HOME")
+CONTAINER_HOME = "/home/filterlens"
+"""The server user's home (``useradd --create-home``): on the read-only root, so nothing may write there."""
+WRITE_LOCATIONS = ("FL_UPLOAD_DIR", "FL_RUNS_DIR", "HF_HOME", "TORCH_HOME", "MPLCONFIGDIR", "XDG_CACHE_HOME")
+"""The image's settings that name where something is written."""
+HEALTH_MEASURED_S = 5.27
+"""The slowest health answer measured under load (8 sessions, 2 long jobs)."""
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -50,6 +61,36 @@ def exec_form(instruction: str) -> list[str]:
 
 def compose_service(name: str = "filterlens") -> dict:
     return yaml.safe_load(COMPOSE.read_text())["services"][name]
+
+
+def compose_default(value: object) -> str:
+    """What a ``${VARIABLE:-default}`` compose value is when the admin sets nothing (other values as they are)."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
+
+
+def image_environment() -> dict[str, str]:
+    """The container's environment with every default: the Dockerfile's ``ENV``, then compose's ``environment``."""
+    env = {}
+    for name, args in instructions():
+        if name == "ENV":
+            env.update(pair.split("=", 1) for pair in shlex.split(args))
+    env.update({key: compose_default(value) for key, value in compose_service()["environment"].items()})
+    return env
+
+
+def container_mounts(service: dict) -> dict[str, bool]:
+    """Each mount target of a compose service -> whether the container may write there (tmpfs and rw volumes)."""
+    mounts = {entry.split(":", 1)[0]: True for entry in service.get("tmpfs", [])}
+    for volume in service["volumes"]:
+        _, target, read_only = re.fullmatch(r"(.+?):(/[^:]*)(:ro)?", volume).groups()
+        mounts[target] = read_only is None
+    return mounts
+
+
+def writable(path: str, mounts: dict[str, bool]) -> bool:
+    """Whether ``path`` in the container lies on a writable mount (the deepest mount that holds it decides)."""
+    holding = [target for target in mounts if path == target or path.startswith(target.rstrip("/") + "/")]
+    return bool(holding) and mounts[max(holding, key=len)]
 
 
 def hadolint() -> str:
@@ -167,6 +208,168 @@ def test_readme_links_point_to_existing_sections() -> None:
                for title in re.findall(r"^#+ (.+)$", readme, flags=re.MULTILINE)}
     links = re.findall(r"\]\(#([^)]+)\)", readme)
     assert links and set(links) <= anchors, set(links) - anchors
+
+
+def test_compose_bounds_memory_cpus_and_processes() -> None:
+    """Limits an admin can set (``FL_MEM_LIMIT``, ``FL_CPUS``, ``FL_PIDS_LIMIT``), defaults that fit a lab server."""
+    settings = {"mem_limit": "FL_MEM_LIMIT", "cpus": "FL_CPUS", "pids_limit": "FL_PIDS_LIMIT"}
+    for name in ("filterlens", "filterlens-gpu"):
+        service = compose_service(name)
+        limits = {key: re.fullmatch(rf"\$\{{{variable}:-([^}}]+)\}}", str(service[key]))
+                  for key, variable in settings.items()}
+        assert all(limits.values()), {key: service[key] for key in limits}
+        memory = re.fullmatch(r"(\d+)([mg])", limits["mem_limit"].group(1))
+        assert memory and int(memory.group(1)) * (1024 if memory.group(2) == "g" else 1) >= 2048  # a model + a job
+        assert float(limits["cpus"].group(1)) >= 1 and 256 <= int(limits["pids_limit"].group(1)) <= 8192
+
+
+def test_compose_runs_a_read_only_root_without_privileges() -> None:
+    for name in ("filterlens", "filterlens-gpu"):
+        service = compose_service(name)
+        assert service["read_only"] is True and service["cap_drop"] == ["ALL"] and not service.get("cap_add")
+        assert "no-new-privileges:true" in service["security_opt"] and not service.get("privileged")
+        assert container_mounts(service)["/tmp"], "a read-only root needs a writable /tmp"
+
+
+def test_every_place_the_image_writes_is_a_tmpfs_or_a_writable_volume() -> None:
+    env, mounts = image_environment(), container_mounts(compose_service())
+    for setting in WRITE_LOCATIONS:
+        assert writable(env[setting], mounts), f"{setting}={env[setting]} is on the read-only root"
+    assert not writable(CONTAINER_HOME, mounts) and not writable("/app", mounts)
+    assert not writable(env["FL_DATA_ROOTS"], mounts)  # the shared data set is mounted read-only
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"  # no __pycache__ next to the code
+
+
+SITECUSTOMIZE = textwrap.dedent(r"""
+    # Logs every path a Python process opens for writing, creates, renames, removes or touches (audit hooks).
+    import os, sys
+    _log = open(os.environ["FL_WRITES_LOG"], "a", buffering=1)
+    _WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+    _EVENTS = {"os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.symlink", "os.link", "os.truncate",
+               "os.chmod", "os.utime", "shutil.copyfile", "shutil.rmtree"}
+
+    def _record(event, args):
+        if event == "open":
+            if isinstance(args[0], int) or not args[2] & _WRITING:
+                return
+            paths = args[:1]
+        elif event in _EVENTS:
+            if event in ("os.remove", "os.rmdir") and args[1] not in (None, -1):
+                return  # relative to a folder already logged (shutil.rmtree)
+            paths = [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
+        else:
+            return
+        for path in paths:
+            _log.write(f"{event}\t{os.path.abspath(os.fsdecode(path))}\n")
+
+    sys.addaudithook(_record)
+""")
+
+USER_SESSION = textwrap.dedent("""
+    # One user on the default page: upload a checkpoint and an image through the sidebar, then fail on any error.
+    import io, sys
+    import torch
+    from safetensors.torch import save
+    from fl_core.images import bundled_images
+    from fl_ui.testing import page_app
+
+    photo = io.BytesIO()
+    bundled_images().image(0).resize((96, 96)).save(photo, "PNG")
+    app = page_app(sys.argv[1]).run()
+    app.file_uploader(key="ckpt_upload").set_value(("mine.safetensors", save({"conv.weight": torch.randn(8, 3, 3, 3)}),
+                                                    "application/octet-stream"))
+    app.button(key="ckpt_add").click().run()
+    app.radio(key="img_choice").set_value("upload images").run()
+    app.file_uploader(key="img_upload").set_value([("noise.png", photo.getvalue(), "image/png")]).run()
+    problems = [e.value for e in (*app.exception, *app.error)]
+    selection = app.session_state["selection"]
+    assert len(selection.specs) == 3 and "images-" in selection.images and not problems, (selection, problems)
+""")
+
+
+def _container_like_environment(tmp_path: Path, port: int) -> tuple[dict[str, str], dict[str, Path], Path]:
+    """This machine's stand-in for the container: every mount and the home folder become folders under
+    ``tmp_path``, the image's environment points into them, and an audit hook logs what each process writes.
+    Returns the environment, the stand-ins of the writable mounts, and the log."""
+    mounts = container_mounts(compose_service())
+    stand_ins = {target: tmp_path / "container" / target.strip("/").replace("/", "-") for target in mounts}
+    places = {**stand_ins, CONTAINER_HOME: tmp_path / "container" / "home", "/app": REPO}
+    for folder in places.values():
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def on_this_machine(value: str) -> str:
+        holding = [target for target in places if value == target or value.startswith(target + "/")]
+        return str(places[max(holding, key=len)]) + value[len(max(holding, key=len)):] if holding else value
+
+    hooks, log = tmp_path / "hooks", tmp_path / "writes.log"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    # only what the image sets: this process's variables (e.g. TORCHINDUCTOR_CACHE_DIR, which importing torch's
+    # compiler sets) would hide where the container writes
+    env = {key: value for key, value in server_env(port).items() if key in ("PATH", "LANG", "LC_ALL")}
+    env.update({key: on_this_machine(value) for key, value in image_environment().items()})
+    env.update(HOME=on_this_machine(CONTAINER_HOME), TMPDIR=on_this_machine("/tmp"), STREAMLIT_SERVER_PORT=str(port),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")])),
+               FL_WRITES_LOG=str(log))
+    return env, {target: stand_ins[target] for target, rw in mounts.items() if rw}, log
+
+
+def test_the_read_only_container_writes_only_into_its_tmpfs_and_volumes(tmp_path: Path) -> None:
+    """The image's command, its health check and a user session (an upload of each kind) run with the image's
+    environment: every path any of their Python processes writes lies in a stand-in of a tmpfs or writable volume,
+    none in the home folder, the code or the read-only data (writes from C/Rust code are not seen by audit hooks;
+    they go to the upload, run and weight-cache folders named by the settings checked above)."""
+    port = free_port()
+    env, writable_places, log = _container_like_environment(tmp_path, port)
+    with running_server(exec_form("CMD"), port, env, tmp_path / "server.log"):
+        assert subprocess.run(exec_form("HEALTHCHECK"), env=env, cwd=REPO, timeout=30).returncode == 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as page:
+            assert page.status == 200
+    session = subprocess.run([sys.executable, "-c", USER_SESSION, app_pages()[0].path], env=env, cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+    assert session.returncode == 0, session.stdout[-3000:] + session.stderr[-3000:]
+    written = {line.split("\t", 1)[1] for line in log.read_text().splitlines()}
+    outside = sorted(path for path in written if not path.startswith(("/dev/", "/proc/"))
+                     and not any(Path(path).is_relative_to(place) for place in writable_places.values()))
+    assert not outside, outside
+    uploads = Path(env["FL_UPLOAD_DIR"])
+    assert any(uploads.glob("*.safetensors")) and any(uploads.glob("images-*"))  # the session did write
+
+
+def test_upload_checkpoint_and_quota_limits_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The browser's upload limit = the largest checkpoint read (config, compose and code defaults), and the upload
+    quota holds at least one upload of that size."""
+    tomllib = pytest.importorskip("tomllib", reason="reading TOML needs Python 3.11 (the image's version)")
+    monkeypatch.delenv("FL_MAX_CHECKPOINT_MB", raising=False)
+    env = image_environment()
+    upload_mb = tomllib.loads(CONFIG.read_text())["server"]["maxUploadSize"]
+    assert int(env["STREAMLIT_SERVER_MAX_UPLOAD_SIZE"]) == upload_mb
+    assert int(env["FL_MAX_CHECKPOINT_MB"]) == upload_mb == max_checkpoint_bytes() // 2**20
+    assert int(env["FL_UPLOAD_QUOTA_MB"]) == DEFAULT_QUOTA_MB >= upload_mb
+    assert int(env["FL_UPLOAD_MAX_AGE_HOURS"]) == DEFAULT_MAX_AGE_HOURS
+
+
+def _seconds(duration: str) -> float:
+    return float(duration.rstrip("s"))
+
+
+def test_the_health_check_waits_longer_than_the_slowest_measured_answer() -> None:
+    healthcheck = [args for name, args in instructions() if name == "HEALTHCHECK"][-1]
+    options = dict(re.findall(r"--([\w-]+)=(\S+)", healthcheck))
+    request_timeout = float(re.search(r"timeout=([\d.]+)", " ".join(exec_form("HEALTHCHECK"))).group(1))
+    assert HEALTH_MEASURED_S < request_timeout < _seconds(options["timeout"]) <= _seconds(options["interval"])
+    assert int(options["retries"]) >= 3 and _seconds(options["start-period"]) >= 30
+
+
+def test_an_unhealthy_container_can_be_restarted_by_the_optional_autoheal_service() -> None:
+    """Compose's ``restart`` acts on exits only: the ``autoheal`` profile restarts containers carrying its label."""
+    autoheal = compose_service("autoheal")
+    assert autoheal["profiles"] == ["autoheal"] and re.fullmatch(r"[\w./-]+:\d[\w.]*", autoheal["image"])
+    assert "/var/run/docker.sock:/var/run/docker.sock" in autoheal["volumes"]
+    label = autoheal["environment"]["AUTOHEAL_CONTAINER_LABEL"]
+    for name in ("filterlens", "filterlens-gpu"):
+        service = compose_service(name)
+        assert service["labels"][label] == "true" and service["restart"] == "unless-stopped"
 
 
 @pytest.fixture
