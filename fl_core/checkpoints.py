@@ -5,16 +5,29 @@ Rules (DESIGN.md, "Safe loading"):
 * ``torch.load(..., weights_only=True)`` always; a file whose unpickling would build arbitrary Python objects is
   refused and nothing from it runs. There is no fallback to full unpickling.
 * safetensors is read with its own parser (no pickle at all).
-* size caps on the file and on each tensor; NaN/inf, integer weights and absurd shapes are refused.
-* nested ``state_dict``/``model``/``model_ema`` containers and ``module.``/``_orig_mod.`` prefixes are unwrapped.
-* every failure is a :class:`~fl_core.errors.CheckpointError` whose message says what to do.
+* every input is bounded before it costs: the file size; the pickled part (a zip's ``data.pkl``, a legacy file's
+  pickles), since PyTorch's weights-only unpickler runs in Python; the number of zip records (read from the end of
+  the archive before :mod:`zipfile` builds one object per record) and of safetensors header entries; zip records
+  must be stored uncompressed (PyTorch never compresses them, and torch would inflate a compressed one in memory)
+  and add up within the file; each tensor's shape, and the values all tensors claim together.
+* loading holds about one copy of the file in memory: safetensors are read with ``pread`` (no mapping that would
+  tie the tensors to the file), torch files record by record; validation makes no temporary as large as a tensor.
+* NaN/inf, float64 values beyond float32's range, integer weights and absurd shapes are refused.
+* nested ``state_dict``/``model``/``model_ema`` containers (up to :data:`MAX_NESTING_DEPTH` levels) and
+  ``module.``/``_orig_mod.`` prefixes are unwrapped.
+* every failure is a :class:`~fl_core.errors.CheckpointError` whose one-line message says what to do.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import io
+import json
+import math
 import os
 import pickle
+import pickletools
 import struct
 import zipfile
 from collections.abc import Mapping
@@ -32,6 +45,35 @@ STRIPPED_PREFIXES = ("module.", "_orig_mod.")
 MAX_TENSOR_ELEMENTS = 2_000_000_000
 MAX_TENSOR_DIMS = 8
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+MAX_TENSORS = 10_000
+"""Entries in one state dict: over 5× the largest timm CNN's (nasnetalarge: 1,810 with its BatchNorm buffers)."""
+MAX_PICKLE_BYTES = 2 * 2**20
+"""The pickled part of a torch file. Real ones take ~110 bytes per tensor (nasnetalarge: 229 KB); PyTorch's
+weights-only unpickler runs in Python at about a microsecond per opcode, so this bounds it to a few seconds."""
+MAX_ZIP_RECORDS = MAX_TENSORS + 16
+"""Records of a torch zip archive: one per storage, plus data.pkl, version, byteorder and a few more."""
+MAX_ZIP_DIRECTORY_ENTRY_BYTES = 46 + 1024
+"""One central-directory entry: the fixed 46 bytes plus a name, extra field and comment of up to 1 KiB."""
+MAX_SAFETENSORS_HEADER_BYTES = 4 * 2**20
+"""A safetensors JSON header: ~100 bytes per tensor, so room for MAX_TENSORS entries with long names and metadata."""
+MAX_CLAIMED_TO_STORED = 4
+"""All tensors together may claim at most this many times the bytes the file stores (views of shared storage, such
+as tied weights, claim the same bytes twice): the total element count is bounded by what was uploaded."""
+MAX_NESTING_DEPTH = 16
+"""Levels of nested ``state_dict``/``model``/... containers unwrapped."""
+LEGACY_PICKLES = 5
+"""A legacy (pre-zip) torch file starts with five pickles: magic number, protocol, system info, object, storage keys."""
+ZIP_END = struct.Struct("<4s4H2LH")
+"""End of central directory: signature, disk numbers (2), entries on this disk, entries, directory size and offset,
+comment length."""
+ZIP64_LOCATOR = struct.Struct("<4sLQL")
+"""Zip64 end locator (just before the end record): signature, disk, zip64 end record offset, disk count."""
+ZIP64_END = struct.Struct("<4sQ2H2L4Q")
+"""Zip64 end record: signature, record size, versions (2), disk numbers (2), entries on this disk, entries,
+directory size, directory offset."""
+ZIP_DIRECTORY_ENTRY = struct.Struct("<4s4B4HL2L5H2L")
+"""One central-directory entry (46 bytes); fields 12-14 are the name, extra field and comment lengths."""
 
 
 def max_checkpoint_bytes() -> int:
@@ -129,9 +171,9 @@ def load_state_dict(path: str | Path, *, prefer_ema: bool = False, max_bytes: in
     if size > cap:
         raise CheckpointError(f"{path.name} is {size / 2**20:.0f} MiB, over the {cap / 2**20:.0f} MiB limit "
                               "(FL_MAX_CHECKPOINT_MB). Save only the state dict, or ask the admin to raise the limit.")
-    raw = _read_safetensors(path) if _is_safetensors(path) else _read_torch_file(path, cap)
+    raw = _read_safetensors(path) if _is_safetensors(path) else _read_torch_file(path)
     tensors, notes = unwrap_state_dict(raw, prefer_ema=prefer_ema, name=path.name)
-    validate_tensors(tensors, name=path.name)
+    validate_tensors(tensors, name=path.name, stored_bytes=size)
     return LoadedStateDict(tensors=tensors, path=str(path), sha256=file_sha256(path), notes=tuple(notes))
 
 
@@ -152,18 +194,48 @@ def _is_safetensors(path: Path) -> bool:
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors, read with ``pread`` into memory of their own (one copy of the file; a memory map would tie them
+    to a file that may change or vanish), after :func:`_check_safetensors_header`."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    _check_safetensors_header(path)
     try:
-        return load_file(str(path), device="cpu")
+        return load_file(str(path), device="cpu", backend="pread")
     except (SafetensorError, ValueError, OSError, RuntimeError) as err:
         raise CheckpointError(f"{path.name}: corrupt safetensors file ({err}). Upload it again or re-save it.") from err
 
 
-def _read_torch_file(path: Path, cap: int) -> object:
+def _check_safetensors_header(path: Path) -> None:
+    """Refuse a header over :data:`MAX_SAFETENSORS_HEADER_BYTES` or with more than :data:`MAX_TENSORS` entries,
+    read before the safetensors library parses it and allocates one tensor per entry."""
+    with open(path, "rb") as handle:
+        (header_len,) = struct.unpack("<Q", handle.read(8))
+        if header_len > MAX_SAFETENSORS_HEADER_BYTES:
+            raise CheckpointError(f"{path.name}: the safetensors header is {header_len / 2**20:.1f} MiB, over the "
+                                  f"{MAX_SAFETENSORS_HEADER_BYTES / 2**20:.0f} MiB limit (a state dict of at most "
+                                  f"{MAX_TENSORS:,} tensors needs far less); refused. Save only the model's weights.")
+        header = handle.read(header_len)
+    try:
+        entries = json.loads(header)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise CheckpointError(f"{path.name}: corrupt safetensors file (its header is not JSON: {err}). Upload it "
+                              "again or re-save it.") from err
+    if isinstance(entries, dict):
+        _check_tensor_count(len(entries) - ("__metadata__" in entries), path.name, "tensor entries")
+
+
+def _check_tensor_count(count: int, name: str, what: str = "tensors") -> None:
+    if count > MAX_TENSORS:
+        raise CheckpointError(f"{name} holds {count:,} {what}, over the limit of {MAX_TENSORS:,} tensors (the largest "
+                              "CNNs have about 2,000); refused. Save only the model's state dict (model.state_dict()).")
+
+
+def _read_torch_file(path: Path) -> object:
     if zipfile.is_zipfile(path):
-        _check_zip_archive(path, cap)
+        _check_zip_archive(path)
+    else:
+        _check_legacy_pickles(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=False)
     except pickle.UnpicklingError as err:
@@ -184,9 +256,38 @@ def _unreadable(path: Path, err: Exception) -> CheckpointError:
                            f"or not a checkpoint ({type(err).__name__}). Upload it again.")
 
 
-def _check_zip_archive(path: Path, cap: int) -> None:
-    """Refuse zip archives that are not PyTorch checkpoints, or whose members are unsafe to open or unpack to more
-    than four times the size cap."""
+def _pickle_too_large(name: str) -> CheckpointError:
+    return CheckpointError(f"{name}: its pickled part is over the {MAX_PICKLE_BYTES / 2**20:.0f} MiB limit (a state "
+                           f"dict of {MAX_TENSORS:,} tensors needs about 1 MiB); refused. Save only the model's "
+                           "weights (torch.save(model.state_dict(), ...)) or use safetensors.")
+
+
+def _check_legacy_pickles(path: Path) -> None:
+    """A file that is not a zip archive is a legacy torch file or a bare pickle: walk its opcodes (without running
+    them) and refuse it unless its :data:`LEGACY_PICKLES` pickles end within the first :data:`MAX_PICKLE_BYTES`."""
+    with open(path, "rb") as handle:
+        head = io.BytesIO(handle.read(MAX_PICKLE_BYTES + 1))
+    size = len(head.getbuffer())
+    for _ in range(LEGACY_PICKLES):
+        if head.tell() == size:  # a bare pickle: fewer pickles, and the file ends after them
+            break
+        try:
+            collections.deque(pickletools.genops(head), maxlen=0)
+        except ValueError as err:
+            if size > MAX_PICKLE_BYTES and head.tell() >= size:
+                raise _pickle_too_large(path.name) from err
+            raise _unreadable(path, err) from err
+    if head.tell() > MAX_PICKLE_BYTES:
+        raise _pickle_too_large(path.name)
+
+
+def _check_zip_archive(path: Path) -> None:
+    """Refuse zip archives that are not PyTorch checkpoints or whose records are unsafe to open: too many records
+    (:func:`_check_zip_directory`), records outside the archive, compressed records (PyTorch stores every record
+    uncompressed; torch would inflate a compressed one in memory), stored sizes that do not add up within the file,
+    a ``data.pkl`` over :data:`MAX_PICKLE_BYTES`, and records whose checksum fails."""
+    _check_zip_directory(path)
+    size = path.stat().st_size
     try:
         with zipfile.ZipFile(path) as archive:
             members = archive.infolist()
@@ -197,11 +298,7 @@ def _check_zip_archive(path: Path, cap: int) -> None:
             if any(n.startswith("/") or ".." in n.split("/") for n in names):
                 raise CheckpointError(f"{path.name}: the archive has member paths outside the archive; refused. "
                                       "Upload the file torch.save wrote, unmodified.")
-            unpacked = sum(m.file_size for m in members)
-            if unpacked > 4 * cap:
-                raise CheckpointError(f"{path.name}: the archive unpacks to {unpacked / 2**20:.0f} MiB, over four "
-                                      "times the limit (FL_MAX_CHECKPOINT_MB); refused. Upload the file torch.save "
-                                      "wrote.")
+            _check_stored_records(members, size, path.name)
             bad = archive.testzip()
             if bad is not None:
                 raise CheckpointError(f"{path.name}: archive member {bad} is corrupt. Upload the file again.")
@@ -209,20 +306,85 @@ def _check_zip_archive(path: Path, cap: int) -> None:
         raise CheckpointError(f"{path.name}: damaged zip archive ({err}). Upload the file again.") from err
 
 
+def _check_stored_records(members: list[zipfile.ZipInfo], size: int, name: str) -> None:
+    """Every record stored uncompressed, its stored and unpacked sizes equal, all of them within the file."""
+    compressed = next((m for m in members if m.compress_type != zipfile.ZIP_STORED), None)
+    if compressed is not None:
+        raise CheckpointError(f"{name}: archive member {compressed.filename} is compressed ("
+                              f"{compressed.compress_size / 2**20:.1f} MiB that unpacks to "
+                              f"{compressed.file_size / 2**20:.0f} MiB); PyTorch never compresses checkpoint records, "
+                              "so the file was repacked or crafted. Upload the file torch.save wrote.")
+    stored = sum(m.compress_size for m in members)
+    if any(m.file_size != m.compress_size for m in members) or stored > size:
+        raise CheckpointError(f"{name}: the archive's records claim {stored / 2**20:.0f} MiB in a "
+                              f"{size / 2**20:.1f} MiB file; the archive is corrupt or crafted. Upload the file "
+                              "torch.save wrote.")
+    pickled = max(m.file_size for m in members if m.filename.endswith("data.pkl"))
+    if pickled > MAX_PICKLE_BYTES:
+        raise _pickle_too_large(name)
+
+
+def _check_zip_directory(path: Path) -> None:
+    """Count the central-directory entries from the end record (and its zip64 form), as :mod:`zipfile` will find
+    them, and refuse more than :data:`MAX_ZIP_RECORDS` (or a directory that disagrees with its end record) before
+    :class:`zipfile.ZipFile` builds one object per entry."""
+    with open(path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        tail_start = max(0, size - ZIP_END.size - 0xFFFF - ZIP64_LOCATOR.size - ZIP64_END.size)
+        handle.seek(tail_start)
+        tail = handle.read()
+        end = tail.rfind(b"PK\x05\x06")
+        if end < 0 or len(tail) - end < ZIP_END.size:
+            raise CheckpointError(f"{path.name}: damaged zip archive (no end of central directory). Upload the file "
+                                  "again.")
+        _, _, _, _, entries, directory_size, directory_offset, _ = ZIP_END.unpack_from(tail, end)
+        directory_end = tail_start + end
+        locator = end - ZIP64_LOCATOR.size
+        record = locator - ZIP64_END.size
+        if record >= 0 and tail[locator:locator + 4] == b"PK\x06\x07" and tail[record:record + 4] == b"PK\x06\x06":
+            _, _, _, _, _, _, _, entries, directory_size, directory_offset = ZIP64_END.unpack_from(tail, record)
+            directory_end = tail_start + record
+        if entries > MAX_ZIP_RECORDS:
+            _check_tensor_count(entries, path.name, "archive records")
+        if (directory_size > entries * MAX_ZIP_DIRECTORY_ENTRY_BYTES
+                or directory_offset != directory_end - directory_size or directory_offset < 0):
+            raise CheckpointError(f"{path.name}: damaged zip archive (its central directory does not match its end "
+                                  "record). Upload the file torch.save wrote.")
+        handle.seek(directory_offset)
+        directory = handle.read(directory_size)
+    if _count_directory_entries(directory, entries) != entries:
+        raise CheckpointError(f"{path.name}: damaged zip archive (its central directory does not hold the "
+                              f"{entries:,} entries its end record says). Upload the file torch.save wrote.")
+
+
+def _count_directory_entries(directory: bytes, expected: int) -> int:
+    """Entries in a central directory, walking at most ``expected + 1`` of them; -1 when the bytes do not parse."""
+    position = count = 0
+    while position < len(directory) and count <= expected:
+        if len(directory) - position < ZIP_DIRECTORY_ENTRY.size or directory[position:position + 4] != b"PK\x01\x02":
+            return -1
+        fields = ZIP_DIRECTORY_ENTRY.unpack_from(directory, position)
+        position += ZIP_DIRECTORY_ENTRY.size + fields[12] + fields[13] + fields[14]
+        count += 1
+    return count
+
+
 def unwrap_state_dict(obj: object, *, prefer_ema: bool = False, name: str = "checkpoint"
                       ) -> tuple[dict[str, torch.Tensor], list[str]]:
     """Find the tensors in a loaded checkpoint: descend into nested containers, strip wrapper prefixes.
 
-    Non-tensor entries (epoch counters, best accuracy, optimizer states of other types) are dropped with a note.
+    While a nested ``state_dict``/``model``/... entry leads to tensors within :data:`MAX_NESTING_DEPTH` levels, the
+    first such entry (EMA ones first with ``prefer_ema``) is taken. Non-tensor entries (epoch counters, best accuracy,
+    optimizer states of other types) are dropped with a note.
     """
     notes: list[str] = []
     keys = NESTED_KEYS if not prefer_ema else ("model_ema", "state_dict_ema", "ema", *NESTED_KEYS)
-    for _ in range(4):
+    reach: dict[tuple[int, int], bool] = {}
+    for depth in range(MAX_NESTING_DEPTH):
         if not isinstance(obj, Mapping):
             break
-        if _tensor_count(obj) and not any(isinstance(obj.get(k), Mapping) for k in keys):
-            break
-        nested = next((k for k in keys if isinstance(obj.get(k), Mapping) and _tensor_count(obj[k])), None)
+        remaining = MAX_NESTING_DEPTH - depth - 1
+        nested = next((k for k in keys if _reaches_tensors(obj.get(k), keys, remaining, reach)), None)
         if nested is None:
             break
         notes.append(f"used the nested '{nested}' entry")
@@ -230,13 +392,14 @@ def unwrap_state_dict(obj: object, *, prefer_ema: bool = False, name: str = "che
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"{name} holds a {type(obj).__name__}, not a state dict. Save "
                               "model.state_dict(), not the model object.")
+    _check_tensor_count(len(obj), name, "entries")
     tensors = {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
     dropped = [str(k) for k, v in obj.items() if not isinstance(v, torch.Tensor)]
     if dropped:
         notes.append(f"ignored {len(dropped)} non-tensor entr{'y' if len(dropped) == 1 else 'ies'} "
                      f"({_preview(tuple(dropped))})")
     if not tensors:
-        raise CheckpointError(f"{name} contains no tensors. Save model.state_dict() (a dict of tensors).")
+        raise CheckpointError(_no_tensors_message(obj, keys, name))
     for prefix in STRIPPED_PREFIXES:
         if all(k.startswith(prefix) for k in tensors):
             tensors = {k[len(prefix):]: v for k, v in tensors.items()}
@@ -244,38 +407,128 @@ def unwrap_state_dict(obj: object, *, prefer_ema: bool = False, name: str = "che
     return tensors, notes
 
 
-def _tensor_count(obj: Mapping) -> int:
-    return sum(isinstance(v, torch.Tensor) for v in obj.values())
+def _has_tensors(obj: Mapping) -> bool:
+    return any(isinstance(v, torch.Tensor) for v in obj.values())
 
 
-def validate_tensors(tensors: Mapping[str, torch.Tensor], *, name: str = "checkpoint") -> None:
-    """Refuse tensors FilterLens cannot analyse: sparse/meta storage, absurd shapes, views that claim more values
-    than the file stores (a tiny file unpacking to gigabytes), NaN/inf, float8, integer (quantized) weights."""
+def _reaches_tensors(obj: object, keys: tuple[str, ...], depth: int, memo: dict[tuple[int, int], bool]) -> bool:
+    """Whether ``obj`` is a mapping with tensors, or leads to one through ``keys`` within ``depth`` more levels.
+    Memoized per (container, depth), so shared or self-containing containers cost one visit each."""
+    if not isinstance(obj, Mapping):
+        return False
+    slot = (id(obj), depth)
+    if slot not in memo:
+        memo[slot] = False  # a container that contains itself reaches nothing through itself
+        memo[slot] = _has_tensors(obj) or (depth > 0 and any(_reaches_tensors(obj.get(k), keys, depth - 1, memo)
+                                                              for k in keys))
+    return memo[slot]
+
+
+def _no_tensors_message(obj: Mapping, keys: tuple[str, ...], name: str) -> str:
+    """Why no tensors were found, in the words a user can act on: containers nested deeper than FilterLens unwraps,
+    tensors under an entry it does not unwrap, or none at all."""
+    chain = _nesting_chain(obj, keys)
+    if len(chain) > MAX_NESTING_DEPTH:
+        shown = " → ".join(f"'{k}'" for k in chain[:4])
+        return (f"{name} nests its containers more than {MAX_NESTING_DEPTH} levels deep ({shown} → …) and holds no "
+                f"tensors within the {MAX_NESTING_DEPTH} levels FilterLens unwraps. Save the state dict itself: "
+                "torch.save(model.state_dict(), 'weights.pt').")
+    found = _path_to_tensors(obj)
+    if found:
+        where = "".join(f"[{k!r}]" for k in found)
+        return (f"{name} holds its tensors under {where} ({len(found)} level{'s' if len(found) > 1 else ''} down), "
+                f"an entry FilterLens does not unwrap (it unwraps {', '.join(NESTED_KEYS)}). Save that entry itself: "
+                f"torch.save(checkpoint{where}, 'weights.pt').")
+    return f"{name} contains no tensors. Save model.state_dict() (a dict of tensors)."
+
+
+def _nesting_chain(obj: Mapping, keys: tuple[str, ...]) -> list[str]:
+    """The keys followed from ``obj`` through nested containers (first of ``keys`` holding a mapping), stopping one
+    level past :data:`MAX_NESTING_DEPTH` or at a container seen before."""
+    chain: list[str] = []
+    seen = {id(obj)}
+    while len(chain) <= MAX_NESTING_DEPTH:
+        key = next((k for k in keys if isinstance(obj.get(k), Mapping)), None)
+        if key is None or id(obj[key]) in seen:
+            break
+        obj = obj[key]
+        seen.add(id(obj))
+        chain.append(key)
+    return chain
+
+
+def _path_to_tensors(obj: Mapping, max_visits: int = 10_000) -> list[str]:
+    """Keys to the shallowest mapping with tensors under any key (breadth first, each container once, at most
+    :data:`MAX_NESTING_DEPTH` levels and ``max_visits`` containers); empty when there is none."""
+    queue = collections.deque([(obj, [])])
+    seen = {id(obj)}
+    while queue and len(seen) <= max_visits:
+        node, path = queue.popleft()
+        if path and _has_tensors(node):
+            return path
+        if len(path) < MAX_NESTING_DEPTH:
+            for key, value in node.items():
+                if isinstance(value, Mapping) and id(value) not in seen:
+                    seen.add(id(value))
+                    queue.append((value, [*path, str(key)]))
+    return []
+
+
+def validate_tensors(tensors: Mapping[str, torch.Tensor], *, name: str = "checkpoint",
+                     stored_bytes: int | None = None) -> None:
+    """Refuse tensors FilterLens cannot analyse: more than :data:`MAX_TENSORS`, sparse/meta storage, absurd shapes,
+    views that claim more values than the file stores (one tensor claiming more than its storage, or all of them
+    together more than :data:`MAX_CLAIMED_TO_STORED` × ``stored_bytes``), NaN/inf, float64 values beyond float32's
+    range (they become infinite in analyses), float8, integer (quantized) weights.
+
+    Values are checked with one min/max reduction per tensor (NaN propagates through it), with no temporary as large
+    as the tensor.
+    """
+    _check_tensor_count(len(tensors), name)
+    claimed = 0
     for key, tensor in tensors.items():
-        if tensor.is_meta:
-            raise CheckpointError(f"{name}: tensor '{key}' holds no values (saved from the 'meta' device); refused. "
-                                  "Save the weights of a materialized model.")
-        if tensor.layout != torch.strided:
-            raise CheckpointError(f"{name}: tensor '{key}' is stored as {str(tensor.layout).removeprefix('torch.')}, "
-                                  "not a dense tensor; refused. Save dense weights (tensor.to_dense()).")
-        if tensor.dim() > MAX_TENSOR_DIMS or tensor.numel() > MAX_TENSOR_ELEMENTS or 0 in tensor.shape:
-            raise CheckpointError(f"{name}: tensor '{key}' has an unusable shape {tuple(tensor.shape)}; refused.")
-        if tensor.numel() * tensor.element_size() > tensor.untyped_storage().nbytes():
-            raise CheckpointError(f"{name}: tensor '{key}' claims {tensor.numel():,} values but the file stores "
-                                  f"only {tensor.untyped_storage().nbytes() // tensor.element_size():,} (a broadcast "
-                                  "view); refused. Save contiguous tensors (tensor.contiguous()).")
+        _validate_storage(key, tensor, name)
+        claimed += tensor.numel() * tensor.element_size()
         if tensor.is_floating_point():
-            if tensor.dtype not in FLOAT_DTYPES:
-                raise CheckpointError(f"{name}: tensor '{key}' holds {tensor.dtype} values; FilterLens reads float16, "
-                                      "bfloat16, float32 and float64. Convert the weights to float32 first.")
-            if not bool(torch.isfinite(tensor).all()):
-                raise CheckpointError(f"{name}: tensor '{key}' contains NaN or infinite values. The training run "
-                                      "that saved it diverged; use an earlier checkpoint.")
+            _validate_float_values(key, tensor, name)
         elif tensor.is_complex():
             raise CheckpointError(f"{name}: tensor '{key}' is complex-valued; refused. Save real-valued weights.")
         elif (key.endswith("weight") and tensor.dim() >= 2) or tensor.dim() == 4:
             raise CheckpointError(f"{name}: '{key}' holds {tensor.dtype} values, not floating-point weights "
                                   "(a quantized checkpoint?). Dequantize it to float32 first.")
+    if stored_bytes is not None and claimed > MAX_CLAIMED_TO_STORED * stored_bytes:
+        raise CheckpointError(f"{name}: its tensors claim {claimed / 2**20:,.0f} MiB of values, over "
+                              f"{MAX_CLAIMED_TO_STORED}× the {stored_bytes / 2**20:,.1f} MiB the file stores (many "
+                              "views of the same storage); refused. Save each weight once (model.state_dict()).")
+
+
+def _validate_storage(key: str, tensor: torch.Tensor, name: str) -> None:
+    if tensor.is_meta:
+        raise CheckpointError(f"{name}: tensor '{key}' holds no values (saved from the 'meta' device); refused. "
+                              "Save the weights of a materialized model.")
+    if tensor.layout != torch.strided:
+        raise CheckpointError(f"{name}: tensor '{key}' is stored as {str(tensor.layout).removeprefix('torch.')}, "
+                              "not a dense tensor; refused. Save dense weights (tensor.to_dense()).")
+    if tensor.dim() > MAX_TENSOR_DIMS or tensor.numel() > MAX_TENSOR_ELEMENTS or 0 in tensor.shape:
+        raise CheckpointError(f"{name}: tensor '{key}' has an unusable shape {tuple(tensor.shape)}; refused.")
+    if tensor.numel() * tensor.element_size() > tensor.untyped_storage().nbytes():
+        raise CheckpointError(f"{name}: tensor '{key}' claims {tensor.numel():,} values but the file stores "
+                              f"only {tensor.untyped_storage().nbytes() // tensor.element_size():,} (a broadcast "
+                              "view); refused. Save contiguous tensors (tensor.contiguous()).")
+
+
+def _validate_float_values(key: str, tensor: torch.Tensor, name: str) -> None:
+    if tensor.dtype not in FLOAT_DTYPES:
+        raise CheckpointError(f"{name}: tensor '{key}' holds {tensor.dtype} values; FilterLens reads float16, "
+                              "bfloat16, float32 and float64. Convert the weights to float32 first.")
+    low, high = (float(v) for v in torch.aminmax(tensor))
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise CheckpointError(f"{name}: tensor '{key}' contains NaN or infinite values. The training run "
+                              "that saved it diverged; use an earlier checkpoint.")
+    if max(-low, high) > FLOAT32_MAX:
+        raise CheckpointError(f"{name}: tensor '{key}' holds float64 values up to {max(-low, high):.3g}, beyond "
+                              f"float32's range (±{FLOAT32_MAX:.3g}), where FilterLens analyses them: they would "
+                              "become infinite. Rescale the weights, or check that the file holds trained weights.")
 
 
 def match_state_dict(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> StateDictMatch:
