@@ -9,6 +9,9 @@ Two views of an image in a model's input space (:class:`~fl_core.models.InputCon
 * :func:`scaled_input` — resized so the short side is ``input_size / crop_pct`` (the scale the model sees) and
   normalized, *not* cropped: every overlapping patch of it is used for patch statistics.
 * :func:`input_transform` — the model's evaluation transform (resize, centre crop, normalize) for forward passes.
+
+Every image is bounded before it costs: its header is checked before decoding (:func:`decode_rgb`: pixels and aspect
+ratio), and its size at the model's scale before resizing (:func:`scaled_size`, :data:`MAX_SCALED_PIXELS`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import v2 as T
@@ -31,7 +34,15 @@ from fl_core.models import InputConfig
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
 MAX_IMAGE_PIXELS = 64_000_000
-Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+"""Pixels of one decoded image (192 MB as RGB), checked from its header."""
+MAX_ASPECT_RATIO = 16
+"""Long side / short side, checked from the header. The resize to the model's scale sets the short side, so it
+multiplies the long side by the same factor: a 1×65,535 strip would become 256×16.8 million pixels. 16:1 admits
+every real panorama (a 360° one is 2:1 to 8:1)."""
+MAX_SCALED_PIXELS = 4096 * 4096
+"""Pixels of an image once resized to the model's scale (before any crop): a square image at the largest resize
+:class:`~fl_core.models.InputConfig` allows (200 MB as a float32 tensor)."""
+Image.MAX_IMAGE_PIXELS = None  # Pillow's own check is off: decode_rgb checks every image itself (see there)
 
 
 @dataclass(frozen=True)
@@ -103,14 +114,34 @@ def _bundled_array(name: str) -> np.ndarray:
     return np.ascontiguousarray(array[..., :3].astype(np.uint8))
 
 
-def decode_rgb(source: str | Path | io.BytesIO) -> Image.Image:
-    """Decode an image as RGB. Images over ``MAX_IMAGE_PIXELS`` are refused from their header, before decoding
-    (PIL itself only warns below twice that limit): a small, highly compressed file cannot unpack to gigabytes."""
-    with Image.open(source) as handle:
-        if handle.width * handle.height > MAX_IMAGE_PIXELS:
-            raise Image.DecompressionBombError(f"{handle.width}×{handle.height} pixels is over the "
-                                               f"{MAX_IMAGE_PIXELS:,}-pixel limit")
-        return handle.convert("RGB")
+def decode_rgb(source: str | Path | io.BytesIO, name: str | None = None) -> Image.Image:
+    """Decode an image as RGB, refusing from its header, before decoding, an image over :data:`MAX_IMAGE_PIXELS`
+    (a small, highly compressed file cannot unpack to gigabytes) or more elongated than :data:`MAX_ASPECT_RATIO`.
+
+    Pillow's own decompression-bomb check is switched off at import (``Image.MAX_IMAGE_PIXELS = None``): it only
+    warns between its limit and twice it and raises its own error above, so with it on a user would see two rules
+    and Pillow's message. Every untrusted image goes through this function, so one rule and one message remain.
+
+    Raises:
+        DataError: naming the image (``name``, else the path) and saying what to do.
+    """
+    label = name or (str(source) if isinstance(source, str | Path) else "the image")
+    try:
+        with Image.open(source) as handle:
+            _check_header_size(handle.width, handle.height, label)
+            return handle.convert("RGB")
+    except (OSError, ValueError, SyntaxError) as err:  # UnidentifiedImageError is an OSError
+        raise DataError(f"{label} is not a readable image ({err}). Remove or replace the file.") from err
+
+
+def _check_header_size(width: int, height: int, label: str) -> None:
+    if width * height > MAX_IMAGE_PIXELS:
+        raise DataError(f"{label} is {width:,}×{height:,} pixels, over the {MAX_IMAGE_PIXELS:,}-pixel limit; refused "
+                        "before decoding. Use a smaller image.")
+    if max(width, height) > MAX_ASPECT_RATIO * max(min(width, height), 1):
+        raise DataError(f"{label} is {width:,}×{height:,} pixels, more elongated than {MAX_ASPECT_RATIO}:1; refused "
+                        "before decoding (at the model's scale its long side would grow by the same factor as its "
+                        "short side). Crop it to a less elongated image.")
 
 
 class ImageSet(Dataset):
@@ -143,12 +174,7 @@ class ImageSet(Dataset):
     def image(self, index: int) -> Image.Image:
         """The image as RGB; unreadable files raise :class:`DataError` naming the file."""
         source, _, name = self._items[index]
-        if callable(source):
-            return source()
-        try:
-            return decode_rgb(source)
-        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as err:
-            raise DataError(f"Could not read image {name}: {err}. Remove or replace the file.") from err
+        return source() if callable(source) else decode_rgb(source, name)
 
     def __getitem__(self, index: int) -> tuple[Image.Image, int]:
         return self.image(index), self._items[index][1]
@@ -228,11 +254,7 @@ def save_uploaded_images(files: Sequence[tuple[str, bytes]], folder: str | Path)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in files:
-        try:
-            image = decode_rgb(io.BytesIO(data))
-        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as err:
-            raise DataError(f"{name} is not a readable image ({err}).") from err
-        image.save(folder / f"{Path(name).stem[:60]}.png")
+        decode_rgb(io.BytesIO(data), name).save(folder / f"{Path(name).stem[:60]}.png")
     return folder_images(folder)
 
 
@@ -244,23 +266,60 @@ def _to_normalized_tensor(config: InputConfig) -> list:
     return [T.ToImage(), T.ToDtype(torch.float32, scale=True), T.Normalize(config.mean, config.std)]
 
 
+def scaled_size(width: int, height: int, config: InputConfig) -> tuple[int, int]:
+    """(width, height) after ``Resize(config.resize_size)``, computed as torchvision does: the short side becomes
+    ``resize_size``, the long side ``int(resize_size · long / short)``."""
+    short, long = sorted((width, height))
+    new_long = int(config.resize_size * long / short)
+    return (config.resize_size, new_long) if width <= height else (new_long, config.resize_size)
+
+
+def check_scaled_size(image: Image.Image, config: InputConfig, name: str | None = None) -> Image.Image:
+    """Refuse, before resizing, an image that would exceed :data:`MAX_SCALED_PIXELS` at the model's scale.
+
+    Raises:
+        DataError: naming the image and saying what to do (lower the input size, or use a smaller image).
+    """
+    width, height = scaled_size(image.width, image.height, config)
+    if width * height > MAX_SCALED_PIXELS:
+        label = name or f"a {image.width:,}×{image.height:,} image"
+        raise DataError(f"{label} would be {width:,}×{height:,} pixels at the model's scale (short side "
+                        f"{config.resize_size} px = input size {config.input_size} / crop {config.crop_pct:g}), over "
+                        f"the {MAX_SCALED_PIXELS:,}-pixel limit. Lower the input size or raise the crop fraction, or "
+                        "use a smaller or less elongated image.")
+    return image
+
+
+class ScaledSizeCheck:
+    """:func:`check_scaled_size` as the first step of a transform (picklable, for DataLoader workers)."""
+
+    def __init__(self, config: InputConfig) -> None:
+        self.config = config
+
+    def __call__(self, image: Image.Image) -> Image.Image:
+        return check_scaled_size(image, self.config)
+
+
 def input_transform(config: InputConfig) -> T.Compose:
-    """The model's evaluation transform: Resize(short side = size / crop_pct), CenterCrop(size), normalize."""
-    return T.Compose([T.Resize(config.resize_size, interpolation=_interpolation(config), antialias=True),
+    """The model's evaluation transform: Resize(short side = size / crop_pct), CenterCrop(size), normalize; images
+    too large at that scale are refused before resizing (:func:`check_scaled_size`)."""
+    return T.Compose([ScaledSizeCheck(config),
+                      T.Resize(config.resize_size, interpolation=_interpolation(config), antialias=True),
                       T.CenterCrop(config.input_size), *_to_normalized_tensor(config)])
 
 
-def scaled_input(image: Image.Image, config: InputConfig) -> torch.Tensor:
-    """The whole image at the model's scale (short side = size / crop_pct), normalized, shape (3, H, W)."""
+def scaled_input(image: Image.Image, config: InputConfig, name: str | None = None) -> torch.Tensor:
+    """The whole image at the model's scale (short side = size / crop_pct), normalized, shape (3, H, W); refused
+    before resizing when too large at that scale (:func:`check_scaled_size`)."""
     transform = T.Compose([T.Resize(config.resize_size, interpolation=_interpolation(config), antialias=True),
                            *_to_normalized_tensor(config)])
-    return transform(image)
+    return transform(check_scaled_size(image, config, name))
 
 
 def iter_scaled_inputs(images: ImageSet, config: InputConfig) -> Iterator[torch.Tensor]:
     """:func:`scaled_input` of every image, one (1, 3, H, W) tensor at a time."""
-    for index in range(len(images)):
-        yield scaled_input(images.image(index), config).unsqueeze(0)
+    for index, name in enumerate(images.names):
+        yield scaled_input(images.image(index), config, name).unsqueeze(0)
 
 
 def iter_input_batches(images: ImageSet, config: InputConfig, batch_size: int = 32

@@ -38,13 +38,16 @@ SOURCES = ("timm", "torchvision", "weights", "demo")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+MAX_RESIZE_SIZE = 4096
+"""Largest short side after the resize (``input_size / crop_pct``): the largest input size, uncropped."""
 
 
 @dataclass(frozen=True)
 class InputConfig:
     """How images become model input: ``Resize(input_size / crop_pct)``, ``CenterCrop(input_size)``, normalize.
 
-    Patches for every statistic are taken in this input space (after normalization).
+    Patches for every statistic are taken in this input space (after normalization). Bounded: input size 8-4096,
+    crop fraction in [0.05, 1], resized short side at most :data:`MAX_RESIZE_SIZE`, finite mean and positive std.
     """
 
     input_size: int = 224
@@ -62,8 +65,15 @@ class InputConfig:
             raise ModelSpecError(f"crop fraction {self.crop_pct} must be in (0.05, 1].")
         if self.interpolation not in INTERPOLATIONS:
             raise ModelSpecError(f"interpolation '{self.interpolation}' must be one of {', '.join(INTERPOLATIONS)}.")
+        if self.resize_size > MAX_RESIZE_SIZE:
+            raise ModelSpecError(f"input size {self.input_size} with crop fraction {self.crop_pct:g} resizes the "
+                                 f"short side to {self.resize_size} pixels, over the {MAX_RESIZE_SIZE}-pixel limit: "
+                                 f"raise the crop fraction to at least {self.input_size / MAX_RESIZE_SIZE:.3g} or "
+                                 "lower the input size.")
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
             raise ModelSpecError("mean and std need three values (R, G, B), and std must be positive.")
+        if not all(abs(v) < float("inf") for v in (*self.mean, *self.std)):
+            raise ModelSpecError("mean and std must be finite numbers.")
 
     @property
     def resize_size(self) -> int:
