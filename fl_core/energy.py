@@ -33,7 +33,7 @@ DEFAULT_SEEDS = 10
 
 
 def energy_profile(weight: torch.Tensor | np.ndarray, pca: PatchPCA, init: torch.Tensor | np.ndarray | None = None,
-                   normalize: bool = True) -> np.ndarray:
+                   normalize: bool = True, name: str = "the bank") -> np.ndarray:
     """e_i = sqrt(mean_k (w_kᵀu_i)²) of a filter bank (K, C, kh, kw) or (K, D); optionally of ``weight − init``.
 
     Args:
@@ -41,14 +41,45 @@ def energy_profile(weight: torch.Tensor | np.ndarray, pca: PatchPCA, init: torch
         pca: patch PCA of the same input space and patch size.
         init: initial filters to subtract (the authors' ``subtract_init``).
         normalize: divide by the maximum (the authors' convention).
+        name: what the filters are, for error messages ("layer conv1 of resnet18").
+
+    Raises:
+        AnalysisError: the filters (after subtracting ``init``) are all zero or not finite: every e_i is then 0 or
+            NaN, and the profile, its theory fit and its correlations are undefined.
     """
     w = np.asarray(weight, dtype=np.float64).reshape(len(weight), -1)
     if init is not None:
         w = w - np.asarray(init, dtype=np.float64).reshape(w.shape)
     if w.shape[1] != pca.dim:
         raise AnalysisError(f"filters of dimension {w.shape[1]} cannot be projected on {pca.dim}-D patch components")
+    _require_usable_filters(w, name, subtracted=init is not None)
     profile = np.sqrt(np.mean((w @ pca.components.T) ** 2, axis=0))
-    return profile / profile.max() if normalize and profile.max() > 0 else profile
+    return profile / profile.max() if normalize else profile
+
+
+def _require_usable_filters(w: np.ndarray, name: str, subtracted: bool) -> None:
+    if not np.isfinite(w).all():
+        raise AnalysisError(f"The filters of {name} contain NaN or infinite values, so their energy profile is "
+                            "undefined. Use a checkpoint from before the training run diverged.")
+    if not np.abs(w).max() > 0:
+        if subtracted:
+            raise AnalysisError(f"The filters of {name} equal the initialization subtracted from them (the "
+                                "difference is all zero), so there is no learned change to profile. Analyse the "
+                                "model without subtracting its initialization.")
+        raise AnalysisError(f"The filters of {name} are all zero, so their energy profile (and its fit to the "
+                            "theory) is undefined. Check that the checkpoint holds the trained weights of this "
+                            "layer, or pick another layer.")
+
+
+def _require_varying_profile(profile: np.ndarray, lambdas: np.ndarray) -> None:
+    """A Pearson correlation with the theory needs a finite profile that varies, of the patch PCA's length."""
+    profile = np.asarray(profile, dtype=np.float64)
+    if profile.shape != np.shape(lambdas):
+        raise AnalysisError(f"a profile of {profile.size} components cannot be compared with {np.size(lambdas)} "
+                            "patch components (a different patch size or input space)")
+    if not np.isfinite(profile).all() or profile.size < 2 or np.ptp(profile) == 0:
+        raise AnalysisError(f"The energy profile is the same for all {profile.size} patch components (or not "
+                            "finite), so its correlation with the linear theory is undefined. Pick another layer.")
 
 
 def pearson(a: np.ndarray, b: np.ndarray) -> float:
@@ -97,7 +128,12 @@ def fit_linear_theory(profile: np.ndarray, lambdas: np.ndarray, n_grid: int = 24
     """Grid search of log τ over [1e-3, 1e5]/λ₁² (both regimes), then golden-section refinement around the best.
 
     Returns the τ of largest Pearson r between ``profile`` and :func:`theory_profile`.
+
+    Raises:
+        AnalysisError: the profile is flat, not finite or of another length than ``lambdas``, or no τ gives a
+            defined r (all λ equal): r would be NaN.
     """
+    _require_varying_profile(profile, lambdas)
     lam = np.asarray(lambdas, dtype=np.float64)
     scale = 1.0 / max(lam[0] ** 2, np.finfo(float).tiny)
     grid = np.linspace(math.log(1e-3 * scale), math.log(1e5 * scale), n_grid)
@@ -105,11 +141,15 @@ def fit_linear_theory(profile: np.ndarray, lambdas: np.ndarray, n_grid: int = 24
     best = int(np.argmax(scores))
     lo, hi = grid[max(best - 1, 0)], grid[min(best + 1, n_grid - 1)]
     log_tau = _golden_max(lambda g: pearson(profile, theory_profile(lam, math.exp(g))), lo, hi)
-    if pearson(profile, theory_profile(lam, math.exp(log_tau))) < scores[best]:
+    if not pearson(profile, theory_profile(lam, math.exp(log_tau))) >= scores[best]:  # NaN-safe
         log_tau = grid[best]
     tau = math.exp(log_tau)
     fitted = theory_profile(lam, tau)
-    return TheoryFit(eta_t=tau, r=pearson(profile, fitted), profile=fitted)
+    r = pearson(profile, fitted)
+    if not math.isfinite(r):
+        raise AnalysisError("The linear theory gives the same profile for every τ (all patch components have the "
+                            "same variance), so it cannot be fitted. Pick images with more structure.")
+    return TheoryFit(eta_t=tau, r=r, profile=fitted)
 
 
 def _grid_scores(profile: np.ndarray, lam: np.ndarray, taus: np.ndarray) -> np.ndarray:
@@ -179,7 +219,12 @@ class RandomInitBaseline(Result):
 
 def random_init_baseline(shape: tuple[int, ...], pca: PatchPCA, profile: np.ndarray,
                          seeds: Sequence[int] = range(DEFAULT_SEEDS)) -> RandomInitBaseline:
-    """Profiles of random-init banks, their theory-fit r and their correlation with ``profile``."""
+    """Profiles of random-init banks, their theory-fit r and their correlation with ``profile``.
+
+    Raises:
+        AnalysisError: ``profile`` is flat or not finite (its correlations would be NaN).
+    """
+    _require_varying_profile(profile, pca.lambdas)
     profiles = np.stack([energy_profile(bank, pca) for bank in random_init_banks(shape, seeds)])
     fits = np.array([fit_linear_theory(p, pca.lambdas).r for p in profiles])
     vs = np.array([pearson(p, profile) for p in profiles])
@@ -309,7 +354,8 @@ def model_energy(loaded: LoadedModel, layer: ConvLayer, pca: PatchPCA, *, init: 
         if init_weight.shape != weight.shape:
             raise AnalysisError(f"{init.label} does not match {loaded.label} at {layer.name}: cannot subtract it.")
     filters = (weight - init_weight if init_weight is not None else weight).numpy()
-    profile = energy_profile(filters, pca)
+    profile = energy_profile(weight.numpy(), pca, init=None if init_weight is None else init_weight.numpy(),
+                             name=f"layer {layer.name} of {loaded.label}")
     return ModelEnergy(spec=loaded.spec, label=loaded.label, layer=layer.name, beyond_paper=layer.kind != "first",
                        profile=profile, lambdas=pca.lambdas, theory=fit_linear_theory(profile, pca.lambdas),
                        random_init=random_init_baseline(tuple(weight.shape), pca, profile, seeds),

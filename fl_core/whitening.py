@@ -78,12 +78,23 @@ class InputAutocorrelation:
         return raw - torch.outer(mean, mean)[:, :, None, None]
 
 
-def bank_autocorrelation(weight: torch.Tensor, correlation: torch.Tensor, max_distance: int) -> np.ndarray:
+def bank_autocorrelation(weight: torch.Tensor, correlation: torch.Tensor, max_distance: int,
+                         name: str = "the bank") -> np.ndarray:
     """C(δ)/C(0) for δ = 0..max_distance of the linear responses of ``weight`` (K, C, kh, kw).
 
     Uses C(δ) = Σ_{c,c',s} A_{cc'}(s) R_{cc'}(δ+s), averaging horizontal and vertical δ.
+
+    Raises:
+        AnalysisError: the filters (``name`` in the message) are all zero or not finite, or the input does not vary:
+            C(0) = 0 and C(δ)/C(0) would be NaN.
     """
     w = weight.detach().double().cpu()
+    if not torch.isfinite(w).all():
+        raise AnalysisError(f"The filters of {name} contain NaN or infinite values, so their responses' "
+                            "autocorrelation is undefined. Use a checkpoint from before the training run diverged.")
+    if not w.abs().max() > 0:
+        raise AnalysisError(f"The filters of {name} are all zero, so their responses are zero and C(δ)/C(0) is "
+                            "undefined. Check that the checkpoint holds the trained weights of this layer.")
     _, c, kh, kw = w.shape
     m = (correlation.shape[-1] - 1) // 2
     if correlation.shape[0] != c:
@@ -98,6 +109,9 @@ def bank_autocorrelation(weight: torch.Tensor, correlation: torch.Tensor, max_di
         horizontal = correlation[:, :, m - sy: m + sy + 1, m + d - sx: m + d + sx + 1]
         vertical = correlation[:, :, m + d - sy: m + d + sy + 1, m - sx: m + sx + 1]
         curve[d] = float((auto * (horizontal + vertical)).sum() / 2)
+    if not curve[0] > 0:
+        raise AnalysisError("The images do not vary (flat colour), so the responses have no energy and C(δ)/C(0) is "
+                            "undefined: pick images with texture.")
     return curve / curve[0]
 
 
@@ -206,7 +220,7 @@ def analyze_whitening(models: Sequence[LoadedModel], images: ImageSet, *, max_di
               "random": random_curves.mean(0)}
     for loaded, lay in zip(models, layers):
         curves[loaded.spec] = bank_autocorrelation(layer_weight(loaded, lay), spaces[loaded.input_config],
-                                                   max_distance)
+                                                   max_distance, name=f"layer {lay.name} of {loaded.label}")
     report(progress, 1.0, "done")
     return WhiteningResult(distances=np.arange(max_distance + 1), curves=curves,
                            curves_sd={"random": random_curves.std(0)},
