@@ -2,7 +2,8 @@
 
 A corpus built here: pickles whose loading would run code (``__reduce__`` payloads that write a sentinel file),
 truncated and empty files, wrong extensions, non-tensor objects, integer and NaN/inf tensors, absurd shapes,
-safetensors with corrupt headers, zip archives with bad members and oversized files. Every one must be refused
+safetensors with corrupt headers, zip archives with bad members, oversized files, and files small on disk but costly
+to open (built by ``tests/test_bounded_inputs.py``). Every one must be refused
 with a clear :class:`~fl_core.errors.CheckpointError` naming the file, the sentinel must never appear, and the app
 must keep serving after each refused upload (checked through the sidebar's real upload flow in AppTest).
 """
@@ -35,6 +36,7 @@ from fl_core.errors import CheckpointError, DataError
 from fl_core.images import MAX_IMAGE_PIXELS, save_uploaded_images
 from fl_ui.testing import page_app
 
+from . import test_bounded_inputs as bounded
 from .app_pages import app_pages
 from .conftest import CHECKPOINTS, REPO
 
@@ -218,9 +220,28 @@ CORPUS: tuple[Hostile, ...] = (
     # oversized
     Hostile("oversized.pt", "oversized", lambda s: _torch_bytes({"conv.weight": torch.randn(CAP_MB * 2**18 + 1)}),
             "over the 2 MiB limit"),
+    # small on disk, costly to open (tests/test_bounded_inputs.py measures their refusal)
+    Hostile("zip_deflated_zeros_1_5GB.pt", "costly to open",
+            lambda s: bounded.deflated_zeros_checkpoint(1_500_000_000), "is compressed"),
+    Hostile("zip_overlapping_records.pt", "costly to open", lambda s: bounded.overlapping_records_checkpoint(),
+            "records claim"),
+    Hostile("zip_claims_a_million_records.pt", "costly to open", lambda s: bounded.million_records_checkpoint(),
+            "1,000,000 archive records"),
+    Hostile("zip_directory_lies.pt", "costly to open", lambda s: bounded.lying_directory_checkpoint(10_000),
+            "central directory does not match"),
+    Hostile("too_many_tensors.safetensors", "costly to open", lambda s: bounded.many_entries_safetensors(),
+            "tensor entries, over the limit"),
+    Hostile("views_claim_16x.pt", "costly to open", lambda s: bounded.many_views_checkpoint(),
+            "claim 16 MiB of values"),
+    Hostile("float64_beyond_float32.pt", "bad values",
+            lambda s: bounded.torch_file(bounded.conv_state(torch.full((8, 3, 3, 3), 1e308, dtype=torch.float64))),
+            "beyond float32's range"),
+    Hostile("nested_17_deep.pth", "non-tensor objects",
+            lambda s: bounded.torch_file(bounded.nested(bounded.conv_state(), 17)), "more than 16 levels deep"),
 )
 CATEGORIES = ("code execution", "truncated", "empty", "wrong extension", "wrong content", "non-tensor objects",
-              "bad values", "absurd shape", "corrupt safetensors header", "bad zip member", "oversized")
+              "bad values", "absurd shape", "corrupt safetensors header", "bad zip member", "oversized",
+              "costly to open")
 
 
 @pytest.fixture
@@ -370,6 +391,8 @@ HOSTILE_IMAGES = {
     "text_renamed.jpg": (lambda: b"not an image at all\n" * 50, "not a readable image"),
     "truncated.png": (lambda: _png(64)[:60], "not a readable image"),
     "empty.png": (lambda: b"", "not a readable image"),
+    "strip_1x65535.png": (lambda: bounded.black_png(1, 65_535), "more elongated than 16:1"),  # 12.7 GB once scaled
+    "bomb_beyond_pillow.png": (lambda: bounded.black_png(12_000, 12_000), "pixel limit"),  # PIL's own error before
 }
 
 
