@@ -2,14 +2,14 @@
 
     python bench/bench_server_load.py [--sessions 8] [--long-jobs 2] [--seconds 120] [--repo PATH]
 
-Starts a real ``streamlit run app.py`` on a free loopback port, starts ``--long-jobs`` long Channel Axes analyses
-(each a browser session opening the page with a long recovery fine-tune, which runs as a heavy job), then lets
-``--sessions`` browser sessions (Debian's Chromium via Playwright, one context each) open every page of the app in
-turn, while a poller asks ``/_stcore/health`` every 0.2 s. Prints the health latencies (p50/p95/p99/max) and the
-page visits. Target (DESIGN.md): p99 < 1 s, max < 2 s. The browsers run at the lowest CPU priority
-(:data:`BROWSER_NICENESS`): they stand in for the students' machines, not for work of the server. ``--repo`` runs
-another checkout's app (e.g. a ``git worktree`` of an older commit) for a before/after comparison. Nothing leaves
-the loopback interface; every loop is bounded in time.
+Starts a real server on a free loopback port (``python -m fl_ui.serve``, the Docker image's command), starts
+``--long-jobs`` long Channel Axes analyses (each a browser session opening the page with a long recovery fine-tune,
+which runs as a heavy job), then lets ``--sessions`` browser sessions (Debian's Chromium via Playwright, one context
+each) open every page of the app in turn, while a poller asks ``/_stcore/health`` every 0.2 s. Prints the health
+latencies (p50/p95/p99/max) and the page visits. Target (DESIGN.md): p99 < 1 s, max < 2 s. The browsers run at
+the lowest CPU priority (:data:`BROWSER_NICENESS`): they stand in for the students' machines, not for work of the
+server. ``--repo`` runs another checkout's app (e.g. a ``git worktree`` of an older commit) for a before/after
+comparison. Nothing leaves the loopback interface; every loop is bounded in time.
 """
 
 from __future__ import annotations
@@ -163,7 +163,9 @@ def measure(sessions: int = 8, long_jobs: int = 2, seconds: float = 120.0, repo:
     with tempfile.TemporaryDirectory() as scratch:
         env = server_env(port, HOME=scratch, FL_UPLOAD_DIR=f"{scratch}/uploads", FL_RUNS_DIR=f"{scratch}/runs",
                          FL_HEAVY_JOBS=str(heavy_jobs))
-        command = ["streamlit", "run", "app.py", "--server.address=127.0.0.1", "--server.headless=true"]
+        launcher = ["python", "-m", "fl_ui.serve"] if (repo / "fl_ui" / "serve.py").exists() else \
+            ["streamlit", "run", "app.py"]  # the image's command (an older checkout: plain streamlit run)
+        command = [*launcher, "--server.address=127.0.0.1", "--server.headless=true"]
         with running_server(command, port, env, Path(scratch) / "server.log", cwd=repo):
             context = multiprocessing.get_context("spawn")
             stop, (receive, send) = context.Event(), context.Pipe(duplex=False)

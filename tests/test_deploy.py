@@ -119,7 +119,7 @@ def test_dockerfile_builds_a_slim_cpu_image_run_by_a_non_root_user() -> None:
     assert user and user[-1].split(":")[0] not in ("0", "root") and names.index("USER") < names.index("CMD")
     assert "useradd --uid 1000" in install
     assert "8501" in dict(steps)["EXPOSE"]
-    assert exec_form("CMD") == ["streamlit", "run", "app.py", "--server.address=0.0.0.0"]
+    assert exec_form("CMD") == ["python", "-m", "fl_ui.serve", "--server.address=0.0.0.0"]
     assert "/_stcore/health" in " ".join(exec_form("HEALTHCHECK"))
 
 

@@ -1,0 +1,43 @@
+"""Serve the dashboard warm: ``python -m fl_ui.serve [streamlit options]`` (the Docker image's command).
+
+``streamlit run app.py`` imports torch, torchvision, timm and the analyses when the first visitor's script runs, in
+a thread of the server: that import holds the GIL for seconds (loading torch's shared libraries), and every other
+request, the health check included, waits. Here the imports and the heavy-job workers are done *before* the server
+listens, so a fresh server answers its first health check only once it is ready, and never stalls afterwards.
+Options are passed on to ``streamlit run app.py`` unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+PRELOADED_PACKAGES = ("fl_core", "fl_ui")
+"""Every module of these packages is imported before serving (they import torch, torchvision, timm, plotly)."""
+
+
+def preload() -> None:
+    """Import every module of :data:`PRELOADED_PACKAGES` and start the heavy-job workers."""
+    for package in PRELOADED_PACKAGES:
+        root = importlib.import_module(package)
+        for module in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
+            if module.name not in ("fl_core.__main__", __name__):
+                importlib.import_module(module.name)
+    from fl_core.workers import heavy_pool
+
+    heavy_pool().warm_up()
+
+
+def main() -> int:
+    from streamlit.web import cli
+
+    preload()
+    sys.argv = ["streamlit", "run", str(APP), *sys.argv[1:]]
+    return cli.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
