@@ -143,12 +143,24 @@ def torch_records(obj: object) -> list[ZipRecord]:
         return [ZipRecord(info.filename, archive.read(info)) for info in archive.infolist()]
 
 
-def _with_claimed_length(records: list[ZipRecord], marker: int, claimed: int) -> list[ZipRecord]:
-    """Rewrite the pickle so the tensor of ``marker`` elements (its storage size and its shape) claims ``claimed``."""
+def with_claimed_length(pickled: bytes, marker: int, claimed: int) -> bytes:
+    """Rewrite a pickle so the tensor of ``marker`` elements (its storage size and its shape) claims ``claimed``."""
     old, new = b"J" + struct.pack("<i", marker), b"J" + struct.pack("<i", claimed)
-    pickled = next(r for r in records if r.name.endswith("data.pkl"))
-    assert pickled.data.count(old) == 2, "the marker must appear as the storage size and in the shape"
-    return [ZipRecord(r.name, r.data.replace(old, new)) if r is pickled else r for r in records]
+    assert pickled.count(old) == 2, "the marker must appear as the storage size and in the shape"
+    return pickled.replace(old, new)
+
+
+def _with_claimed_length(records: list[ZipRecord], marker: int, claimed: int) -> list[ZipRecord]:
+    return [ZipRecord(r.name, with_claimed_length(r.data, marker, claimed)) if r.name.endswith("data.pkl") else r
+            for r in records]
+
+
+def legacy_claim_checkpoint(claimed_elements: int = 2_000_000_000) -> bytes:
+    """A legacy-format torch file whose pickle claims an 8 GB storage for a tensor it stores 0.5 MB of."""
+    marker = 123_457
+    buffer = io.BytesIO()
+    torch.save({"conv.weight": torch.zeros(marker, 1, 1, 1)}, buffer, _use_new_zipfile_serialization=False)
+    return with_claimed_length(buffer.getvalue(), marker, claimed_elements)
 
 
 def deflated_zeros_checkpoint(claimed_bytes: int) -> bytes:
@@ -283,6 +295,8 @@ HOSTILE: tuple[HostileInput, ...] = (
                  "pickled part is over", CHECK_FILE),
     HostileInput("legacy_pickle_bomb.pth", "legacy: pickle over the limit", legacy_pickle_bomb,
                  "pickled part is over", CHECK_FILE),
+    HostileInput("legacy_claims_8GB.th", "legacy: storage claims 8 GB", legacy_claim_checkpoint,
+                 "could not be read as a PyTorch checkpoint", CHECK_FILE),
     HostileInput("many_entries.safetensors", "safetensors: too many tensors", many_entries_safetensors,
                  f"holds {MAX_TENSORS + 1:,} tensor entries", CHECK_FILE, "10⁶ entries: > 90 s"),
     HostileInput("big_header.safetensors", "safetensors: header over the limit", big_header_safetensors,
