@@ -24,9 +24,11 @@ import logging
 import multiprocessing
 import os
 import pickle
+import sys
 import threading
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -162,7 +164,8 @@ class WorkerPool:
         self._queued: dict[int, Future] = {}
         self._context = multiprocessing.get_context("spawn")
         self._manager = SyncManager(ctx=self._context)
-        self._manager.start(_exit_with_parent, (os.getpid(),))
+        with _without_main_script():
+            self._manager.start(_exit_with_parent, (os.getpid(),))
         self._board = self._manager.dict()
         self._stops = self._manager.dict()
         self._executor = self._new_executor()
@@ -186,11 +189,11 @@ class WorkerPool:
         with self._lock:
             job_id = next(self._ids)
             try:
-                future = self._executor.submit(_run_job, job_id, graceful, function, args, kwargs)
+                future = self._start(_run_job, job_id, graceful, function, args, kwargs)
             except BrokenProcessPool:  # a worker died (killed, out of memory): start a fresh pool
                 log.warning("heavy-job pool was broken; starting a new one")
                 self._executor = self._new_executor()
-                future = self._executor.submit(_run_job, job_id, graceful, function, args, kwargs)
+                future = self._start(_run_job, job_id, graceful, function, args, kwargs)
             self._queued[job_id] = future
         future.add_done_callback(lambda _f: self._forget(job_id))
         return Job(self, job_id, future)
@@ -226,11 +229,33 @@ class WorkerPool:
     def warm_up(self) -> None:
         """Start every worker and import the jobs' modules in it, so the first real job does not wait for that."""
         for _ in range(self.workers):
-            self._executor.submit(_import_jobs)
+            self._start(_import_jobs)
+
+    def _start(self, *call: Any) -> Future:
+        """Hand a call to the executor, which may start a worker process for it."""
+        with _without_main_script():
+            return self._executor.submit(*call)
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._manager.shutdown()
+
+
+_MAIN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _without_main_script() -> Iterator[None]:
+    """While processes start: hide ``__main__`` from them. A spawned child re-imports its parent's main module, and
+    under ``streamlit run`` that is the app script, which must never run in a worker (it would draw pages in bare
+    mode and start workers of its own). Jobs are top-level functions of importable modules, so nothing is lost."""
+    with _MAIN_LOCK:
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
 
 
 _POOL: WorkerPool | None = None

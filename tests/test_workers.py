@@ -222,3 +222,26 @@ def test_workers_end_when_the_server_is_killed(tmp_path) -> None:
     while _alive(worker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(worker), "the worker outlived the server"
+
+
+MAIN_SCRIPT = """
+import os, sys
+from pathlib import Path
+if __name__ != "__main__":  # imported again in a child, as the app script would be under `streamlit run`
+    Path(os.environ["SENTINEL"]).write_text(__name__)
+from fl_core.workers import WorkerPool
+from tests.test_workers import counting
+
+if __name__ == "__main__":
+    print(WorkerPool(workers=1).submit(counting, 1).result(timeout=120))
+"""
+
+
+def test_workers_never_run_the_main_script(tmp_path) -> None:
+    """Under `streamlit run`, ``__main__`` is the app script: a worker must not import it again."""
+    script, sentinel = tmp_path / "app_like.py", tmp_path / "main-ran-in-a-child"
+    script.write_text(MAIN_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "SENTINEL": str(sentinel)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) > 0 and not sentinel.exists()
