@@ -143,23 +143,29 @@ def _configured_first_conv(model: nn.Module) -> str | None:
 
 def _weights_inventory(state_dict: Mapping[str, torch.Tensor]) -> list[ConvLayer]:
     keys = [k for k, t in state_dict.items() if t.dim() == 4 and t.is_floating_point()]
-    first = _first_weight_key(state_dict)
-    layers = []
-    for key in keys:
-        out_c, in_pg, kh, kw = state_dict[key].shape
-        groups = out_c if in_pg == 1 and out_c > 1 and (kh, kw) != (1, 1) else 1
-        kind = "first" if key == first else conv_kind(out_c, in_pg, groups, (kh, kw))
-        layers.append(ConvLayer(name=key.removesuffix(".weight"), kind=kind, out_channels=out_c,
-                                in_channels=in_pg * groups, kernel_size=(kh, kw), groups=groups, weight_key=key))
-    return layers
-
-
-def _first_weight_key(state_dict: Mapping[str, torch.Tensor]) -> str:
-    """First 4-D tensor with 3 input channels (RGB), else the first 4-D tensor."""
-    keys = [k for k, t in state_dict.items() if t.dim() == 4 and t.is_floating_point()]
     if not keys:
         raise AnalysisError("The weights contain no 4-D convolution filters.")
-    return next((k for k in keys if state_dict[k].shape[1] == 3), keys[0])
+    geometry = {key: _weight_geometry(state_dict[key]) for key in keys}
+    first = _first_weight_key(state_dict, geometry)
+    return [ConvLayer(name=key.removesuffix(".weight"), kind="first" if key == first else conv_kind(*geometry[key]),
+                      out_channels=geometry[key][0], in_channels=geometry[key][1] * geometry[key][2],
+                      kernel_size=geometry[key][3], groups=geometry[key][2], weight_key=key) for key in keys]
+
+
+def _weight_geometry(weight: torch.Tensor) -> tuple[int, int, int, tuple[int, int]]:
+    """``(out, in/groups, groups, kernel)`` read off a weight: one input channel per k×k filter is depthwise."""
+    out_c, in_pg, kh, kw = weight.shape
+    groups = out_c if in_pg == 1 and out_c > 1 and (kh, kw) != (1, 1) else 1
+    return int(out_c), int(in_pg), groups, (int(kh), int(kw))
+
+
+def _first_weight_key(state_dict: Mapping[str, torch.Tensor],
+                      geometry: Mapping[str, tuple[int, int, int, tuple[int, int]]]) -> str | None:
+    """First 4-D tensor with 3 input channels (RGB), else the first that is not depthwise; ``None`` when every one is
+    depthwise (a file of depthwise layers only: none of them sees the image, and all belong to the depthwise bank)."""
+    keys = list(geometry)
+    rgb = next((k for k in keys if state_dict[k].shape[1] == 3), None)
+    return rgb or next((k for k in keys if conv_kind(*geometry[k]) != "depthwise"), None)
 
 
 def inventory_frame(layers: list[ConvLayer]) -> pd.DataFrame:
@@ -177,7 +183,9 @@ def first_conv_name(loaded: LoadedModel) -> str:
     """
     first = next((lay.name for lay in loaded.conv_layers if lay.kind == "first"), None)
     if first is None:
-        raise AnalysisError(f"{loaded.label} has no 2-D convolution.")
+        raise AnalysisError(f"{loaded.label} has no convolution that sees the image (a weights-only file of "
+                            "depthwise layers only, or a model without 2-D convolutions): analyses of the first "
+                            "layer need one. Its depthwise filters work on the Master Keys and Scale-Space pages.")
     return first
 
 

@@ -252,3 +252,22 @@ def test_cli_masterkeys_and_scalespace_json(tmp_path, mobilenet):
     assert main(["scalespace", "--model", spec, "--quiet", "--json", str(tmp_path / "sm.json")]) == 0
     assert "per-key mean filters" in json.loads((tmp_path / "sm.json").read_text())["source"]
     assert main(["masterkeys", "--model", spec, "--model", spec, "--quiet"]) == 2
+
+
+def test_a_weights_only_file_of_depthwise_layers_keeps_every_filter(tmp_path):
+    """Four 96×1×7×7 depthwise convs (the PP-OCRv6 detector's shape): no tensor is taken for the first layer."""
+    from fl_core.checkpoints import save_state_dict
+    from fl_core.errors import AnalysisError
+    from fl_core.layers import first_conv_name
+
+    path = tmp_path / "dw.safetensors"
+    save_state_dict({f"stages.{i}.dw.weight": torch.randn(96, 1, 7, 7) for i in range(4)}, path)
+    loaded = load_model(f"weights:{path}")
+    bank = depthwise_bank(loaded)
+    assert sum(lay.n_filters for lay in bank.layers) == 384 and not bank.skipped
+    with pytest.raises(AnalysisError, match="sees the image"):
+        first_conv_name(loaded)
+    save_state_dict({"stem.weight": torch.randn(96, 3, 3, 3), **{f"stages.{i}.dw.weight": torch.randn(96, 1, 7, 7)
+                                                                  for i in range(4)}}, path)
+    loaded = load_model(f"weights:{path}")
+    assert first_conv_name(loaded) == "stem" and len(depthwise_bank(loaded).layers) == 4
