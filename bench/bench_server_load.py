@@ -155,6 +155,23 @@ async def _drive(base: str, sessions: int, long_jobs: int, seconds: float, repor
         await browser.close()
 
 
+def _run_in_own_thread(coroutine) -> None:
+    """``asyncio.run`` in a thread of its own (the caller may already run an event loop, as pytest-playwright does)."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(coroutine)
+        except BaseException as err:  # re-raised in the caller
+            failures.append(err)
+
+    runner = threading.Thread(target=run, name="load-driver")
+    runner.start()
+    runner.join()
+    if failures:
+        raise failures[0]
+
+
 def measure(sessions: int = 8, long_jobs: int = 2, seconds: float = 120.0, repo: Path = HERE,
             heavy_jobs: int = 2) -> LoadReport:
     """Run the load on a fresh server of ``repo`` and return what the health poller saw."""
@@ -174,7 +191,7 @@ def measure(sessions: int = 8, long_jobs: int = 2, seconds: float = 120.0, repo:
             browsers_done = threading.Event()
             threading.Thread(target=lower_browser_priority, args=(browsers_done,), daemon=True).start()
             try:
-                asyncio.run(_drive(f"http://127.0.0.1:{port}", sessions, long_jobs, seconds, report))
+                _run_in_own_thread(_drive(f"http://127.0.0.1:{port}", sessions, long_jobs, seconds, report))
             finally:
                 browsers_done.set()
                 stop.set()
