@@ -29,7 +29,7 @@ from fl_core.errors import FilterLensError
 from fl_core.images import ImageSet, open_images
 from fl_core.models import LoadedModel, load_model, spec_file_stamp
 from fl_core.whitening import WhiteningResult, analyze_whitening
-from fl_core.workers import Job, JobState, heavy_pool
+from fl_core.workers import Job, heavy_pool
 
 WAIT_POLL_S = 0.25
 """How often a session waiting for another session's computation redraws its progress bar."""
@@ -165,7 +165,6 @@ def pooled(job: Callable, max_entries: int) -> Callable:
     Each key runs at most once at a time on the server: every session asking for it follows the same
     :class:`~fl_core.workers.Job` (queue position, then progress), and a session interrupted while waiting takes up
     the same job again on its next run. ``wrapper.cancel(*args)`` cancels it (for every session following it);
-    ``wrapper.state(*args)`` is its :class:`~fl_core.workers.JobState`, or ``None`` when none is running;
     ``wrapper.cached(*args)`` says whether its result is at hand.
     """
     results, running = _Results(max_entries), {}
@@ -198,14 +197,10 @@ def pooled(job: Callable, max_entries: int) -> Callable:
         if (handle := _running(*args)) is not None:
             handle.cancel()
 
-    def state(*args) -> JobState | None:
-        handle = _running(*args)
-        return None if handle is None else handle.status()
-
     def cached(*args) -> bool:
         return results.get(args)[0]
 
-    wrapper.cancel, wrapper.state, wrapper.cached, wrapper.clear = cancel, state, cached, results.clear
+    wrapper.cancel, wrapper.cached, wrapper.clear = cancel, cached, results.clear
     return wrapper
 
 
