@@ -14,7 +14,7 @@ from fl_core.backend import Progress
 from fl_core.depthwise import DepthwiseBank, depthwise_bank
 from fl_core.errors import FilterLensError
 from fl_core.masterkeys import MasterKeyResult, analyze_master_keys, fit_model_master_keys, model_master_keys
-from fl_core.scalefit import ScaleSpaceResult
+from fl_core.scalefit import ScaleSpaceResult, fit_published_filters
 from fl_core.swap import FilterSwap, swap_filters
 from fl_ui.cache import get_model, memoize, pooled
 from fl_ui.state import Selection
@@ -65,6 +65,13 @@ def master_key_result(spec: str, overrides: tuple, kernel_size: int | None, k: i
 def model_scale_fit(spec: str, overrides: tuple, method: str, progress: Progress | None = None) -> ScaleSpaceResult:
     """:func:`fl_core.masterkeys.fit_model_master_keys` of one model (its most frequent kernel size)."""
     return fit_model_master_keys(get_bank(spec, overrides), method)
+
+
+@memoize(max_entries=8)
+def published_scale_fit(method: str) -> ScaleSpaceResult:
+    """:func:`fl_core.scalefit.fit_published_filters` once per server for every session (its grid search is Python
+    work that holds the GIL: sessions opening the page together wait for one fit instead of each running it)."""
+    return fit_published_filters(method)
 
 
 @memoize(max_entries=16)

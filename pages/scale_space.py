@@ -13,9 +13,9 @@ from fl_core.plots.scalespace import (
     models_figure,
     sigma_by_method_figure,
 )
-from fl_core.scalefit import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, fit_published_filters, model_fit_at
+from fl_core.scalefit import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, model_fit_at
 from fl_core.scalespace import idealized_filter, load_published_filters, normalize_learned_filter, spread_measures_frame
-from fl_ui.masterkeys import depthwise_specs, model_keys, model_scale_fit
+from fl_ui.masterkeys import depthwise_specs, model_keys, model_scale_fit, published_scale_fit
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import plot_with_explanation, table_with_download, user_errors
 
@@ -47,7 +47,7 @@ with user_errors():
     if source == PUBLISHED:
         published = load_published_filters()
         learned = {i + 1: published[i] for i in range(len(published))}
-        fits = {m: fit_published_filters(m) for m in FIT_METHODS}
+        fits = {m: published_scale_fit(m) for m in FIT_METHODS}
     else:
         overrides = selection.overrides_of(source)
         fits = {m: model_scale_fit(source, overrides, m) for m in FIT_METHODS}
