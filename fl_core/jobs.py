@@ -2,12 +2,13 @@
 
 Each ``*_job`` function is what one worker runs: it loads its models through
 :func:`~fl_core.workers.worker_model` (specs and settings cross the process boundary, not models) and returns a
-frozen result. :class:`TrainingJob` follows a Training Lab run with its live snapshots and a graceful cancel.
+frozen result. The light ones also run in the server's own threads, given the app's model cache as ``load``.
+:class:`TrainingJob` follows a Training Lab run with its live snapshots and a graceful cancel.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from fl_core.depthwise import depthwise_bank
 from fl_core.energy import EnergyResult, analyze_energy
 from fl_core.evaluate import RescoreResult, rescore
 from fl_core.images import open_images
+from fl_core.models import LoadedModel
 from fl_core.patches import PatchPCA
 from fl_core.pruning import PruningSettings
 from fl_core.runs import Run, RunConfig, resolve_config, run_inputs, train_run
@@ -29,21 +31,23 @@ from fl_core.workers import Job, heavy_pool, publish, stop_requested, worker_mod
 
 ModelKeys = tuple[tuple[str, tuple], ...]
 """``(spec, overrides)`` pairs: the models of a job, as the sidebar selects them."""
+ModelLoader = Callable[..., LoadedModel]
+"""``load(spec, overrides=())``: :func:`~fl_core.workers.worker_model` in a worker, the app's shared cache in-thread."""
 
 
 def energy_job(models: ModelKeys, images: str, layer: str | None, subtract_init: bool, seeds: int, device: str,
-               progress: Progress | None = None) -> EnergyResult:
+               progress: Progress | None = None, load: ModelLoader = worker_model) -> EnergyResult:
     """:func:`fl_core.energy.analyze_energy` of ``(spec, overrides)`` pairs (init subtraction for demo models)."""
-    loaded = [worker_model(spec, overrides) for spec, overrides in models]
-    inits = {m.spec: worker_model(m.init_spec) for m in loaded if subtract_init and m.init_spec}
+    loaded = [load(spec, overrides) for spec, overrides in models]
+    inits = {m.spec: load(m.init_spec) for m in loaded if subtract_init and m.init_spec}
     return analyze_energy(loaded, open_images(images), layer=layer, inits=inits, seeds=range(seeds), device=device,
                           progress=progress)
 
 
 def whitening_job(models: ModelKeys, images: str, max_distance: int, seeds: int, device: str,
-                  progress: Progress | None = None) -> WhiteningResult:
+                  progress: Progress | None = None, load: ModelLoader = worker_model) -> WhiteningResult:
     """:func:`fl_core.whitening.analyze_whitening` of ``(spec, overrides)`` pairs."""
-    loaded = [worker_model(spec, overrides) for spec, overrides in models]
+    loaded = [load(spec, overrides) for spec, overrides in models]
     return analyze_whitening(loaded, open_images(images), max_distance=max_distance, seeds=range(seeds),
                              device=device, progress=progress)
 

@@ -24,11 +24,11 @@ import streamlit as st
 
 from fl_core import jobs
 from fl_core.backend import Progress, report
-from fl_core.energy import EnergyResult, analyze_energy
+from fl_core.energy import EnergyResult
 from fl_core.errors import FilterLensError
 from fl_core.images import ImageSet, open_images
 from fl_core.models import LoadedModel, load_model, spec_file_stamp
-from fl_core.whitening import WhiteningResult, analyze_whitening
+from fl_core.whitening import WhiteningResult
 from fl_core.workers import Job, heavy_pool
 
 WAIT_POLL_S = 0.25
@@ -231,23 +231,8 @@ def is_heavy_source(images: str) -> bool:
     return images not in ("", "bundled")
 
 
-@memoize(max_entries=32)
-def _energy_here(models: jobs.ModelKeys, images: str, layer: str | None, subtract_init: bool, seeds: int,
-                 device: str, progress: Progress | None = None) -> EnergyResult:
-    loaded = [get_model(spec, overrides) for spec, overrides in models]
-    inits = {m.spec: get_model(m.init_spec) for m in loaded if subtract_init and m.init_spec}
-    return analyze_energy(loaded, get_images(images), layer=layer, inits=inits, seeds=range(seeds),
-                          device=device, progress=progress)
-
-
-@memoize(max_entries=32)
-def _whitening_here(models: jobs.ModelKeys, images: str, max_distance: int, seeds: int, device: str,
-                    progress: Progress | None = None) -> WhiteningResult:
-    loaded = [get_model(spec, overrides) for spec, overrides in models]
-    return analyze_whitening(loaded, get_images(images), max_distance=max_distance, seeds=range(seeds),
-                             device=device, progress=progress)
-
-
+_energy_here = memoize(max_entries=32)(functools.partial(jobs.energy_job, load=get_model))
+_whitening_here = memoize(max_entries=32)(functools.partial(jobs.whitening_job, load=get_model))
 _energy_in_worker = pooled(jobs.energy_job, max_entries=32)
 _whitening_in_worker = pooled(jobs.whitening_job, max_entries=32)
 
