@@ -31,7 +31,7 @@ from fl_core.backend import Progress, report, resolve_device, sub_progress
 from fl_core.calibration import ChannelData
 from fl_core.errors import AnalysisError
 from fl_core.interventions import LESION_KINDS, ChannelInterventions, ChannelSite, channel_interventions, locate_site
-from fl_core.layers import find_layer
+from fl_core.layers import ConvLayer, find_layer
 from fl_core.layerstats import AxisSettings, LayerStatistics, collect_layer_statistics, local_axis, target_axis
 from fl_core.models import LoadedModel
 from fl_core.pruning import PruningResult, PruningSettings, prune_curves
@@ -311,6 +311,12 @@ class ChannelAxesResult(Result):
         for key, value in self.removability.refinement.items():
             rows.append((f"lesion rank-R², {key.replace('_', ' ')}", value))
         return pd.DataFrame(rows, columns=["quantity", "value"])
+
+
+def default_channel_layer(layers: list[ConvLayer]) -> str:
+    """A layer whose analysis shows something quickly: the last non-depthwise conv with at most 256 channels."""
+    fitting = [lay for lay in layers if lay.kind != "depthwise" and lay.out_channels <= 256]
+    return (fitting or layers)[-1].name
 
 
 def layer_axes(model: torch.nn.Module, layer: str, data: ChannelData, settings: ChannelSettings,

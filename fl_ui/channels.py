@@ -17,12 +17,6 @@ def data_source(images: str) -> str:
     return CROPS if images in ("", "bundled") else images
 
 
-def default_layer(layers: list[ConvLayer]) -> str:
-    """A layer that shows something quickly: the last non-depthwise conv with at most 256 channels."""
-    fitting = [lay for lay in layers if lay.kind != "depthwise" and lay.out_channels <= 256]
-    return (fitting or layers)[-1].name
-
-
 def analysable_layers(spec: str, overrides: tuple) -> list[ConvLayer]:
     """Convolutions with at least two output channels (peers need company)."""
     return [lay for lay in conv_inventory(get_model(spec, overrides)) if lay.out_channels >= 2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from fl_core.channels import default_channel_layer
 from fl_core.interventions import LESION_KINDS
 from fl_core.plots.channels import (
     METRIC_LABELS,
@@ -20,7 +21,7 @@ from fl_core.plots.channels import (
 )
 from fl_core.pruning import CRITERIA
 from fl_ui.cache import get_model
-from fl_ui.channels import analysable_layers, channel_axes_result, data_source, default_layer
+from fl_ui.channels import analysable_layers, channel_axes_result, data_source
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import downloads, heavy_result, plot_with_explanation, table_with_download, user_errors
 
@@ -57,10 +58,10 @@ with user_errors():
     loaded = get_model(spec, overrides)
     layers = analysable_layers(spec, overrides)
     names = [lay.name for lay in layers]
-    wanted = page_param("axes_layer", default_layer(layers))
+    wanted = page_param("axes_layer", default_channel_layer(layers))
     described = {lay.name: f"{lay.name} ({lay.kind}, {lay.out_channels} channels)" for lay in layers}
     layer = c2.selectbox("Layer", names, index=names.index(wanted) if wanted in names else names.index(
-        default_layer(layers)), format_func=described.get, key="axes_layer")
+        default_channel_layer(layers)), format_func=described.get, key="axes_layer")
     set_page_param("axes_layer", layer)
     source = data_source(selection.images)
     st.caption("Data: " + ("the bundled photos cut into labelled 32×32 crops (calibration from the training crops, "
