@@ -6,9 +6,12 @@ as in the ImageNet ``val/<wnid>/*.JPEG`` layout). Uploads are saved to a folder 
 
 Two views of an image in a model's input space (:class:`~fl_core.models.InputConfig`):
 
-* :func:`scaled_input` — resized so the short side is ``input_size / crop_pct`` (the scale the model sees) and
-  normalized, *not* cropped: every overlapping patch of it is used for patch statistics.
-* :func:`input_transform` — the model's evaluation transform (resize, centre crop, normalize) for forward passes.
+* :func:`scaled_input` — resized as the model's evaluation resize does (``input_size / crop_pct`` on the short side,
+  both sides or the long side, by the crop mode: the scale the model sees) and normalized, *not* cropped: every
+  overlapping patch of it is used for patch statistics.
+* :func:`input_transform` — the model's evaluation transform (resize, crop, normalize) for forward passes: timm's
+  ``create_transform`` for evaluation in its three crop modes, which torchvision's ``weights.transforms()`` is the
+  ``center`` case of.
 
 Every image is bounded before it costs: its header is checked before decoding (:func:`decode_rgb`: pixels and aspect
 ratio), and its size at the model's scale before resizing (:func:`scaled_size`, :data:`MAX_SCALED_PIXELS`).
@@ -267,11 +270,21 @@ def _to_normalized_tensor(config: InputConfig) -> list:
 
 
 def scaled_size(width: int, height: int, config: InputConfig) -> tuple[int, int]:
-    """(width, height) after ``Resize(config.resize_size)``, computed as torchvision does: the short side becomes
-    ``resize_size``, the long side ``int(resize_size · long / short)``."""
+    """(width, height) after the model's resize to ``s = config.resize_size``, computed as timm and torchvision do:
+
+    * ``center``: short side s, long side ``int(s · long / short)`` (torchvision's ``Resize(s)``);
+    * ``squash``: s × s;
+    * ``border``: long side s, short side ``round(s · short / long)`` (timm's ``ResizeKeepRatio(longest=1)``).
+    """
+    size = config.resize_size
+    if config.crop_mode == "squash":
+        return size, size
     short, long = sorted((width, height))
-    new_long = int(config.resize_size * long / short)
-    return (config.resize_size, new_long) if width <= height else (new_long, config.resize_size)
+    if config.crop_mode == "border":
+        new_short = round(short * size / long)
+        return (new_short, size) if width <= height else (size, new_short)
+    new_long = int(size * long / short)
+    return (size, new_long) if width <= height else (new_long, size)
 
 
 def check_scaled_size(image: Image.Image, config: InputConfig, name: str | None = None) -> Image.Image:
@@ -283,7 +296,7 @@ def check_scaled_size(image: Image.Image, config: InputConfig, name: str | None 
     width, height = scaled_size(image.width, image.height, config)
     if width * height > MAX_SCALED_PIXELS:
         label = name or f"a {image.width:,}×{image.height:,} image"
-        raise DataError(f"{label} would be {width:,}×{height:,} pixels at the model's scale (short side "
+        raise DataError(f"{label} would be {width:,}×{height:,} pixels at the model's scale (resized edge "
                         f"{config.resize_size} px = input size {config.input_size} / crop {config.crop_pct:g}), over "
                         f"the {MAX_SCALED_PIXELS:,}-pixel limit. Lower the input size or raise the crop fraction, or "
                         "use a smaller or less elongated image.")
@@ -300,19 +313,52 @@ class ScaledSizeCheck:
         return check_scaled_size(image, self.config)
 
 
+class ModelScaleResize:
+    """The model's evaluation resize to :func:`scaled_size` (picklable, for DataLoader workers)."""
+
+    def __init__(self, config: InputConfig) -> None:
+        self.config = config
+
+    def __call__(self, image: Image.Image) -> Image.Image:
+        width, height = scaled_size(image.width, image.height, self.config)
+        return T.functional.resize(image, [height, width], interpolation=_interpolation(self.config), antialias=True)
+
+
+class PadToSize:
+    """Pad an image smaller than ``size`` on either side up to it, centred (left/top get the smaller half), with
+    ``fill`` — timm's ``CenterCropOrPad`` before its crop, which pads with the mean colour ``round(255 · mean)``."""
+
+    def __init__(self, size: int, fill: tuple[int, int, int]) -> None:
+        self.size, self.fill = size, fill
+
+    def __call__(self, image: Image.Image) -> Image.Image:
+        extra_w, extra_h = max(self.size - image.width, 0), max(self.size - image.height, 0)
+        if not extra_w and not extra_h:
+            return image
+        padding = [extra_w // 2, extra_h // 2, (extra_w + 1) // 2, (extra_h + 1) // 2]
+        return T.functional.pad(image, padding, fill=list(self.fill))
+
+
+def _crop_steps(config: InputConfig) -> list:
+    """Centre crop to the input size; in ``border`` mode first padded to it with the mean colour."""
+    crop = [T.CenterCrop(config.input_size)]
+    if config.crop_mode != "border":
+        return crop
+    return [PadToSize(config.input_size, tuple(round(255 * v) for v in config.mean)), *crop]
+
+
 def input_transform(config: InputConfig) -> T.Compose:
-    """The model's evaluation transform: Resize(short side = size / crop_pct), CenterCrop(size), normalize; images
-    too large at that scale are refused before resizing (:func:`check_scaled_size`)."""
-    return T.Compose([ScaledSizeCheck(config),
-                      T.Resize(config.resize_size, interpolation=_interpolation(config), antialias=True),
-                      T.CenterCrop(config.input_size), *_to_normalized_tensor(config)])
+    """The model's evaluation transform: resize to the model's scale (:func:`scaled_size`, by the crop mode), crop
+    (:func:`_crop_steps`), normalize; images too large at that scale are refused before resizing
+    (:func:`check_scaled_size`)."""
+    return T.Compose([ScaledSizeCheck(config), ModelScaleResize(config), *_crop_steps(config),
+                      *_to_normalized_tensor(config)])
 
 
 def scaled_input(image: Image.Image, config: InputConfig, name: str | None = None) -> torch.Tensor:
-    """The whole image at the model's scale (short side = size / crop_pct), normalized, shape (3, H, W); refused
-    before resizing when too large at that scale (:func:`check_scaled_size`)."""
-    transform = T.Compose([T.Resize(config.resize_size, interpolation=_interpolation(config), antialias=True),
-                           *_to_normalized_tensor(config)])
+    """The whole image at the model's scale (:func:`scaled_size`), normalized, shape (3, H, W); refused before
+    resizing when too large at that scale (:func:`check_scaled_size`)."""
+    transform = T.Compose([ModelScaleResize(config), *_to_normalized_tensor(config)])
     return transform(check_scaled_size(image, config, name))
 
 

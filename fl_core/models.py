@@ -8,6 +8,7 @@ Spec forms (DESIGN.md, "Model spec strings"):
 ``timm:NAME@pretrained``            registry weights (hub download or local cache; clear error when unreachable)
 ``timm:NAME=PATH``                  architecture + a state-dict file
 ``weights:PATH``                    weights only: any state dict, no architecture needed
+``onnx:PATH``                       weights only: the Conv nodes of an ONNX model (:mod:`fl_core.onnx_weights`)
 ``demo:NAME``                       a checkpoint shipped in ``assets/demo`` (listed in its manifest)
 =================================  ==============================================================================
 """
@@ -18,6 +19,7 @@ import contextlib
 import copy
 import dataclasses
 import json
+import math
 import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -34,20 +36,29 @@ from fl_core.layers import ConvLayer, probe_inventory
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 DEMO_DIR = ASSETS_DIR / "demo"
-SOURCES = ("timm", "torchvision", "weights", "demo")
+SOURCES = ("timm", "torchvision", "weights", "onnx", "demo")
+FILE_SOURCES = ("weights", "onnx")
+"""Spec sources that are just a file path (``weights:PATH``, ``onnx:PATH``): weights only."""
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+CROP_MODES = ("center", "squash", "border")
+"""timm's evaluation crop modes (``timm.data.create_transform``): which edge the resize sets, how the crop is cut."""
 MAX_RESIZE_SIZE = 4096
-"""Largest short side after the resize (``input_size / crop_pct``): the largest input size, uncropped."""
+"""Largest edge set by the resize (``input_size / crop_pct``): the largest input size, uncropped."""
 
 
 @dataclass(frozen=True)
 class InputConfig:
-    """How images become model input: ``Resize(input_size / crop_pct)``, ``CenterCrop(input_size)``, normalize.
+    """How images become model input: a resize to ``s = floor(input_size / crop_pct)``, a crop to ``input_size``,
+    normalize — with timm's three evaluation crop modes (``timm.data.transforms_imagenet_eval``):
+
+    * ``center`` — short side to s (aspect kept), centre crop; the image's margins are lost;
+    * ``squash`` — both sides to s (aspect not kept), centre crop; nothing is lost when ``crop_pct`` = 1;
+    * ``border`` — long side to s (aspect kept), centre crop, padded with the mean colour where the image is smaller.
 
     Patches for every statistic are taken in this input space (after normalization). Bounded: input size 8-4096,
-    crop fraction in [0.05, 1], resized short side at most :data:`MAX_RESIZE_SIZE`, finite mean and positive std.
+    crop fraction in [0.05, 1], resized edge at most :data:`MAX_RESIZE_SIZE`, finite mean and positive std.
     """
 
     input_size: int = 224
@@ -55,6 +66,7 @@ class InputConfig:
     interpolation: str = "bilinear"
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
+    crop_mode: str = "center"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
@@ -65,9 +77,11 @@ class InputConfig:
             raise ModelSpecError(f"crop fraction {self.crop_pct} must be in (0.05, 1].")
         if self.interpolation not in INTERPOLATIONS:
             raise ModelSpecError(f"interpolation '{self.interpolation}' must be one of {', '.join(INTERPOLATIONS)}.")
+        if self.crop_mode not in CROP_MODES:
+            raise ModelSpecError(f"crop mode '{self.crop_mode}' must be one of {', '.join(CROP_MODES)}.")
         if self.resize_size > MAX_RESIZE_SIZE:
             raise ModelSpecError(f"input size {self.input_size} with crop fraction {self.crop_pct:g} resizes the "
-                                 f"short side to {self.resize_size} pixels, over the {MAX_RESIZE_SIZE}-pixel limit: "
+                                 f"image to {self.resize_size} pixels, over the {MAX_RESIZE_SIZE}-pixel limit: "
                                  f"raise the crop fraction to at least {self.input_size / MAX_RESIZE_SIZE:.3g} or "
                                  "lower the input size.")
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
@@ -77,8 +91,10 @@ class InputConfig:
 
     @property
     def resize_size(self) -> int:
-        """Short side after the resize, before the centre crop."""
-        return round(self.input_size / self.crop_pct)
+        """The edge the resize sets (short side, both sides or long side by :attr:`crop_mode`), before the crop:
+        ``floor(input_size / crop_pct)`` as timm computes it (the 1e-6 keeps ``crop / (crop / resize)`` = resize
+        exact for configs given as crop and resize sizes, such as torchvision's; no timm config is changed by it)."""
+        return math.floor(self.input_size / self.crop_pct + 1e-6)
 
     def with_overrides(self, **overrides: object) -> InputConfig:
         """A copy with the non-``None`` overrides applied (sidebar fields / CLI ``--input-size`` ...)."""
@@ -100,12 +116,13 @@ class ModelSpec:
 
     @classmethod
     def parse(cls, spec: str) -> ModelSpec:
-        """Parse ``timm:NAME[@pretrained|=PATH]``, ``torchvision:...``, ``weights:PATH`` or ``demo:NAME``."""
+        """Parse ``timm:NAME[@pretrained|=PATH]``, ``torchvision:...``, ``weights:PATH``, ``onnx:PATH`` or
+        ``demo:NAME``."""
         source, sep, rest = spec.strip().partition(":")
         if not sep or source not in SOURCES or not rest:
             raise ModelSpecError(f"'{spec}' is not a model spec. Use timm:NAME, timm:NAME@pretrained, timm:NAME=PATH, "
-                                 "torchvision:NAME (same forms), weights:PATH or demo:NAME.")
-        if source == "weights":
+                                 "torchvision:NAME (same forms), weights:PATH, onnx:PATH or demo:NAME.")
+        if source in FILE_SOURCES:
             return cls(source, name=Path(rest).name, path=rest)
         if source == "demo":
             return cls(source, name=rest)
@@ -121,8 +138,8 @@ class ModelSpec:
         return cls(source, name=name)
 
     def __str__(self) -> str:
-        if self.source == "weights":
-            return f"weights:{self.path}"
+        if self.source in FILE_SOURCES:
+            return f"{self.source}:{self.path}"
         if self.source == "demo":
             return f"demo:{self.name}"
         suffix = f"={self.path}" if self.path else ("@pretrained" if self.pretrained else "")
@@ -145,8 +162,10 @@ class LoadedModel:
         notes: plain-language notes from loading.
         init_spec: spec of the matching initialization checkpoint (demo models), for init subtraction.
         class_names: names of the output classes when known.
-        conv_layers: every convolution in forward order (:func:`fl_core.layers.probe_inventory`), taken once on
-            construction, before the object is shared.
+        declared_layers: the convolutions as a weights-only file declares them (ONNX Conv nodes: real groups,
+            strides, pads and the conv that sees the image), used instead of reading kinds off weight shapes.
+        conv_layers: every convolution in forward order (:func:`fl_core.layers.probe_inventory`, or
+            ``declared_layers``), taken once on construction, before the object is shared.
     """
 
     spec: str
@@ -159,10 +178,12 @@ class LoadedModel:
     notes: tuple[str, ...] = ()
     init_spec: str | None = None
     class_names: tuple[str, ...] | None = None
+    declared_layers: tuple[ConvLayer, ...] = field(default=(), repr=False)
     conv_layers: tuple[ConvLayer, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        layers, notes = probe_inventory(self.model, self.state_dict, self.input_config.input_size)
+        layers, notes = ((self.declared_layers, ()) if self.model is None and self.declared_layers else
+                         probe_inventory(self.model, self.state_dict, self.input_config.input_size))
         object.__setattr__(self, "conv_layers", layers)
         object.__setattr__(self, "notes", tuple(dict.fromkeys((*self.notes, *notes))))
 
@@ -192,6 +213,10 @@ class LoadedModel:
         return copy.deepcopy(model).to(device)
 
     def _require_model(self) -> nn.Module:
+        if self.model is None and self.spec.startswith("onnx:"):
+            raise ModelSpecError(f"{self.label}: ONNX models are read for their weights only (FilterLens does not "
+                                 "run ONNX graphs), and this analysis needs a runnable model. Load the network's "
+                                 "PyTorch weights with timm:NAME=PATH or torchvision:NAME=PATH instead.")
         if self.model is None:
             raise ModelSpecError(f"{self.label} is weights-only: this analysis needs a full model. Use "
                                  "timm:NAME=PATH or torchvision:NAME=PATH to name its architecture.")
@@ -229,7 +254,8 @@ def load_model(spec: str, *, input_overrides: Mapping[str, object] | None = None
 
     Args:
         spec: a model spec string (module docstring).
-        input_overrides: ``input_size``, ``crop_pct``, ``interpolation``, ``mean``, ``std`` overrides.
+        input_overrides: ``input_size``, ``crop_pct``, ``interpolation``, ``mean``, ``std``, ``crop_mode`` overrides
+            (they win over the registry's own config).
         prefer_ema: take EMA weights from checkpoints that hold both.
 
     Raises:
@@ -237,7 +263,7 @@ def load_model(spec: str, *, input_overrides: Mapping[str, object] | None = None
     """
     parsed = ModelSpec.parse(spec)
     loader = {"timm": _load_registry, "torchvision": _load_registry, "weights": _load_weights_only,
-              "demo": _load_demo}[parsed.source]
+              "onnx": _load_onnx, "demo": _load_demo}[parsed.source]
     loaded = loader(parsed, prefer_ema)
     if input_overrides:
         loaded = dataclasses.replace(loaded, input_config=loaded.input_config.with_overrides(**input_overrides))
@@ -252,6 +278,15 @@ def _load_weights_only(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
         raise CheckpointError(f"{spec.name} has no 4-D (convolution) weights, so there are no filters to analyse.")
     return LoadedModel(spec=str(spec), label=f"{spec.name} (weights only)", model=None, state_dict=sd.tensors,
                        input_config=InputConfig(), sha256=sd.sha256, notes=sd.notes)
+
+
+def _load_onnx(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
+    from fl_core.onnx_weights import read_onnx_convs
+
+    convs = read_onnx_convs(spec.path)
+    return LoadedModel(spec=str(spec), label=f"{spec.name} (ONNX, weights only)", model=None,
+                       state_dict=convs.tensors, input_config=InputConfig(), sha256=convs.sha256, notes=convs.notes,
+                       declared_layers=convs.layers)
 
 
 RANDOM_INIT_SEED = 0  # registry architectures without weights: one reproducible network, not a new one per process
@@ -306,14 +341,21 @@ def _build_timm(name: str, pretrained: bool, num_classes: int | None) -> tuple[n
     kwargs = {} if num_classes is None else {"num_classes": num_classes}
     with _hub_errors(name, "timm"):
         model = timm.create_model(name, pretrained=pretrained, **kwargs)
-    data = resolve_data_config({}, model=model)
-    config = InputConfig(input_size=int(data["input_size"][-1]), crop_pct=float(data["crop_pct"]),
-                         interpolation=_known_interpolation(data["interpolation"]), mean=tuple(data["mean"]),
-                         std=tuple(data["std"]))
-    return model, config
+    return model, _timm_input_config(resolve_data_config({}, model=model, use_test_size=True))
+
+
+def _timm_input_config(data: Mapping[str, object]) -> InputConfig:
+    """The input config timm evaluates with: ``resolve_data_config(..., use_test_size=True)`` (as timm's
+    ``validate.py``: the pretrained config's test size and test crop where it has them) and its crop mode. Read
+    from the model's ``pretrained_cfg`` metadata, so it needs no download."""
+    return InputConfig(input_size=int(data["input_size"][-1]), crop_pct=float(data["crop_pct"]),
+                       interpolation=_known_interpolation(data["interpolation"]), mean=tuple(data["mean"]),
+                       std=tuple(data["std"]), crop_mode=str(data.get("crop_mode") or "center"))
 
 
 def _build_torchvision(name: str, pretrained: bool, num_classes: int | None) -> tuple[nn.Module, InputConfig]:
+    """The model and its DEFAULT weights' own evaluation transform (``weights.transforms()``: resize of the short
+    side, centre crop, interpolation, mean/std), metadata that needs no download."""
     import torchvision
 
     if name not in torchvision.models.list_models():
@@ -389,11 +431,11 @@ def _reachable(host: str, port: int = 443, timeout: float = 3.0) -> bool:
 
 @dataclass(frozen=True)
 class DemoEntry:
-    """One checkpoint of ``assets/demo/manifest.json``."""
+    """One checkpoint of ``assets/demo/manifest.json``; without ``arch`` a weights-only file (a filter bank)."""
 
     name: str
     file: str
-    arch: str
+    arch: str | None = None
     arch_kwargs: dict = field(default_factory=dict)
     input_config: dict = field(default_factory=dict)
     class_names: tuple[str, ...] = ()
@@ -420,6 +462,9 @@ def _load_demo(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
     entry = entries[spec.name]
     path = DEMO_DIR / entry.file
     sd = load_state_dict(path, prefer_ema=prefer_ema)
+    if entry.arch is None:
+        return LoadedModel(spec=str(spec), label=spec.name, model=None, state_dict=sd.tensors,
+                           input_config=InputConfig(**entry.input_config), sha256=sd.sha256, notes=sd.notes)
     model = nets.build_net(entry.arch, **entry.arch_kwargs)
     load_into(model, sd.tensors, f"demo:{spec.name}")
     return LoadedModel(spec=str(spec), label=spec.name, model=model, state_dict=model.state_dict(),

@@ -16,7 +16,7 @@ from fl_core.backend import available_devices
 from fl_core.checkpoints import CHECKPOINT_SUFFIXES
 from fl_core.errors import FilterLensError
 from fl_core.images import IMAGE_SUFFIXES
-from fl_core.models import INTERPOLATIONS, ModelSpec, demo_manifest
+from fl_core.models import CROP_MODES, INTERPOLATIONS, ModelSpec, demo_manifest
 from fl_core.uploads import upload_store
 from fl_ui.cache import get_model
 from fl_ui.state import Selection, selection_from_url, write_selection_to_url
@@ -182,6 +182,9 @@ def _preprocessing_form(specs: list[str], overrides: dict[str, dict]) -> dict[st
         crop = st.number_input("Crop fraction", 0.05, 1.0, float(base.crop_pct), step=0.025, key=f"pre_crop_{spec}")
         interp = st.selectbox("Interpolation", INTERPOLATIONS, index=INTERPOLATIONS.index(base.interpolation),
                               key=f"pre_interp_{spec}")
+        mode = st.selectbox("Crop mode", CROP_MODES, index=CROP_MODES.index(base.crop_mode), key=f"pre_mode_{spec}",
+                            help="timm's evaluation crop: resize the short side (center), both sides (squash) or the "
+                                 "long side, padding with the mean colour (border), then crop the centre.")
         mean = st.text_input("Mean (R G B)", " ".join(f"{v:g}" for v in base.mean), key=f"pre_mean_{spec}")
         std = st.text_input("Std (R G B)", " ".join(f"{v:g}" for v in base.std), key=f"pre_std_{spec}")
         try:
@@ -192,7 +195,7 @@ def _preprocessing_form(specs: list[str], overrides: dict[str, dict]) -> dict[st
             st.warning("Mean and std need three numbers each (R G B).")
             return overrides
         chosen = {"input_size": int(size), "crop_pct": float(crop), "interpolation": interp, "mean": mean_v,
-                  "std": std_v}
+                  "std": std_v, "crop_mode": mode}
         default = get_model(spec).input_config
         changed = {k: v for k, v in chosen.items() if getattr(default, k) != v}
         return {**overrides, spec: changed} if changed else {k: v for k, v in overrides.items() if k != spec}

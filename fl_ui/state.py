@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 DEFAULT_MODELS = ("demo:tiny_vgg", "demo:tiny_vgg_init")
-OVERRIDE_KEYS = {"size": "input_size", "crop": "crop_pct", "interp": "interpolation", "mean": "mean", "std": "std"}
+OVERRIDE_KEYS = {"size": "input_size", "crop": "crop_pct", "interp": "interpolation", "mean": "mean", "std": "std",
+                 "mode": "crop_mode"}
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def decode_token(token: str) -> tuple[str, dict]:
             elif key == "crop":
                 overrides["crop_pct"] = float(value)
             else:
-                overrides["interpolation"] = value
+                overrides[OVERRIDE_KEYS[key]] = value
         except ValueError:
             continue
     return spec.strip(), overrides

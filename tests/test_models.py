@@ -38,7 +38,8 @@ def test_bad_specs_explain_the_forms(spec: str) -> None:
 def test_timm_random_init_is_labelled_and_has_its_own_preprocessing() -> None:
     loaded = load_model("timm:resnet18")
     assert loaded.random_init and "random init" in loaded.label
-    assert loaded.input_config.interpolation == "bicubic" and loaded.input_config.crop_pct == pytest.approx(0.95)
+    cfg = loaded.input_config  # resnet18.a1_in1k evaluated at its test size (tests/test_eval_preprocessing.py)
+    assert (cfg.interpolation, cfg.input_size, cfg.crop_pct) == ("bicubic", 288, pytest.approx(1.0))
     assert not loaded.model.training and not any(p.requires_grad for p in loaded.model.parameters())
 
 

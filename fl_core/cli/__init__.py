@@ -59,6 +59,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     group.add_argument("--input-size", type=int, help="square input size in pixels")
     group.add_argument("--crop-pct", type=float, help="centre-crop fraction (resize short side to size/crop_pct)")
     group.add_argument("--interpolation", choices=("bilinear", "bicubic", "nearest"))
+    group.add_argument("--crop-mode", choices=("center", "squash", "border"),
+                       help="timm's crop modes: resize the short side (center), both sides (squash) or the long side "
+                            "with mean-colour padding (border) to size/crop_pct, then centre-crop")
     group.add_argument("--mean", type=float, nargs=3, metavar=("R", "G", "B"))
     group.add_argument("--std", type=float, nargs=3, metavar=("R", "G", "B"))
 
@@ -71,7 +74,7 @@ def add_image_arguments(parser: argparse.ArgumentParser) -> None:
 
 def input_overrides(args: argparse.Namespace) -> dict[str, object]:
     return {"input_size": args.input_size, "crop_pct": args.crop_pct, "interpolation": args.interpolation,
-            "mean": args.mean, "std": args.std}
+            "mean": args.mean, "std": args.std, "crop_mode": args.crop_mode}
 
 
 def load_models(args: argparse.Namespace) -> list:

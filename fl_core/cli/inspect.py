@@ -40,7 +40,8 @@ def run(args: argparse.Namespace, progress) -> InspectResult:
     for entry in result.models:
         cfg = entry["input_config"]
         print(f"{entry['label']}: {entry['parameters']:,} parameters, input {cfg['input_size']}px "
-              f"(crop {cfg['crop_pct']:g}, {cfg['interpolation']}), mean {cfg['mean']}, std {cfg['std']}")
+              f"(crop {cfg['crop_pct']:g}, {cfg['crop_mode']}, {cfg['interpolation']}), mean {cfg['mean']}, "
+              f"std {cfg['std']}")
         for note in entry["notes"]:
             print(f"  note: {note}")
         print(pd.DataFrame(entry["layers"]).to_string(index=False))
