@@ -288,6 +288,8 @@ class PublishedAssignment(Result):
         templates: which 8 reference filters were used.
         counts: (8,) filters per master key 1..8 (constant filters are not counted).
         mean_abs_cosine: (8,) mean |cos(y - ȳ, x_k)| of the filters assigned to each key (NaN when none).
+        median_abs_cosine: median over the shaped filters of their best |cos(y - ȳ, x_k)| (to the key they are
+            assigned to): one number for how close a bank is to the 8 keys (random filters: low).
         layers: layer names, rows of ``counts_per_layer``.
         counts_per_layer: (L, 8).
         stages: stage labels, rows of ``counts_per_stage``.
@@ -299,6 +301,7 @@ class PublishedAssignment(Result):
     templates: str
     counts: np.ndarray
     mean_abs_cosine: np.ndarray
+    median_abs_cosine: float
     layers: tuple[str, ...]
     counts_per_layer: np.ndarray
     stages: tuple[str, ...]
@@ -334,7 +337,9 @@ def assign_to_master_keys(filters: torch.Tensor | np.ndarray, layer_index: np.nd
     counts = per_layer.sum(axis=0)
     cos_sums = np.bincount(fit.assignment[shaped], weights=np.abs(fit.cosine[shaped]), minlength=N_MASTER_KEYS)
     mean_cos = np.divide(cos_sums, counts, out=np.full(N_MASTER_KEYS, np.nan), where=counts > 0)
+    best = np.abs(fit.cosine[shaped])
     return PublishedAssignment(templates=description, counts=counts, mean_abs_cosine=mean_cos,
+                               median_abs_cosine=float(np.median(best)) if best.size else float("nan"),
                                layers=tuple(lay.name for lay in layers), counts_per_layer=per_layer,
                                stages=tuple(labels[s] for s in stage_ids), counts_per_stage=per_stage,
                                n_constant=int((~shaped).sum()), fit=fit)

@@ -63,7 +63,8 @@ def run(args: argparse.Namespace, progress):
     print(f"{result.label}: {result.n_filters:,} {result.kernel_size}×{result.kernel_size} depthwise filters "
           f"({result.n_constant} constant), {result.k} clusters, mean |cos| to centroid {result.objective:.3f}")
     print(result.to_frame().round(3).to_string(index=False))
-    print(f"assignment to {assignment.templates}: counts {assignment.counts.tolist()}")
+    print(f"assignment to {assignment.templates}: counts {assignment.counts.tolist()}, median best |cos| "
+          f"{assignment.median_abs_cosine:.3f}")
     print(assignment.stage_frame().to_string(index=False))
     if result.sweep is not None:
         print(f"sweep (best silhouette at k = {result.sweep.best_k}):")
