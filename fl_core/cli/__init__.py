@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "scalespace": "σ of the idealized scale-space models of the 8 master keys by fitting method A-D",
     "rescore": "swap depthwise filters for idealized models and re-score top-1/top-5 (torchrun for several GPUs)",
     "channels": "two axes per channel (local replaceability vs task relevance), lesions, peer replacement, pruning",
+    "report": "one self-contained offline HTML report of a checkpoint or of a run's checkpoints (--html PATH)",
 }
 
 
