@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -81,15 +82,19 @@ def slug(text: str) -> str:
 
 def downloads(name: str, *, figure: go.Figure | None = None, frame: pd.DataFrame | None = None,
               data: dict | None = None) -> None:
-    """Download buttons for a figure (HTML), a table (CSV) and a result (JSON), side by side."""
-    items = [(figure, "HTML figure", "html", "text/html", lambda f: figure_html(f)),
+    """Download buttons for a figure (HTML), a table (CSV) and a result (JSON), side by side.
+
+    Each file is rendered only when its button is clicked (Streamlit's deferred ``data`` callable): a figure's HTML
+    inlines plotly.js (~5 MB), and building it on every rerun of every session kept the shared server busy.
+    """
+    items = [(figure, "HTML figure", "html", "text/html", figure_html),
              (frame, "CSV table", "csv", "text/csv", lambda f: f.to_csv(index=False)),
              (data, "JSON", "json", "application/json", lambda d: json.dumps(d, indent=2, allow_nan=False))]
     present = [item for item in items if item[0] is not None]
     columns = st.columns(len(present) or 1)
     for column, (payload, label, ext, mime, render) in zip(columns, present):
-        column.download_button(f"⬇ {label}", render(payload), file_name=f"{slug(name)}.{ext}", mime=mime,
-                               key=f"dl-{slug(name)}-{ext}", on_click="ignore")
+        column.download_button(f"⬇ {label}", functools.partial(render, payload), file_name=f"{slug(name)}.{ext}",
+                               mime=mime, key=f"dl-{slug(name)}-{ext}", on_click="ignore")
 
 
 def plot_with_explanation(figure: go.Figure, explanation: str, name: str, *, frame: pd.DataFrame | None = None,
