@@ -16,7 +16,7 @@ master key filters (Babaiee et al., arXiv:2401.14469 / 2509.11711; ``shared/refe
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -361,15 +361,32 @@ def type_representatives(filters: torch.Tensor | np.ndarray, fit: AffineTemplate
     return {i + 1: (sums[i] / norms[i]).reshape(size, size) for i in range(N_MASTER_KEYS) if norms[i] > 0}
 
 
+def bank_assignment(source: LoadedModel | DepthwiseBank, method: FitMethod = "B", *, kernel_size: int | None = None,
+                    layers: Sequence[str] | None = None, stages: Sequence[int] | None = None) -> PublishedAssignment:
+    """:func:`assign_to_master_keys` of a model's depthwise filters of one kernel size (default: the most frequent),
+    without clustering them."""
+    bank = source if isinstance(source, DepthwiseBank) else depthwise_bank(source)
+    chosen = bank.select(kernel_size, layers, stages)
+    filters, layer_index = bank.filters(chosen)
+    return assign_to_master_keys(filters, layer_index, chosen, method)
+
+
+def assignment_summary_frame(assignments: Mapping[str, PublishedAssignment]) -> pd.DataFrame:
+    """One row per bank (by label): filters assigned, median best |cos| to the 8 keys, and the count per key."""
+    return pd.DataFrame([{"bank": label, "filters": int(a.counts.sum()), "median_abs_cosine": a.median_abs_cosine,
+                          **{f"key_{i + 1}": int(n) for i, n in enumerate(a.counts)}}
+                         for label, a in assignments.items()])
+
+
 def model_master_keys(source: LoadedModel | DepthwiseBank, method: FitMethod = "B", *,
                       kernel_size: int | None = None, layers: Sequence[str] | None = None,
                       stages: Sequence[int] | None = None) -> dict[int, np.ndarray]:
     """A model's own master keys: key (1..8) -> the per-key mean filter (:func:`type_representatives`) of its
     depthwise filters of one kernel size, assigned as in :func:`assign_to_master_keys`."""
     bank = source if isinstance(source, DepthwiseBank) else depthwise_bank(source)
-    chosen = bank.select(kernel_size, layers, stages)
-    filters, layer_index = bank.filters(chosen)
-    return type_representatives(filters, assign_to_master_keys(filters, layer_index, chosen, method).fit)
+    filters, _ = bank.filters(bank.select(kernel_size, layers, stages))
+    return type_representatives(filters, bank_assignment(bank, method, kernel_size=kernel_size, layers=layers,
+                                                         stages=stages).fit)
 
 
 def fit_model_master_keys(source: LoadedModel | DepthwiseBank, method: FitMethod = "B", *,

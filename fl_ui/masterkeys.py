@@ -6,6 +6,8 @@ by their arguments (:func:`fl_ui.cache.memoize`), so the pages can draw progress
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import streamlit as st
 
@@ -13,14 +15,26 @@ from fl_core import jobs
 from fl_core.backend import Progress
 from fl_core.depthwise import DepthwiseBank, depthwise_bank
 from fl_core.errors import FilterLensError
-from fl_core.masterkeys import MasterKeyResult, analyze_master_keys, fit_model_master_keys, model_master_keys
+from fl_core.masterkeys import (
+    MasterKeyResult,
+    PublishedAssignment,
+    analyze_master_keys,
+    bank_assignment,
+    fit_model_master_keys,
+    model_master_keys,
+)
+from fl_core.models import demo_manifest
 from fl_core.scalefit import ScaleSpaceResult, fit_published_filters
 from fl_core.swap import FilterSwap, swap_filters
 from fl_ui.cache import get_model, memoize, pooled
 from fl_ui.state import Selection
 
-DEFAULT_DEPTHWISE_SPEC = "timm:convnext_atto"
-"""Offline default: a ConvNeXt (7×7 depthwise filters) at random init; trained weights come from the sidebar."""
+DEFAULT_DEPTHWISE_SPEC = "demo:ppocrv6_det_small_dw7"
+"""Offline default: real trained 7×7 depthwise filters, weights only — the 384 of PP-OCRv6 det small, PaddleOCR's
+text detector (scripts/make_depthwise_bank.py); a text detector, not an ImageNet classifier."""
+BASELINE_DEPTHWISE_SPEC = "timm:convnext_atto"
+"""The baseline shown beside it: a ConvNeXt (7×7 depthwise filters) at random init."""
+OFFLINE_DEPTHWISE_SPECS = (DEFAULT_DEPTHWISE_SPEC, BASELINE_DEPTHWISE_SPEC)
 DEFAULT_SWAP_SPEC = "timm:mobilenetv2_100"
 """Offline default for swapping: a random-init ConvNeXt scales every block by a layer scale of 1e-6, so its
 depthwise filters do not affect the output yet; a random-init MobileNetV2 has no such scale."""
@@ -37,8 +51,8 @@ def get_bank(spec: str, overrides: tuple = ()) -> DepthwiseBank:
 
 
 def depthwise_specs(selection: Selection, full_models_only: bool = False,
-                    default: str = DEFAULT_DEPTHWISE_SPEC) -> list[str]:
-    """Selected models that have depthwise filters (full models only, if asked), then the offline ``default``."""
+                    defaults: Sequence[str] = OFFLINE_DEPTHWISE_SPECS) -> list[str]:
+    """Selected models that have depthwise filters (full models only, if asked), then the offline ``defaults``."""
     found = []
     for spec in selection.specs:
         try:
@@ -49,7 +63,19 @@ def depthwise_specs(selection: Selection, full_models_only: bool = False,
         except FilterLensError:
             continue
         found.append(spec)
-    return [*found, default] if default not in found else found
+    return list(dict.fromkeys([*found, *defaults]))
+
+
+def comparison_specs(spec: str, kernel_size: int, overrides: tuple = ()) -> list[str]:
+    """``spec`` and the offline real bank and random-init baseline, those of them with k×k depthwise filters."""
+    chosen = dict.fromkeys([spec, *OFFLINE_DEPTHWISE_SPECS])
+    return [s for s in chosen if kernel_size in get_bank(s, overrides if s == spec else ()).kernel_sizes]
+
+
+def bank_description(spec: str) -> str | None:
+    """What a demo bank is (its manifest description), for the page's caption."""
+    entry = demo_manifest().get(spec.removeprefix("demo:")) if spec.startswith("demo:") else None
+    return entry.description if entry else None
 
 
 @memoize(max_entries=16)
@@ -59,6 +85,13 @@ def master_key_result(spec: str, overrides: tuple, kernel_size: int | None, k: i
     """:func:`fl_core.masterkeys.analyze_master_keys` of one model."""
     return analyze_master_keys(get_bank(spec, overrides), k, kernel_size=kernel_size, stages=stages,
                                restarts=restarts, seed=seed, sweep=sweep, device=device, progress=progress)
+
+
+@memoize(max_entries=16)
+def published_assignment(spec: str, overrides: tuple, kernel_size: int,
+                         progress: Progress | None = None) -> PublishedAssignment:
+    """:func:`fl_core.masterkeys.bank_assignment` of one model's k×k filters (no clustering)."""
+    return bank_assignment(get_bank(spec, overrides), kernel_size=kernel_size)
 
 
 @memoize(max_entries=16)

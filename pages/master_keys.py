@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from fl_core.models import ModelSpec
+from fl_core.masterkeys import assignment_summary_frame
 from fl_core.plots.masterkeys import (
+    assignment_comparison_figure,
     centroids_vs_keys_figure,
     composition_figure,
     key_filters_figure,
@@ -16,7 +17,15 @@ from fl_core.plots.masterkeys import (
 )
 from fl_core.scalespace import load_published_filters
 from fl_ui.cache import get_model
-from fl_ui.masterkeys import depthwise_specs, get_bank, master_key_result
+from fl_ui.masterkeys import (
+    BASELINE_DEPTHWISE_SPEC,
+    bank_description,
+    comparison_specs,
+    depthwise_specs,
+    get_bank,
+    master_key_result,
+    published_assignment,
+)
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors
 
@@ -35,12 +44,17 @@ with user_errors():
     candidates = depthwise_specs(selection)
     wanted = page_param("mk_model", candidates[0])
     spec = st.selectbox("Depthwise model", candidates, index=candidates.index(wanted) if wanted in candidates else 0,
-                        key="mk_model", help="Models from the sidebar that have depthwise convolutions, and an "
-                                             "offline ConvNeXt at random init.")
+                        key="mk_model", help="Models from the sidebar that have depthwise convolutions, the real "
+                                             "text-detector bank that ships with FilterLens, and an offline "
+                                             "ConvNeXt at random init (the baseline).")
     set_page_param("mk_model", spec)
     overrides = selection.overrides_of(spec)
     loaded = get_model(spec, overrides)
     bank = get_bank(spec, overrides)
+    if description := bank_description(spec):
+        st.info(f"**{loaded.label}**: {description} The master-key papers studied ImageNet classifiers; these are "
+                "trained filters of another task, so read the match as evidence from outside ImageNet. The "
+                f"random-init baseline ({BASELINE_DEPTHWISE_SPEC}) is in the model menu and in the comparison below.")
     if loaded.random_init:
         st.info(f"**{loaded.label}** has random weights: its filters are noise, so expect no master keys — loose "
                 "clusters and about 1/8 of the filters on every key. That is the baseline; for the real thing add "
@@ -68,6 +82,19 @@ with user_errors():
                f" ({result.n_constant} constant filters left out); mean |cos| to their centroid "
                f"{result.objective:.3f}. Reference filters: {assignment.templates}."
                + (f" Not analysed: {'; '.join(result.skipped)}." if result.skipped else ""))
+
+    compared = comparison_specs(spec, kernel, overrides)
+    if len(compared) > 1:
+        st.subheader("Trained filters against random ones")
+        assignments = {get_model(s, overrides if s == spec else ()).label:
+                       published_assignment(s, overrides if s == spec else (), kernel) for s in compared}
+        plot_with_explanation(
+            assignment_comparison_figure(assignments),
+            f"Every {kernel}×{kernel} filter of each bank assigned to the published key it fits best (any sign, "
+            "scale and offset). **Median |cos|** is the typical similarity of a filter to its best key (1 = the same "
+            "shape): trained filters reach far higher values than random ones, which spread over the 8 keys "
+            "(about 1/8 each, dotted line) with a low similarity to all of them.", "master_keys_vs_baseline")
+        table_with_download(assignment_summary_frame(assignments).round(3), "master_keys_vs_baseline_counts")
 
     st.subheader("The 8 published master keys")
     plot_with_explanation(
@@ -129,5 +156,5 @@ with user_errors():
     st.caption("norm = L2 length of the filters; dc_share = share of a filter's energy in its mean; centre_share = "
                "share in the centre tap; constant = filters with no shape (e.g. pruned).")
     table_with_download(result.layer_frame().round(4), "depthwise_layer_statistics")
-    if ModelSpec.parse(spec).source == "weights":
+    if loaded.weights_only:
         st.caption("Weights-only file: stages come from layer names (stages.N / layerN / blocks.N) or widths.")

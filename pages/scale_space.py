@@ -15,7 +15,15 @@ from fl_core.plots.scalespace import (
 )
 from fl_core.scalefit import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, model_fit_at
 from fl_core.scalespace import idealized_filter, load_published_filters, normalize_learned_filter, spread_measures_frame
-from fl_ui.masterkeys import depthwise_specs, model_keys, model_scale_fit, published_scale_fit
+from fl_ui.masterkeys import (
+    BASELINE_DEPTHWISE_SPEC,
+    DEFAULT_DEPTHWISE_SPEC,
+    bank_description,
+    depthwise_specs,
+    model_keys,
+    model_scale_fit,
+    published_scale_fit,
+)
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import plot_with_explanation, table_with_download, user_errors
 
@@ -32,14 +40,15 @@ st.markdown(
 selection = current_selection()
 with user_errors():
     models = [s for s in depthwise_specs(selection) if s in selection.specs]
-    sources = [PUBLISHED, *models]
-    wanted = page_param("ss_source", PUBLISHED)
+    sources = list(dict.fromkeys([DEFAULT_DEPTHWISE_SPEC, PUBLISHED, *models, BASELINE_DEPTHWISE_SPEC]))
+    wanted = page_param("ss_source", DEFAULT_DEPTHWISE_SPEC)
     c1, c2 = st.columns([2, 1])
     source = c1.selectbox("Learned filters", sources, index=sources.index(wanted) if wanted in sources else 0,
                           key="ss_source", format_func=lambda s: "the 8 published filters" if s == PUBLISHED
                           else f"per-key mean filters of {s}",
-                          help="The published filters, or the mean filter of each master key in a depthwise model "
-                               "chosen in the sidebar.")
+                          help="The mean filter of each master key in the real text-detector bank that ships with "
+                               "FilterLens, the 8 published filters, a depthwise model chosen in the sidebar, or a "
+                               "random-init ConvNeXt (the baseline: what fitting finds in noise).")
     set_page_param("ss_source", source)
     method = c2.selectbox("Fitting method", FIT_METHODS, index=FIT_METHODS.index(page_param("method", "B")),
                           format_func=lambda m: f"{m}: {FIT_METHOD_DESCRIPTIONS[m]}", key="ss_method")
@@ -55,6 +64,10 @@ with user_errors():
     fit = fits[method]
     size = next(iter(learned.values())).shape[-1]
     st.caption(f"Fitted: {fit.source}.")
+    if description := bank_description(source):
+        st.info(f"{description} Each key's filter here is the mean shape of the bank's filters assigned to it; "
+                "choose *the 8 published filters* (ImageNet ConvNeXt-like networks) to compare, or the random-init "
+                f"{BASELINE_DEPTHWISE_SPEC} for what the fits find in noise.")
 
     plot_with_explanation(
         sigma_by_method_figure(fits),

@@ -9,7 +9,15 @@ from fl_core.evaluate import DEFAULT_BATCH_SIZE, map_tree_classes
 from fl_core.plots.rescore import reconstruction_figure, scores_figure
 from fl_core.swap import REPLACEMENTS
 from fl_ui.cache import get_images, get_model
-from fl_ui.masterkeys import DEFAULT_SWAP_SPEC, depthwise_specs, filter_swap, get_bank, rescore_result
+from fl_ui.masterkeys import (
+    DEFAULT_DEPTHWISE_SPEC,
+    DEFAULT_SWAP_SPEC,
+    bank_description,
+    depthwise_specs,
+    filter_swap,
+    get_bank,
+    rescore_result,
+)
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import heavy_result, plot_with_explanation, table_with_download, user_errors
 
@@ -25,7 +33,7 @@ st.markdown(
 
 selection = current_selection()
 with user_errors():
-    candidates = depthwise_specs(selection, full_models_only=True, default=DEFAULT_SWAP_SPEC)
+    candidates = depthwise_specs(selection, full_models_only=True, defaults=(DEFAULT_SWAP_SPEC,))
     wanted = page_param("sw_model", candidates[0])
     spec = st.selectbox("Depthwise model", candidates, index=candidates.index(wanted) if wanted in candidates else 0,
                         key="sw_model", help="Full models (architecture + weights) with depthwise convolutions.")
@@ -59,6 +67,20 @@ with user_errors():
         "filters of the same length). Idealized models keep each filter's sign, size and offset and change only "
         "its shape, so their error is the part of the filters that is *not* a master key.",
         "swap_reconstruction", frame=pd.concat([s.to_frame() for s in swaps], ignore_index=True))
+    with st.expander("The same swaps on the real text-detector bank (reconstruction only)"):
+        real_swaps = [filter_swap(DEFAULT_DEPTHWISE_SPEC, (), name, None, int(k), int(seed), selection.device)
+                      for name in replacements]
+        st.caption(f"{bank_description(DEFAULT_DEPTHWISE_SPEC)} The Master Keys and Scale-Space pages open on it; "
+                   "it is weights only and not an ImageNet classifier, so its swaps cannot be re-scored here. "
+                   "Re-scoring needs a runnable ImageNet classifier: the model above (offline, a random-init "
+                   f"{DEFAULT_SWAP_SPEC.removeprefix('timm:')}; for the papers' experiment choose trained weights "
+                   "such as a MobileNetV2 checkpoint in the sidebar).")
+        plot_with_explanation(
+            reconstruction_figure(real_swaps),
+            "How far each replacement moves the trained 7×7 filters of the text detector: for idealized models the "
+            "error is the part of these real filters that is not a master key; random filters of equal norm are "
+            "the ceiling.", "swap_reconstruction_real_bank",
+            frame=pd.concat([s.to_frame() for s in real_swaps], ignore_index=True))
 
     images = get_images(selection.images, int(max_images))
     labelled = images.labelled and selection.images != "bundled"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from fl_ui.masterkeys import DEFAULT_DEPTHWISE_SPEC, DEFAULT_SWAP_SPEC
+from fl_ui.masterkeys import BASELINE_DEPTHWISE_SPEC, DEFAULT_DEPTHWISE_SPEC, DEFAULT_SWAP_SPEC
 from fl_ui.testing import page_app
 
 
@@ -29,16 +29,30 @@ def text_of(app: AppTest) -> str:
     return " ".join(e.value for e in [*app.markdown, *app.caption, *app.info, *app.warning])
 
 
-def test_master_keys_opens_offline_on_a_random_init_convnext() -> None:
+def test_master_keys_opens_offline_on_the_real_text_detector_bank_beside_the_random_baseline() -> None:
     app = open_page("master_keys")
     assert app.selectbox(key="mk_model").value == DEFAULT_DEPTHWISE_SPEC
-    assert "random weights" in text_of(app) and "published 7×7" in text_of(app)
-    assert len(app.get("plotly_chart")) >= 6
-    clusters = app.dataframe[0].value
-    assert len(clusters) == 8 and clusters["size"].sum() == 1840  # ConvNeXt-atto: 1840 depthwise 7×7 filters
+    text = text_of(app)
+    assert "text detector" in text and "not an ImageNet classifier" in text and "random weights" not in text
+    assert "published 7×7" in text and len(app.get("plotly_chart")) >= 7
+    compared = app.dataframe[0].value.set_index("bank")
+    assert list(compared["filters"]) == [384, 1840]  # PP-OCRv6 det small's 7×7 bank; ConvNeXt-atto's
+    real, baseline = compared["median_abs_cosine"]
+    assert real > baseline + 0.3
+    clusters = app.dataframe[1].value
+    assert len(clusters) == 8 and clusters["size"].sum() == 384
     app.slider[0].set_value(5).run()
     assert_clean(app)
-    assert app.query_params["k"] == "5" and len(app.dataframe[0].value) == 5
+    assert app.query_params["k"] == "5" and len(app.dataframe[1].value) == 5
+
+
+def test_master_keys_random_init_baseline_is_one_choice_away() -> None:
+    app = open_page("master_keys")
+    app.selectbox(key="mk_model").set_value(BASELINE_DEPTHWISE_SPEC).run()
+    assert_clean(app)
+    assert "random weights" in text_of(app)
+    assert len(app.dataframe[0].value) == 2  # the comparison stays: baseline and real bank
+    assert app.dataframe[1].value["size"].sum() == 1840  # ConvNeXt-atto: 1840 depthwise 7×7 filters
 
 
 def test_master_keys_of_the_real_mobilenet_with_the_sweep(mobilenet) -> None:
@@ -53,8 +67,17 @@ def test_master_keys_of_the_real_mobilenet_with_the_sweep(mobilenet) -> None:
     assert any("Choosing k" in spec for spec in titles)
 
 
-def test_scale_space_page_shows_sigma_by_method_and_reacts_to_the_sigma_slider() -> None:
+def test_scale_space_opens_on_the_real_bank_with_the_published_filters_and_baseline_to_choose() -> None:
     app = open_page("scale_space")
+    source = app.selectbox(key="ss_source")
+    assert source.value == DEFAULT_DEPTHWISE_SPEC
+    assert {"the 8 published filters", f"per-key mean filters of {BASELINE_DEPTHWISE_SPEC}"} <= set(source.options)
+    assert "text detector" in text_of(app) and "384 7×7 filters" in text_of(app)
+    assert list(app.dataframe[0].value["index"]) == list(range(1, 9))  # every key has members in the real bank
+
+
+def test_scale_space_page_shows_sigma_by_method_and_reacts_to_the_sigma_slider() -> None:
+    app = open_page("scale_space", ss_source="published")
     assert "the 8 published filters" in text_of(app)
     assert len(app.get("plotly_chart")) == 5
     spread = app.dataframe[0].value
@@ -73,7 +96,8 @@ def test_swap_page_offline_scores_agreement_with_the_original() -> None:
     app = open_page("swap_rescore")
     assert app.selectbox(key="sw_model").value == DEFAULT_SWAP_SPEC
     assert "No accuracy on 11 bundled photos" in text_of(app)
-    assert len(app.get("plotly_chart")) == 1  # reconstruction errors, before any re-scoring
+    assert len(app.get("plotly_chart")) == 2  # reconstruction errors (and the real bank's), before any re-scoring
+    assert "cannot be re-scored here" in text_of(app)
     app.button(key="sw_run").click().run()
     assert_clean(app)
     table = app.dataframe[-1].value

@@ -77,6 +77,23 @@ def stage_counts_figure(assignment: PublishedAssignment) -> go.Figure:
     return fig
 
 
+def assignment_comparison_figure(assignments: Mapping[str, PublishedAssignment]) -> go.Figure:
+    """Share of each bank's filters nearest to each master key (grouped bars, one colour per bank; the legend gives
+    its median best |cos| to the 8 keys; hover shows counts)."""
+    fig = go.Figure()
+    for index, (label, assignment) in enumerate(assignments.items()):
+        counts = assignment.counts
+        fig.add_trace(go.Bar(x=list(KEY_NAMES), y=counts / max(int(counts.sum()), 1), customdata=counts,
+                             name=f"{label}: {int(counts.sum()):,} filters, median |cos| "
+                                  f"{assignment.median_abs_cosine:.2f}", marker_color=color(index),
+                             hovertemplate="%{x}: %{y:.1%} (%{customdata} filters)<extra>" + label + "</extra>"))
+    fig.add_hline(y=1 / len(KEY_NAMES), line=dict(color="#999999", dash="dot"), annotation_text="1/8")
+    fig.update_layout(barmode="group", title="Which master key the filters are closest to, bank by bank",
+                      yaxis_title="share of the bank's filters", yaxis_tickformat=".0%", height=420,
+                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.15))
+    return fig
+
+
 def layer_counts_figure(assignment: PublishedAssignment) -> go.Figure:
     """Heatmap of the share of each layer's filters per master key (layers in forward order, top to bottom)."""
     counts = assignment.counts_per_layer
