@@ -5,7 +5,9 @@
 * Profile comparison: Pearson correlation of the linear profiles (authors' code, ``np.corrcoef``).
 * Theory (Thm. 4.2, η→0 form of eq. 3): e_i ∝ λ_i · (1 − (1 − ηλ_i²)^t)/(ηλ_i²) → (1 − exp(−τλ_i²))/λ_i with
   τ = ηt: ∝ λ_i early (follows the PCA spectrum), ∝ 1/λ_i late (whitening). One free parameter τ ("eta_t"), fitted
-  by maximizing Pearson r, as in the paper's §5.
+  by maximizing Pearson r, as in the paper's §5. Pearson r is offset- and scale-free, so the curve it vouches for
+  is the least-squares affine map a + b·θ of the theory onto the profile (drawn as the fit), and r on linear values
+  is dominated by the first few components; ``r_log`` (Pearson r of the log values) is reported beside it.
 * Random-init baseline: banks drawn with PyTorch's default convolution init (kaiming-uniform, a = √5) over seeds.
   Any i.i.d. init with equal variance per weight has a flat expected profile, so the init family does not matter
   for a Pearson comparison.
@@ -114,20 +116,64 @@ def theory_profile(lambdas: np.ndarray, eta_t: float, normalize: bool = True) ->
 
 
 @dataclass(frozen=True)
+class AffineMap(Result):
+    """``a + b · x``: the least-squares map of the theory's shape onto a profile."""
+
+    a: float
+    b: float
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self.a + self.b * np.asarray(x, dtype=np.float64)
+
+
+@dataclass(frozen=True)
 class TheoryFit(Result):
-    """The one-parameter fit of :func:`theory_profile` to a profile: τ = ηt maximizing Pearson r."""
+    """The one-parameter fit of :func:`theory_profile` to a profile, and how well it agrees.
+
+    Attributes:
+        eta_t: τ = ηt maximizing Pearson r (the paper's §5 fit).
+        r: Pearson r of the profile and the theory θ_i at τ, on linear values (the paper's measure). It is
+            scale- and offset-free, so it says how well the best *affine* map of θ describes the profile; with λ
+            falling steeply, a few first components carry most of the linear variance and dominate it.
+        r_log: Pearson r of log e_i and log θ_i at the same τ (components with e_i > 0; NaN with fewer than 3):
+            the agreement on the log plot's values, where every component counts alike (*proposed*: the paper
+            reports r only).
+        affine: least-squares ``a + b · θ`` onto the profile: b = cov(e, θ)/var(θ), a = mean(e) − b·mean(θ), so
+            r² = 1 − SSE/SST of exactly this map.
+        profile: the fitted curve ``a + b · θ`` (what r measures, and what is drawn).
+        shape: θ at τ, max-normalized.
+    """
 
     eta_t: float
     r: float
+    r_log: float
+    affine: AffineMap
     profile: np.ndarray
+    shape: np.ndarray
 
-    _private_fields = ("profile",)
+    _private_fields = ("profile", "shape")
+
+
+def affine_fit(profile: np.ndarray, shape: np.ndarray) -> AffineMap:
+    """Ordinary least squares of ``profile`` on ``shape``: b = cov/var, a = mean(e) − b·mean(θ)."""
+    e, x = np.asarray(profile, dtype=np.float64), np.asarray(shape, dtype=np.float64)
+    dx = x - x.mean()
+    b = float(dx @ (e - e.mean()) / (dx @ dx))
+    return AffineMap(a=float(e.mean() - b * x.mean()), b=b)
+
+
+def log_pearson(profile: np.ndarray, shape: np.ndarray) -> float:
+    """Pearson r of log e_i and log θ_i over the components where both are positive (NaN with fewer than 3)."""
+    e, x = np.asarray(profile, dtype=np.float64), np.asarray(shape, dtype=np.float64)
+    keep = (e > 0) & (x > 0)
+    return pearson(np.log(e[keep]), np.log(x[keep])) if keep.sum() >= 3 else float("nan")
 
 
 def fit_linear_theory(profile: np.ndarray, lambdas: np.ndarray, n_grid: int = 241) -> TheoryFit:
     """Grid search of log τ over [1e-3, 1e5]/λ₁² (both regimes), then golden-section refinement around the best.
 
-    Returns the τ of largest Pearson r between ``profile`` and :func:`theory_profile`.
+    Returns the τ of largest Pearson r between ``profile`` and :func:`theory_profile`, the affine map that r
+    implies (:func:`affine_fit`) and the log-value agreement (:func:`log_pearson`).
 
     Raises:
         AnalysisError: the profile is flat, not finite or of another length than ``lambdas``, or no τ gives a
@@ -144,12 +190,14 @@ def fit_linear_theory(profile: np.ndarray, lambdas: np.ndarray, n_grid: int = 24
     if not pearson(profile, theory_profile(lam, math.exp(log_tau))) >= scores[best]:  # NaN-safe
         log_tau = grid[best]
     tau = math.exp(log_tau)
-    fitted = theory_profile(lam, tau)
-    r = pearson(profile, fitted)
+    shape = theory_profile(lam, tau)
+    r = pearson(profile, shape)
     if not math.isfinite(r):
         raise AnalysisError("The linear theory gives the same profile for every τ (all patch components have the "
                             "same variance), so it cannot be fitted. Pick images with more structure.")
-    return TheoryFit(eta_t=tau, r=r, profile=fitted)
+    affine = affine_fit(profile, shape)
+    return TheoryFit(eta_t=tau, r=r, r_log=log_pearson(profile, shape), affine=affine, profile=affine(shape),
+                     shape=shape)
 
 
 def _grid_scores(profile: np.ndarray, lam: np.ndarray, taus: np.ndarray) -> np.ndarray:
@@ -243,7 +291,7 @@ class ModelEnergy(Result):
             the patches are that layer's inputs).
         profile: max-normalized e_i in the order of ``lambdas``.
         lambdas: patch std per component of this model's input space.
-        theory: the fitted linear theory (``eta_t``, ``r``).
+        theory: the fitted linear theory (``eta_t``, ``r``, ``r_log``, ``affine``: :class:`TheoryFit`).
         random_init: the random-init baseline.
         init_subtracted: spec of the initialization subtracted from the weights, if any.
         n_filters: K.
@@ -295,20 +343,25 @@ class EnergyResult(Result):
     _private_fields = ("pcas",)
 
     def to_frame(self) -> pd.DataFrame:
-        """Long table: one row per (model, component) with λ, e_i, theory and the random-init band."""
+        """Long table: one row per (model, component) with λ, e_i, the theory θ_i (max-normalized), the fitted
+        curve a + b·θ_i and the random-init band."""
         rows = []
         for m in self.models:
-            for i, (lam, e, t) in enumerate(zip(m.lambdas, m.profile, m.theory.profile), start=1):
+            for i, (lam, e, t, fit) in enumerate(zip(m.lambdas, m.profile, m.theory.shape, m.theory.profile),
+                                                 start=1):
                 rows.append({"spec": m.spec, "layer": m.layer, "component": i, "lambda": lam, "profile": e,
-                             "theory": t, "random_init_mean": m.random_init.profile_mean[i - 1],
+                             "theory": t, "theory_fit": fit, "random_init_mean": m.random_init.profile_mean[i - 1],
                              "random_init_sd": m.random_init.profile_sd[i - 1]})
         return pd.DataFrame(rows)
 
     def summary_frame(self) -> pd.DataFrame:
-        """One row per model: theory fit, random-init baseline, init subtraction."""
+        """One row per model: theory fit (r, r on log values, ηt, the affine map), random-init baseline, init
+        subtraction."""
         return pd.DataFrame([{
             "model": m.label, "spec": m.spec, "layer": m.layer, "filters": m.n_filters, "theory_r": m.theory.r,
-            "eta_t": m.theory.eta_t, "random_init_r_mean": m.random_init.mean, "random_init_r_sd": m.random_init.sd,
+            "theory_r_log": m.theory.r_log, "eta_t": m.theory.eta_t, "theory_a": m.theory.affine.a,
+            "theory_b": m.theory.affine.b, "random_init_r_mean": m.random_init.mean,
+            "random_init_r_sd": m.random_init.sd,
             "vs_random_init_mean": m.random_init.vs_profile_mean, "vs_random_init_sd": m.random_init.vs_profile_sd,
             "init_subtracted": m.init_subtracted or "", "beyond_paper": m.beyond_paper} for m in self.models])
 
@@ -339,7 +392,8 @@ def pca_key(loaded: LoadedModel, layer: ConvLayer) -> str:
     """Models with the same key share a patch PCA: first layers in the same input space and patch size."""
     cfg = loaded.input_config
     if layer.kind == "first" or loaded.model is None:
-        return f"input {cfg.input_size}/{cfg.crop_pct:g} {cfg.interpolation} mean={cfg.mean} std={cfg.std} " \
+        return f"input {cfg.input_size}/{cfg.crop_pct:g} {cfg.crop_mode} {cfg.interpolation} mean={cfg.mean} " \
+               f"std={cfg.std} " \
                f"k={layer.kernel_size} c={layer.in_channels}"
     return f"{loaded.spec}::{layer.name}"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import streamlit as st
 
 from fl_core.layers import conv_inventory
@@ -56,12 +58,26 @@ with user_errors():
         "PCA finds the directions of largest variation: component 1 is the average brightness of the patch, the "
         "next ones are smooth gradients, the last ones are fine checkerboard-like detail. A filter's *energy* on a "
         "component is how strongly it responds to that pattern.\n\n"
-        "**Dashed lines** are the linear theory fitted with one number (ηt, the learning rate × training time). "
-        "Early in training the profile follows the patch spectrum (∝ λ); late it approaches whitening (∝ 1/λ).\n\n"
+        "**Dashed lines** are the linear theory θ fitted with one number (ηt, the learning rate × training time), "
+        "drawn as a + b·θ: the straight-line rescaling of θ closest to the profile, which is exactly what the "
+        "correlation r measures (r ignores scale and offset). Early in training the profile follows the patch "
+        "spectrum (∝ λ); late it approaches whitening (∝ 1/λ). On the log scale, where a + b·θ would reach 0 or "
+        "below, the line is drawn at 0.001 (the legend says when).\n\n"
+        "**r and r on logs.** r compares the linear values, so the first few components, whose energies are far "
+        "larger than the rest, decide most of it; r on logs compares the log values, where each component counts "
+        "alike, so it tells how well the theory follows the small, high-frequency tail you see on the log plot.\n\n"
         "**The grey band** is random initialization: flat, because random filters respond equally to every "
         "direction. A trained first layer is far from it.",
         "energy_profiles", frame=result.to_frame(), data=result.to_dict())
     st.subheader("Summary")
+    for column, m in zip(st.columns(min(len(result.models), 4)), result.models[:4]):
+        column.metric(f"{m.label}: theory r", f"{m.theory.r:.2f}",
+                      help="Pearson r of the profile and the theory on linear values (the paper's measure).")
+        column.metric("r on log values", f"{m.theory.r_log:.2f}" if math.isfinite(m.theory.r_log) else "—",
+                      help="Pearson r of log e_i and log θ_i: every component counts alike.")
+    st.caption("r is dominated by the first few components, which hold most of the energy; r on log values weighs "
+               "every component alike, so a fit can score high on r and low on logs when it follows the first "
+               "components but not the fine-detail tail.")
     table_with_download(result.summary_frame().round(3), "energy_summary")
     if len(result.models) > 1:
         plot_with_explanation(

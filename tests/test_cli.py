@@ -27,7 +27,7 @@ def test_energy_json_has_the_contract_keys(tmp_path: Path) -> None:
     assert {"lambdas", "models", "correlation"} <= set(payload)
     first = payload["models"][0]
     assert {"spec", "layer", "profile", "theory", "random_init"} <= set(first)
-    assert set(first["theory"]) == {"eta_t", "r"} and {"mean", "sd"} <= set(first["random_init"])
+    assert set(first["theory"]) == {"eta_t", "r", "r_log", "affine"} and {"mean", "sd"} <= set(first["random_init"])
     assert len(first["profile"]) == len(payload["lambdas"]) == 27
     assert first["init_subtracted"] == "demo:tiny_vgg_init" and payload["models"][1]["init_subtracted"] is None
     assert len(payload["correlation"]) == 2 and payload["correlation"][0][0] == pytest.approx(1.0)

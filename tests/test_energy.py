@@ -78,6 +78,59 @@ def test_fit_recovers_a_planted_training_time(pca: PatchPCA) -> None:
     assert fit.eta_t == pytest.approx(tau, rel=1e-3)
 
 
+def test_a_profile_that_is_an_affine_map_of_the_theory_is_recovered_exactly() -> None:
+    lam = np.geomspace(10, 0.05, 27)
+    tau = 0.5 / lam[2] ** 2
+    profile = 0.2 + 0.7 * theory_profile(lam, tau)
+    fit = fit_linear_theory(profile, lam)
+    assert fit.r == pytest.approx(1.0, abs=1e-12)
+    assert (fit.affine.a, fit.affine.b) == (pytest.approx(0.2, abs=1e-6), pytest.approx(0.7, abs=1e-6))
+    np.testing.assert_allclose(fit.profile, profile, atol=1e-6)  # the drawn curve is the profile itself
+    expected_log = np.corrcoef(np.log(profile), np.log(theory_profile(lam, tau)))[0, 1]  # < 1: log(0.2 + 0.7θ)
+    assert fit.r_log == pytest.approx(expected_log, abs=1e-6) and fit.r_log < 0.99
+
+
+def test_r_is_high_when_only_the_first_components_follow_the_theory_and_r_log_says_so() -> None:
+    """A steep spectrum: the first 5 components follow θ, the tail runs backwards. Linear r hardly notices (the
+    tail's energies are tiny), r on log values does."""
+    lam = 10 * 0.7 ** np.arange(27)
+    theory = theory_profile(lam, 1e-3 / lam[0] ** 2)
+    profile = np.r_[theory[:5], theory[5:][::-1]]
+    fit = fit_linear_theory(profile, lam)
+    shape = theory_profile(lam, fit.eta_t)
+    assert fit.r == pytest.approx(np.corrcoef(profile, shape)[0, 1], abs=1e-12) and fit.r > 0.95
+    assert fit.r_log == pytest.approx(np.corrcoef(np.log(profile), np.log(shape))[0, 1], abs=1e-12)
+    assert fit.r_log < 0.1
+    residual = profile - fit.profile  # least squares: r² = 1 − SSE/SST, residual orthogonal to θ
+    assert 1 - residual @ residual / np.sum((profile - profile.mean()) ** 2) == pytest.approx(fit.r**2, abs=1e-12)
+    assert residual @ (shape - shape.mean()) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_fitted_curve_reaches_the_demo_profiles_tail(demo, photos) -> None:
+    """The issue's symptom: r = 0.93 while the max-normalized theory fell to 0.01 where the profile stays ≈ 0.3."""
+    model = analyze_energy([demo[0]], photos).models[0]
+    tail = slice(-5, None)
+    assert model.theory.shape[tail].max() < 0.05 < 0.2 < model.profile[tail].min()
+    np.testing.assert_allclose(model.theory.profile[tail], model.profile[tail], atol=0.1)
+    assert model.theory.r > 0.85 and 0 < model.theory.r_log < model.theory.r
+
+
+def test_log_plot_clips_a_negative_fit_and_says_so() -> None:
+    from fl_core.plots.energy import LOG_FLOOR, _theory_trace
+
+    lam = 10 * 0.7 ** np.arange(27)
+    theory = theory_profile(lam, 1e-3 / lam[0] ** 2)
+    profile = np.r_[theory[:5] + 0.05, np.full(22, 1e-4)]  # the affine map goes below 0 in the tail
+    fit = fit_linear_theory(profile, lam)
+    assert fit.profile.min() < 0
+    model = type("Model", (), {"theory": fit, "label": "m"})
+    log_trace = _theory_trace(model, np.arange(1, 28), "black", log_y=True)
+    assert min(log_trace.y) == LOG_FLOOR and "drawn at 0.001 where below" in log_trace.name
+    linear = _theory_trace(model, np.arange(1, 28), "black", log_y=False)
+    np.testing.assert_allclose(linear.y, fit.profile)
+    assert "drawn at" not in linear.name
+
+
 def test_random_init_banks_are_seeded_and_scaled_like_pytorch() -> None:
     a, b = random_init_banks((64, 3, 7, 7), [0, 1])
     assert not torch.equal(a, b) and torch.equal(a, random_init_banks((64, 3, 7, 7), [0])[0])
@@ -101,7 +154,8 @@ def test_demo_trained_profile_fits_the_theory_and_differs_from_its_init(demo, ph
     assert abs(result.correlation[0, 1]) < 0.4  # trained vs init (paper: −0.13 ± 0.18)
     payload = result.to_dict()
     assert set(payload["models"][0]) >= {"spec", "layer", "profile", "theory", "random_init"}
-    assert set(payload["models"][0]["theory"]) == {"eta_t", "r"}
+    assert set(payload["models"][0]["theory"]) == {"eta_t", "r", "r_log", "affine"}
+    assert set(payload["models"][0]["theory"]["affine"]) == {"a", "b"}
     assert len(payload["lambdas"]) == 27 and np.all(np.diff(payload["lambdas"]) <= 0)
 
 

@@ -52,7 +52,8 @@ def test_energy_page_subtracts_init_and_labels_deeper_layers() -> None:
     assert_clean(app)
     summary = app.dataframe[0].value
     assert summary["init_subtracted"].iloc[0] == "demo:tiny_vgg_init"
-    assert summary["theory_r"].iloc[0] > 0.85
+    assert summary["theory_r"].iloc[0] > 0.85 and 0 < summary["theory_r_log"].iloc[0] < 1
+    assert any(m.label == "r on log values" for m in app.metric)
     app.selectbox(key="energy_layer").select("features.4").run()
     assert_clean(app)
     assert any("extension beyond the paper" in w.value for w in app.warning)

@@ -8,10 +8,15 @@ import plotly.graph_objects as go
 from fl_core.energy import EnergyResult, ModelEnergy
 from fl_core.plots import REFERENCE_COLORS, color, heatmap_figure, tiles_figure
 
+LOG_FLOOR = 1e-3
+"""On a log axis the fitted curve a + b·θ is drawn no lower than this (an affine map can reach 0 or below)."""
+
 
 def profile_figure(result: EnergyResult, log_y: bool = True, show_theory: bool = True,
                    show_random: bool = True) -> go.Figure:
-    """e_i against component index for every model, with each model's fitted theory and the random-init band."""
+    """e_i against component index for every model, with each model's fitted theory (the least-squares affine map
+    a + b·θ that its r measures; on a log axis clipped at :data:`LOG_FLOOR`, said in the legend when it is) and
+    the random-init band."""
     fig = go.Figure()
     for i, m in enumerate(result.models):
         x = np.arange(1, len(m.profile) + 1)
@@ -26,9 +31,7 @@ def profile_figure(result: EnergyResult, log_y: bool = True, show_theory: bool =
                                  marker=dict(size=4),
                                  hovertemplate="component %{x}<br>e = %{y:.3f}<extra>" + m.label + "</extra>"))
         if show_theory:
-            fig.add_trace(go.Scatter(x=x, y=m.theory.profile, mode="lines", line=dict(color=color(i), dash="dash"),
-                                     name=f"theory fit to {m.label} (r = {m.theory.r:.2f})",
-                                     hovertemplate="component %{x}<br>theory = %{y:.3f}<extra></extra>"))
+            fig.add_trace(_theory_trace(m, x, color(i), log_y))
     fig.update_layout(title="Energy profile: RMS projection of the filters on each patch PCA component",
                       xaxis_title="PCA component (1 = largest variance, low spatial frequency)",
                       yaxis_title="energy e_i (max-normalized)", height=460, legend=dict(orientation="h", y=-0.2),
@@ -36,6 +39,18 @@ def profile_figure(result: EnergyResult, log_y: bool = True, show_theory: bool =
     if log_y:
         fig.update_yaxes(type="log")
     return fig
+
+
+def _theory_trace(m: ModelEnergy, x: np.ndarray, line_color: str, log_y: bool) -> go.Scatter:
+    """The dashed a + b·θ of one model, named with r and r on log values."""
+    fit = m.theory.profile
+    clipped = log_y and bool((fit < LOG_FLOOR).any())
+    r_log = f"{m.theory.r_log:.2f}" if np.isfinite(m.theory.r_log) else "—"
+    name = (f"theory fit {m.theory.affine.a:.2f} + {m.theory.affine.b:.2f}·θ to {m.label} (r = {m.theory.r:.2f}, "
+            f"r on logs = {r_log})" + (f"; drawn at {LOG_FLOOR:g} where below" if clipped else ""))
+    return go.Scatter(x=x, y=np.maximum(fit, LOG_FLOOR) if log_y else fit, mode="lines",
+                      line=dict(color=line_color, dash="dash"), name=name, customdata=fit,
+                      hovertemplate="component %{x}<br>a + b·θ = %{customdata:.3f}<extra></extra>")
 
 
 def _legend_name(m: ModelEnergy) -> str:
