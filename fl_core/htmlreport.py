@@ -30,7 +30,7 @@ from fl_core.plots.report import (
 )
 from fl_core.plots.scalespace import sigma_by_method_figure
 from fl_core.plots.whitening import REFERENCE_NAMES, autocorrelation_figure
-from fl_core.report import SECTIONS, Report
+from fl_core.report import PART_TITLES, SECTIONS, Report
 
 HOW_TO_READ = {
     "loaded": "The first table says which files were analysed: a weights-only file has no architecture, so only "
@@ -100,7 +100,7 @@ def number(value: object) -> str:
 
 def figure_fragment(fig: go.Figure) -> str:
     """A figure as an HTML fragment that uses the page's single plotly.js."""
-    return fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False,
+    return fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False, auto_play=False,
                        config={"displaylogo": False, "responsive": True})
 
 
@@ -146,7 +146,7 @@ def loaded_section(report: Report) -> str:
     models = pd.DataFrame([{"checkpoint": m["label"], "spec": m["spec"], "what": _model_kind(m),
                             "parameters": f"{m['parameters']:,}", "input": _input_text(m["input_config"]),
                             "sha256": m["sha256"] or "—", "notes": "; ".join(m["notes"])} for m in report.models])
-    skipped = "".join(f"<li><b>{html.escape(SECTIONS[name])}</b>: {html.escape(reason)}</li>"
+    skipped = "".join(f"<li><b>{html.escape(PART_TITLES[name])}</b>: {html.escape(reason)}</li>"
                       for name, reason in report.skipped.items())
     return (table_html(models) + f"<h3>Convolutions of {html.escape(report.models[-1]['label'])}</h3>"
             + table_html(pd.DataFrame(list(report.layers))) + (f"<h3>Skipped sections</h3><ul>{skipped}</ul>"
@@ -233,11 +233,19 @@ def _present(report: Report, name: str) -> bool:
     return getattr(report, name) is not None
 
 
+def skip_note(report: Report, name: str) -> str:
+    """Why a section (or, in the accuracy section, the channel axes) was skipped."""
+    if name in report.skipped:
+        return paragraph(f"Skipped: {report.skipped[name]}", "skipped")
+    if name == "accuracy" and "channels" in report.skipped:
+        return paragraph(f"Channel axes skipped: {report.skipped['channels']}", "skipped")
+    return ""
+
+
 def section_html(report: Report, name: str) -> str:
     """One ``<section>``: title, how to read it, then its figures and tables or the reason it was skipped."""
     body = SECTION_BODIES[name](report) if _present(report, name) else ""
-    if name in report.skipped:
-        body = paragraph(f"Skipped: {report.skipped[name]}", "skipped") + body
+    body = skip_note(report, name) + body
     return (f'<section id="{name}"><h2>{html.escape(SECTIONS[name])}</h2>'
             f'{paragraph(HOW_TO_READ[name], "how-to-read")}{body}</section>')
 
@@ -248,7 +256,7 @@ def report_html(report: Report) -> str:
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     nav = "".join(f'<a href="#{name}">{html.escape(heading)}</a>' for name, heading in SECTIONS.items())
     data = json.dumps(report.to_dict(), allow_nan=False).replace("</", "<\\/")
-    timings = ", ".join(f"{SECTIONS[k].lower()} {v:.1f} s" for k, v in report.timings.items())
+    timings = ", ".join(f"{PART_TITLES[k].lower()} {v:.1f} s" for k, v in report.timings.items())
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style>'
             f'<script type="text/javascript">{get_plotlyjs()}</script></head><body>'

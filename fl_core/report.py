@@ -54,6 +54,8 @@ SECTIONS = {
     "trajectory": "Trajectory over training",
 }
 """Section id -> title, in report order."""
+PART_TITLES = {**SECTIONS, "channels": "Channel axes"}
+"""Titles of everything that can be skipped: the sections, and the channel axes within the accuracy section."""
 
 
 @dataclass(frozen=True)
@@ -146,8 +148,8 @@ class Report(Result):
         layers: its convolutions with kind, geometry, the sections that analysed each and why others skipped it.
         energy, whitening, masterkeys, scalespace, weights, accuracy, channels, trajectory: the section results
             (``None`` when skipped).
-        skipped: section id -> the reason it was skipped.
-        timings: section id -> seconds.
+        skipped: section id (or ``channels``, the channel axes within the accuracy section) -> why it was skipped.
+        timings: section id (or ``channels``) -> seconds.
     """
 
     settings: ReportSettings
@@ -345,7 +347,7 @@ def build_report(models: Sequence[LoadedModel], settings: ReportSettings = Repor
             final, open_images(settings.images, settings.max_eval_images), (), device=device,
             progress=sub_progress(progress, 0.7, 0.8)))
         layer = settings.channel_layer or default_channel_layer(conv_inventory(final))
-        channels = sections.run("accuracy", lambda: analyze_channels(
+        channels = sections.run("channels", lambda: analyze_channels(
             final, channel_data(settings.images, final, settings.n_calibration, settings.n_evaluation,
                                 seed=settings.seed), layer, device=device, progress=sub_progress(progress, 0.8, 0.95)))
 
