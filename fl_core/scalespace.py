@@ -95,8 +95,8 @@ def discrete_gaussian(sigma: float | np.ndarray, radius: int, sum_to_one: bool =
 
     Computed with ``scipy.special.ive`` (= e^{-s} I_n(s)), vectorised over σ. pyscsp's
     ``make1Ddiscgaussfilter`` computes the same ``ive`` values but also drops tail taps whose mass is below
-    ε = 1e-8 and only takes a scalar σ, so ``ive`` is used directly (differences ≤ 1e-8). T(n; 0) is the
-    unit impulse.
+    ε = 1e-8 and only takes a scalar σ, so ``ive`` is used directly; pyscsp is the oracle of the tests (equal taps
+    to 1e-13, tests/test_scalespace.py). T(n; 0) is the unit impulse.
 
     Args:
         sigma: standard deviation(s) σ ≥ 0; an array gives a batch of kernels.

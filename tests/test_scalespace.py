@@ -1,5 +1,8 @@
 """Tests of fl_core.scalespace and fl_core.scalefit against shared/reference/master_keys.md.
 
+Oracle: pyscsp (Lindeberg's own package, a test dependency) for the discrete Gaussian, its central-difference
+derivative approximations, the separable models and the spatial moments, at several σ to ~1e-13.
+
 Golden numbers: B.1 worked example, B.3 normalisation, B.4 spread measures, B.5 σ table (full-precision
 values of ``filteranal.keyfiltersigmahat`` where the authors' code has them; method A only to 3 decimals).
 
@@ -162,6 +165,78 @@ def test_difference_operators_on_ramps_and_laplacian_mask():
     dyp = difference_y(impulse, "forward")
     assert dyp[2, 2] == -1.0 and dyp[3, 2] == 1.0
     np.testing.assert_array_equal(laplacian_5point(impulse)[1:4, 1:4], [[0, 1, 0], [1, -4, 1], [0, 1, 0]])
+
+
+# --- pyscsp (Lindeberg's own package) as the oracle of the discrete primitives ----------------------
+
+ORACLE_SIGMAS = [0.3, 0.5, 0.67538, 1.0, 1.7, 3.5]
+
+
+@pytest.fixture(scope="module")
+def discscsp():
+    """pyscsp's discrete scale-space module (a test dependency: requirements-dev.txt)."""
+    return pytest.importorskip("pyscsp.discscsp", reason="pyscsp is the oracle of these tests: "
+                               "pip install -r requirements-dev.txt")
+
+
+@pytest.mark.parametrize("sigma", ORACLE_SIGMAS)
+def test_discrete_gaussian_is_pyscsps_kernel(discscsp, sigma):
+    """T(n; σ²) = e^{-s} I_n(s) against ``make1Ddiscgaussfilter``, which drops the tails once their mass is about
+    ε: every tap it keeps is ours, and the mass it drops is exactly our taps beyond its support."""
+    reference = discscsp.make1Ddiscgaussfilter(sigma, 1e-12)
+    radius = len(reference) // 2
+    np.testing.assert_allclose(discrete_gaussian(sigma, radius), reference, rtol=1e-13, atol=1e-300)
+    wide = discrete_gaussian(sigma, radius + 40)
+    assert wide.sum() == pytest.approx(1.0, abs=1e-14)
+    beyond = wide.sum() - wide[40:-40].sum()
+    assert beyond == pytest.approx(1 - reference.sum(), abs=1e-15) and beyond < 1e-10
+
+
+@pytest.mark.parametrize("sigma", ORACLE_SIGMAS)
+def test_discrete_gaussian_moments_are_pyscsps(discscsp, sigma):
+    """Mean and variance of the kernel by pyscsp's ``mean1D``/``variance1D`` (1-D) and ``filtermean``/``variance``
+    (2-D, y upward) against ours: the variance is σ² (the discrete Gaussian's defining property)."""
+    radius = int(10 * sigma) + 10  # tails beyond it below 1e-16
+    kernel = discrete_gaussian(sigma, radius)
+    assert discscsp.variance1D(kernel) == pytest.approx(sigma**2, rel=1e-10)
+    assert discscsp.mean1D(kernel) == pytest.approx(radius, abs=1e-12)  # pyscsp indexes from 0
+    anisotropic = idealized_filter(8, sigma, 0.7 * sigma, size=2 * radius + 1)
+    np.testing.assert_allclose(filter_variance(anisotropic), discscsp.variance(anisotropic), atol=1e-12)
+    np.testing.assert_allclose(filter_variance(anisotropic), np.diag([sigma**2, (0.7 * sigma) ** 2]), rtol=1e-9,
+                               atol=1e-15)
+    np.testing.assert_allclose(filter_mean(anisotropic), discscsp.filtermean(anisotropic), atol=1e-12)
+
+
+@pytest.mark.parametrize("sigma", ORACLE_SIGMAS)
+@pytest.mark.parametrize(("order", "kind"), [(1, "central"), (2, "second")])
+def test_derivative_approximations_are_pyscsps(discscsp, sigma, order, kind):
+    """δ T and δ_xx T against ``make1Ddiscgaussderfilter`` (central differences of the discrete Gaussian, same
+    reflecting border), on the 7-tap support of the master keys and a wide one."""
+    for radius in (3, 10):
+        expected = discscsp.make1Ddiscgaussderfilter(order, sigma, radius)
+        np.testing.assert_allclose(difference_1d(discrete_gaussian(sigma, radius), kind), expected, atol=1e-15)
+
+
+@pytest.mark.parametrize(("sigma_x", "sigma_y"), [(0.5, 0.9), (1.1, 0.6), (0.67538, 0.67538)])
+def test_separable_models_are_products_of_pyscsp_kernels(discscsp, sigma_x, sigma_y):
+    """Models 5 (δ_x T), 6 (δ_y T, y upward: rows reversed) and 8 (T) of table B.2 as outer products of pyscsp's
+    1-D kernels; and their spatial means and covariances by pyscsp's ``filtermean``/``variance`` of |h|."""
+    radius = 3
+    smooth_x, smooth_y = (discscsp.make1Ddiscgaussderfilter(0, s, radius) for s in (sigma_x, sigma_y))
+    deriv_x, deriv_y = (discscsp.make1Ddiscgaussderfilter(1, s, radius) for s in (sigma_x, sigma_y))
+    expected = {5: np.outer(smooth_y, deriv_x), 6: np.outer(deriv_y[::-1], smooth_x), 8: np.outer(smooth_y, smooth_x)}
+    for index, reference in expected.items():
+        model = idealized_filter(index, sigma_x, sigma_y)
+        np.testing.assert_allclose(model, reference, atol=1e-15)
+        np.testing.assert_allclose(filter_mean(model), discscsp.filtermean(np.abs(model)), atol=1e-12)
+        np.testing.assert_allclose(filter_variance(model), discscsp.variance(np.abs(model)), atol=1e-12)
+
+
+def test_spread_measures_of_published_filters_are_pyscsps(discscsp, published):
+    np.testing.assert_allclose(filter_variance(published), [discscsp.variance(np.abs(h)) for h in published],
+                               atol=1e-12)
+    np.testing.assert_allclose(filter_mean(published), [discscsp.filtermean(np.abs(h)) for h in published],
+                               atol=1e-12)
 
 
 # --- B.2 models: centres, signs, derivative normalisation -----------------------------------------
