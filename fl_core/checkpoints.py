@@ -40,6 +40,8 @@ from torch import nn
 from fl_core.errors import CheckpointError
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".th", ".bin")
+ONNX_SUFFIX = ".onnx"
+"""ONNX models: protobuf, read by :mod:`fl_core.onnx_weights` (the ``onnx:PATH`` spec), not by this module."""
 NESTED_KEYS = ("state_dict", "model", "model_ema", "state_dict_ema", "ema", "net", "module")
 STRIPPED_PREFIXES = ("module.", "_orig_mod.")
 MAX_TENSOR_ELEMENTS = 2_000_000_000

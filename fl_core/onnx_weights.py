@@ -18,10 +18,13 @@ Layers are named after the Conv node's weight input (a trailing ``.weight`` remo
 ``NAME.weight`` and ``NAME.bias``. Only conv weights and biases are kept (there is no runnable module: ONNX models are
 weights-only in FilterLens).
 
-Bounds (the rules of :mod:`fl_core.checkpoints`): the ``.onnx`` suffix, the size cap :func:`max_checkpoint_bytes`
-before the protobuf is parsed, external data refused (``onnx.load(..., load_external_data=False)``; FilterLens never
+Bounds (the rules of :mod:`fl_core.checkpoints`): the ``.onnx`` suffix, the size cap :func:`max_onnx_bytes` before
+the protobuf is parsed, external data refused (``onnx.load(..., load_external_data=False)``; FilterLens never
 opens files a model names), at most :data:`MAX_GRAPH_NODES` nodes and :data:`~fl_core.checkpoints.MAX_TENSORS`
 stored tensors, and the kept tensors validated by :func:`~fl_core.checkpoints.validate_tensors`.
+
+``onnx`` is imported with this module (about 2 s), which :mod:`fl_core.models` imports only for an ``onnx:`` spec;
+the dashboard's server imports it before it listens (:mod:`fl_ui.serve`).
 """
 
 from __future__ import annotations
@@ -34,19 +37,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
+from google.protobuf.message import DecodeError
+from onnx import numpy_helper
 
-from fl_core.checkpoints import MAX_TENSORS, file_sha256, max_checkpoint_bytes, validate_tensors
+from fl_core.checkpoints import MAX_TENSORS, ONNX_SUFFIX, file_sha256, max_checkpoint_bytes, validate_tensors
 from fl_core.errors import CheckpointError
 from fl_core.layers import ConvLayer, conv_kind
 
-ONNX_SUFFIX = ".onnx"
 MAX_GRAPH_NODES = 20 * MAX_TENSORS
 """Nodes in the main graph: a real CNN has a few per stored tensor (ResNet-50: 1.3 per initializer)."""
 ONNX_DOMAINS = ("", "ai.onnx")
 OTHER_CONV_OPS = ("ConvTranspose", "QLinearConv", "ConvInteger", "DeformConv")
 MAX_CHAIN = 64
 """Identity / DequantizeLinear hops followed from a Conv back to stored values (a cycle stops here)."""
+
+
+def max_onnx_bytes() -> int:
+    """The size cap for one ONNX file: a third of :func:`~fl_core.checkpoints.max_checkpoint_bytes` (341 MiB by
+    default), because parsing holds up to three copies of it (the file's bytes, the protobuf message, the weights)."""
+    return max_checkpoint_bytes() // 3
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,7 @@ def read_onnx_convs(path: str | Path, *, max_bytes: int | None = None) -> OnnxCo
             no readable 2-D convolution; the message says what to do.
     """
     path = Path(path)
-    model = _load_bounded(path, max_checkpoint_bytes() if max_bytes is None else max_bytes)
+    model = _load_bounded(path, max_onnx_bytes() if max_bytes is None else max_bytes)
     graph = _GraphValues(model.graph, path.name)
     tensors: dict[str, torch.Tensor] = {}
     layers: list[ConvLayer] = []
@@ -112,9 +123,6 @@ def read_onnx_convs(path: str | Path, *, max_bytes: int | None = None) -> OnnxCo
 
 def _load_bounded(path: Path, cap: int):
     """The parsed model, after the suffix and size checks, with external data refused."""
-    import onnx
-    from google.protobuf.message import DecodeError
-
     if not path.is_file():
         raise CheckpointError(f"No ONNX file at {path}. Check the path (it is read on the machine that runs "
                               "FilterLens).")
@@ -125,8 +133,9 @@ def _load_bounded(path: Path, cap: int):
     if size == 0:
         raise CheckpointError(f"{path.name} is empty (0 bytes). Upload the file again.")
     if size > cap:
-        raise CheckpointError(f"{path.name} is {size / 2**20:.0f} MiB, over the {cap / 2**20:.0f} MiB limit "
-                              "(FL_MAX_CHECKPOINT_MB). Export a smaller model, or ask the admin to raise the limit.")
+        raise CheckpointError(f"{path.name} is {size / 2**20:.0f} MiB, over the {cap / 2**20:.0f} MiB limit for "
+                              "ONNX files (a third of FL_MAX_CHECKPOINT_MB). Export a smaller model, or ask the admin "
+                              "to raise the limit.")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, ValueError, RuntimeError, OSError, RecursionError) as err:
@@ -182,8 +191,6 @@ def _layer_name(node, index: int, taken: Mapping[str, torch.Tensor]) -> str:
 
 
 def _attributes(node) -> dict[str, object]:
-    import onnx
-
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
@@ -272,8 +279,6 @@ class _GraphValues:
         return np.array(values, dtype=np.float32)  # a writable copy of its own
 
     def _numpy(self, tensor, name: str) -> np.ndarray:
-        from onnx import numpy_helper
-
         try:
             return numpy_helper.to_array(tensor)
         except (ValueError, TypeError, KeyError, NotImplementedError) as err:

@@ -13,10 +13,10 @@ import streamlit as st
 from streamlit import config
 
 from fl_core.backend import available_devices
-from fl_core.checkpoints import CHECKPOINT_SUFFIXES
-from fl_core.errors import FilterLensError
+from fl_core.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
+from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.images import IMAGE_SUFFIXES
-from fl_core.models import CROP_MODES, INTERPOLATIONS, ModelSpec, demo_manifest
+from fl_core.models import CROP_MODES, FILE_SOURCES, INTERPOLATIONS, ModelSpec, demo_manifest
 from fl_core.uploads import upload_store
 from fl_ui.cache import get_model
 from fl_ui.state import Selection, selection_from_url, write_selection_to_url
@@ -91,7 +91,7 @@ def _spec_label(spec: str) -> str:
     if parsed.source == "demo":
         return f"{parsed.name} (demo)"
     if parsed.path:
-        return f"{parsed.name if parsed.source != 'weights' else 'weights'}: {Path(parsed.path).name}"
+        return f"{parsed.source if parsed.source in FILE_SOURCES else parsed.name}: {Path(parsed.path).name}"
     return f"{parsed.source}:{parsed.name}" + (" (pretrained)" if parsed.pretrained else " (random init)")
 
 
@@ -142,9 +142,13 @@ def _on_add_upload() -> None:
         st.session_state["sidebar_error"] = str(err)
         return
     arch = st.session_state.get("ckpt_arch", "").strip()
-    spec = f"{arch}={path}" if arch else f"weights:{path}"
+    is_onnx = path.suffix == ONNX_SUFFIX
+    spec = f"onnx:{path}" if is_onnx else f"{arch}={path}" if arch else f"weights:{path}"
     accepted = False
     try:
+        if is_onnx and arch:
+            raise ModelSpecError(f"{path.name} is an ONNX model, which carries its own graph: leave the "
+                                 "architecture blank (ONNX models are read for their weights only).")
         ModelSpec.parse(spec)
         accepted = _add_spec(spec)
     except FilterLensError as err:
@@ -158,10 +162,14 @@ def _on_add_upload() -> None:
 
 def _upload_form() -> None:
     with st.expander("⬆ Upload a checkpoint"):
-        st.file_uploader("State dict (.safetensors, .pt, .pth, .th, .bin)",
-                         type=[s.lstrip(".") for s in CHECKPOINT_SUFFIXES], key="ckpt_upload")
+        st.file_uploader("State dict (.safetensors, .pt, .pth, .th, .bin) or ONNX model (.onnx)",
+                         type=[s.lstrip(".") for s in (*CHECKPOINT_SUFFIXES, ONNX_SUFFIX)], key="ckpt_upload",
+                         help="ONNX models are read for their weights only (conv weights and groups from the "
+                              "graph; FilterLens does not run them): energy profiles, master keys, scale-space "
+                              "fits and filter views work; analyses that run the network need a PyTorch file with "
+                              "its architecture.")
         st.text_input("Architecture (optional)", key="ckpt_arch",
-                      placeholder="timm:resnet18 or torchvision:squeezenet1_0; blank = weights only",
+                      placeholder="timm:resnet18 or torchvision:squeezenet1_0; blank = weights only (and ONNX)",
                       help="Without an architecture, analyses that need only weights (energy profiles, whitening, "
                            "master keys, scale-space fits) still work.")
         st.button("Add upload", key="ckpt_add", on_click=_on_add_upload)

@@ -18,6 +18,10 @@ from fl_core.errors import CheckpointError, ModelSpecError
 from fl_core.layers import conv_inventory, first_conv_name
 from fl_core.models import ModelSpec, load_model
 from fl_core.onnx_weights import read_onnx_convs
+from fl_ui.testing import page_app
+
+from .app_pages import app_pages
+from .conftest import REPO
 
 RNG = np.random.default_rng(0)
 STEM = RNG.standard_normal((6, 3, 5, 5)).astype(np.float32)        # initializer, sees the image
@@ -134,3 +138,44 @@ def test_onnx_spec_end_to_end_through_the_cli(tiny_onnx: Path, tmp_path: Path) -
     assert main(["energy", "--model", f"onnx:{tiny_onnx}", "--seeds", "2", "--json", str(energy), "--quiet"]) == 0
     model = json.loads(energy.read_text())["models"][0]
     assert model["layer"] == "stem" and len(model["profile"]) == 3 * 5 * 5
+
+
+def _upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: str = ""):
+    """The default page with the tiny ONNX model uploaded through the sidebar's real flow."""
+    uploads, model = tmp_path / "uploads", tmp_path / "mine.onnx"
+    onnx.save(tiny_graph(), str(model))
+    monkeypatch.setenv("FL_UPLOAD_DIR", str(uploads))
+    monkeypatch.chdir(REPO)
+    app = page_app(app_pages()[0].path).run()
+    app.file_uploader(key="ckpt_upload").set_value((model.name, model.read_bytes(), "application/octet-stream"))
+    app.text_input(key="ckpt_arch").set_value(arch)
+    app.button(key="ckpt_add").click().run()
+    return app, uploads
+
+
+def test_an_onnx_upload_becomes_an_onnx_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app, uploads = _upload(tmp_path, monkeypatch)
+    assert not app.exception and not app.sidebar.error, [e.value for e in app.sidebar.error]
+    [path] = uploads.iterdir()
+    assert path.suffix == ".onnx" and app.session_state["selection"].specs[-1] == f"onnx:{path}"
+
+
+def test_an_onnx_upload_with_an_architecture_is_refused_and_removed(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    app, uploads = _upload(tmp_path, monkeypatch, arch="timm:resnet18")
+    assert [e.value for e in app.sidebar.error if "mine.onnx is an ONNX model" in e.value]
+    assert list(uploads.iterdir()) == []
+
+
+def test_a_damaged_onnx_upload_gets_one_clear_error_and_is_removed(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    uploads = tmp_path / "uploads"
+    monkeypatch.setenv("FL_UPLOAD_DIR", str(uploads))
+    monkeypatch.chdir(REPO)
+    app = page_app(app_pages()[0].path).run()
+    app.file_uploader(key="ckpt_upload").set_value(("broken.onnx", b"\x08\x07" + b"\xff" * 200, "application/x"))
+    app.button(key="ckpt_add").click().run()
+    assert [e.value for e in app.sidebar.error] == [
+        "broken.onnx could not be read as an ONNX model: the file is damaged, truncated or not ONNX (DecodeError). "
+        "Export it again."]
+    assert list(uploads.iterdir()) == []
