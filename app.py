@@ -22,6 +22,7 @@ PAGES = (
     ("pages/master_keys.py", "Master Keys", "🗝️", "master-keys"),
     ("pages/scale_space.py", "Scale-Space Models", "📐", "scale-space"),
     ("pages/swap_rescore.py", "Swap & Re-score", "🔁", "swap-rescore"),
+    ("pages/report.py", "Report", "📄", "report"),
 )
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -24,7 +24,9 @@ from fl_core.images import open_images
 from fl_core.models import LoadedModel
 from fl_core.patches import PatchPCA
 from fl_core.pruning import PruningSettings
+from fl_core.report import Report, ReportSettings, build_report
 from fl_core.runs import Run, RunConfig, resolve_config, run_inputs, train_run
+from fl_core.series import load_series
 from fl_core.swap import swap_filters
 from fl_core.whitening import WhiteningResult, analyze_whitening
 from fl_core.workers import Job, heavy_pool, publish, stop_requested, worker_model
@@ -75,6 +77,18 @@ def rescore_job(spec: str, overrides: tuple, images: str, max_images: int, repla
     swaps = [swap_filters(bank, name, stages=stages, k=k, seed=seed, device=device) for name in replacements]
     return rescore(loaded, open_images(images, max_images), swaps, device=device, batch_size=batch_size,
                    use_labels=images != "bundled", progress=progress)
+
+
+def report_job(models: ModelKeys, stamps: tuple[str, ...], settings: ReportSettings, device: str,
+               progress: Progress | None = None) -> Report:
+    """:func:`fl_core.report.build_report` of the checkpoints that ``(spec, overrides)`` pairs name, in order
+    (folders and Training Lab runs expand into theirs: :func:`fl_core.series.load_series`).
+
+    ``stamps`` (:func:`fl_core.series.series_stamp` of each spec) only key the page's cache: an edited checkpoint or
+    a checkpoint added to a folder gives a new report.
+    """
+    loaded = [m for spec, overrides in models for m in load_series([spec], overrides, load=worker_model)]
+    return build_report(loaded, settings, device=device, progress=progress)
 
 
 def training_job(config: RunConfig, folder: str, device, progress: Progress | None = None) -> Run:

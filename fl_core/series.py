@@ -17,7 +17,7 @@ import torch
 
 from fl_core.checkpoints import CHECKPOINT_SUFFIXES, file_sha256
 from fl_core.errors import ModelSpecError
-from fl_core.models import LoadedModel, ModelSpec, load_model
+from fl_core.models import LoadedModel, ModelSpec, load_model, spec_file_stamp
 from fl_core.runs import load_run
 
 ORDER_METADATA_KEYS = ("epoch", "step", "global_step")
@@ -109,3 +109,14 @@ def load_series(specs: Sequence[str], overrides: tuple = (), load: ModelLoader =
         raise ModelSpecError("Pick at least one model for the report.")
     return models
 
+
+
+def series_stamp(spec: str) -> str:
+    """Modification times and sizes of every file a spec reads ("" when it reads none): a cache key that changes when
+    a checkpoint is edited or added to a folder."""
+    folder = folder_of(spec)
+    if folder is None:
+        return spec_file_stamp(spec)
+    files = [folder / "run.json", folder / "first_layer.safetensors"] if (folder / "run.json").is_file() else (
+        checkpoint_files(folder))
+    return ";".join(f"{path.name}:{path.stat().st_mtime_ns}:{path.stat().st_size}" for path in files)

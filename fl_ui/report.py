@@ -1,0 +1,50 @@
+"""Cached checkpoint reports for the Report page: built in a heavy-job worker, keyed by the models, their files'
+stamps, the settings and the device; the HTML document is written once per report."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fl_core import jobs
+from fl_core.errors import FilterLensError
+from fl_core.htmlreport import report_html
+from fl_core.report import Report, ReportSettings
+from fl_core.runs import SHIPPED_RUNS_DIR, list_runs, user_runs_dir
+from fl_core.series import series_stamp
+from fl_ui.cache import get_model, memoize, pooled
+from fl_ui.state import Selection
+
+report_result = pooled(jobs.report_job, max_entries=8)
+"""The report of ``(models, stamps, settings, device)`` (:func:`fl_core.jobs.report_job`), in a worker process."""
+
+
+def report_key(models: jobs.ModelKeys, settings: ReportSettings, device: str) -> tuple:
+    """The arguments of :data:`report_result` for these models: their stamps go into the key."""
+    return models, tuple(series_stamp(spec) for spec, _ in models), settings, device
+
+
+@memoize(max_entries=8)
+def report_document(models: jobs.ModelKeys, stamps: tuple[str, ...], settings: ReportSettings, device: str) -> str:
+    """The self-contained HTML file of a finished report (:func:`fl_core.htmlreport.report_html`)."""
+    report: Report = report_result(models, stamps, settings, device)
+    return report_html(report)
+
+
+def _label(spec: str, overrides: tuple) -> str:
+    try:
+        return get_model(spec, overrides).label
+    except FilterLensError:
+        return spec
+
+
+def report_sources(selection: Selection) -> Mapping[str, tuple[str, jobs.ModelKeys]]:
+    """What the page can report on, by URL id: each selected model, all of them as checkpoints of one run (in the
+    sidebar's order), and each Training Lab run (shipped and the user's) as its snapshots."""
+    keys = selection.model_keys()
+    sources = {f"model:{spec}": (_label(spec, overrides), ((spec, overrides),)) for spec, overrides in keys}
+    if len(keys) > 1:
+        sources["selected"] = (f"all {len(keys)} selected models, as checkpoints of one run (sidebar order)", keys)
+    for folder in [*list_runs(SHIPPED_RUNS_DIR), *list_runs(user_runs_dir())]:
+        sources[f"run:{folder}"] = (f"Training Lab run {folder.name} (its first-layer snapshots)",
+                                    ((f"weights:{folder}", ()),))
+    return sources

@@ -1,0 +1,64 @@
+"""Report: one self-contained HTML file with every analysis of a checkpoint, or of the checkpoints of one run."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from fl_core.htmlreport import HOW_TO_READ
+from fl_core.plots.energy import profile_figure
+from fl_core.plots.report import trajectory_summary_figure, weight_norms_figure
+from fl_core.report import PART_TITLES, ReportSettings
+from fl_ui.report import report_document, report_key, report_result, report_sources
+from fl_ui.state import current_selection, page_param, set_page_param
+from fl_ui.widgets import heavy_result, plot_with_explanation, slug, user_errors
+
+st.title("📄 Report")
+st.markdown(
+    "Every analysis of FilterLens that applies to a checkpoint in **one HTML file** you can attach to a paper, a "
+    "bug report or a lab notebook: what was loaded, the first-layer energy profile against the theory and random "
+    "filters, whitening, master keys for depthwise models, per-layer weight statistics (dead and duplicate "
+    "filters), accuracy and channel axes on labelled images, and — for several checkpoints of one run — how all "
+    "of it moved over training. The file opens offline in any browser.")
+
+selection = current_selection()
+with user_errors():
+    sources = report_sources(selection)
+    if not sources:
+        st.info("Pick at least one model in the sidebar.")
+        st.stop()
+    ids = list(sources)
+    wanted = page_param("report", ids[0])
+    chosen = st.selectbox("Report on", ids, index=ids.index(wanted) if wanted in ids else 0,
+                          format_func=lambda key: sources[key][0], key="report_source",
+                          help="Several checkpoints (all selected models, or a Training Lab run) add a trajectory.")
+    set_page_param("report", chosen)
+    label, models = sources[chosen]
+    settings = ReportSettings(images=selection.images)
+    key = report_key(models, settings, selection.device)
+    report = heavy_result("Checkpoint report", report_result, *key)
+    document = report_document(*key)
+    left, right = st.columns(2)
+    left.download_button("⬇ HTML report", document, file_name=f"{slug(label)}_report.html", mime="text/html",
+                         key="report-html", on_click="ignore", type="primary")
+    right.download_button("⬇ JSON", json.dumps(report.to_dict(), indent=2, allow_nan=False),
+                          file_name=f"{slug(label)}_report.json", mime="application/json", key="report-json",
+                          on_click="ignore")
+    st.caption(f"{len(report.models)} checkpoint(s), images: {report.images}, {len(document) / 2**20:.1f} MiB.")
+    status = pd.DataFrame([{"section": title, "seconds": round(report.timings.get(name, 0.0), 1),
+                            "status": f"skipped: {report.skipped[name]}" if name in report.skipped else "done"}
+                           for name, title in PART_TITLES.items() if name in report.timings or name in report.skipped])
+    st.dataframe(status, width="stretch", hide_index=True)
+
+    st.subheader("Preview")
+    if report.trajectory is not None:
+        plot_with_explanation(trajectory_summary_figure(report.trajectory), HOW_TO_READ["trajectory"],
+                              "report_trajectory", frame=report.trajectory.to_frame())
+    if report.energy is not None:
+        plot_with_explanation(profile_figure(report.energy), HOW_TO_READ["energy"], "report_energy",
+                              frame=report.energy.summary_frame())
+    if report.weights is not None:
+        plot_with_explanation(weight_norms_figure(report.weights), HOW_TO_READ["weights"], "report_weights",
+                              frame=report.weights.to_frame())
