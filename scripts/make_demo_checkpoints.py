@@ -4,7 +4,8 @@
 
 Trains a small VGG-like CNN (3×3 first layer, 32 filters) for a few CPU minutes on 32×32 crops of the bundled
 photos (label = source photo, validation crops from a disjoint strip of each photo) and saves its initialization
-and trained weights as safetensors, with a manifest recording how they were made.
+and trained weights as safetensors, with their manifest entries recording how they were made (other entries of the
+manifest are kept).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def main() -> None:
     how = {"script": "scripts/make_demo_checkpoints.py", "seed": args.seed, "data": asdict(data.config),
            "train_crops": len(data.train_x), "val_crops": len(data.val_x), "torch": torch.__version__,
            "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads"}
-    manifest = {"models": [
+    built = [
         {"name": "tiny_vgg", "file": "tiny_vgg.safetensors", "init": "tiny_vgg_init", **common,
          "description": "Small VGG-like CNN trained for a few CPU minutes on 32×32 crops of the bundled photos "
                         "(11 classes: which photo a crop comes from).",
@@ -62,8 +63,11 @@ def main() -> None:
          "description": "The same network at its random initialization (before training): the baseline.",
          "provenance": {**how, "trained_steps": 0, "training_seconds": 0.0, "val_accuracy": round(init_acc, 4),
                         "val_loss": round(init_loss, 4)}},
-    ]}
-    (args.out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    ]
+    path = args.out / "manifest.json"
+    kept = [e for e in json.loads(path.read_text())["models"] if e["name"] not in {b["name"] for b in built}] \
+        if path.is_file() else []  # entries of other scripts (demo:lab_*, the depthwise bank) stay
+    path.write_text(json.dumps({"models": [*built, *kept]}, indent=2) + "\n")
     print(f"saved to {args.out}: validation accuracy {history.final_val_accuracy:.1%} after {args.steps} steps "
           f"({history.seconds:.0f} s); chance {1 / len(data.classes):.1%}")
 
