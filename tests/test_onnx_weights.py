@@ -4,6 +4,7 @@ the Conv nodes, bounded input; and the spec end to end through the CLI."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -179,3 +180,25 @@ def test_a_damaged_onnx_upload_gets_one_clear_error_and_is_removed(tmp_path: Pat
         "broken.onnx could not be read as an ONNX model: the file is damaged, truncated or not ONNX (DecodeError). "
         "Export it again."]
     assert list(uploads.iterdir()) == []
+
+
+def test_a_torch_export_reads_back_as_its_batchnorm_folded_weights(tmp_path: Path) -> None:
+    """torch's exporter folds eval-mode BatchNorm into the convs: W' = W · γ / √(σ² + ε) per output channel."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
+                              torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 5, padding=2, groups=8, bias=False),
+                              torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1)).eval()
+    for bn in (net[1], net[4]):
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.data.uniform_(0.5, 2.0)
+    path = tmp_path / "exported.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        torch.onnx.export(net, (torch.zeros(1, 3, 16, 16),), str(path), dynamo=False)
+    read = read_onnx_convs(path)
+    assert [lay.kind for lay in read.layers] == ["first", "depthwise", "pointwise"]
+    depthwise = read.layers[1]
+    assert (depthwise.groups, depthwise.kernel_size, depthwise.padding) == (8, (5, 5), (2, 2))
+    bn = net[4]
+    folded = net[3].weight * (bn.weight / torch.sqrt(bn.running_var + bn.eps))[:, None, None, None]
+    assert torch.allclose(read.tensors[depthwise.weight_key], folded.detach(), atol=1e-6)
