@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from fl_core.plots.report import (
 )
 from fl_core.plots.scalespace import sigma_by_method_figure
 from fl_core.plots.whitening import REFERENCE_NAMES, autocorrelation_figure
-from fl_core.report import PART_TITLES, SECTIONS, Report
+from fl_core.report import PART_TITLES, SECTIONS, Report, scalar_rows
 
 HOW_TO_READ = {
     "loaded": "The first table says which files were analysed: a weights-only file has no architecture, so only "
@@ -67,6 +67,9 @@ HOW_TO_READ = {
 QUANTITY_LABELS = {
     "theory.eta_t": "fitted ηt (τ of the linear theory)",
     "theory.r": "theory fit: Pearson r between profile and theory",
+    "theory.r_log": "theory fit on the log values: Pearson r of log e_i and log θ_i",
+    "theory.affine.a": "affine map of the theory onto the profile, a + b·θ: offset a",
+    "theory.affine.b": "affine map of the theory onto the profile, a + b·θ: slope b",
     "random_init.mean": "random-init banks: theory fit r, mean over seeds",
     "random_init.sd": "random-init banks: theory fit r, sd",
     "random_init.vs_profile_mean": "Pearson r between this profile and random-init profiles, mean",
@@ -108,16 +111,6 @@ def table_html(frame: pd.DataFrame) -> str:
     """A table with the report's number format (values escaped)."""
     shown = frame.map(number) if hasattr(frame, "map") else frame.applymap(number)
     return f'<div class="table-wrap">{shown.to_html(index=False, border=0, escape=True)}</div>'
-
-
-def scalar_rows(data: Mapping, prefix: str = "") -> Iterable[tuple[str, object]]:
-    """(dotted key, value) of every scalar of a nested dict (lists are left out)."""
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            yield from scalar_rows(value, f"{name}.")
-        elif not isinstance(value, list | tuple):
-            yield name, value
 
 
 def quantities_table(data: Mapping, labels: Mapping[str, str] | None = None) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -125,9 +125,10 @@ class CheckpointTrajectory(Result):
     masterkey_templates: str | None
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per checkpoint."""
-        frame = pd.DataFrame({"checkpoint": self.labels, "spec": self.specs, "eta_t": self.eta_t, "r": self.r,
-                              "random_init_r": self.random_init_r, "vs_first": self.vs_first})
+        """One row per checkpoint: every number of its theory fit, the random-init r, whitening, master keys."""
+        fits = pd.DataFrame([dict(scalar_rows(fit)) for fit in self.fits])
+        frame = pd.DataFrame({"checkpoint": self.labels, "spec": self.specs}).join(fits)
+        frame = frame.assign(random_init_r=self.random_init_r, vs_first=self.vs_first)
         if self.whitening is not None:
             frame[f"whitening_at_{self.whitening_distance}"] = self.whitening
         if self.masterkey_counts is not None:
@@ -174,6 +175,16 @@ class Report(Result):
         if self.weights is None:
             return layers
         return layers.merge(self.weights.to_frame().drop(columns=["kind"]), on="layer", how="left")
+
+
+def scalar_rows(data: Mapping, prefix: str = "") -> Iterator[tuple[str, object]]:
+    """(dotted key, value) of every scalar of a nested dict (lists are left out)."""
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from scalar_rows(value, f"{name}.")
+        elif not isinstance(value, list | tuple):
+            yield name, value
 
 
 class _Sections:
