@@ -9,7 +9,7 @@ Every 2-D ``Conv`` node of the main graph gives one layer. Its weight input is f
 
 A weight computed any other way (a graph input, a ``Mul``, a ``Reshape`` …) is not read; the note says which layer
 and why. The geometry comes from the node, not from the weight's shape: ``group`` (so depthwise layers, groups = in =
-out/m channels, are known), ``strides``, ``pads`` (``auto_pad`` other than NOTSET is recorded as padding −1) and
+out/m channels, are known), ``strides``, ``pads`` (``auto_pad`` VALID is padding 0, SAME_* is recorded as −1) and
 ``dilations``. Kinds follow :func:`fl_core.layers.conv_kind`, except ``first``: the first Conv (nodes are in
 topological order, so forward order) whose data input is not downstream of another Conv, i.e. the one that sees the
 image.
@@ -204,7 +204,8 @@ def _declared_layer(node, name: str, shape: tuple[int, ...], file: str) -> ConvL
                               "(not a divisor); the file is corrupt. Export it again.")
     pads = [int(p) for p in attrs.get("pads", [0, 0, 0, 0])]
     auto_pad = attrs.get("auto_pad", b"NOTSET")
-    padding = (pads[0], pads[1]) if auto_pad in (b"NOTSET", "NOTSET") and len(pads) == 4 else (-1, -1)
+    padding = ((pads[0], pads[1]) if auto_pad in (b"NOTSET", "NOTSET") and len(pads) == 4 else
+               (0, 0) if auto_pad in (b"VALID", "VALID") else (-1, -1))
     strides = [int(s) for s in attrs.get("strides", [1, 1])]
     dilations = [int(d) for d in attrs.get("dilations", [1, 1])]
     return ConvLayer(name=name, kind=conv_kind(out_c, in_per_group, groups, (kh, kw)), out_channels=out_c,
@@ -256,11 +257,18 @@ class _GraphValues:
         scale = self.value(node.input[1], hops + 1)
         zero = self._raw(node.input[2], hops + 1) if len(node.input) > 2 and node.input[2] else np.zeros(1)
         axis = int(attrs.get("axis", 1)) % max(quantized.ndim, 1)
-        shape = [1] * quantized.ndim
-        if scale.size > 1:
-            shape[axis] = scale.size
-        return ((quantized.astype(np.float64) - zero.astype(np.float64).reshape(shape if zero.size > 1 else ()))
-                * scale.astype(np.float64).reshape(shape if scale.size > 1 else ())).astype(np.float32)
+        return ((quantized.astype(np.float64) - self._along(zero, quantized.shape, axis))
+                * self._along(scale, quantized.shape, axis)).astype(np.float32)
+
+    def _along(self, values: np.ndarray, shape: tuple[int, ...], axis: int) -> np.ndarray:
+        """A per-tensor scale or zero point as a scalar; a per-axis one shaped to broadcast along ``axis``."""
+        if values.size == 1:
+            return values.astype(np.float64).reshape(())
+        if values.ndim != 1 or not shape or values.size != shape[axis]:
+            raise CheckpointError(f"{self.file}: a DequantizeLinear node gives {values.size} scales or zero points "
+                                  f"for axis {axis} of a weight of shape {tuple(shape)}; the file is corrupt. "
+                                  "Export it again.")
+        return values.astype(np.float64).reshape([values.size if i == axis else 1 for i in range(len(shape))])
 
     def _raw(self, name: str, hops: int) -> np.ndarray:
         """Stored values in their own dtype (integers of a quantized weight), through Identity/Constant nodes."""

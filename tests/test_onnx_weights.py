@@ -120,6 +120,16 @@ def test_oversize_garbage_and_misnamed_files_are_refused(tiny_onnx: Path, tmp_pa
         read_onnx_convs(misnamed)
 
 
+def test_a_dequantize_node_with_the_wrong_number_of_scales_is_refused(tmp_path: Path) -> None:
+    model = tiny_graph()
+    scale = next(t for t in model.graph.initializer if t.name == "q.scale")
+    scale.CopyFrom(numpy_helper.from_array(SCALE[:5], "q.scale"))
+    path = tmp_path / "bad_scale.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(CheckpointError, match="5 scales or zero points for axis 0"):
+        read_onnx_convs(path)
+
+
 def test_external_data_is_refused_without_opening_it(tmp_path: Path) -> None:
     model = tiny_graph()
     path = tmp_path / "external.onnx"
