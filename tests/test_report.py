@@ -215,3 +215,18 @@ def test_a_runnable_model_on_labelled_images_gets_accuracy_and_channel_axes(tmp_
     (tmp_path / "report.html").write_text(report_html(report), encoding="utf-8")
     text = parse(tmp_path / "report.html").text("accuracy")
     assert number(report.accuracy.top1) in text and "features.14" in text and "Skipped" not in text
+
+
+def test_an_onnx_model_is_reported_from_its_weights(tmp_path: Path) -> None:
+    pytest.importorskip("onnx")
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 7, groups=8, padding=3),
+                              torch.nn.Conv2d(8, 4, 1))
+    path = tmp_path / "tiny.onnx"
+    torch.onnx.export(net, torch.zeros(1, 3, 32, 32), str(path), dynamo=False)
+    out = tmp_path / "onnx.json"
+    assert main(["report", "--model", f"onnx:{path}", *FAST, "--k", "4", "--html", str(tmp_path / "onnx.html"),
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["models"][0]["weights_only"] and "masterkeys" not in data["skipped"] and "energy" not in data["skipped"]
+    assert sorted(row["kind"] for row in data["layers"]) == ["depthwise", "first", "pointwise"]
+    assert data["masterkeys"]["n_filters"] == 8

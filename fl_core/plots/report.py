@@ -88,6 +88,10 @@ def trajectory_summary_figure(traj: CheckpointTrajectory) -> go.Figure:
                   row=1, col=1)
     fig.add_trace(go.Scatter(x=x, y=traj.r, mode="lines+markers", name="r (checkpoint)", line=dict(color=color(0))),
                   row=2, col=1)
+    if all("r_log" in fit for fit in traj.fits):
+        fig.add_trace(go.Scatter(x=x, y=[fit["r_log"] for fit in traj.fits], mode="lines+markers",
+                                 name="r on log values (checkpoint)", line=dict(color=color(0), dash="dash")),
+                      row=2, col=1)
     fig.add_trace(go.Scatter(x=x, y=traj.random_init_r, mode="lines", name="r (random init, mean over seeds)",
                              line=dict(color=REFERENCE_COLORS["random"], dash="dot")), row=2, col=1)
     if traj.whitening is not None:
