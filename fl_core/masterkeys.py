@@ -47,8 +47,13 @@ SILHOUETTE_SAMPLE = 2000
 
 
 def centred_unit_vectors(filters: torch.Tensor) -> torch.Tensor:
-    """x = (y - ȳ)/‖y - ȳ‖ of (N, k, k) filters as (N, k²); constant filters give 0 vectors."""
+    """x = (y - ȳ)/‖y - ȳ‖ of (N, k, k) filters as (N, k²); constant filters give 0 vectors.
+
+    Each filter is first divided by its largest |y| (x is scale-free), so that tiny filters — subnormal float32
+    weights of dead channels, down to 1e-40 in real exports — do not underflow in the squares of the norm.
+    """
     flat = filters.reshape(len(filters), -1)
+    flat = flat / flat.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(flat.dtype).tiny)
     centred = flat - flat.mean(dim=1, keepdim=True)
     return centred / centred.norm(dim=1, keepdim=True).clamp_min(torch.finfo(flat.dtype).tiny)
 

@@ -110,6 +110,19 @@ def test_clustering_ignores_the_sign_of_every_filter(published):
     np.testing.assert_allclose(a.objective, b.objective, rtol=1e-6)
 
 
+def test_tiny_filters_cluster_as_their_shapes(published):
+    """Subnormal float32 filters (dead channels of real exports reach 1e-40) have unit centred vectors like any other,
+    so the mean |cos| stays at most 1 and scaling a filter down changes nothing."""
+    filters, _ = planted_filters(10, published, noise=0.1, seed=4)
+    scales = torch.ones(len(filters))
+    scales[::7] = torch.tensor([1e-20, 1e-36, 1e-39, 1e-40] * 3)[: len(scales[::7])]
+    units = centred_unit_vectors(filters * scales[:, None, None])
+    np.testing.assert_allclose(units.norm(dim=1).numpy(), 1.0, rtol=1e-3)
+    a = cluster_filters(filters, 8, restarts=3, seed=2)
+    b = cluster_filters(filters * scales[:, None, None], 8, restarts=3, seed=2)
+    assert b.objective <= 1.0 and adjusted_rand_score(a.labels, b.labels) > 0.95
+
+
 def test_kmeans_plus_plus_seeds_distinct_clusters():
     filters, truth = planted_filters(50, orthogonal_prototypes(8), noise=0.03, seed=7)
     units = centred_unit_vectors(filters)
