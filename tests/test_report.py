@@ -230,3 +230,13 @@ def test_an_onnx_model_is_reported_from_its_weights(tmp_path: Path) -> None:
     assert data["models"][0]["weights_only"] and "masterkeys" not in data["skipped"] and "energy" not in data["skipped"]
     assert sorted(row["kind"] for row in data["layers"]) == ["depthwise", "first", "pointwise"]
     assert data["masterkeys"]["n_filters"] == 8
+
+
+def test_the_cache_stamp_of_a_folder_changes_when_a_checkpoint_is_added(tmp_path: Path) -> None:
+    from fl_core.series import series_stamp
+
+    write_checkpoint(tmp_path / "ckpt_1.safetensors", 0.1)
+    before = series_stamp(f"weights:{tmp_path}")
+    write_checkpoint(tmp_path / "ckpt_2.safetensors", 0.2)
+    assert series_stamp(f"weights:{tmp_path}") != before and "ckpt_2" in series_stamp(f"weights:{tmp_path}")
+    assert series_stamp("demo:tiny_vgg") == ""  # demo files are shipped with the app

@@ -36,9 +36,10 @@ def weight_norms_figure(stats: WeightStatistics) -> go.Figure:
     fig.update_yaxes(title_text="filter norm ‖w‖", type="log", row=1, col=1)
     fig.update_yaxes(title_text="filters", row=2, col=1)
     fig.update_xaxes(tickangle=45, row=2, col=1)
-    fig.update_layout(title=f"{stats.label}: filter norms and dead or duplicate filters per convolution",
-                      height=560, barmode="group", margin=dict(l=10, r=10, t=50, b=10),
-                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0))
+    fig.update_layout(title=dict(text=f"{stats.label}: filter norms and dead or duplicate filters per convolution",
+                                 y=0.98, yanchor="top"),
+                      height=600, barmode="group", margin=dict(l=10, r=10, t=110, b=10),
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
     return fig
 
 
