@@ -18,6 +18,7 @@ from pathlib import Path
 from fl_core.cli import add_model_arguments, input_overrides
 from fl_core.htmlreport import write_report_html
 from fl_core.report import SECTIONS, Report, ReportSettings, build_report
+from fl_core.scalefit import FIT_METHODS
 from fl_core.series import load_series
 
 DEFAULTS = ReportSettings()
@@ -35,10 +36,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trajectory-distance", type=int, default=DEFAULTS.trajectory_distance,
                         help="δ at which whitening is followed over the checkpoints")
     parser.add_argument("--k", type=int, default=DEFAULTS.k, help="master-key clusters")
-    parser.add_argument("--method", default=DEFAULTS.method, help="scale-space fitting method (A, B, C1, C2, D1, D2)")
+    parser.add_argument("--method", choices=FIT_METHODS, default=DEFAULTS.method,
+                        help="scale-space fitting method of the per-key mean filters")
     parser.add_argument("--channel-layer", default=DEFAULTS.channel_layer,
                         help="layer of the channel-axes summary (default: the Channel Axes page's)")
-    parser.add_argument("--seed", type=int, default=DEFAULTS.seed)
+    parser.add_argument("--restarts", type=int, default=DEFAULTS.restarts, help="master-key k-means++ restarts")
+    parser.add_argument("--max-eval-images", type=int, default=DEFAULTS.max_eval_images,
+                        help="labelled images scored for accuracy")
+    parser.add_argument("--n-calibration", type=int, default=DEFAULTS.n_calibration,
+                        help="calibration images of the channel axes")
+    parser.add_argument("--n-evaluation", type=int, default=DEFAULTS.n_evaluation,
+                        help="evaluation images of the channel axes")
+    parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="seed of clustering and data splits")
 
 
 def settings_from(args: argparse.Namespace) -> ReportSettings:
