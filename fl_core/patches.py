@@ -2,8 +2,10 @@
 
 Every overlapping k×k patch (stride 1, no padding) of every image is a sample p ∈ R^D, D = C·kh·kw, flattened
 in (channel, row, column) order — the order of ``conv.weight.flatten(1)``. The covariance is accumulated in
-chunks with one GEMM per chunk (``Σ p pᵀ``) in float64 on the chosen device, around a fixed shift for accuracy,
-so memory does not grow with the number of patches.
+bands of patch rows with one GEMM per band in float64 on the chosen device, around a fixed per-channel shift for
+accuracy, so memory does not grow with the number of patches. A band's patches are copied kernel row by kernel row
+from strided views of the image into a reused (D + 1) × L matrix whose last row is ones, so the one product
+``[P; 1][P; 1]ᵀ`` holds the outer products, the patch sums and the count (no im2col, no transposed copy).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fl_core.backend import Progress, report, resolve_device, statistics_dtype
 from fl_core.errors import AnalysisError
@@ -84,9 +85,9 @@ class PatchStatistics:
         self.chunk_elements = chunk_elements
         self.groups = groups
         self.count = 0
-        self._shift: torch.Tensor | None = None
-        self._sum: torch.Tensor | None = None
-        self._outer: torch.Tensor | None = None
+        self._shift: torch.Tensor | None = None  # (C,) per-channel shift, the first batch's channel means
+        self._outer: torch.Tensor | None = None  # (D + 1, D + 1): Σ [p−s; 1][p−s; 1]ᵀ
+        self._scratch: torch.Tensor | None = None
         self._channels: int | None = None
 
     def update(self, x: torch.Tensor) -> None:
@@ -105,35 +106,65 @@ class PatchStatistics:
         elif c != self._channels:
             raise AnalysisError(f"images with {c} channels after {self._channels}: one statistic per input space")
         x = x.to(self.device, self.dtype)
-        dim, s = c * kh * kw, self.stride
-        per_row = (w - kw) // s + 1
-        rows_per_chunk = max(1, self.chunk_elements // (dim * per_row)) * s  # image rows per band
+        if self._shift is None:
+            self._shift = x.mean(dim=(0, 2, 3))
+            dim = c * kh * kw
+            self._outer = torch.zeros(dim + 1, dim + 1, device=self.device, dtype=self.dtype)
+        x = x - self._shift.view(1, c, 1, 1)
+        s = self.stride
+        out_h, out_w = (h - kh) // s + 1, (w - kw) // s + 1
+        rows_per_chunk = max(1, self.chunk_elements // (c * kh * kw * out_w))  # patch rows per band
         for image in x:
-            for top in range(0, h - kh + 1, rows_per_chunk):
-                band = image[:, top: top + rows_per_chunk + kh - 1]
-                patches = F.unfold(band.unsqueeze(0), self.kernel_size, stride=s).squeeze(0).T  # (L, D)
-                self._accumulate(patches)
+            for top in range(0, out_h, rows_per_chunk):
+                self._accumulate(self._band_patches(image, top, min(rows_per_chunk, out_h - top), out_w))
+
+    def _band_patches(self, image: torch.Tensor, top: int, rows: int, out_w: int) -> torch.Tensor:
+        """The patches of ``rows`` patch rows from patch row ``top`` as the columns of a (D + 1, rows·out_w) matrix
+        (the last row all ones), copied by kernel row from strided views of the image (no im2col)."""
+        c, (kh, kw), s = image.shape[0], self.kernel_size, self.stride
+        buffer = self._buffer(rows, out_w)
+        blocks = buffer[:-1].view(c, kh, kw, rows, out_w)
+        for dy in range(kh):
+            first = top * s + dy
+            lines = image[:, first: first + (rows - 1) * s + 1: s]  # (C, rows, W): row dy of each patch
+            blocks[:, dy].copy_(lines.unfold(2, kw, s).permute(0, 3, 1, 2))  # (C, kw, rows, out_w)
+        return buffer
+
+    def _buffer(self, rows: int, out_w: int) -> torch.Tensor:
+        """A reused (D + 1, rows·out_w) matrix whose last row is ones: its Gram matrix holds Σ p pᵀ, Σ p and n."""
+        c, (kh, kw) = self._channels, self.kernel_size
+        shape = (c * kh * kw + 1, rows * out_w)
+        if self._scratch is None or self._scratch.shape != shape:
+            self._scratch = torch.empty(shape, device=self.device, dtype=self.dtype)
+            self._scratch[-1] = 1
+        return self._scratch
 
     def _accumulate(self, patches: torch.Tensor) -> None:
-        if self._shift is None:
-            self._shift = patches.mean(0)
-            self._sum = torch.zeros_like(self._shift)
-            self._outer = torch.zeros(patches.shape[1], patches.shape[1], device=self.device, dtype=self.dtype)
-        centred = patches - self._shift
-        self._sum += centred.sum(0)
-        self._outer.addmm_(centred.T, centred)
-        self.count += patches.shape[0]
+        """Σ [p−s; 1][p−s; 1]ᵀ over the columns of ``patches``: one GEMM gives the outer products, the sums and the
+        count (s the per-channel shift)."""
+        self._outer.addmm_(patches, patches.T)
+        self.count += patches.shape[1]
+
+    @property
+    def _sum(self) -> torch.Tensor:
+        """Σ (p − s) over the patches so far."""
+        return self._outer[-1, :-1]
+
+    def _patch_shift(self) -> torch.Tensor:
+        """The shift s in patch space: each channel's shift at each of its kernel positions."""
+        kh, kw = self.kernel_size
+        return self._shift.repeat_interleave(kh * kw)
 
     def mean(self) -> torch.Tensor:
         """Mean patch (D,)."""
         self._require_data()
-        return self._shift + self._sum / self.count
+        return self._patch_shift() + self._sum / self.count
 
     def covariance(self) -> torch.Tensor:
         """Unbiased patch covariance (D, D): (Σ (p−s)(p−s)ᵀ − n·(m−s)(m−s)ᵀ) / (n − 1), s the shift."""
         self._require_data()
         delta = self._sum / self.count
-        cov = (self._outer - self.count * torch.outer(delta, delta)) / max(self.count - 1, 1)
+        cov = (self._outer[:-1, :-1] - self.count * torch.outer(delta, delta)) / max(self.count - 1, 1)
         return (cov + cov.T) / 2
 
     def pca(self) -> PatchPCA:
