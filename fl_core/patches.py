@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fl_core.backend import Progress, report, resolve_device, statistics_dtype
+from fl_core.backend import Progress, product_dtype, report, resolve_device, statistics_dtype
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
 
@@ -67,6 +67,8 @@ class PatchStatistics:
         kernel_size: (kh, kw) patch size.
         device: where the GEMMs run (``None``: automatic, see :mod:`fl_core.backend`).
         dtype: accumulation dtype (float64 unless the device has none).
+        products: dtype of each band's Gram product (:func:`fl_core.backend.product_dtype` by default: float64 on
+            the CPU and on GPUs with fast float64, float32 elsewhere), accumulated in ``dtype``.
         chunk_elements: bound on patches × D held at once.
         groups: pool the statistics of this many channel groups.
         stride: patch stride (1 = every overlapping patch; k = the non-overlapping tiles a stride-k layer sees).
@@ -77,11 +79,12 @@ class PatchStatistics:
 
     def __init__(self, kernel_size: tuple[int, int], device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-                 groups: int = 1, stride: int = 1) -> None:
+                 groups: int = 1, stride: int = 1, products: torch.dtype | None = None) -> None:
         self.kernel_size = (int(kernel_size[0]), int(kernel_size[1]))
         self.stride = int(stride)
         self.device = resolve_device(device)
         self.dtype = dtype or statistics_dtype(self.device)
+        self.products = products or product_dtype(self.device)
         self.chunk_elements = chunk_elements
         self.groups = groups
         self.count = 0
@@ -135,14 +138,17 @@ class PatchStatistics:
         c, (kh, kw) = self._channels, self.kernel_size
         shape = (c * kh * kw + 1, rows * out_w)
         if self._scratch is None or self._scratch.shape != shape:
-            self._scratch = torch.empty(shape, device=self.device, dtype=self.dtype)
+            self._scratch = torch.empty(shape, device=self.device, dtype=self.products)
             self._scratch[-1] = 1
         return self._scratch
 
     def _accumulate(self, patches: torch.Tensor) -> None:
         """Σ [p−s; 1][p−s; 1]ᵀ over the columns of ``patches``: one GEMM gives the outer products, the sums and the
         count (s the per-channel shift)."""
-        self._outer.addmm_(patches, patches.T)
+        if patches.dtype == self.dtype:
+            self._outer.addmm_(patches, patches.T)
+        else:
+            self._outer += torch.mm(patches, patches.T).to(self.dtype)
         self.count += patches.shape[1]
 
     @property
