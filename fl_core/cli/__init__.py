@@ -59,7 +59,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
                              "(weights only) or demo:NAME")
     group = parser.add_argument_group("preprocessing overrides (registry models default to their own config)")
     group.add_argument("--input-size", type=int, help="square input size in pixels")
-    group.add_argument("--crop-pct", type=float, help="crop fraction: resize to size/crop_pct (the edge --crop-mode says), then crop size")
+    group.add_argument("--crop-pct", type=float,
+                       help="crop fraction: resize to size/crop_pct (the edge --crop-mode names), then crop size")
     group.add_argument("--interpolation", choices=("bilinear", "bicubic", "nearest"))
     group.add_argument("--crop-mode", choices=("center", "squash", "border"),
                        help="timm's crop modes: resize the short side (center), both sides (squash) or the long side "
