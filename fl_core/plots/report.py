@@ -73,7 +73,9 @@ def trajectory_profiles_figure(traj: CheckpointTrajectory) -> go.Figure:
                       margin=dict(l=10, r=10, t=90, b=10), legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
                       sliders=[dict(active=last, steps=steps, currentvalue=dict(prefix="checkpoint "), y=-0.12,
                                     yanchor="top", pad=dict(t=10))])
-    fig.update_yaxes(type="log", range=[np.log10(MIN_ENERGY), 0.1])
+    values = np.concatenate([traj.profiles.ravel(), traj.theory.ravel()])
+    floor = max(MIN_ENERGY, 0.8 * float(np.min(values[values > 0], initial=1.0)))
+    fig.update_yaxes(type="log", range=[np.log10(floor), 0.1])  # one range for every checkpoint
     return fig
 
 
