@@ -38,7 +38,9 @@ def run(args: argparse.Namespace, progress):
     print(f"patch PCA: {result.n_patches:,} patches from {result.images}")
     for m in result.models:
         extra = " [deeper layer: extension beyond the paper]" if m.beyond_paper else ""
-        print(f"{m.label} @ {m.layer}{extra}: theory fit r = {m.theory.r:.3f} (eta_t = {m.theory.eta_t:.3g}); "
+        fit = m.theory
+        print(f"{m.label} @ {m.layer}{extra}: theory fit r = {fit.r:.3f}, r on log values = {fit.r_log:.3f} "
+              f"(eta_t = {fit.eta_t:.3g}; curve {fit.affine.a:.3f} + {fit.affine.b:.3f}·theory); "
               f"random init r = {m.random_init.mean:.3f} ± {m.random_init.sd:.3f}; "
               f"vs random-init profiles {m.random_init.vs_profile_mean:+.3f} ± {m.random_init.vs_profile_sd:.3f}")
     if len(result.models) > 1:
