@@ -3,14 +3,15 @@
 A series comes from several ``--model`` specs (in the order given), from ``weights:DIR`` (every checkpoint file of
 the folder), or from a Training Lab run folder (``weights:RUN_DIR``, a folder with ``run.json``: one weights-only
 checkpoint per first-layer snapshot, at its SGD step). Files of a folder are ordered by the ``epoch`` or ``step``
-that every one of them records in its safetensors metadata, else by the natural sort of their names
-(``ckpt_2`` before ``ckpt_10``).
+that every one of them records (safetensors metadata, or a top-level entry of a torch checkpoint), else by the
+natural sort of their names (``ckpt_2`` before ``ckpt_10``).
 """
 
 from __future__ import annotations
 
+import pickle
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -20,7 +21,7 @@ from fl_core.errors import ModelSpecError
 from fl_core.models import LoadedModel, ModelSpec, load_model, spec_file_stamp
 from fl_core.runs import load_run
 
-ORDER_METADATA_KEYS = ("epoch", "step", "global_step")
+ORDER_KEYS = ("epoch", "step", "global_step")
 ModelLoader = Callable[..., LoadedModel]
 """``load(spec, overrides=())`` -> a loaded model (the app's or a worker's cache, or :func:`load_spec`)."""
 
@@ -60,17 +61,24 @@ def checkpoint_files(folder: Path) -> list[Path]:
 
 
 def recorded_order(path: Path) -> int | None:
-    """The epoch or step a safetensors file records in its metadata (``None`` when it records none)."""
-    if path.suffix.lower() != ".safetensors":
-        return None
-    from safetensors import safe_open
+    """The epoch or step a checkpoint records (``None`` when it records none): a safetensors file in its metadata,
+    a torch file as a top-level integer entry (read with ``weights_only=True`` and tensors on the ``meta`` device
+    from a memory map, so no weights are read; legacy non-zip files record none). Call it on validated files."""
+    if path.suffix.lower() == ".safetensors":
+        from safetensors import safe_open
 
-    with safe_open(str(path), "pt") as handle:
-        metadata = handle.metadata() or {}
-    for key in ORDER_METADATA_KEYS:
-        if str(metadata.get(key, "")).strip().isdigit():
-            return int(metadata[key])
-    return None
+        with safe_open(str(path), "pt") as handle:
+            entries = dict(handle.metadata() or {})
+        entries = {k: int(v) for k, v in entries.items() if str(v).strip().isdigit()}
+    else:
+        try:
+            entries = torch.load(path, map_location="meta", weights_only=True, mmap=True)
+        except (RuntimeError, ValueError, OSError, pickle.UnpicklingError):
+            return None
+    if not isinstance(entries, Mapping):
+        return None
+    found = (entries.get(key) for key in ORDER_KEYS)
+    return next((int(v) for v in found if isinstance(v, int) and not isinstance(v, bool)), None)
 
 
 def run_snapshots(folder: Path, overrides: tuple = ()) -> list[LoadedModel]:

@@ -183,6 +183,12 @@ def test_recorded_epochs_order_a_folder_and_a_training_lab_run_is_its_snapshots(
     for name, epoch in (("a", 3), ("b", 1), ("c", 2)):
         write_checkpoint(tmp_path / f"{name}.safetensors", epoch / 10, metadata={"epoch": str(epoch)})
     assert [Path(m.spec).stem for m in load_series([f"weights:{tmp_path}"])] == ["b", "c", "a"]
+    torch_files = tmp_path / "torch"
+    torch_files.mkdir()
+    for name, epoch in (("x", 20), ("y", 5), ("z", 10)):  # training scripts save {"epoch": ..., "state_dict": ...}
+        weights = {"stem.weight": torch.full((4, 3, 3, 3), float(epoch))}
+        torch.save({"epoch": epoch, "state_dict": weights, "best_acc": 0.5}, torch_files / f"{name}.pt")
+    assert [Path(m.spec).stem for m in load_series([f"weights:{torch_files}"])] == ["y", "z", "x"]
     folder = SHIPPED_RUNS_DIR / "lab_vgg_true_s0"
     snapshots = load_series([f"weights:{folder}"])
     run = load_run(folder)
