@@ -37,11 +37,14 @@ def _label(spec: str, overrides: tuple) -> str:
         return spec
 
 
-def report_sources(selection: Selection) -> Mapping[str, tuple[str, jobs.ModelKeys]]:
-    """What the page can report on, by URL id: each selected model, all of them as checkpoints of one run (in the
-    sidebar's order), and each Training Lab run (shipped and the user's) as its snapshots."""
+def report_sources(selection: Selection, folder: str = "") -> Mapping[str, tuple[str, jobs.ModelKeys]]:
+    """What the page can report on, by URL id: a server folder of one run's checkpoints (when given), each selected
+    model, all of them as checkpoints of one run (in the sidebar's order), and each Training Lab run (shipped and
+    the user's) as its snapshots."""
     keys = selection.model_keys()
-    sources = {f"model:{spec}": (_label(spec, overrides), ((spec, overrides),)) for spec, overrides in keys}
+    sources = {f"dir:{folder}": (f"the checkpoints in {folder}, in training order", ((f"weights:{folder}", ()),))
+               } if folder else {}
+    sources |= {f"model:{spec}": (_label(spec, overrides), ((spec, overrides),)) for spec, overrides in keys}
     if len(keys) > 1:
         sources["selected"] = (f"all {len(keys)} selected models, as checkpoints of one run (sidebar order)", keys)
     for folder in [*list_runs(SHIPPED_RUNS_DIR), *list_runs(user_runs_dir())]:

@@ -12,8 +12,11 @@ from fl_core.plots.energy import profile_figure
 from fl_core.plots.report import trajectory_summary_figure, weight_norms_figure
 from fl_core.report import PART_TITLES, ReportSettings
 from fl_ui.report import report_document, report_key, report_result, report_sources
+from fl_ui.sidebar import server_path_error
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import heavy_result, plot_with_explanation, slug, user_errors
+
+DEFAULTS = ReportSettings()
 
 st.title("📄 Report")
 st.markdown(
@@ -25,7 +28,15 @@ st.markdown(
 
 selection = current_selection()
 with user_errors():
-    sources = report_sources(selection)
+    folder = st.text_input("A folder of one run's checkpoints on the server (optional)", page_param("report_dir", ""),
+                           key="report_dir", placeholder="/data/runs/resnet18/checkpoints",
+                           help="Every checkpoint file of the folder, ordered by the epoch each records, else by "
+                                "name (ckpt_2 before ckpt_10).").strip()
+    if folder and (error := server_path_error(folder)):
+        st.error(error)
+        folder = ""
+    set_page_param("report_dir", folder)
+    sources = report_sources(selection, folder)
     if not sources:
         st.info("Pick at least one model in the sidebar.")
         st.stop()
@@ -36,7 +47,12 @@ with user_errors():
                           help="Several checkpoints (all selected models, or a Training Lab run) add a trajectory.")
     set_page_param("report", chosen)
     label, models = sources[chosen]
-    settings = ReportSettings(images=selection.images)
+    with st.expander("Settings"):
+        c1, c2 = st.columns(2)
+        seeds = c1.number_input("Random-init seeds", 2, 100, DEFAULTS.seeds, key="report_seeds")
+        distance = c2.slider("Whitening distance followed over the checkpoints (px)", 1, 40,
+                             DEFAULTS.trajectory_distance, key="report_distance")
+    settings = ReportSettings(images=selection.images, seeds=int(seeds), trajectory_distance=int(distance))
     key = report_key(models, settings, selection.device)
     report = heavy_result("Checkpoint report", report_result, *key)
     document = report_document(*key)

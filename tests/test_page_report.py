@@ -40,3 +40,25 @@ def test_the_selected_models_as_checkpoints_of_one_run_add_the_trajectory() -> N
     assert app.selectbox(key="report_source").value == "selected" and app.query_params["report"] == "selected"
     assert "over the checkpoints" in chart_titles(app)
     assert any("2 checkpoint(s)" in caption.value for caption in app.caption)
+
+
+def test_a_shared_server_folder_of_checkpoints_is_reported_as_one_run(tmp_path, monkeypatch) -> None:
+    from .test_report import write_checkpoint
+
+    monkeypatch.setenv("FL_DATA_ROOTS", str(tmp_path))
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name, scale in (("ckpt_10", 1.0), ("ckpt_2", 0.2)):
+        write_checkpoint(folder / f"{name}.safetensors", scale)
+    app = page_app(PAGE, models="demo:tiny_vgg", report_dir=str(folder), report=f"dir:{folder}")
+    app.run()
+    assert_clean(app)
+    assert app.selectbox(key="report_source").value == f"dir:{folder}"
+    assert "over the checkpoints" in chart_titles(app)
+    assert any("2 checkpoint(s)" in caption.value for caption in app.caption)
+
+    refused = page_app(PAGE, models="demo:tiny_vgg", report_dir="/etc")
+    refused.run()
+    assert not refused.exception
+    assert "outside the folders this server shares" in refused.error[0].value
+    assert refused.selectbox(key="report_source").value == "model:demo:tiny_vgg"
