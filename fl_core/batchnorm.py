@@ -110,30 +110,105 @@ def folded_patch(patch: Mapping[str, torch.Tensor], scales: Mapping[str, torch.T
             for key, tensor in patch.items()}
 
 
-def recalibrate_batchnorm(model: nn.Module, batches: Iterable[torch.Tensor], device: torch.device) -> int:
-    """Re-estimate the running statistics of every BatchNorm on calibration batches, in place (a private copy).
+def _statistics_norms(model: nn.Module) -> dict[str, nn.modules.batchnorm._BatchNorm]:
+    return {name: m for name, m in model.named_modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats}
 
-    Each BatchNorm's running mean and variance are reset and replaced by the average over the batches of its batch
-    mean and (unbiased) batch variance (PyTorch's cumulative average, ``momentum=None``), the network otherwise in
-    eval mode (dropout off) and without gradients; γ, β and every weight stay as they are. Afterwards the model is
-    in eval mode with each BatchNorm's momentum restored.
+
+def _channel_moments(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Per-channel (dim 1) sum and sum of squares in float64, and the count per channel."""
+    dims = [d for d in range(z.ndim) if d != 1]
+    z = z.double()
+    return z.sum(dims), (z * z).sum(dims), z.numel() // z.shape[1]
+
+
+def _gain(reference_var: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """α = √(v_ref / v), and 1 where either variance vanishes (a zeroed or dead channel keeps its spread)."""
+    ok = (var > 1e-12) & (reference_var > 1e-12)
+    return torch.where(ok, (reference_var / var.clamp_min(1e-12)).sqrt(), torch.ones_like(var))
+
+
+class _Moments:
+    """Running per-channel sums of one BatchNorm's input, for its mean and (biased) variance."""
+
+    def __init__(self) -> None:
+        self.sum = self.squares = 0.0
+        self.count = 0
+
+    def add(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add a batch; return its own mean and variance."""
+        total, squares, count = _channel_moments(z)
+        self.sum, self.squares, self.count = self.sum + total, self.squares + squares, self.count + count
+        mean = total / count
+        return mean, (squares / count - mean**2).clamp_min(0)
+
+    def mean_var(self) -> tuple[torch.Tensor, torch.Tensor]:
+        mean = self.sum / self.count
+        return mean, (self.squares / self.count - mean**2).clamp_min(0)
+
+
+def _affine(z: torch.Tensor, gain: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    shape = [1, -1] + [1] * (z.ndim - 2)
+    return z * gain.to(z.dtype).view(shape) + shift.to(z.dtype).view(shape)
+
+
+def recalibrate_batchnorm(model: nn.Module, reference: nn.Module, batches: Iterable[torch.Tensor],
+                          device: torch.device) -> int:
+    """Re-estimate every BatchNorm's running statistics so that its output has the reference network's statistics.
+
+    On calibration batches, each BatchNorm's input z of ``model`` (a changed copy, e.g. with swapped filters) is
+    matched to the input z_ref of the same BatchNorm in ``reference`` (the original network, same module names):
+    per channel z ← α·z + δ with α = σ_ref/σ, δ = μ_ref − α·μ (statistics of the whole calibration set; per batch while
+    the later layers are measured, so they see the corrected activations, as in ordinary recalibration). The map is
+    then folded into the running statistics, μ_run ← (μ_run − δ)/α and σ²_run + ε ← (σ²_run + ε)/α², so that the
+    BatchNorm computes γ·(α z + δ − μ_run)/σ_run + β unchanged. α = 1 where a variance vanishes.
+
+    Where the reference's running statistics are those of the data (μ_run = μ_ref, σ_run = σ_ref) this is the usual
+    recalibration (μ_run ← μ, σ_run ← σ). It also holds for exported networks whose BatchNorms are identities with
+    the convolutions already folded (the fixture MobileNetV2: plain recalibration took it from 73 % to 0 % top-1).
+    Weights, γ and β are not changed; both networks run in eval mode without gradients.
 
     Returns:
         how many BatchNorm layers were recalibrated.
     """
-    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
-    momenta = [norm.momentum for norm in norms]
+    norms, references = _statistics_norms(model), _statistics_norms(reference)
+    if set(norms) != set(references):
+        raise ValueError("model and reference have different BatchNorm layers")
+    moments = {name: (_Moments(), _Moments()) for name in norms}
+    batch_targets: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def measure_reference(name: str):
+        def hook(module, args):
+            batch_targets[name] = moments[name][0].add(args[0])
+        return hook
+
+    def match(name: str):
+        def hook(module, args):
+            mean, var = moments[name][1].add(args[0])
+            target_mean, target_var = batch_targets[name]
+            gain = _gain(target_var, var)
+            return (_affine(args[0], gain, target_mean - gain * mean), *args[1:])
+        return hook
+
+    handles = [module.register_forward_pre_hook(measure_reference(name)) for name, module in references.items()]
+    handles += [module.register_forward_pre_hook(match(name)) for name, module in norms.items()]
     model.eval()
-    for norm in norms:
-        norm.reset_running_stats()
-        norm.momentum = None
-        norm.train()
+    reference.eval()
     try:
         with torch.no_grad():
             for x in batches:
+                reference(x.to(device))
                 model(x.to(device))
     finally:
-        for norm, momentum in zip(norms, momenta):
-            norm.momentum = momentum
-        model.eval()
+        for handle in handles:
+            handle.remove()
+    with torch.no_grad():
+        for name, norm in norms.items():
+            target_mean, target_var = moments[name][0].mean_var()
+            mean, var = moments[name][1].mean_var()
+            gain = _gain(target_var, var)
+            shift = target_mean - gain * mean
+            running_mean, running_var = norm.running_mean.double(), norm.running_var.double()
+            norm.running_mean.copy_((running_mean - shift) / gain)
+            norm.running_var.copy_(((running_var + norm.eps) / gain**2 - norm.eps).clamp_min(0))
     return len(norms)

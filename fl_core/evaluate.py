@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -31,6 +32,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -40,12 +42,16 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
-from fl_core.backend import Progress, inference_autocast, report, resolve_device, statistics_dtype
+from fl_core.backend import Progress, inference_autocast, report, resolve_device, statistics_dtype, sub_progress
 from fl_core.batchnorm import fold_batchnorm, folded_patch
+from fl_core.errors import AnalysisError
 from fl_core.images import ImageSet, TransformedImages, input_transform
 from fl_core.models import LoadedModel
 from fl_core.results import Result
 from fl_core.swap import FilterSwap, parameter_patch
+
+if TYPE_CHECKING:
+    from fl_core.recovery import RecoveryInfo, RecoverySettings
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +113,24 @@ def map_tree_classes(classes: Sequence[str], n_outputs: int | None,
 
 
 @dataclass(frozen=True)
+class RecoveredScore(Result):
+    """Scores of a swap after recovery (:mod:`fl_core.recovery`), on the same held-out images as the unrecovered one.
+
+    Attributes:
+        steps: distillation steps taken.
+        top1, top5, loss, delta_top1, agreement, kl: as in :class:`VariantScore`.
+    """
+
+    steps: int
+    top1: float | None
+    top5: float | None
+    loss: float | None
+    delta_top1: float | None
+    agreement: float
+    kl: float
+
+
+@dataclass(frozen=True)
 class VariantScore(Result):
     """Scores of one variant (the original or a swap).
 
@@ -119,6 +143,7 @@ class VariantScore(Result):
         agreement: fraction of images with the same top-1 class as the original.
         kl: mean KL(p_original ‖ p_variant) in nats.
         relative_error: ‖W - Ŵ‖/‖W‖ of the swap (``None`` for the original).
+        recovered: the same swap's scores after recovery, when recovery ran.
     """
 
     method: str
@@ -130,6 +155,13 @@ class VariantScore(Result):
     agreement: float
     kl: float
     relative_error: float | None
+    recovered: RecoveredScore | None = None
+
+    def row(self) -> dict:
+        """A flat table row: the recovered scores as ``recovered_*`` columns."""
+        row = self.to_dict()
+        recovered = row.pop("recovered") or {}
+        return {**row, **{f"recovered_{key}": value for key, value in recovered.items()}}
 
 
 @dataclass(frozen=True)
@@ -148,6 +180,7 @@ class RescoreResult(Result):
         world_size: processes that shared the work.
         device: where the forward passes ran (rank 0's device).
         resumed_images: images taken from a resume file instead of being scored again.
+        recovery: the recovery protocol and split, when recovery ran (every score is then on the held-out images).
     """
 
     spec: str
@@ -165,12 +198,14 @@ class RescoreResult(Result):
     world_size: int
     device: str
     resumed_images: int
+    recovery: RecoveryInfo | None = None
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per variant (the original first) with Δ top-1, agreement, KL and reconstruction error."""
+        """One row per variant (the original first) with Δ top-1, agreement, KL, reconstruction error and, when
+        recovery ran, the recovered scores (``recovered_*``)."""
         original = VariantScore(ORIGINAL, self.n_images, self.top1, self.top5, self.loss,
                                 0.0 if self.top1 is not None else None, 1.0, 0.0, None)
-        return pd.DataFrame([v.to_dict() for v in (original, *self.swaps)])
+        return pd.DataFrame([v.row() for v in (original, *self.swaps)])
 
 
 # ------------------------------------------------------------------------------------------------ distributed
@@ -307,7 +342,7 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
 
     Args:
         model: a private model on ``device``; its parameters are overwritten batch by batch and restored at the end.
-        patches: per variant, parameter name -> tensor (the first is usually ``{}``, the original).
+        patches: per variant, parameter or buffer name -> tensor (the first is usually ``{}``, the original).
         loaded: the model's spec, hash and preprocessing (for the data and the resume fingerprint).
         images: the image set (labels are tree class indices).
         label_map: tree class -> model output, or ``None`` to ignore labels.
@@ -327,7 +362,7 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
     done, sums = _load_resume(resume_path, fingerprint, len(patches))
     resumed = done
     mapping = None if label_map is None else torch.as_tensor(np.append(label_map, -1), device=device)
-    parameters = dict(model.named_parameters())
+    parameters = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     keys = sorted({key for patch in patches for key in patch})
     originals = {key: parameters[key].detach().clone() for key in keys}
     todo = images.subset(shard[done:])
@@ -392,8 +427,8 @@ def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | No
 
 def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] = (), *,
             device: str | torch.device | None = None, batch_size: int = DEFAULT_BATCH_SIZE, workers: int | None = None,
-            resume: str | Path | None = None, use_labels: bool = True, progress: Progress | None = None
-            ) -> RescoreResult:
+            resume: str | Path | None = None, use_labels: bool = True, recovery: RecoverySettings | None = None,
+            progress: Progress | None = None) -> RescoreResult:
     """Score the original model and every swap on the same decoded images (module docstring).
 
     Args:
@@ -406,7 +441,12 @@ def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] =
         resume: file of running sums; a rerun with the same inputs continues from it.
         use_labels: score accuracy against the tree's labels; ``False`` (e.g. the bundled photos, whose labels
             are photo names): agreement with the original only.
+        recovery: recover every swap on a calibration split first (:mod:`fl_core.recovery`); every variant is then
+            scored on the held-out rest, and each swap's score gains its ``recovered`` scores.
         progress: ``progress(fraction, message)``.
+
+    Raises:
+        AnalysisError: recovery under torchrun (it runs in one process).
     """
     device = rank_device(device)
     classes = images.classes if images.labelled and use_labels else ()
@@ -415,19 +455,53 @@ def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] =
         log.warning(warning)
     model = loaded.copy_model().eval()
     size = loaded.input_config.input_size
-    scales = fold_batchnorm(model, torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0)))
+    example = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0))
+    scales = fold_batchnorm(model, example)
     model = model.to(device, memory_format=torch.channels_last)
     names = [ORIGINAL, *(s.replacement for s in swaps)]
     patches = [{}, *(folded_patch(parameter_patch(model, s), scales) for s in swaps)]
+    info, scoring = None, progress
+    if recovery is not None and swaps:
+        info, recovered, images, scoring = _recover(loaded, swaps, images, recovery, model, example, device, progress)
+        names += [f"{s.replacement} recovered" for s in swaps]
+        patches += recovered
     sums, resumed, seconds = score_variants(model, patches, loaded, images, mapping.label_map, device=device,
                                             batch_size=batch_size, workers=workers, resume=resume, names=names,
-                                            progress=progress)
+                                            progress=scoring)
     original = _variant(ORIGINAL, sums[0], sums[0], None)
     scored = original.n_images - resumed
+    variants = [_variant(s.replacement, row, sums[0], s.relative_error) for s, row in zip(swaps, sums[1:])]
+    if info is not None:
+        variants = [dataclasses.replace(v, recovered=_recovered(row, sums[0], recovery.steps))
+                    for v, row in zip(variants, sums[1 + len(swaps):])]
     return RescoreResult(
         spec=loaded.spec, label=loaded.label, images=images.description, n_images=original.n_images,
-        top1=original.top1, top5=original.top5, loss=original.loss,
-        swaps=tuple(_variant(s.replacement, row, sums[0], s.relative_error) for s, row in zip(swaps, sums[1:])),
+        top1=original.top1, top5=original.top5, loss=original.loss, swaps=tuple(variants),
         classes=mapping.how, warnings=mapping.warnings, seconds=seconds,
         images_per_second=scored / seconds if seconds > 0 else 0.0, world_size=distributed_rank()[1],
-        device=str(device), resumed_images=resumed)
+        device=str(device), resumed_images=resumed, recovery=info)
+
+
+def _recovered(row: np.ndarray, original: np.ndarray, steps: int) -> RecoveredScore:
+    score = _variant("", row, original, None)
+    return RecoveredScore(steps=steps, top1=score.top1, top5=score.top5, loss=score.loss,
+                          delta_top1=score.delta_top1, agreement=score.agreement, kl=score.kl)
+
+
+def _recover(loaded: LoadedModel, swaps: Sequence[FilterSwap], images: ImageSet, settings: RecoverySettings,
+             model: nn.Module, example: torch.Tensor, device: torch.device, progress: Progress | None
+             ) -> tuple[RecoveryInfo, list[dict[str, torch.Tensor]], ImageSet, Progress | None]:
+    """Split the images, recover every swap; return the record, the recovered states, the held-out images and the
+    progress of the scoring that follows."""
+    from fl_core.recovery import RecoveryInfo, recovered_states, split_calibration  # (recovery -> pruning -> here)
+
+    if distributed_rank()[1] > 1:
+        raise AnalysisError("Recovery runs in one process: re-score with recovery without torchrun.")
+    calibration, held_out = split_calibration(images, settings.calibration, settings.seed)
+    recovering = len(calibration) * (1 + len(swaps)) + 3 * settings.steps * settings.batch * len(swaps)
+    share = recovering / (recovering + len(held_out) * (1 + 2 * len(swaps)))
+    states, recalibrated, seconds = recovered_states(loaded, swaps, calibration, settings, model, example, device,
+                                                     sub_progress(progress, 0.0, share))
+    info = RecoveryInfo(settings=settings, n_calibration=len(calibration), n_held_out=len(held_out),
+                        batchnorm_layers=recalibrated, frozen=tuple(len(s.weights) for s in swaps), seconds=seconds)
+    return info, states, held_out, sub_progress(progress, share, 1.0)

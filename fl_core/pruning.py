@@ -24,7 +24,7 @@ short recovery fine-tune, and the area under each curve (``channel_axes.md`` §6
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -235,32 +235,39 @@ FINETUNE_MAX_GRAD_NORM = 10.0  # unclipped SGD at lr 0.01 diverged on a pruned S
 
 
 def recovery_finetune(model: nn.Module, x: torch.Tensor, teacher_logits: torch.Tensor, settings: PruningSettings,
-                      device: torch.device) -> nn.Module:
-    """Distil the intact network back into a pruned copy, in place [proposed].
+                      device: torch.device, frozen: Collection[str] = (), progress: Progress | None = None
+                      ) -> nn.Module:
+    """Distil the intact network back into a pruned (or filter-swapped) copy, in place [proposed].
 
     ``settings.finetune_steps`` SGD steps (momentum 0.9, gradient norm clipped to :data:`FINETUNE_MAX_GRAD_NORM`) on
     KL(softmax(teacher) ‖ softmax(copy)) over calibration images ``x``, in eval mode (BatchNorm statistics and dropout
     fixed). The intact network is a fixed point, so small steps only pull the copy back toward the original; hard
     labels on a few hundred images of 1000 classes overfit and wreck a pretrained network (10 steps at lr 1e-3 took
-    SqueezeNet from 61.5 % to 13.5 % top-1). Returns the copy in eval mode.
+    SqueezeNet from 61.5 % to 13.5 % top-1). Parameters named in ``frozen`` are not trained (they stay bit for bit).
+    ``progress`` hears of every step (with its KL). Returns the copy in eval mode.
     """
     model.to(device).eval().requires_grad_(True)
-    optimizer = torch.optim.SGD(model.parameters(), lr=settings.finetune_lr, momentum=0.9)
+    for name in frozen:
+        model.get_parameter(name).requires_grad_(False)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(trained, lr=settings.finetune_lr, momentum=0.9)
     generator = torch.Generator().manual_seed(settings.seed)
     batch = min(settings.finetune_batch, len(x))
-    for _ in range(settings.finetune_steps):
+    for step in range(settings.finetune_steps):
         index = torch.randperm(len(x), generator=generator)[:batch]
         student = F.log_softmax(model(x[index].to(device)).float(), dim=1)
         teacher = F.log_softmax(teacher_logits[index].to(device), dim=1)
         loss = F.kl_div(student, teacher, log_target=True, reduction="batchmean")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), FINETUNE_MAX_GRAD_NORM)
+        nn.utils.clip_grad_norm_(trained, FINETUNE_MAX_GRAD_NORM)
         optimizer.step()
+        report(progress, (step + 1) / settings.finetune_steps,
+               f"distillation step {step + 1}/{settings.finetune_steps} · KL {loss.item():.3f}")
     return model.requires_grad_(False).eval()
 
 
-def _logits(model: nn.Module, x: torch.Tensor, device: torch.device, batch_size: int) -> torch.Tensor:
+def batched_logits(model: nn.Module, x: torch.Tensor, device: torch.device, batch_size: int) -> torch.Tensor:
     """``model(x)`` in full precision, batched, on CPU."""
     with torch.no_grad():
         return torch.cat([model(chunk.to(device)).float().cpu() for chunk in x.split(batch_size)])
@@ -381,7 +388,7 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
     base_loss, base_accuracy = evaluate_model(pruner.template, evaluation, device, batch_size)
     base_macs, base_params = tp.utils.count_ops_and_params(pruner.template, example.to(device))
     if settings.finetune_steps > 0:
-        teacher_logits = _logits(pruner.template.eval(), tune_x, device, batch_size)
+        teacher_logits = batched_logits(pruner.template.eval(), tune_x, device, batch_size)
 
     scores, skipped = {}, {}
     for name in settings.criteria:

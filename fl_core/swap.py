@@ -9,6 +9,8 @@ Replacements, by name (the same names appear in results, on the command line and
   swapped filters of each kernel size, :func:`fl_core.masterkeys.cluster_filters`).
 * ``random``: a baseline, a Gaussian random filter rescaled to the same L2 norm ‖y‖.
 * ``keep``: the control, every filter unchanged.
+* ``zero``: the lesion control, every chosen filter zero (with ``layers=[name]``: one depthwise layer removed, to
+  compare with swapping that layer alone).
 
 Swaps never touch the (shared, cached) model: :func:`swapped_model` returns a deep copy, and :func:`parameter_patch`
 gives the new tensors for evaluating many swaps on one private copy (:mod:`fl_core.evaluate`).
@@ -36,6 +38,7 @@ REPLACEMENTS: dict[str, str] = {
     "centroid": "own cluster centroids (a·c + b)",
     "random": "random filters of matched norm (baseline)",
     "keep": "unchanged filters (control)",
+    "zero": "zero filters (lesion control: the layer's spatial filtering removed)",
 }
 
 
@@ -94,6 +97,8 @@ def _replaced_filters(filters: torch.Tensor, replacement: str, k: int, seed: int
     y = filters.double().numpy()
     if replacement == "keep":
         return y.copy()
+    if replacement == "zero":
+        return np.zeros_like(y)
     if replacement == "random":
         noise = torch.randn(filters.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).numpy()
         norms = np.linalg.norm(y.reshape(len(y), -1), axis=1) / np.linalg.norm(noise.reshape(len(y), -1), axis=1)

@@ -92,7 +92,7 @@ def test_chosen_stages_only_change_those_layers():
     assert not torch.equal(model.dw3.weight, loaded.model.dw3.weight)
     with pytest.raises(ValueError, match="Unknown replacement"):
         swap_filters(bank, "E")
-    assert set(REPLACEMENTS) == {"A", "B", "C1", "C2", "D1", "D2", "centroid", "random", "keep"}
+    assert set(REPLACEMENTS) == {"A", "B", "C1", "C2", "D1", "D2", "centroid", "random", "keep", "zero"}
 
 
 def test_weights_only_files_cannot_be_swapped_into_a_network(mobilenet):

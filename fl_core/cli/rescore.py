@@ -8,6 +8,17 @@ centroids or random filters, and score top-1 / top-5 / loss of the original and 
 
 Without --swap the six idealized-model methods are scored (the original plus six variants); a model without depthwise
 convolutions is then scored alone.
+
+Swap → recover → re-score (the papers' protocol, fl_core.recovery): with --recover-steps N, --calibration M images
+are drawn at random (--seed) for calibration and every variant is scored on the disjoint rest. Each swapped copy
+has its BatchNorm statistics matched to the original's on the calibration images, then N distillation steps from the
+original with the swapped filters frozen; each entry of "swaps" in the JSON gains "recovered" scores:
+
+    python -m fl_core rescore --model torchvision:mobilenet_v2=mnv2.pt --mean .5 .5 .5 --std .5 .5 .5 \\
+        --images /data/imagenet-sample --swap B --recover-steps 20 --calibration 256 --json recovered.json
+
+--sweep swaps (by the one --swap, default B) and zeroes each depthwise layer alone: one row per layer, with the
+share of the layer's effect that its idealized models reproduce (fl_core.layersweep).
 """
 
 from __future__ import annotations
@@ -20,7 +31,9 @@ from fl_core.depthwise import depthwise_bank
 from fl_core.errors import AnalysisError
 from fl_core.evaluate import DEFAULT_BATCH_SIZE, distributed_session, rank_device, rescore
 from fl_core.images import open_images
+from fl_core.layersweep import sweep_layers
 from fl_core.masterkeys import DEFAULT_K
+from fl_core.recovery import RecoverySettings
 from fl_core.scalefit import FIT_METHODS
 from fl_core.swap import REPLACEMENTS, swap_filters
 
@@ -38,6 +51,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None, help="DataLoader workers per process")
     parser.add_argument("--resume", default=None, metavar="PATH",
                         help="file of running sums: an interrupted run continues from it")
+    parser.add_argument("--sweep", action="store_true",
+                        help="per-layer sweep: swap (by the one --swap, default B) and zero each depthwise layer alone")
+    recovery = parser.add_argument_group("recovery (swap -> recover -> re-score; every score on the held-out images)")
+    recovery.add_argument("--recover-steps", type=int, default=None, metavar="N",
+                          help="recover every swap: BatchNorm statistics matched to the original's, then N "
+                               "distillation steps with the swapped filters frozen (0: statistics only)")
+    recovery.add_argument("--calibration", type=int, default=RecoverySettings.calibration, metavar="M",
+                          help="images drawn at random (--seed) for the recovery; the rest are scored")
+    recovery.add_argument("--recover-lr", type=float, default=RecoverySettings.lr, help="distillation SGD step size")
+    recovery.add_argument("--recover-batch", type=int, default=RecoverySettings.batch, help="images per step")
+    recovery.add_argument("--no-batchnorm-recalibration", action="store_true",
+                          help="distil without matching the BatchNorm statistics first")
 
 
 def run(args: argparse.Namespace, progress):
@@ -48,10 +73,35 @@ def run(args: argparse.Namespace, progress):
         device = rank_device(args.device)
         swaps = _swaps(loaded, args, device)
         images = open_images(args.images, args.max_images)
+        if args.sweep:
+            return _sweep(loaded, images, args, device, progress)
         result = rescore(loaded, images, swaps, device=device, batch_size=args.batch_size, workers=args.workers,
-                         resume=args.resume, use_labels=args.images != "bundled", progress=progress)
+                         resume=args.resume, use_labels=args.images != "bundled", recovery=_recovery(args),
+                         progress=progress)
     if rank == 0:
         _print_summary(result)
+    return result
+
+
+def _recovery(args: argparse.Namespace) -> RecoverySettings | None:
+    if args.recover_steps is None:
+        return None
+    return RecoverySettings(steps=args.recover_steps, calibration=args.calibration, lr=args.recover_lr,
+                            batch=args.recover_batch, recalibrate_batchnorm=not args.no_batchnorm_recalibration,
+                            seed=args.seed)
+
+
+def _sweep(loaded, images, args: argparse.Namespace, device, progress):
+    if args.swap and len(args.swap) > 1:
+        raise AnalysisError("--sweep swaps each layer by one replacement: give a single --swap.")
+    result = sweep_layers(loaded, images, (args.swap or ["B"])[0], layers=args.layer, stages=args.stage,
+                          recovery=_recovery(args), k=args.k, seed=args.seed, device=device,
+                          batch_size=args.batch_size, workers=args.workers, use_labels=args.images != "bundled",
+                          progress=progress)
+    print(f"{result.label}: each of {len(result.rows)} depthwise layers swapped by {result.replacement} / zeroed "
+          f"alone, on {result.n_images} images")
+    _print_recovery(result.recovery)
+    print(_percent(result.to_frame()).round(4).to_string(index=False))
     return result
 
 
@@ -74,7 +124,21 @@ def _print_summary(result) -> None:
     print(result.classes)
     for warning in result.warnings:
         print(f"warning: {warning}")
-    frame = result.to_frame()
-    for column in ("top1", "top5", "delta_top1", "agreement"):
-        frame[column] = frame[column].map(lambda v: "" if v is None or v != v else f"{100 * v:.1f}%")
-    print(frame.round(4).to_string(index=False))
+    _print_recovery(result.recovery)
+    print(_percent(result.to_frame()).round(4).to_string(index=False))
+
+
+def _print_recovery(recovery) -> None:
+    if recovery is not None:
+        s = recovery.settings
+        print(f"recovered on {recovery.n_calibration} calibration images (seed {s.seed}: BatchNorm statistics "
+              f"{'matched' if s.recalibrate_batchnorm else 'kept'}, {s.steps} distillation steps at lr {s.lr:g}) in "
+              f"{recovery.seconds:.0f} s; every score on the {recovery.n_held_out} held-out images")
+
+
+def _percent(frame):
+    """Accuracy columns as percentages for the summary."""
+    for column in frame:
+        if column.endswith(("top1", "top5", "agreement")):
+            frame[column] = frame[column].map(lambda v: "" if v is None or v != v else f"{100 * v:.1f}%")
+    return frame
