@@ -59,3 +59,20 @@ def test_bad_input_gives_one_line_and_exit_status_2() -> None:
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: No checkpoint file")
+
+
+def test_dash_writes_json_or_csv_to_stdout_and_the_summary_to_stderr(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    command = ["whitening", "--model", "demo:tiny_vgg", "--max-distance", "6"]
+    assert run_cli(*command, "--json", "file.json", "--csv", "file.csv") == 0
+    summary = capsys.readouterr().out
+    assert run_cli(*command, "--json", "-") == 0
+    piped = capsys.readouterr()
+    assert json.loads(piped.out) == json.loads((tmp_path / "file.json").read_text())
+    assert piped.err.strip() == summary.strip() and summary.strip()
+    assert run_cli(*command, "--csv", "-") == 0
+    assert capsys.readouterr().out == (tmp_path / "file.csv").read_text()
+    assert not (tmp_path / "-").exists()
+    with pytest.raises(SystemExit) as refused:
+        run_cli(*command, "--json", "-", "--csv", "-")
+    assert refused.value.code == 2 and "only one output" in capsys.readouterr().err

@@ -2,18 +2,22 @@
 
 Each analysis is a module of this package with ``add_arguments(parser)`` and ``run(args, progress) -> Result``;
 :data:`COMMANDS` lists them (configs as data). The result's ``to_dict()`` goes to ``--json``, its ``to_frame()`` to
-``--csv``, and a short summary to stdout. Errors print one line and exit with status 2.
+``--csv``, and a short summary to stdout. ``-`` as an output path (``--json -``, ``--csv -``, ``--html -``) means the
+standard output; the summary then goes to stderr, so the output can be piped. Errors print one line and exit with
+status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 from fl_core import __version__
 from fl_core.errors import FilterLensError
@@ -29,6 +33,11 @@ COMMANDS: dict[str, str] = {
     "channels": "two axes per channel (local replaceability vs task relevance), lesions, peer replacement, pruning",
     "report": "one self-contained offline HTML report of a checkpoint or of a run's checkpoints (--html PATH)",
 }
+
+STDOUT = Path("-")
+"""The output path that means the standard output."""
+FILE_OUTPUTS = ("json", "csv", "html")
+"""The options that name an output file (any of them may be ``-``)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,8 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the result's to_dict() as JSON")
-    parser.add_argument("--csv", type=Path, metavar="PATH", help="write the result's table as CSV")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the result's to_dict() as JSON ('-': stdout)")
+    parser.add_argument("--csv", type=Path, metavar="PATH", help="write the result's table as CSV ('-': stdout)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: FL_DEVICE or automatic)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -107,15 +116,31 @@ def tqdm_progress(quiet: bool):
     return progress
 
 
+def write_output(path: Path, text: str, stdout: TextIO) -> str:
+    """Write ``text`` to ``path``, or to ``stdout`` when the path is ``-``; return where it went, for the summary."""
+    if path == STDOUT:
+        stdout.write(text)
+        stdout.flush()
+        return "the standard output"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    piped = [f"--{name}" for name in FILE_OUTPUTS if getattr(args, name, None) == STDOUT]
+    if len(piped) > 1:
+        parser.error(f"{' and '.join(piped)} both name '-': only one output can go to the standard output")
+    args.stdout = sys.stdout  # where '-' writes; while the analysis runs, its summary goes to stderr instead
     try:
-        result = args.run(args, tqdm_progress(args.quiet))
+        with contextlib.redirect_stdout(sys.stderr) if piped else contextlib.nullcontext():
+            result = args.run(args, tqdm_progress(args.quiet))
         if args.json:
-            args.json.write_text(json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
+            write_output(args.json, json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n", args.stdout)
         if args.csv:
-            result.to_frame().to_csv(args.csv, index=False)
+            write_output(args.csv, result.to_frame().to_csv(index=False), args.stdout)
     except FilterLensError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -15,8 +15,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from fl_core.cli import add_model_arguments, input_overrides
-from fl_core.htmlreport import write_report_html
+from fl_core.cli import add_model_arguments, input_overrides, write_output
+from fl_core.htmlreport import report_html
 from fl_core.report import SECTIONS, Report, ReportSettings, build_report
 from fl_core.scalefit import FIT_METHODS
 from fl_core.series import load_series
@@ -26,7 +26,8 @@ DEFAULTS = ReportSettings()
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--html", type=Path, required=True, metavar="PATH", help="write the HTML report here")
+    parser.add_argument("--html", type=Path, required=True, metavar="PATH",
+                        help="write the HTML report here ('-': stdout)")
     parser.add_argument("--images", default=DEFAULTS.images, metavar="SOURCE",
                         help="'bundled' (offline natural photos), a folder, or a labelled ImageFolder tree")
     parser.add_argument("--max-images", type=int, default=DEFAULTS.max_images, help="use at most this many images")
@@ -60,8 +61,8 @@ def run(args: argparse.Namespace, progress) -> Report:
     overrides = tuple(sorted((k, v) for k, v in input_overrides(args).items() if v is not None))
     models = load_series(args.model, overrides)
     result = build_report(models, settings_from(args), device=args.device, progress=progress)
-    path = write_report_html(result, args.html)
-    print(f"report of {result.models[-1]['label']} ({len(result.models)} checkpoint(s)) written to {path}")
+    where = write_output(args.html, report_html(result), args.stdout)
+    print(f"report of {result.models[-1]['label']} ({len(result.models)} checkpoint(s)) written to {where}")
     for name, title in SECTIONS.items():
         state = f"skipped: {result.skipped[name]}" if name in result.skipped else "done"
         print(f"  {title:38s} {result.timings.get(name, 0.0):6.1f} s  {state}")
