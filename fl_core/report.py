@@ -23,7 +23,7 @@ import pandas as pd
 
 from fl_core.backend import Progress, report, sub_progress
 from fl_core.calibration import channel_data
-from fl_core.channels import ChannelAxesResult, analyze_channels, default_channel_layer
+from fl_core.channels import ChannelAxesResult, ChannelSettings, analyze_channels, default_channel_layer
 from fl_core.depthwise import depthwise_bank
 from fl_core.energy import EnergyResult, analyze_energy, pearson
 from fl_core.errors import AnalysisError, FilterLensError
@@ -55,6 +55,9 @@ SECTIONS = {
 }
 """Section id -> title, in report order."""
 PART_TITLES = {**SECTIONS, "channels": "Channel axes"}
+SUMMARY_CHANNEL_SETTINGS = ChannelSettings(lesion_kinds=())
+"""The report's channel-axes summary: both axes and their agreement, without the per-channel lesions (one forward
+pass of the evaluation set per channel and kind: minutes on a CPU); the Channel Axes page runs those."""
 """Titles of everything that can be skipped: the sections, and the channel axes within the accuracy section."""
 
 
@@ -360,7 +363,8 @@ def build_report(models: Sequence[LoadedModel], settings: ReportSettings = Repor
         layer = settings.channel_layer or default_channel_layer(conv_inventory(final))
         channels = sections.run("channels", lambda: analyze_channels(
             final, channel_data(settings.images, final, settings.n_calibration, settings.n_evaluation,
-                                seed=settings.seed), layer, device=device, progress=sub_progress(progress, 0.8, 0.95)))
+                                seed=settings.seed), layer, settings=SUMMARY_CHANNEL_SETTINGS, device=device,
+            progress=sub_progress(progress, 0.8, 0.95)))
 
     trajectory = None
     if len(models) > 1:

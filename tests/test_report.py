@@ -246,3 +246,16 @@ def test_the_cache_stamp_of_a_folder_changes_when_a_checkpoint_is_added(tmp_path
     write_checkpoint(tmp_path / "ckpt_2.safetensors", 0.2)
     assert series_stamp(f"weights:{tmp_path}") != before and "ckpt_2" in series_stamp(f"weights:{tmp_path}")
     assert series_stamp("demo:tiny_vgg") == ""  # demo files are shipped with the app
+
+
+def test_the_real_mobilenet_on_the_imagenet_sample_gets_every_section_but_the_trajectory(mobilenet,
+                                                                                        imagenet_sample) -> None:
+    settings = ReportSettings(images=str(imagenet_sample), max_images=6, seeds=2, max_eval_images=24,
+                              n_calibration=16, n_evaluation=16)
+    report = build_report([mobilenet], settings)
+    assert set(report.skipped) == {"trajectory"}, report.skipped
+    assert report.accuracy.n_images == 24 and report.accuracy.top1 >= 0.5  # a trained ImageNet model
+    assert report.masterkeys.n_filters == 7136 and report.masterkeys.kernel_size == 3  # 17 depthwise 3×3 layers
+    assert report.weights.totals["non_finite"] == 0 and len(report.weights.layers) == len(mobilenet.conv_layers)
+    analysed = [row["layer"] for row in report.layers if "master keys" in row["analysed"]]
+    assert len(analysed) == 17

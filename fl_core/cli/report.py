@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fl_core.cli import add_model_arguments, input_overrides, write_output
 from fl_core.htmlreport import report_html
-from fl_core.report import SECTIONS, Report, ReportSettings, build_report
+from fl_core.report import PART_TITLES, SECTIONS, Report, ReportSettings, build_report
 from fl_core.scalefit import FIT_METHODS
 from fl_core.series import load_series
 
@@ -63,7 +63,9 @@ def run(args: argparse.Namespace, progress) -> Report:
     result = build_report(models, settings_from(args), device=args.device, progress=progress)
     where = write_output(args.html, report_html(result), args.stdout)
     print(f"report of {result.models[-1]['label']} ({len(result.models)} checkpoint(s)) written to {where}")
-    for name, title in SECTIONS.items():
+    for name, title in PART_TITLES.items():
+        if name not in SECTIONS and name not in result.timings:
+            continue
         state = f"skipped: {result.skipped[name]}" if name in result.skipped else "done"
         print(f"  {title:38s} {result.timings.get(name, 0.0):6.1f} s  {state}")
     return result
