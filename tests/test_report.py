@@ -158,6 +158,8 @@ def test_report_html_is_one_offline_file_with_every_section_and_the_numbers_of_t
     assert "master keys" in layers["dw"]["analysed"] and "first layer" in layers["body"]["skipped"]
     assert [row["layer"] for row in data["weights"]["layers"]] == list(layers) and set(layers) == {"stem", "body", "dw"}
     assert "weights-only" in document.text("accuracy") and "One checkpoint" in document.text("trajectory")
+    embedded = json.loads(document.scripts[-1])  # the file carries its own numbers: the same as the first run's
+    assert all(embedded[key] == data[key] for key in ("models", "layers", "energy", "whitening", "weights"))
 
 
 def test_a_folder_of_three_checkpoints_is_a_trajectory_in_natural_order(tmp_path: Path) -> None:
