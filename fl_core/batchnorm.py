@@ -5,10 +5,12 @@ inference copy with the same outputs), and re-estimating running statistics on c
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
+
+from fl_core.backend import Progress, report
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +154,8 @@ def _affine(z: torch.Tensor, gain: torch.Tensor, shift: torch.Tensor) -> torch.T
     return z * gain.to(z.dtype).view(shape) + shift.to(z.dtype).view(shape)
 
 
-def recalibrate_batchnorm(model: nn.Module, reference: nn.Module, batches: Iterable[torch.Tensor],
-                          device: torch.device) -> int:
+def recalibrate_batchnorm(model: nn.Module, reference: nn.Module, batches: Sequence[torch.Tensor],
+                          device: torch.device, progress: Progress | None = None) -> int:
     """Re-estimate every BatchNorm's running statistics so that its output has the reference network's statistics.
 
     On calibration batches, each BatchNorm's input z of ``model`` (a changed copy, e.g. with swapped filters) is
@@ -166,7 +168,8 @@ def recalibrate_batchnorm(model: nn.Module, reference: nn.Module, batches: Itera
     Where the reference's running statistics are those of the data (μ_run = μ_ref, σ_run = σ_ref) this is the usual
     recalibration (μ_run ← μ, σ_run ← σ). It also holds for exported networks whose BatchNorms are identities with
     the convolutions already folded (the fixture MobileNetV2: plain recalibration took it from 73 % to 0 % top-1).
-    Weights, γ and β are not changed; both networks run in eval mode without gradients.
+    Weights, γ and β are not changed; both networks run in eval mode without gradients. ``progress`` hears of every
+    batch.
 
     Returns:
         how many BatchNorm layers were recalibrated.
@@ -196,9 +199,10 @@ def recalibrate_batchnorm(model: nn.Module, reference: nn.Module, batches: Itera
     reference.eval()
     try:
         with torch.no_grad():
-            for x in batches:
+            for i, x in enumerate(batches):
                 reference(x.to(device))
                 model(x.to(device))
+                report(progress, (i + 1) / len(batches), f"matching BatchNorm statistics: batch {i + 1}/{len(batches)}")
     finally:
         for handle in handles:
             handle.remove()

@@ -21,9 +21,11 @@ from fl_core.depthwise import depthwise_bank
 from fl_core.energy import EnergyResult, analyze_energy
 from fl_core.evaluate import RescoreResult, rescore
 from fl_core.images import open_images
+from fl_core.layersweep import LayerSweepResult, sweep_layers
 from fl_core.models import LoadedModel
 from fl_core.patches import PatchPCA
 from fl_core.pruning import PruningSettings
+from fl_core.recovery import RecoverySettings
 from fl_core.report import Report, ReportSettings, build_report
 from fl_core.runs import Run, RunConfig, resolve_config, run_inputs, train_run
 from fl_core.series import load_series
@@ -70,13 +72,24 @@ def channel_axes_job(spec: str, overrides: tuple, source: str, layer: str, n_cal
 
 def rescore_job(spec: str, overrides: tuple, images: str, max_images: int, replacements: Sequence[str],
                 stages: tuple[int, ...] | None, k: int, seed: int, batch_size: int, device: str,
-                progress: Progress | None = None) -> RescoreResult:
-    """:func:`fl_core.evaluate.rescore` of the original and each swap of its depthwise filters."""
+                recovery: RecoverySettings | None = None, progress: Progress | None = None) -> RescoreResult:
+    """:func:`fl_core.evaluate.rescore` of the original and each swap of its depthwise filters (each recovered on a
+    calibration split first, with ``recovery``)."""
     loaded = worker_model(spec, overrides)
     bank = depthwise_bank(loaded)
     swaps = [swap_filters(bank, name, stages=stages, k=k, seed=seed, device=device) for name in replacements]
     return rescore(loaded, open_images(images, max_images), swaps, device=device, batch_size=batch_size,
-                   use_labels=images != "bundled", progress=progress)
+                   use_labels=images != "bundled", recovery=recovery, progress=progress)
+
+
+def layer_sweep_job(spec: str, overrides: tuple, images: str, max_images: int, replacement: str,
+                    stages: tuple[int, ...] | None, k: int, seed: int, batch_size: int, device: str,
+                    recovery: RecoverySettings | None = None, progress: Progress | None = None) -> LayerSweepResult:
+    """:func:`fl_core.layersweep.sweep_layers`: each depthwise layer of the chosen stages swapped alone and zeroed
+    alone."""
+    return sweep_layers(worker_model(spec, overrides), open_images(images, max_images), replacement, stages=stages,
+                        recovery=recovery, k=k, seed=seed, device=device, batch_size=batch_size,
+                        use_labels=images != "bundled", progress=progress)
 
 
 def report_job(models: ModelKeys, stamps: tuple[str, ...], settings: ReportSettings, device: str,

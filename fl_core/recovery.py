@@ -122,13 +122,17 @@ def recover_swap(loaded: LoadedModel, swap: FilterSwap, x: torch.Tensor, teacher
         (the recovered copy in eval mode on ``device``, BatchNorm layers recalibrated).
     """
     model = swapped_model(loaded, swap).to(device)
+    matching = 2 * len(x) if settings.recalibrate_batchnorm else 0  # forward passes, against 3 per distilled image
+    share = matching / max(matching + 3 * settings.steps * settings.batch, 1)
     recalibrated = 0
     if settings.recalibrate_batchnorm:
-        recalibrated = recalibrate_batchnorm(model, loaded.forward_copy(device), x.split(settings.batch), device)
+        recalibrated = recalibrate_batchnorm(model, loaded.forward_copy(device), x.split(settings.batch), device,
+                                             sub_progress(progress, 0.0, share))
     schedule = PruningSettings(finetune_steps=settings.steps, finetune_lr=settings.lr, finetune_batch=settings.batch,
                                seed=settings.seed)
     if settings.steps:
-        recovery_finetune(model, x, teacher_logits, schedule, device, frozen=tuple(swap.weights), progress=progress)
+        recovery_finetune(model, x, teacher_logits, schedule, device, frozen=tuple(swap.weights),
+                          progress=sub_progress(progress, share, 1.0))
     return model.eval(), recalibrated
 
 

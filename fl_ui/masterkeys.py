@@ -121,4 +121,8 @@ def filter_swap(spec: str, overrides: tuple, replacement: str, stages: tuple[int
 
 
 rescore_result = pooled(jobs.rescore_job, max_entries=16)
-"""The original and the chosen swaps re-scored (:func:`fl_core.jobs.rescore_job`), in a worker process."""
+"""The original and the chosen swaps re-scored, recovered first if asked (:func:`fl_core.jobs.rescore_job`), in a
+worker process."""
+
+layer_sweep_result = pooled(jobs.layer_sweep_job, max_entries=8)
+"""Each depthwise layer swapped alone and zeroed alone (:func:`fl_core.jobs.layer_sweep_job`), in a worker process."""

@@ -6,7 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from fl_core.evaluate import DEFAULT_BATCH_SIZE, map_tree_classes
-from fl_core.plots.rescore import reconstruction_figure, scores_figure
+from fl_core.plots.rescore import layer_sweep_figure, reconstruction_figure, scores_figure
+from fl_core.recovery import RecoverySettings
 from fl_core.swap import REPLACEMENTS
 from fl_ui.cache import get_images, get_model
 from fl_ui.masterkeys import (
@@ -16,6 +17,7 @@ from fl_ui.masterkeys import (
     depthwise_specs,
     filter_swap,
     get_bank,
+    layer_sweep_result,
     rescore_result,
 )
 from fl_ui.state import current_selection, page_param, set_page_param
@@ -58,6 +60,29 @@ with user_errors():
     if not replacements or not stages:
         st.info("Choose at least one replacement and one stage.")
         st.stop()
+    recover = st.toggle(
+        "Recover after swapping (the papers' protocol)", key="sw_recover",
+        help="The papers do not score a swapped network as it is: they freeze the idealized filters and train the "
+             "rest. Here each swapped copy is recovered on a calibration part of the images and every network is "
+             "scored on the other, held-out part.")
+    recovery = None
+    if recover:
+        r1, r2, r3 = st.columns(3)
+        defaults = RecoverySettings()
+        steps = r1.number_input("Distillation steps", 0, 5000, defaults.steps, key="sw_steps",
+                                help="0: match the BatchNorm statistics only.")
+        calibration = r2.number_input("Calibration images", 2, 5000, defaults.calibration, key="sw_calibration",
+                                      help="Drawn at random (the seed) from the images; never scored.")
+        lr = r3.number_input("Step size", 1e-5, 1.0, defaults.lr, format="%.4f", key="sw_lr")
+        recovery = RecoverySettings(steps=int(steps), calibration=int(calibration), lr=float(lr), seed=int(seed))
+        st.caption(
+            "**What recovery does.** Swapping every layer at once adds up many small errors, and each layer's "
+            "output no longer has the mean and spread the next layer was trained for. Recovery fixes what does not "
+            "touch the idealized filters: (1) each BatchNorm's statistics are re-measured so that its output has the "
+            "original network's mean and spread again; (2) the swapped network learns to copy the original's "
+            "predictions (distillation: no labels needed) for the chosen number of steps, with the idealized "
+            "filters **frozen**, so everything it gains is learned around them. The calibration images are never "
+            "scored: accuracy is measured on the rest.")
     stage_key = tuple(stages)
     swaps = [filter_swap(spec, overrides, name, stage_key, int(k), int(seed), selection.device)
              for name in replacements]
@@ -99,23 +124,59 @@ with user_errors():
                    "image), so compare the variants by how far their outputs move (KL), not by accuracy.")
 
     key = (spec, overrides, selection.images, int(max_images), tuple(replacements), stage_key, int(k), int(seed),
-           int(batch_size), selection.device)
+           int(batch_size), selection.device, recovery)
     if st.button("▶ Re-score", type="primary", key="sw_run"):
         st.session_state["sw_requested"] = key
     if st.session_state.get("sw_requested") != key:
-        st.caption(f"Scores {len(images)} images × {len(replacements) + 1} variants when you press Re-score. From a "
-                   "shell, `python -m fl_core rescore` does the same, on several GPUs with torchrun.")
-        st.stop()
-    result = heavy_result("Re-scoring", rescore_result, *key)
-    plot_with_explanation(
-        scores_figure(result),
-        "**Top-1**: the right class is the model's first guess; **top-5**: among its five guesses. The dotted "
-        "line is the original network. Swapping every layer at once compounds the small errors of each layer; "
-        "the papers fine-tune the rest of the network after freezing idealized filters, which is not done here.\n\n"
-        f"{result.images_per_second:.1f} images/s × {len(result.swaps) + 1} variants on {result.device}.",
-        "rescore_scores", frame=result.to_frame(), data=result.to_dict())
-    if all(v.kl < 1e-9 for v in result.swaps):
-        st.warning("No swap changed the outputs: the depthwise filters of this network do not reach its output "
-                   "yet. A random-init ConvNeXt, for one, multiplies every block by a layer scale of 10⁻⁶.")
-    st.subheader("Original vs each swap")
-    table_with_download(result.to_frame().round(4), "rescore_table")
+        st.caption(f"Scores {len(images)} images × {len(replacements) + 1} variants when you press Re-score"
+                   + (f", after recovering each swap ({len(replacements)} recoveries)" if recovery else "")
+                   + ". From a shell, `python -m fl_core rescore` does the same, on several GPUs with torchrun.")
+    else:
+        result = heavy_result("Re-scoring", rescore_result, *key)
+        after = ("the orange bars are each swap after recovery on "
+                 f"{result.recovery.n_calibration} calibration images ({result.recovery.seconds:.0f} s); every bar "
+                 f"is measured on the same {result.recovery.n_held_out} held-out images." if result.recovery else
+                 "the papers recover the rest of the network around the frozen idealized filters: switch on "
+                 "*Recover after swapping* to do the same.")
+        plot_with_explanation(
+            scores_figure(result),
+            "**Top-1**: the right class is the model's first guess; **top-5**: among its five guesses. The dotted "
+            "line is the original network. Swapping every layer at once compounds the small errors of each layer; "
+            f"{after}\n\n{result.images_per_second:.1f} images/s × {len(result.swaps) + 1} variants on "
+            f"{result.device}.", "rescore_scores", frame=result.to_frame(), data=result.to_dict())
+        if all(v.kl < 1e-9 for v in result.swaps):
+            st.warning("No swap changed the outputs: the depthwise filters of this network do not reach its output "
+                       "yet. A random-init ConvNeXt, for one, multiplies every block by a layer scale of 10⁻⁶.")
+        st.subheader("Original vs each swap")
+        table_with_download(result.to_frame().round(4), "rescore_table")
+
+    st.subheader("How much of this network is theory? One layer at a time")
+    st.markdown(
+        "Swapping every layer at once mixes all the errors together. The sweep takes **one depthwise layer at a "
+        "time**: swap only that layer and, as the control, **zero** only that layer (its spatial filtering deleted). "
+        "A layer whose swapped bar stays near the original while its zeroed bar falls is a layer the theory "
+        "explains; where both fall, the idealized models miss something the network needs.")
+    s1, s2 = st.columns([2, 3])
+    choices = [r for r in REPLACEMENTS if r != "zero"]
+    sweep_replacement = s1.selectbox("Swap each layer by", choices, index=choices.index("B"),
+                                     format_func=lambda r: f"{r}: {REPLACEMENTS[r]}", key="sw_sweep_replacement")
+    n_layers = len(bank.chosen(stages=stages))
+    s2.caption(f"{n_layers} layers × 2 variants + the original on each image"
+               + (f", every variant recovered first ({2 * n_layers} recoveries)" if recovery else "") + ".")
+    sweep_key = (spec, overrides, selection.images, int(max_images), sweep_replacement, stage_key, int(k), int(seed),
+                 int(batch_size), selection.device, recovery)
+    if st.button("▶ Sweep the layers", key="sw_sweep_run"):
+        st.session_state["sw_sweep_requested"] = sweep_key
+    if st.session_state.get("sw_sweep_requested") == sweep_key:
+        sweep = heavy_result("Sweeping the layers", layer_sweep_result, *sweep_key)
+        plot_with_explanation(
+            layer_sweep_figure(sweep),
+            "Each group of bars is one depthwise layer, in the order the image flows through the network. **Grey**: "
+            "that layer's filters set to zero — how much the network needs the layer at all. **Blue**: that "
+            f"layer's filters replaced by {sweep.replacement}"
+            + (", **orange**: the same after recovery" if sweep.recovery else "")
+            + ". The dotted line is the original network.\n\nThe table's *theory share* is 1 − KL(swapped) / "
+            "KL(zeroed): the part of the layer's effect on the predictions that its idealized filters reproduce "
+            "(1: all of it, 0: no better than deleting the layer).",
+            "layer_sweep", frame=sweep.to_frame(), data=sweep.to_dict())
+        table_with_download(sweep.to_frame().round(4), "layer_sweep_table")

@@ -119,13 +119,15 @@ def _swaps(loaded, args: argparse.Namespace, device) -> list:
 
 
 def _print_summary(result) -> None:
+    variants = len(result.swaps) * (2 if result.recovery else 1) + 1
     print(f"{result.label} on {result.images}: {result.n_images} images, {result.images_per_second:.1f} img/s "
-          f"× {len(result.swaps) + 1} variants, {result.world_size} process(es), device {result.device}")
+          f"× {variants} variants, {result.world_size} process(es), device {result.device}")
     print(result.classes)
     for warning in result.warnings:
         print(f"warning: {warning}")
     _print_recovery(result.recovery)
-    print(_percent(result.to_frame()).round(4).to_string(index=False))
+    frame = result.to_frame().drop(columns=["recovered_steps"], errors="ignore")
+    print(_percent(frame).round(4).to_string(index=False))
 
 
 def _print_recovery(recovery) -> None:

@@ -1,0 +1,36 @@
+"""AppTest of the Swap & Re-score page's recovery option and per-layer sweep, on the offline default model."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from fl_ui.masterkeys import DEFAULT_SWAP_SPEC, get_bank
+
+from .test_pages_masterkeys import assert_clean, open_page, text_of
+
+
+def test_swap_page_recovers_each_swap_on_held_out_images_and_sweeps_one_stage():
+    app = open_page("swap_rescore", swaps="B")
+    assert app.selectbox(key="sw_model").value == DEFAULT_SWAP_SPEC
+    app.number_input[0].set_value(6).run()  # images (at most)
+    app.toggle(key="sw_recover").set_value(True).run()
+    app.number_input(key="sw_steps").set_value(1).run()
+    app.number_input(key="sw_calibration").set_value(3).run()
+    assert "What recovery does" in text_of(app)
+    app.button(key="sw_run").click().run()
+    assert_clean(app)
+    table = app.dataframe[-1].value
+    assert table["method"].tolist() == ["original", "B"] and (table["n_images"] == 3).all()  # 6 - 3 calibration
+    assert pd.notna(table["recovered_agreement"].iloc[1]) and table["recovered_steps"].iloc[1] == 1
+    assert "3 held-out images" in text_of(app)
+
+    first_stage = min(get_bank(DEFAULT_SWAP_SPEC).stages)
+    app.toggle(key="sw_recover").set_value(False).run()
+    app.multiselect(key="sw_stages").set_value([first_stage]).run()
+    app.button(key="sw_sweep_run").click().run()
+    assert_clean(app)
+    sweep = app.dataframe[-1].value
+    layers = [layer.name for layer in get_bank(DEFAULT_SWAP_SPEC).chosen(stages=[first_stage])]
+    assert sweep["layer"].tolist() == layers
+    assert (sweep["zeroed_kl"] > 0).all() and "theory_share" in sweep
+    assert "theory share" in text_of(app)
