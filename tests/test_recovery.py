@@ -20,6 +20,7 @@ from fl_core.evaluate import rescore
 from fl_core.images import ImageSet, iter_input_batches
 from fl_core.layersweep import sweep_layers, theory_share
 from fl_core.models import InputConfig, LoadedModel
+from fl_core.plots.rescore import layer_sweep_figure, scores_figure
 from fl_core.pruning import batched_logits
 from fl_core.recovery import RecoverySettings, recover_swap, split_calibration
 from fl_core.swap import swap_filters, swapped_model
@@ -177,6 +178,8 @@ def test_recovered_swaps_score_better_on_held_out_images_and_keep_stays_the_orig
     assert list(frame["method"]) == ["original", "B", "keep"]
     assert frame["recovered_top1"].iloc[1] == swapped.recovered.top1
     assert result.to_dict()["swaps"][0]["recovered"]["steps"] == 20
+    bars = {trace.name: list(trace.y) for trace in scores_figure(result).data}
+    assert bars["top-1 after recovery"][1:] == [swapped.recovered.top1, kept.recovered.top1]
 
 
 def plain_scores(model: nn.Module, original: nn.Module, images: ImageSet) -> tuple[float, float]:
@@ -218,6 +221,9 @@ def test_the_sweep_has_one_row_per_depthwise_layer_and_the_theory_share_of_its_k
         assert row.recovered_theory_share is None
     assert theory_share(0.2, 0.0) is None
     assert sweep.to_dict()["rows"][0]["layer"] == "dw1"
+    figure = layer_sweep_figure(sweep)
+    assert [trace.name for trace in figure.data] == ["layer zeroed (lesion control)", "layer swapped by B"]
+    assert list(figure.data[1].y) == [row.swapped.top1 for row in sweep.rows]
 
 
 def snapshot(loaded: LoadedModel) -> dict[str, tuple[torch.Tensor, int]]:
@@ -234,6 +240,7 @@ def test_recovery_and_the_sweep_never_touch_the_cached_model():
     for key, tensor in loaded.model.state_dict().items():
         assert torch.equal(tensor, before[key][0]) and tensor.data_ptr() == before[key][1], key
     assert not any(p.requires_grad for p in loaded.model.parameters()) and not loaded.model.training
+    assert len(layer_sweep_figure(swept).data) == 3  # zeroed, swapped, swapped and recovered
 
 
 def test_cli_rescore_json_has_recovered_scores(tmp_path, capsys):
@@ -250,3 +257,8 @@ def test_cli_rescore_json_has_recovered_scores(tmp_path, capsys):
     assert "held-out images" in capsys.readouterr().out
     assert main(["rescore", "--model", "timm:mobilenetv2_100", "--input-size", "32", "--images", "bundled",
                  "--swap", "B", "--recover-steps", "1", "--calibration", "11", "--quiet"]) == 2  # nothing left to score
+    sweep = tmp_path / "sweep.json"
+    assert main(["rescore", "--model", "timm:mobilenetv2_100", "--input-size", "32", "--images", "bundled", "--sweep",
+                 "--stage", "1", "--workers", "0", "--quiet", "--json", str(sweep)]) == 0
+    rows = json.loads(sweep.read_text())["rows"]
+    assert rows and all(row["stage"] == 1 and row["zeroed"]["method"] == "zero" for row in rows)
