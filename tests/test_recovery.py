@@ -262,3 +262,20 @@ def test_cli_rescore_json_has_recovered_scores(tmp_path, capsys):
                  "--stage", "1", "--workers", "0", "--quiet", "--json", str(sweep)]) == 0
     rows = json.loads(sweep.read_text())["rows"]
     assert rows and all(row["stage"] == 1 and row["zeroed"]["method"] == "zero" for row in rows)
+
+
+@pytest.mark.slow
+def test_matching_the_batchnorm_statistics_recovers_the_real_mobilenet_swapped_by_b(mobilenet, imagenet_sample):
+    """The fixture's BatchNorms are identities (folded TFLite export): the statistics matching must still hold."""
+    from fl_core.images import folder_images
+
+    from .test_evaluate import readme_preprocessing
+
+    loaded = readme_preprocessing(mobilenet)
+    settings = RecoverySettings(steps=0, calibration=32, batch=16)
+    result = rescore(loaded, folder_images(imagenet_sample, limit=64), [swap_filters(depthwise_bank(loaded), "B")],
+                     batch_size=32, workers=0, recovery=settings)
+    swapped = result.swaps[0]
+    assert result.n_images == 32 and result.recovery.batchnorm_layers == 52 and result.recovery.frozen == (17,)
+    assert result.top1 >= 0.6 and swapped.top1 <= 0.15  # 78.1 % and 4.0 % on 744 held-out images (docs/results.md)
+    assert swapped.recovered.top1 >= swapped.top1 + 0.15 and swapped.recovered.kl < 0.5 * swapped.kl
