@@ -101,7 +101,13 @@ def _sweep(loaded, images, args: argparse.Namespace, device, progress):
     print(f"{result.label}: each of {len(result.rows)} depthwise layers swapped by {result.replacement} / zeroed "
           f"alone, on {result.n_images} images")
     _print_recovery(result.recovery)
-    print(_percent(result.to_frame()).round(4).to_string(index=False))
+    metric = "top1" if result.top1 is not None else "agreement"
+    columns = ["layer", "stage", "relative_error", f"swapped_{metric}", f"zeroed_{metric}", "theory_share"]
+    if result.recovery is not None:
+        columns += [f"swapped_recovered_{metric}", f"zeroed_recovered_{metric}", "recovered_theory_share"]
+    if result.top1 is not None:
+        print(f"original top-1 {100 * result.top1:.1f}%")
+    print(_percent(result.to_frame()[columns].copy()).round(4).to_string(index=False))
     return result
 
 
