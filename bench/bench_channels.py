@@ -1,4 +1,5 @@
-"""Time and memory of a full Channel Axes layer analysis, as ratios to one forward pass over the same images.
+"""How the time and memory of a full Channel Axes layer analysis grow with the layer's channels, in seconds and as
+ratios to one forward pass over the same images.
 
 For each (channels C, images N) the analysed layer is the last conv of a random-init SmallVGG whose stages are C/4,
 C/2, C wide (32×32 inputs, 11 classes, random labels); calibration and evaluation sets have N images each. Stages:
@@ -11,10 +12,12 @@ C/2, C wide (32×32 inputs, 11 classes, random labels); calibration and evaluati
 * ``memory``     — peak resident memory above the process's level before the stage (CPU; Linux ``VmHWM``, reset
   per stage) or peak CUDA memory, vs the same for one forward pass.
 
-Each configuration runs in a fresh subprocess so memory peaks do not leak between rows. Usage::
+Each time is the least of ``--repeats`` runs; each configuration runs in a fresh subprocess so memory peaks do not
+leak between rows. One table per N, one row per C, and as the last row the growth exponent of each cost against C
+(a conv layer's FLOPs grow as C²). Usage::
 
-    python bench/bench_channels.py                 # C ∈ {32, 64, 128, 256}, N ∈ {128, 512}
-    python bench/bench_channels.py --channels 64 --images 256 1024
+    python bench/bench_channels.py                 # C ∈ {16, 32, 64, 128}, N = 128
+    python bench/bench_channels.py --channels 64 128 256 --images 256 1024
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from _scaling import Column, best_time, scaling_note, scaling_table
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -49,21 +53,15 @@ def _memory_mb() -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-def _measured(fn):
-    """Run ``fn()``; return (result, seconds, MiB of peak memory above the level before)."""
-    import torch
-
+def _measured(fn, repeats: int, device):
+    """Run ``fn()`` ``repeats`` times; return (result, least seconds, MiB of peak memory above the level before)."""
     _reset_peak()
     before, _ = _memory_mb()
-    start = time.perf_counter()
-    value = fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
+    seconds, value = best_time(fn, repeats, device)
     return value, seconds, max(_memory_mb()[1] - before, 0.0)
 
 
-def run_one(channels: int, images: int) -> dict:
+def run_one(channels: int, images: int, repeats: int) -> dict:
     """One configuration, in this process."""
     import torch
 
@@ -94,49 +92,57 @@ def run_one(channels: int, images: int) -> dict:
             for batch, _ in data.calibration.batches(settings.batch_size):
                 model(batch.to(device))
 
-    _, _, forward_mb = _measured(forward)  # the first pass allocates: its memory peak
-    _, forward_s, _ = _measured(forward)  # a warm pass: its time
+    _, forward_s, forward_mb = _measured(forward, repeats + 1, device)  # the first pass allocates: its memory peak
     (site, _, local, table), stats_s, stats_mb = _measured(
-        lambda: layer_axes(model, layer, data, settings, device, None))
+        lambda: layer_axes(model, layer, data, settings, device, None), repeats, device)
     interventions, lesion_s, lesion_mb = _measured(lambda: channel_interventions(
         model, site, data.evaluation, local.post_means, local.replacement_peers, local.replacement_beta,
         local.replacement_intercept, device=device, batch_size=settings.batch_size,
-        memory_bytes=settings.memory_bytes))
+        memory_bytes=settings.memory_bytes), repeats, device)
     scores = importance_scores(add_intervention_columns(table, interventions))
     pruning = PruningSettings(criteria=("local", "target", "l1", "random"), finetune_steps=0)
     _, pruning_s, pruning_mb = _measured(lambda: prune_curves(
-        model, layer, data.calibration, data.evaluation, scores, pruning, device=device))
-    copies = 3 * channels + 1
+        model, layer, data.calibration, data.evaluation, scores, pruning, device=device), repeats, device)
     return {"channels": channels, "images": images, "device": str(device), "forward_s": forward_s,
-            "statistics": stats_s / forward_s, "lesions": lesion_s / forward_s,
-            "lesions_per_copy": lesion_s / forward_s / copies, "lesion_mode": interventions.effects.mode,
-            "pruning": pruning_s / forward_s, "forward_mb": forward_mb, "statistics_mb": stats_mb,
+            "statistics_s": stats_s, "lesions_s": lesion_s, "pruning_s": pruning_s,
+            "lesion_mode": interventions.effects.mode, "forward_mb": forward_mb, "statistics_mb": stats_mb,
             "lesions_mb": lesion_mb, "pruning_mb": pruning_mb}
+
+
+COLUMNS = (Column("C", "d"), Column("forward s", ".3f", cost=True), Column("stats s", ".3f", cost=True),
+           Column("lesions s", ".3f", cost=True), Column("pruning s", ".3f", cost=True), Column("stats ×", ".1f"),
+           Column("lesions ×", ".1f"), Column("per copy ×", ".3f"), Column("pruning ×", ".1f"),
+           Column("fwd MB", ".0f", cost=True), Column("stats MB", ".0f", cost=True),
+           Column("lesion MB", ".0f", cost=True), Column("prune MB", ".0f", cost=True))
+
+
+def row(channels: int, images: int, repeats: int) -> list:
+    """One table row, measured in a fresh subprocess."""
+    out = subprocess.run([sys.executable, __file__, "--one", str(channels), str(images), "--repeats", str(repeats)],
+                         check=True, capture_output=True, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    forward = r["forward_s"]
+    return [channels, forward, r["statistics_s"], r["lesions_s"], r["pruning_s"], r["statistics_s"] / forward,
+            r["lesions_s"] / forward, r["lesions_s"] / forward / (3 * channels + 1), r["pruning_s"] / forward,
+            r["forward_mb"], r["statistics_mb"], r["lesions_mb"], r["pruning_mb"]]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--channels", type=int, nargs="+", default=[32, 64, 128, 256])
-    parser.add_argument("--images", type=int, nargs="+", default=[128, 512])
+    parser.add_argument("--channels", type=int, nargs="+", default=[16, 32, 64, 128])
+    parser.add_argument("--images", type=int, nargs="+", default=[128])
+    parser.add_argument("--repeats", type=int, default=3, help="time each stage this many times, keep the least")
     parser.add_argument("--one", type=int, nargs=2, metavar=("C", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(run_one(*args.one)))
+        print(json.dumps(run_one(*args.one, args.repeats)))
         return
-    header = (f"{'C':>5} {'N':>5} {'forward s':>9} | {'stats ×':>7} {'lesions ×':>9} {'per copy ×':>10} "
-              f"{'pruning ×':>9} | {'fwd MB':>7} {'stats MB':>8} {'lesion MB':>9} {'prune MB':>8}")
-    print(header)
-    print("-" * len(header))
-    for channels in args.channels:
-        for images in args.images:
-            out = subprocess.run([sys.executable, __file__, "--one", str(channels), str(images)], check=True,
-                                 capture_output=True, text=True).stdout
-            r = json.loads(out.strip().splitlines()[-1])
-            print(f"{channels:>5} {images:>5} {r['forward_s']:>9.3f} | {r['statistics']:>7.1f} {r['lesions']:>9.1f} "
-                  f"{r['lesions_per_copy']:>10.3f} {r['pruning']:>9.1f} | {r['forward_mb']:>7.0f} "
-                  f"{r['statistics_mb']:>8.0f} {r['lesions_mb']:>9.0f} {r['pruning_mb']:>8.0f}", flush=True)
-    print("ratios: stage time / one forward pass over the same N images; per copy: lesions ÷ (3C + 1) copies "
+    for images in args.images:
+        print(f"\nN = {images} calibration and {images} evaluation images")
+        print(scaling_table(COLUMNS, [row(channels, images, args.repeats) for channels in args.channels]), flush=True)
+    print("×: stage time / one forward pass over the same N images; per copy: lesions ÷ (3C + 1) copies "
           "(1.0 = as slow as one full pass per lesion); MB: peak memory above the level before the stage.")
+    print(scaling_note(args.repeats, "channels C"))
 
 
 if __name__ == "__main__":

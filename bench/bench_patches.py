@@ -1,27 +1,31 @@
-"""Benchmark: streaming patch statistics vs the pure matrix product of the same FLOPs and vs the authors' approach.
+"""Benchmark: how streaming patch statistics grow with the number of patches, against the pure matrix product of the
+same FLOPs and against the authors' approach.
 
-    python bench/bench_patches.py [--kernel 7] [--images 4 16 64] [--size 224] [--device cpu]
+    python bench/bench_patches.py [--kernel 7] [--images 1 4 16 64] [--size 224] [--repeats 3] [--device cpu]
 
-For each image count it prints, measured in one run:
+One table row per image count, measured in one run:
 
-* ``stream``: :class:`fl_core.patches.PatchStatistics` (unfold in bands + one float64 GEMM per chunk) + eigh;
-* ``gemm``: the bare product Pᵀ P of an (n_patches × D) float64 matrix already in memory — the same FLOPs with no
-  patch extraction (target: stream ≤ 2× gemm);
+* ``stream``: :class:`fl_core.patches.PatchStatistics` (strided band copies + one float64 GEMM per band) + its PCA
+  (``pca``: the covariance's eigh, a fixed cost);
+* ``gemm``: the bare product Pᵀ P of an (n_patches × D) float64 matrix already in memory (in row blocks of at most
+  512 MiB, so memory stays bounded) — the same FLOPs with no patch extraction (target: stream ≤ 1.5× gemm);
 * ``authors``: materialise every patch as one float64 matrix and call ``torch.pca_lowrank(q=D)`` (the approach of
-  Chowers & Weiss' code; target: stream ≥ 5× faster);
+  Chowers & Weiss' code; target: stream ≥ 5× faster; timed once, it is slow; skipped above
+  ``--skip-authors-above`` images, its memory grows with the patches);
 
-and the peak resident memory each adds (streaming memory must not grow with the number of patches).
+the seconds per 10⁶ patches, the peak resident memory each adds (streaming memory must not grow with the patches),
+and, as the last row, the growth exponent of each cost against the work (1 = linear in the patches; 0 = flat memory).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _scaling import Column, best_time, scaling_note, scaling_table
 
 from fl_core.images import bundled_images, scaled_input
 from fl_core.models import InputConfig
@@ -58,26 +62,38 @@ def image_stack(n: int, size: int) -> torch.Tensor:
     return torch.stack(tiles)
 
 
-def timed(fn, *args) -> tuple[float, int, object]:
-    """Wall time, peak added RSS and result of ``fn(*args)``."""
+def measured(fn, repeats: int, device: str) -> tuple[float, int, object]:
+    """(least wall time of ``repeats`` calls, peak RSS added by any of them, the result) of ``fn()``."""
     start_rss = reset_peak_rss()
-    start = time.perf_counter()
-    out = fn(*args)
-    return time.perf_counter() - start, peak_rss_since(start_rss), out
+    seconds, out = best_time(fn, repeats, device)
+    return seconds, peak_rss_since(start_rss), out
 
 
-def stream(images: torch.Tensor, kernel: int, device: str):
+def accumulate(images: torch.Tensor, kernel: int, device: str) -> PatchStatistics:
     stats = PatchStatistics((kernel, kernel), device=device)
     for batch in images.split(4):
         stats.update(batch)
-    return stats.pca()
+    return stats
 
 
-def bare_gemm(n_patches: int, dim: int, device: str):
-    matrix = torch.randn(n_patches, dim, dtype=torch.float64, device=device)
-    start = time.perf_counter()
-    product = matrix.T @ matrix
-    return time.perf_counter() - start, product
+GEMM_BLOCK_ELEMENTS = 2**26
+"""Largest block of the bare product's matrix: 512 MiB in float64."""
+
+
+def bare_gemm(n_patches: int, dim: int, repeats: int, device: str) -> float:
+    """Least seconds of Pᵀ P for an (n_patches × dim) float64 P, summed over row blocks of one random block (at most
+    :data:`GEMM_BLOCK_ELEMENTS`) reused: the FLOPs of the streaming statistics without the patch extraction."""
+    rows = min(n_patches, GEMM_BLOCK_ELEMENTS // dim)
+    block = torch.randn(rows, dim, dtype=torch.float64, device=device)
+    sizes = [rows] * (n_patches // rows) + ([n_patches % rows] if n_patches % rows else [])
+    product = torch.zeros(dim, dim, dtype=torch.float64, device=device)
+
+    def blocks() -> None:
+        product.zero_()
+        for size in sizes:
+            product.addmm_(block[:size].T, block[:size])
+
+    return best_time(blocks, repeats, device)[0]
 
 
 def authors(images: torch.Tensor, kernel: int):
@@ -85,30 +101,43 @@ def authors(images: torch.Tensor, kernel: int):
     return torch.pca_lowrank(patches, q=patches.shape[1])
 
 
+COLUMNS = (Column("images", "d"), Column("patches", ",d"), Column("stream s", ".3f", cost=True),
+           Column("pca s", ".3f", cost=True), Column("gemm s", ".3f", cost=True), Column("stream/gemm", ".2f"),
+           Column("s/10⁶ patches", ".3f"), Column("stream MiB", ".0f", cost=True),
+           Column("authors s", ".2f", cost=True), Column("authors/stream", ".1f"),
+           Column("authors MiB", ".0f", cost=True))
+
+
+def row(n: int, args: argparse.Namespace) -> list:
+    """One table row: the costs of ``n`` images' patches."""
+    images = image_stack(n, args.size)
+    stats_s, stream_mem, stats = measured(lambda: accumulate(images, args.kernel, args.device), args.repeats,
+                                          args.device)
+    pca_s, pca = best_time(stats.pca, args.repeats)
+    stream_s = stats_s + pca_s
+    gemm_s = bare_gemm(pca.n_patches, pca.dim, args.repeats, args.device)
+    authors_s = authors_mem = ratio = None
+    if n <= args.skip_authors_above:
+        authors_s, authors_mem, _ = measured(lambda: authors(images, args.kernel), 1, "cpu")
+        ratio, authors_mem = authors_s / stream_s, authors_mem / 2**20
+    return [n, pca.n_patches, stream_s, pca_s, gemm_s, stream_s / gemm_s, stream_s / pca.n_patches * 1e6,
+            stream_mem / 2**20, authors_s, ratio, authors_mem]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernel", type=int, default=7)
-    parser.add_argument("--images", type=int, nargs="+", default=[4, 16, 64])
+    parser.add_argument("--images", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--skip-authors-above", type=int, default=64, help="skip the materialising run beyond this")
+    parser.add_argument("--repeats", type=int, default=3, help="time each point this many times, keep the least")
+    parser.add_argument("--skip-authors-above", type=int, default=16, help="skip the materialising run beyond this")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}, "
           f"kernel {args.kernel}×{args.kernel}×3 (D = {3 * args.kernel**2}), images {args.size}²")
-    print(f"{'images':>7} {'patches':>11} {'stream s':>9} {'gemm s':>8} {'authors s':>10} {'stream/gemm':>12} "
-          f"{'authors/stream':>15} {'stream MiB':>11} {'authors MiB':>12}")
-    for n in args.images:
-        images = image_stack(n, args.size)
-        stream_s, stream_mem, pca = timed(stream, images, args.kernel, args.device)
-        gemm_s, _ = bare_gemm(pca.n_patches, pca.dim, args.device)
-        if n <= args.skip_authors_above:
-            authors_s, authors_mem, _ = timed(authors, images, args.kernel)
-            ratio, mem = f"{authors_s / stream_s:15.1f}", f"{authors_mem / 2**20:12.0f}"
-            authors_txt = f"{authors_s:10.2f}"
-        else:
-            authors_txt, ratio, mem = f"{'-':>10}", f"{'-':>15}", f"{'-':>12}"
-        print(f"{n:7d} {pca.n_patches:11,d} {stream_s:9.2f} {gemm_s:8.2f} {authors_txt} {stream_s / gemm_s:12.2f} "
-              f"{ratio} {stream_mem / 2**20:11.0f} {mem}")
+    print(scaling_table(COLUMNS, [row(n, args) for n in args.images]))
+    print(scaling_note(args.repeats, "images"))
+    print("targets: stream/gemm ≤ 1.5 (DESIGN: ≤ 2), authors/stream ≥ 5, stream MiB flat (exponent ≈ 0)")
 
 
 if __name__ == "__main__":
