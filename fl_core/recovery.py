@@ -20,7 +20,7 @@ private copy of each swapped network:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -162,13 +162,9 @@ def recovered_states(loaded: LoadedModel, swaps: Sequence[FilterSwap], calibrati
         report(step, 0.0, f"recovering {swap.replacement} ({i + 1}/{len(swaps)})")
         model, recalibrated = recover_swap(loaded, swap, x, teacher, settings, device, step)
         fold_batchnorm(model, example.to(device))
-        state = _detached(model.state_dict())
+        state = model.state_dict()  # detached tensors, the copy's own
         if set(state) != keys:
             raise AnalysisError(f"The recovered {swap.replacement} network does not fold its BatchNorms like the "
                                 "original: re-score it without recovery, or report the model.")
         states.append(state)
     return states, recalibrated, time.perf_counter() - start
-
-
-def _detached(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {key: tensor.detach().clone() for key, tensor in state.items()}
