@@ -1,8 +1,11 @@
 """Re-scoring throughput: FilterLens vs a plain torchvision ``ImageFolder`` + ``DataLoader`` + ``model(x)`` loop on the
-same model, images, batch size, workers and device, and the cost of scoring the original plus six swapped variants.
+same model, images, batch size, workers and device, and how the cost grows with the variants scored together (the
+original plus 0, 1, 3 and 6 swapped ones, all depthwise layers swapped by the fitting methods in order).
 
-Prints images/s of both loops and two ratios (DESIGN targets: throughput ratio ≥ 1; 1 + 6 variants ≤ 3× one plain
-evaluation), plus the decode-only rate that bounds them. Example:
+Prints images/s of both loops; one table row per number of variants — seconds, seconds per variant, seconds per
+variant added to the original alone, and the first two against one plain evaluation — with the growth exponent of
+time with the variants as the last row; two ratios (DESIGN targets: throughput ratio ≥ 1; 1 + 6 variants ≤ 3× one
+plain evaluation); and the decode-only rate that bounds them. Times are the least of ``--repeats`` runs. Example:
 
     python bench/bench_rescore.py --model torchvision:mobilenet_v2=mobilenet_v2_imagenet.pt --mean .5 .5 .5 \\
         --std .5 .5 .5 --crop-pct 0.875 --images ../shared/fixtures/imagenet-sample --max-images 200
@@ -11,11 +14,11 @@ evaluation), plus the decode-only rate that bounds them. Example:
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import torch
 import torchvision
+from _scaling import Column, best_time, scaling_note, scaling_table
 from torch.utils.data import DataLoader, Subset
 from torchvision import transforms
 
@@ -35,26 +38,25 @@ def plain_transform(config) -> transforms.Compose:
         transforms.CenterCrop(config.input_size), transforms.ToTensor(), transforms.Normalize(config.mean, config.std)])
 
 
-def plain_loop(model, loader, device) -> tuple[float, float]:
-    """(seconds, top-1) of ``for x, y in loader: model(x)``."""
+def plain_loop(model, loader, device) -> float:
+    """Top-1 of ``for x, y in loader: model(x)``."""
     model = model.to(device).eval()
     correct = total = 0
-    start = time.perf_counter()
     with torch.no_grad():
         for x, y in loader:
             logits = model(x.to(device))
             correct += int((logits.argmax(dim=1).cpu() == y).sum())
             total += len(y)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, correct / total
+    return correct / total
 
 
-def decode_only(loader) -> float:
-    start = time.perf_counter()
+def decode_only(loader) -> None:
     for _ in loader:
         pass
-    return time.perf_counter() - start
+
+
+VARIANT_COLUMNS = (Column("variants", "d"), Column("seconds", ".2f", cost=True), Column("s/variant", ".2f"),
+                   Column("s/added variant", ".2f"), Column("× plain 1", ".2f"), Column("per variant × plain 1", ".2f"))
 
 
 def main() -> None:
@@ -68,6 +70,9 @@ def main() -> None:
     parser.add_argument("--mean", type=float, nargs=3)
     parser.add_argument("--std", type=float, nargs=3)
     parser.add_argument("--crop-pct", type=float)
+    parser.add_argument("--variants", type=int, nargs="+", default=[1, 2, 4, 7],
+                        help="numbers of variants scored together (1 = the original alone; at most 7)")
+    parser.add_argument("--repeats", type=int, default=2, help="time each point this many times, keep the least")
     args = parser.parse_args()
     device = resolve_device(args.device)
     loaded = load_model(args.model, input_overrides={"mean": args.mean, "std": args.std, "crop_pct": args.crop_pct})
@@ -79,22 +84,33 @@ def main() -> None:
     print(f"{loaded.label}, {n} images, batch {args.batch_size}, {args.workers} worker(s), device {device}, "
           f"{torch.get_num_threads()} threads")
     decode_only(loader)  # warm the file cache for both loops
-    decode_seconds = decode_only(loader)
-    plain_seconds, plain_top1 = plain_loop(loaded.copy_model(), loader, device)
-    ours = rescore(loaded, images, device=device, batch_size=args.batch_size, workers=args.workers)
+    decode_seconds, _ = best_time(lambda: decode_only(loader), args.repeats)
+    model = loaded.copy_model()
+    plain_seconds, plain_top1 = best_time(lambda: plain_loop(model, loader, device), args.repeats, device)
     bank = depthwise_bank(loaded)
     swaps = [swap_filters(bank, method) for method in FIT_METHODS]
-    start = time.perf_counter()
-    variants = rescore(loaded, images, swaps, device=device, batch_size=args.batch_size, workers=args.workers)
-    variants_seconds = time.perf_counter() - start
+
+    def score(variants: int):
+        return rescore(loaded, images, swaps[: variants - 1], device=device, batch_size=args.batch_size,
+                       workers=args.workers)
+
+    measured = {v: best_time(lambda v=v: score(v), args.repeats, device) for v in args.variants}
+    ours = measured[1][1] if 1 in measured else score(1)
     print(f"decode only            {n / decode_seconds:8.1f} images/s")
     print(f"plain torchvision loop {n / plain_seconds:8.1f} images/s   top-1 {plain_top1:.3f}")
     print(f"FilterLens rescore     {ours.images_per_second:8.1f} images/s   top-1 {ours.top1:.3f}")
-    print(f"1 + 6 variants         {variants_seconds:8.1f} s (plain loop {plain_seconds:.1f} s)   top-1 "
-          + ", ".join(f"{v.method} {v.top1:.3f}" for v in variants.swaps))
-    ratio = ours.images_per_second * plain_seconds / n
-    print(f"ratio throughput FilterLens / plain        = {ratio:.2f}  (target ≥ 1)")
-    print(f"ratio time (1 + 6 variants) / plain 1      = {variants_seconds / plain_seconds:.2f}  (target ≤ 3)")
+    alone = measured[1][0] if 1 in measured else None
+    rows = [[v, seconds, seconds / v, (seconds - alone) / (v - 1) if alone and v > 1 else None,
+             seconds / plain_seconds, seconds / v / plain_seconds] for v, (seconds, _) in measured.items()]
+    print(scaling_table(VARIANT_COLUMNS, rows))
+    print(scaling_note(args.repeats, "variants"))
+    most = max(measured)
+    print(f"top-1 with {most} variants: original {measured[most][1].top1:.3f}, "
+          + ", ".join(f"{v.method} {v.top1:.3f}" for v in measured[most][1].swaps))
+    print(f"ratio throughput FilterLens / plain        = {ours.images_per_second * plain_seconds / n:.2f}  "
+          "(target ≥ 1)")
+    if 7 in measured:
+        print(f"ratio time (1 + 6 variants) / plain 1      = {measured[7][0] / plain_seconds:.2f}  (target ≤ 3)")
     share = max(plain_seconds - decode_seconds, 0.0) / plain_seconds
     print(f"forward share of the plain loop            = {share:.2f}  (7 variants cost about 1 + 6 × this when "
           "decoding and forward passes overlap)")
