@@ -63,14 +63,18 @@ class Column:
 def scaling_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]]) -> str:
     """The rows under a header (the first column is the work) and a last row with the growth exponent of every cost
     column against the work."""
-    work = [row[0] for row in rows]
-    exponents = [format(growth_exponent(work, [row[i] for row in rows]), ".2f") if column.cost else ""
-                 for i, column in enumerate(columns)]
-    exponents[0] = "exponent"
+    work, *cells = zip(*rows, strict=True)  # the columns of the table
+    exponents = ["exponent"] + [_exponent_text(work, column_cells) if column.cost else ""
+                                for column, column_cells in zip(columns[1:], cells, strict=True)]
     lines = [" ".join(c.cell(c.title) for c in columns)]
     lines += [" ".join(c.cell(v) for c, v in zip(columns, row, strict=True)) for row in rows]
     lines.append(" ".join(f"{text:>{c.width}}" for c, text in zip(columns, exponents, strict=True)))
     return "\n".join(lines)
+
+
+def _exponent_text(work: Sequence[float], cost: Sequence[Cell]) -> str:
+    exponent = growth_exponent(work, cost)
+    return "-" if math.isnan(exponent) else f"{exponent:.2f}"
 
 
 def scaling_note(repeats: int, work: str) -> str:
