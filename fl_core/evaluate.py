@@ -11,7 +11,10 @@
   that conv (:func:`fold_batchnorm`; about 1.4× faster for MobileNetV2 on CPU), and swapped filters are scaled the
   same way, so the numbers are those of the unfolded network up to float rounding.
 * Variants: the original and every swap run on each decoded batch, by copying the swapped tensors into one private
-  copy of the model before each forward pass, so decoding is shared by all variants.
+  copy of the model before each forward pass, so decoding is shared by all variants. A variant that differs from
+  the original only from some module on (a stage-wise swap, one layer of a sweep) runs only from there, on the
+  original's activation at that point (:mod:`fl_core.prefix`, checked on the first batch against its full forward
+  pass).
 * Per variant: top-1, top-5, mean cross-entropy (labelled images), the top-1 agreement with the original and the
   mean KL(p_original ‖ p_variant) in nats (all images).
 * Resumable: with ``resume=PATH`` the running sums are saved after every batch and a rerun with the same model,
@@ -47,6 +50,7 @@ from fl_core.batchnorm import fold_batchnorm, folded_patch
 from fl_core.errors import AnalysisError
 from fl_core.images import ImageSet, TransformedImages, input_transform
 from fl_core.models import LoadedModel
+from fl_core.prefix import PROBE_IMAGES, PrefixPlan, changed_keys, full_forwards, plan_prefix_sharing
 from fl_core.results import Result
 from fl_core.swap import FilterSwap, parameter_patch
 
@@ -144,6 +148,8 @@ class VariantScore(Result):
         kl: mean KL(p_original ‖ p_variant) in nats.
         relative_error: ‖W - Ŵ‖/‖W‖ of the swap (``None`` for the original).
         recovered: the same swap's scores after recovery, when recovery ran.
+        computed_from: the module from which this variant's own forward passes ran, on the original's activation
+            there (:mod:`fl_core.prefix`); ``None``: the whole network ran.
     """
 
     method: str
@@ -156,6 +162,7 @@ class VariantScore(Result):
     kl: float
     relative_error: float | None
     recovered: RecoveredScore | None = None
+    computed_from: str | None = None
 
     def row(self) -> dict:
         """A flat table row: the recovered scores as ``recovered_*`` columns."""
@@ -181,6 +188,7 @@ class RescoreResult(Result):
         device: where the forward passes ran (rank 0's device).
         resumed_images: images taken from a resume file instead of being scored again.
         recovery: the recovery protocol and split, when recovery ran (every score is then on the held-out images).
+        sharing: why variants that differ only from some module on still ran the whole network (:mod:`fl_core.prefix`).
     """
 
     spec: str
@@ -199,6 +207,7 @@ class RescoreResult(Result):
     device: str
     resumed_images: int
     recovery: RecoveryInfo | None = None
+    sharing: tuple[str, ...] = ()
 
     def to_frame(self) -> pd.DataFrame:
         """One row per variant (the original first) with Δ top-1, agreement, KL, reconstruction error and, when
@@ -337,7 +346,8 @@ def _eta(seconds: float) -> str:
 def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor]], loaded: LoadedModel,
                    images: ImageSet, label_map: np.ndarray | None, *, device: torch.device,
                    batch_size: int = DEFAULT_BATCH_SIZE, workers: int | None = None, resume: Path | None = None,
-                   names: Sequence[str] = (), progress: Progress | None = None) -> tuple[np.ndarray, int, float]:
+                   names: Sequence[str] = (), share_prefix: bool = True, progress: Progress | None = None
+                   ) -> tuple[np.ndarray, int, float, PrefixPlan]:
     """Run every variant on each decoded batch of this rank's shard; return the all-reduced sums.
 
     Args:
@@ -349,11 +359,14 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
         device: where to run.
         batch_size, workers: data loading.
         resume: resume file (module docstring).
-        names: variant names (for the fingerprint).
+        names: variant names (for the fingerprint and the sharing notes).
+        share_prefix: run variants that differ only from some module on from there (:mod:`fl_core.prefix`; the
+            plan is made on the first batch).
         progress: ``progress(fraction, message)`` with speed and ETA.
 
     Returns:
-        (sums (variants, len(TALLY_COLUMNS)) over all ranks, images resumed from files, seconds of this run).
+        (sums (variants, len(TALLY_COLUMNS)) over all ranks, images resumed from files, seconds of this run, how
+        the variants ran on this rank).
     """
     rank, world = distributed_rank()
     shard = _shard(len(images), rank, world)
@@ -371,22 +384,26 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
     start = time.perf_counter()
     scored = 0
     tally = torch.as_tensor(sums, dtype=statistics_dtype(device), device=device)
+    plan = None
+
+    def load(variant: int) -> None:
+        with torch.no_grad():
+            for key in keys:
+                parameters[key].copy_(patches[variant].get(key, originals[key]))
+
     try:
         for x, labels in loader:
             x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
             labels = mapping[labels.to(device)] if mapping is not None else torch.full_like(labels, -1).to(device)
-            reference = None
-            rows = []
-            for patch in patches:
-                with torch.no_grad():
-                    for key in keys:
-                        parameters[key].copy_(patch.get(key, originals[key]))
-                with inference_autocast(device):
-                    logits = model(x).float()
-                if reference is None:
-                    reference = F.log_softmax(logits.to(statistics_dtype(device)), dim=1)
-                rows.append(_batch_tally(logits, labels, reference))
-            tally += torch.stack(rows)
+            with inference_autocast(device):
+                if plan is None:
+                    plan = (plan_prefix_sharing(model, changed_keys(patches, originals), x[:PROBE_IMAGES], load, names)
+                            if share_prefix and len(patches) > 1 else full_forwards(len(patches)))
+                    for note in plan.notes:
+                        log.warning("prefix sharing: %s", note)
+                outputs = [logits.float() for logits in plan.variant_logits(model, x, load)]
+            reference = F.log_softmax(outputs[0].to(statistics_dtype(device)), dim=1)
+            tally += torch.stack([_batch_tally(logits, labels, reference) for logits in outputs])
             scored += len(x)
             if resume_path is not None:  # (copying the sums to the CPU waits for the device)
                 _save_resume(resume_path, fingerprint, done + scored, tally.cpu().numpy())
@@ -400,6 +417,7 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
             for key in keys:
                 parameters[key].copy_(originals[key])
     seconds = time.perf_counter() - start
+    plan = plan or full_forwards(len(patches))
     if world > 1:
         reduced = tally.to(device if dist.get_backend() == "nccl" else "cpu")
         resumed_total = torch.tensor([float(resumed)], dtype=reduced.dtype, device=reduced.device)
@@ -407,11 +425,12 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
         dist.all_reduce(reduced)
         dist.all_reduce(resumed_total)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        return reduced.double().cpu().numpy(), int(resumed_total.item()), float(slowest.item())
-    return tally.double().cpu().numpy(), resumed, seconds
+        return reduced.double().cpu().numpy(), int(resumed_total.item()), float(slowest.item()), plan
+    return tally.double().cpu().numpy(), resumed, seconds, plan
 
 
-def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | None) -> VariantScore:
+def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | None,
+             computed_from: str | None = None) -> VariantScore:
     values = dict(zip(TALLY_COLUMNS, row))
     images, labelled = int(values["images"]), values["labelled"]
 
@@ -422,13 +441,13 @@ def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | No
     return VariantScore(method=name, n_images=images, top1=top1, top5=per_label("top5"), loss=per_label("loss"),
                         delta_top1=None if top1 is None else top1 - per_label("top1", original),
                         agreement=float(values["agreement"] / max(images, 1)), kl=float(values["kl"] / max(images, 1)),
-                        relative_error=error)
+                        relative_error=error, computed_from=computed_from)
 
 
 def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] = (), *,
             device: str | torch.device | None = None, batch_size: int = DEFAULT_BATCH_SIZE, workers: int | None = None,
             resume: str | Path | None = None, use_labels: bool = True, recovery: RecoverySettings | None = None,
-            progress: Progress | None = None) -> RescoreResult:
+            share_prefix: bool = True, progress: Progress | None = None) -> RescoreResult:
     """Score the original model and every swap on the same decoded images (module docstring).
 
     Args:
@@ -443,6 +462,8 @@ def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] =
             are photo names): agreement with the original only.
         recovery: recover every swap on a calibration split first (:mod:`fl_core.recovery`); every variant is then
             scored on the held-out rest, and each swap's score gains its ``recovered`` scores.
+        share_prefix: run each variant only from its first changed module on (:mod:`fl_core.prefix`); ``False``:
+            every variant runs the whole network (the same numbers, for timing).
         progress: ``progress(fraction, message)``.
 
     Raises:
@@ -465,12 +486,13 @@ def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] =
         info, recovered, images, scoring = _recover(loaded, swaps, images, recovery, model, example, device, progress)
         names += [f"{s.replacement} recovered" for s in swaps]
         patches += recovered
-    sums, resumed, seconds = score_variants(model, patches, loaded, images, mapping.label_map, device=device,
-                                            batch_size=batch_size, workers=workers, resume=resume, names=names,
-                                            progress=scoring)
+    sums, resumed, seconds, plan = score_variants(model, patches, loaded, images, mapping.label_map, device=device,
+                                                  batch_size=batch_size, workers=workers, resume=resume, names=names,
+                                                  share_prefix=share_prefix, progress=scoring)
     original = _variant(ORIGINAL, sums[0], sums[0], None)
     scored = original.n_images - resumed
-    variants = [_variant(s.replacement, row, sums[0], s.relative_error) for s, row in zip(swaps, sums[1:])]
+    variants = [_variant(s.replacement, row, sums[0], s.relative_error, plan.start_name(i))
+                for i, (s, row) in enumerate(zip(swaps, sums[1:]), start=1)]
     if info is not None:
         variants = [dataclasses.replace(v, recovered=_recovered(row, sums[0], recovery.steps))
                     for v, row in zip(variants, sums[1 + len(swaps):])]
@@ -479,7 +501,7 @@ def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] =
         top1=original.top1, top5=original.top5, loss=original.loss, swaps=tuple(variants),
         classes=mapping.how, warnings=mapping.warnings, seconds=seconds,
         images_per_second=scored / seconds if seconds > 0 else 0.0, world_size=distributed_rank()[1],
-        device=str(device), resumed_images=resumed, recovery=info)
+        device=str(device), resumed_images=resumed, recovery=info, sharing=plan.notes)
 
 
 def _recovered(row: np.ndarray, original: np.ndarray, steps: int) -> RecoveredScore:
