@@ -13,8 +13,9 @@ One table row per image count, measured in one run:
   Chowers & Weiss' code; target: stream ≥ 5× faster; timed once, it is slow; skipped above
   ``--skip-authors-above`` images, its memory grows with the patches);
 
-the seconds per 10⁶ patches, the peak resident memory each adds (streaming memory must not grow with the patches),
-and, as the last row, the growth exponent of each cost against the work (1 = linear in the patches; 0 = flat memory).
+the seconds per 10⁶ patches, the peak memory each adds (resident memory; CUDA allocations for ``stream`` on a GPU;
+streaming memory must not grow with the patches), and, as the last row, the growth exponent of each cost against the
+work (1 = linear in the patches; 0 = flat memory).
 """
 
 from __future__ import annotations
@@ -63,7 +64,13 @@ def image_stack(n: int, size: int) -> torch.Tensor:
 
 
 def measured(fn, repeats: int, device: str) -> tuple[float, int, object]:
-    """(least wall time of ``repeats`` calls, peak RSS added by any of them, the result) of ``fn()``."""
+    """(least wall time of ``repeats`` calls, peak memory any of them added — CUDA allocations on a GPU, else resident
+    memory — and the result) of ``fn()``."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        seconds, out = best_time(fn, repeats, device)
+        return seconds, torch.cuda.max_memory_allocated() - before, out
     start_rss = reset_peak_rss()
     seconds, out = best_time(fn, repeats, device)
     return seconds, peak_rss_since(start_rss), out
