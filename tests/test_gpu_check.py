@@ -29,6 +29,11 @@ def test_gaps_are_absolute_or_relative_and_shape_changes_never_agree(gpu_check) 
     assert absolute.difference([1.0, 10.0], [1.05, 10.5]) == pytest.approx(0.5)
     assert relative.difference([1.0, 10.0], [1.05, 10.5]) == pytest.approx(0.05)
     assert absolute.difference(np.zeros(3), np.zeros(4)) == float("inf")
+    # a KL that is ~0 on the CPU (a swap that changes nothing) against its bf16 noise on the GPU: the H200 run
+    # read 2.6e-14 vs 9e-8 nats, which a bare relative gap called a 3.5e6-fold disagreement
+    floored = gpu_check.Quantity("kl", 0.05, "", relative=True, floor=1e-3)
+    assert floored.difference([2.6e-14], [9e-8]) <= 0.05 < relative.difference([2.6e-14], [9e-8])
+    assert floored.difference([0.5], [0.6]) == pytest.approx(0.2)  # above the floor it is the plain relative gap
 
 
 def _check(gpu_check, values: dict[str, float]):
