@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-PROBE_IMAGES = 4
+PROBE_IMAGES = 2
 RTOL = 1e-5
 
 log = logging.getLogger(__name__)
@@ -214,8 +214,8 @@ def plan_prefix_sharing(model: nn.Module, changed: Sequence[Sequence[str]], x: t
             log.debug("suffix forward pass failed: %s", error)
         if not same:
             label = names[i] if i < len(names) else f"variant {i}"
-            notes.append(f"{label}: full forward passes (from {chain.names[starts[i]]} on the logits differed from "
-                         "the full forward pass)")
+            notes.append(f"{label}: full forward passes (from {chain.names[starts[i]]} on, its output did not "
+                         "match its full forward pass)")
             starts[i] = 0
             continue
         fresh[i] = not torch.equal(activation, captured[starts[i]])
