@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="file of running sums: an interrupted run continues from it")
     parser.add_argument("--sweep", action="store_true",
                         help="per-layer sweep: swap (by the one --swap, default B) and zero each depthwise layer alone")
+    parser.add_argument("--no-shared-prefix", action="store_true",
+                        help="run every variant through the whole network (the same numbers, slower; for timing)")
     recovery = parser.add_argument_group("recovery (swap -> recover -> re-score; every score on the held-out images)")
     recovery.add_argument("--recover-steps", type=int, default=None, metavar="N",
                           help="recover every swap: BatchNorm statistics matched to the original's, then N "
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace, progress):
             return _sweep(loaded, images, args, device, progress)
         result = rescore(loaded, images, swaps, device=device, batch_size=args.batch_size, workers=args.workers,
                          resume=args.resume, use_labels=args.images != "bundled", recovery=_recovery(args),
-                         progress=progress)
+                         share_prefix=not args.no_shared_prefix, progress=progress)
     if rank == 0:
         _print_summary(result)
     return result
@@ -97,9 +99,9 @@ def _sweep(loaded, images, args: argparse.Namespace, device, progress):
     result = sweep_layers(loaded, images, (args.swap or ["B"])[0], layers=args.layer, stages=args.stage,
                           recovery=_recovery(args), k=args.k, seed=args.seed, device=device,
                           batch_size=args.batch_size, workers=args.workers, use_labels=args.images != "bundled",
-                          progress=progress)
+                          share_prefix=not args.no_shared_prefix, progress=progress)
     print(f"{result.label}: each of {len(result.rows)} depthwise layers swapped by {result.replacement} / zeroed "
-          f"alone, on {result.n_images} images")
+          f"alone, on {result.n_images} images in {result.seconds:.0f} s")
     _print_recovery(result.recovery)
     metric = "top1" if result.top1 is not None else "agreement"
     columns = ["layer", "stage", "relative_error", f"swapped_{metric}", f"zeroed_{metric}", "theory_share"]
