@@ -18,11 +18,16 @@ from pathlib import Path
 APP = Path(__file__).resolve().parent.parent / "app.py"
 PRELOADED_PACKAGES = ("fl_core", "fl_ui")
 """Every module of these packages is imported before serving (they import torch, torchvision, timm, plotly)."""
+SWITCH_INTERVAL_S = 0.001
+"""How long a thread holding the GIL may keep it when another asks (CPython's default is 5 ms). The event loop that
+answers every request, the health check included, needs the GIL many times per request while page scripts compute
+in their threads; a shorter interval hands it back sooner, at a small cost in the scripts' throughput."""
 
 
 def preload() -> None:
-    """Import every module of :data:`PRELOADED_PACKAGES`, start the heavy-job workers, and freeze what was imported
-    out of the garbage collector's generations (a full collection of it takes ~0.4 s, holding the GIL)."""
+    """Import every module of :data:`PRELOADED_PACKAGES`, start the heavy-job workers, freeze what was imported out
+    of the garbage collector's generations (a full collection of it takes ~0.4 s, holding the GIL), and shorten the
+    GIL switch interval (:data:`SWITCH_INTERVAL_S`)."""
     for package in PRELOADED_PACKAGES:
         root = importlib.import_module(package)
         for module in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
@@ -33,6 +38,7 @@ def preload() -> None:
     heavy_pool().warm_up()
     gc.collect()
     gc.freeze()  # the ~0.5 M objects imported here are never scanned again by a full collection
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def main() -> int:

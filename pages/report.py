@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pandas as pd
@@ -55,14 +56,15 @@ with user_errors():
     settings = ReportSettings(images=selection.images, seeds=int(seeds), trajectory_distance=int(distance))
     key = report_key(models, settings, selection.device)
     report = heavy_result("Checkpoint report", report_result, *key)
-    document = report_document(*key)
     left, right = st.columns(2)
-    left.download_button("⬇ HTML report", document, file_name=f"{slug(label)}_report.html", mime="text/html",
-                         key="report-html", on_click="ignore", type="primary")
-    right.download_button("⬇ JSON", json.dumps(report.to_dict(), indent=2, allow_nan=False),
+    # Both files are written only when their button is clicked: the HTML inlines plotly.js and every figure (MiBs).
+    left.download_button("⬇ HTML report", functools.partial(report_document, *key),
+                         file_name=f"{slug(label)}_report.html", mime="text/html", key="report-html",
+                         on_click="ignore", type="primary")
+    right.download_button("⬇ JSON", lambda: json.dumps(report.to_dict(), indent=2, allow_nan=False),
                           file_name=f"{slug(label)}_report.json", mime="application/json", key="report-json",
                           on_click="ignore")
-    st.caption(f"{len(report.models)} checkpoint(s), images: {report.images}, {len(document) / 2**20:.1f} MiB.")
+    st.caption(f"{len(report.models)} checkpoint(s), images: {report.images}.")
     status = pd.DataFrame([{"section": title, "seconds": round(report.timings.get(name, 0.0), 1),
                             "status": f"skipped: {report.skipped[name]}" if name in report.skipped else "done"}
                            for name, title in PART_TITLES.items() if name in report.timings or name in report.skipped])
