@@ -12,7 +12,6 @@ import html
 import json
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -259,10 +258,3 @@ def report_html(report: Report) -> str:
             + f"<nav>{nav}</nav>" + "".join(section_html(report, name) for name in SECTIONS)
             + f"<footer>Computed in: {html.escape(timings)}.</footer>"
             f'<script type="application/json" id="filterlens-report">{data}</script></body></html>')
-
-
-def write_report_html(report: Report, path: str | Path) -> Path:
-    """Write :func:`report_html` to ``path`` (UTF-8) and return it."""
-    path = Path(path)
-    path.write_text(report_html(report), encoding="utf-8")
-    return path
