@@ -24,7 +24,7 @@ from fl_core.masterkeys import (
     model_master_keys,
 )
 from fl_core.models import demo_manifest
-from fl_core.scalefit import ScaleSpaceResult, fit_published_filters
+from fl_core.scalefit import FIT_METHODS, ScaleSpaceResult, fit_published_filters
 from fl_core.swap import FilterSwap, swap_filters
 from fl_ui.cache import get_model, memoize, pooled
 from fl_ui.state import Selection
@@ -111,6 +111,20 @@ def published_scale_fit(method: str) -> ScaleSpaceResult:
 def model_keys(spec: str, overrides: tuple, method: str, progress: Progress | None = None) -> dict[int, np.ndarray]:
     """:func:`fl_core.masterkeys.model_master_keys` of one model (its most frequent kernel size)."""
     return model_master_keys(get_bank(spec, overrides), method)
+
+
+def warm_default_results() -> None:
+    """Compute what the depthwise pages show on first open into the caches: the real bank's and the published
+    filters' scale-space fits by every method with the bank's keys, and the published-key assignments of the bank and
+    of its random-init baseline. A shared server (:mod:`fl_ui.serve`) does this before it listens (about a second), so
+    its first visitors find them ready instead of running the GIL-holding grid searches in page threads."""
+    for method in FIT_METHODS:
+        published_scale_fit(method)
+        model_scale_fit(DEFAULT_DEPTHWISE_SPEC, (), method)
+        model_keys(DEFAULT_DEPTHWISE_SPEC, (), method)
+    kernel = next(iter(get_bank(DEFAULT_DEPTHWISE_SPEC).kernel_sizes))
+    for spec in OFFLINE_DEPTHWISE_SPECS:
+        published_assignment(spec, (), kernel)
 
 
 @memoize(max_entries=32)

@@ -25,7 +25,8 @@ in their threads; a shorter interval hands it back sooner, at a small cost in th
 
 
 def preload() -> None:
-    """Import every module of :data:`PRELOADED_PACKAGES`, start the heavy-job workers, freeze what was imported out
+    """Import every module of :data:`PRELOADED_PACKAGES`, start the heavy-job workers, compute the depthwise pages'
+    default results (:func:`fl_ui.masterkeys.warm_default_results`), freeze what was imported out
     of the garbage collector's generations (a full collection of it takes ~0.4 s, holding the GIL), and shorten the
     GIL switch interval (:data:`SWITCH_INTERVAL_S`)."""
     for package in PRELOADED_PACKAGES:
@@ -34,8 +35,10 @@ def preload() -> None:
             if module.name not in ("fl_core.__main__", __name__):
                 importlib.import_module(module.name)
     from fl_core.workers import heavy_pool
+    from fl_ui.masterkeys import warm_default_results
 
     heavy_pool().warm_up()
+    warm_default_results()
     gc.collect()
     gc.freeze()  # the ~0.5 M objects imported here are never scanned again by a full collection
     sys.setswitchinterval(SWITCH_INTERVAL_S)

@@ -118,3 +118,24 @@ def test_swap_page_rescores_the_real_mobilenet_on_the_imagenet_sample(mobilenet,
     assert table["method"].tolist() == ["original", "B", "keep"] and (table["n_images"] == 6).all()
     assert table["top1"].iloc[0] >= 0.5 and table["top1"].iloc[2] == table["top1"].iloc[0]
     assert app.query_params["swaps"] == "B,keep"
+
+
+def test_a_shared_server_computes_the_depthwise_pages_defaults_before_it_listens(monkeypatch) -> None:
+    """fl_ui.serve warms these caches, so the first visitors do not run the grid searches in page threads."""
+    from fl_core.scalefit import FIT_METHODS
+    from fl_ui import masterkeys
+
+    masterkeys.warm_default_results()
+
+    def computed_again(*args, **kwargs):
+        raise AssertionError("computed in the page thread: not warmed")
+
+    for name in ("fit_model_master_keys", "fit_published_filters", "model_master_keys", "bank_assignment"):
+        monkeypatch.setattr(masterkeys, name, computed_again)
+    kernel = next(iter(masterkeys.get_bank(DEFAULT_DEPTHWISE_SPEC).kernel_sizes))
+    for method in FIT_METHODS:
+        assert masterkeys.model_scale_fit(DEFAULT_DEPTHWISE_SPEC, (), method).filters
+        assert masterkeys.published_scale_fit(method).filters
+        assert masterkeys.model_keys(DEFAULT_DEPTHWISE_SPEC, (), method)
+    assert sum(masterkeys.published_assignment(DEFAULT_DEPTHWISE_SPEC, (), kernel).counts) == 384  # the real bank
+    assert sum(masterkeys.published_assignment(BASELINE_DEPTHWISE_SPEC, (), kernel).counts) > 384
