@@ -117,26 +117,29 @@ class PatchStatistics:
         s = self.stride
         out_h, out_w = (h - kh) // s + 1, (w - kw) // s + 1
         rows_per_chunk = max(1, self.chunk_elements // (c * kh * kw * out_w))  # patch rows per band
+        buffer = self._buffer(min(rows_per_chunk, out_h), out_w)
         for image in x:
             for top in range(0, out_h, rows_per_chunk):
-                self._accumulate(self._band_patches(image, top, min(rows_per_chunk, out_h - top), out_w))
+                self._accumulate(self._band_patches(image, top, buffer[:, :min(rows_per_chunk, out_h - top)]))
 
-    def _band_patches(self, image: torch.Tensor, top: int, rows: int, out_w: int) -> torch.Tensor:
-        """The patches of ``rows`` patch rows from patch row ``top`` as the columns of a (D + 1, rows·out_w) matrix
-        (the last row all ones), copied by kernel row from strided views of the image (no im2col)."""
+    def _band_patches(self, image: torch.Tensor, top: int, band: torch.Tensor) -> torch.Tensor:
+        """The patches of the ``rows`` patch rows from patch row ``top`` written into ``band`` (a (D + 1, rows, out_w)
+        view of the buffer), copied by kernel row from strided views of the image (no im2col); returned as the
+        (D + 1, rows·out_w) matrix whose columns are the patches and whose last row is ones."""
         c, (kh, kw), s = image.shape[0], self.kernel_size, self.stride
-        buffer = self._buffer(rows, out_w)
-        blocks = buffer[:-1].view(c, kh, kw, rows, out_w)
+        rows = band.shape[1]
+        blocks = band[:-1].view(c, kh, kw, rows, band.shape[2])
         for dy in range(kh):
             first = top * s + dy
             lines = image[:, first: first + (rows - 1) * s + 1: s]  # (C, rows, W): row dy of each patch
             blocks[:, dy].copy_(lines.unfold(2, kw, s).permute(0, 3, 1, 2))  # (C, kw, rows, out_w)
-        return buffer
+        return band.flatten(1)
 
     def _buffer(self, rows: int, out_w: int) -> torch.Tensor:
-        """A reused (D + 1, rows·out_w) matrix whose last row is ones: its Gram matrix holds Σ p pᵀ, Σ p and n."""
+        """A reused (D + 1, rows, out_w) array whose last row is ones (its Gram matrix holds Σ p pᵀ, Σ p and n); a
+        shorter last band of an image uses its first patch rows."""
         c, (kh, kw) = self._channels, self.kernel_size
-        shape = (c * kh * kw + 1, rows * out_w)
+        shape = (c * kh * kw + 1, rows, out_w)
         if self._scratch is None or self._scratch.shape != shape:
             self._scratch = torch.empty(shape, device=self.device, dtype=self.products)
             self._scratch[-1] = 1
