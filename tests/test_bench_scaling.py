@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "_scaling.py"
+from .bench_scripts import bench_script
 
 
 @pytest.fixture(scope="module")
 def scaling():
-    spec = importlib.util.spec_from_file_location("_scaling", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["_scaling"] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["_scaling"]
+    with bench_script("_scaling") as module:
+        yield module
 
 
 def test_growth_exponent_recovers_power_laws_and_skips_missing_points(scaling) -> None:

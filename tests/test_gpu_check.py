@@ -3,24 +3,16 @@ does not (the GPU half itself needs a CUDA machine: docs/DEVELOPING.md)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
+from .bench_scripts import bench_script
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["gpu_check"]
+    with bench_script("gpu_check") as module:
+        yield module
 
 
 def test_gaps_are_absolute_or_relative_and_shape_changes_never_agree(gpu_check) -> None:

@@ -31,6 +31,22 @@ def both_ways(loaded: LoadedModel, swaps, images=None, batch_size: int = 2):
             for share in (True, False)]
 
 
+def patched_variants(model: nn.Module, patches: list[dict], x: torch.Tensor):
+    """``(load, state, expected)``: ``load(i)`` puts variant i (the model's state with ``patches[i]`` applied) into
+    ``model``, and ``expected[i]`` is that variant's full forward pass on ``x``."""
+    state = {key: value.clone() for key, value in model.state_dict().items()}
+
+    def load(variant: int) -> None:
+        model.load_state_dict({**state, **patches[variant]})
+
+    expected = []
+    with torch.no_grad():
+        for i in range(len(patches)):
+            load(i)
+            expected.append(model(x))
+    return load, state, expected
+
+
 @pytest.fixture(scope="module")
 def mobilenet_random() -> LoadedModel:
     """torchvision MobileNetV2, random init with non-trivial BatchNorm statistics (folded into the convs) and a
@@ -85,20 +101,12 @@ def chain_net() -> nn.Sequential:
 
 def test_the_prefix_runs_once_per_batch():
     model = chain_net()
-    state = {key: value.clone() for key, value in model.state_dict().items()}
     generator = torch.Generator().manual_seed(2)
     patches = [{}, {"3.weight": torch.randn(8, 1, 3, 3, generator=generator)},
                {"1.weight": torch.randn(8, 1, 3, 3, generator=generator)}, {"0.bias": torch.zeros(8)}]
-
-    def load(variant: int) -> None:
-        model.load_state_dict({**state, **patches[variant]})
-
     x = torch.randn(6, 3, 12, 12, generator=generator)
+    load, state, expected = patched_variants(model, patches, x)
     with torch.no_grad():
-        expected = []
-        for i in range(len(patches)):
-            load(i)
-            expected.append(model(x))
         plan = plan_prefix_sharing(model, changed_keys(patches, state), x[:2], load)
         assert plan.starts == (0, 3, 1, 0) and plan.notes == ()
         assert [plan.start_name(i) for i in range(4)] == [None, "3", "1", None]
@@ -123,18 +131,11 @@ class InPlaceShift(nn.Module):
 def test_a_suffix_changing_its_input_in_place_gets_a_fresh_copy():
     torch.manual_seed(5)
     model = nn.Sequential(nn.Conv2d(3, 8, 3), InPlaceShift(8), nn.Conv2d(8, 4, 3), nn.Flatten()).eval()
-    state = {key: value.clone() for key, value in model.state_dict().items()}
     patches = [{}, {"1.shift": torch.ones(8, 1, 1)}, {"1.shift": torch.full((8, 1, 1), -2.0)}]
 
-    def load(variant: int) -> None:
-        model.load_state_dict({**state, **patches[variant]})
-
     x = torch.randn(3, 3, 9, 9)
+    load, state, expected = patched_variants(model, patches, x)
     with torch.no_grad():
-        expected = []
-        for i in range(len(patches)):
-            load(i)
-            expected.append(model(x))
         plan = plan_prefix_sharing(model, changed_keys(patches, state), x[:2], load)
         assert plan.starts == (0, 1, 1) and plan.fresh_copy == (False, True, True)
         for got, want in zip(plan.variant_logits(model, x, load), expected):
