@@ -47,7 +47,7 @@ RUN grep -E '^(torch|torchvision)==' requirements.txt > /tmp/torch-requirements.
 COPY . .
 RUN chmod -R a+rX,go-w /app \
     && pip install --no-cache-dir --no-deps -e . \
-    && python -c "import fl_core.models as m; assert m.demo_manifest(), 'demo checkpoints missing'"
+    && python -c "import fl_core.io.models as m; assert m.demo_manifest(), 'demo checkpoints missing'"
 
 # the filterlens user, by number so the host can resolve it
 USER 1000:1000

@@ -66,12 +66,12 @@ def run_one(channels: int, images: int, repeats: int) -> dict:
     import torch
 
     from fl_core.backend import inference_autocast, resolve_device
-    from fl_core.calibration import ChannelData, LabelledInputs
-    from fl_core.channels import ChannelSettings, add_intervention_columns, importance_scores, layer_axes
-    from fl_core.interventions import channel_interventions
-    from fl_core.models import InputConfig, LoadedModel
-    from fl_core.nets import SmallVGG
-    from fl_core.pruning import PruningSettings, prune_curves
+    from fl_core.channelaxes.analysis import ChannelSettings, add_intervention_columns, importance_scores, layer_axes
+    from fl_core.channelaxes.calibration import ChannelData, LabelledInputs
+    from fl_core.channelaxes.interventions import channel_interventions
+    from fl_core.channelaxes.pruning import PruningSettings, prune_curves
+    from fl_core.io.models import InputConfig, LoadedModel
+    from fl_core.io.nets import SmallVGG
 
     torch.manual_seed(0)
     device = resolve_device(None)

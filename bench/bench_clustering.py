@@ -16,8 +16,8 @@ import torch
 from _scaling import Column, best_time, scaling_note, scaling_table
 
 from fl_core.backend import resolve_device
-from fl_core.masterkeys import cluster_filters
-from fl_core.scalespace import load_published_filters
+from fl_core.masterkeys.clustering import cluster_filters
+from fl_core.masterkeys.scalespace import load_published_filters
 
 
 def planted(n: int, seed: int = 0) -> torch.Tensor:

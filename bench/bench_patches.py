@@ -5,8 +5,8 @@ same FLOPs and against the authors' approach.
 
 One table row per image count, measured in one run:
 
-* ``stream``: :class:`fl_core.patches.PatchStatistics` (strided band copies + one float64 GEMM per band) + its PCA
-  (``pca``: the covariance's eigh, a fixed cost; ``stats/gemm`` leaves it out);
+* ``stream``: :class:`fl_core.firstlayer.patches.PatchStatistics` (strided band copies + one float64 GEMM per band) +
+  its PCA (``pca``: the covariance's eigh, a fixed cost; ``stats/gemm`` leaves it out);
 * ``gemm``: the bare product Pᵀ P of an (n_patches × D) float64 matrix already in memory (in row blocks of at most
   512 MiB, so memory stays bounded) — the same FLOPs with no patch extraction (target: stream ≤ 1.5× gemm);
 * ``authors``: materialise every patch as one float64 matrix and call ``torch.pca_lowrank(q=D)`` (the approach of
@@ -28,9 +28,9 @@ import torch
 import torch.nn.functional as F
 from _scaling import Column, best_time, scaling_note, scaling_table
 
-from fl_core.images import bundled_images, scaled_input
-from fl_core.models import InputConfig
-from fl_core.patches import PatchStatistics
+from fl_core.firstlayer.patches import PatchStatistics
+from fl_core.io.images import bundled_images, scaled_input
+from fl_core.io.models import InputConfig
 
 
 def reset_peak_rss() -> int:

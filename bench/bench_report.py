@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
-from fl_core.checkpoints import save_state_dict
-from fl_core.htmlreport import report_html
-from fl_core.report import PART_TITLES, ReportSettings, build_report
-from fl_core.runs import SHIPPED_RUNS_DIR
-from fl_core.series import load_series
+from fl_core.io.checkpoints import save_state_dict
+from fl_core.lab.runs import SHIPPED_RUNS_DIR
+from fl_core.report.build import PART_TITLES, ReportSettings, build_report
+from fl_core.report.html import report_html
+from fl_core.report.series import load_series
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(os.environ.get("FL_FIXTURES", REPO.parent / "shared" / "fixtures")) / "checkpoints"

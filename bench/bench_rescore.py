@@ -1,8 +1,8 @@
 """Re-scoring throughput: FilterLens vs a plain torchvision ``ImageFolder`` + ``DataLoader`` + ``model(x)`` loop on the
 same model, images, batch size, workers and device, and how the cost grows with the variants scored together (the
 original plus 0, 1, 3 and 6 swapped ones, all depthwise layers — or those of ``--stages`` — swapped by the fitting
-methods in order). Variants run only from their first swapped module on (:mod:`fl_core.prefix`); the 1 + 6 point
-is also timed with every variant running the whole network (``share_prefix=False``), the cost before that sharing.
+methods in order). Variants run only from their first swapped module on (:mod:`fl_core.masterkeys.prefix`); the 1 + 6
+point is also timed with every variant running the whole network (``share_prefix=False``), the cost before that sharing.
 
 Prints images/s of both loops; one table row per number of variants — seconds, seconds per variant, seconds per
 variant added to the original alone, and the first two against one plain evaluation — with the growth exponent of
@@ -27,12 +27,12 @@ from torch.utils.data import DataLoader, Subset
 from torchvision import transforms
 
 from fl_core.backend import resolve_device
-from fl_core.depthwise import depthwise_bank
-from fl_core.evaluate import rescore
-from fl_core.images import folder_images
-from fl_core.models import load_model
-from fl_core.scalefit import FIT_METHODS
-from fl_core.swap import swap_filters
+from fl_core.io.images import folder_images
+from fl_core.io.models import load_model
+from fl_core.masterkeys.depthwise import depthwise_bank
+from fl_core.masterkeys.fitting import FIT_METHODS
+from fl_core.masterkeys.rescore import rescore
+from fl_core.masterkeys.swap import swap_filters
 
 
 def plain_transform(config) -> transforms.Compose:

@@ -2,10 +2,10 @@
 
     python bench/bench_training_lab.py [--steps 400] [--device cpu]
 
-* ``trainer``: :func:`fl_core.train.train_classifier` with the lab's snapshots, progress reports and evaluations vs a
-  bare SGD loop over the same model, data and batches (target: ≤ 1.15×);
-* ``theory fit``: :func:`fl_core.energy.fit_linear_theory` (grid scored in one matrix product) vs scoring the same
-  grid τ by τ;
+* ``trainer``: :func:`fl_core.lab.train.train_classifier` with the lab's snapshots, progress reports and evaluations vs
+  a bare SGD loop over the same model, data and batches (target: ≤ 1.15×);
+* ``theory fit``: :func:`fl_core.firstlayer.energy.fit_linear_theory` (grid scored in one matrix product) vs scoring the
+  same grid τ by τ;
 * ``claims``: loading and analysing every shipped run (what the page does on first open), in seconds.
 """
 
@@ -20,12 +20,12 @@ import torch
 import torch.nn.functional as F
 
 from fl_core.backend import resolve_device
-from fl_core.claims import run_trajectory, summarize_runs
-from fl_core.energy import fit_linear_theory, pearson, theory_profile
-from fl_core.experiments import load_runs
-from fl_core.runs import SHIPPED_RUNS_DIR, RunConfig, build_run_model
-from fl_core.train import train_classifier
-from fl_core.trainsets import crop_dataset
+from fl_core.firstlayer.energy import fit_linear_theory, pearson, theory_profile
+from fl_core.lab.claims import run_trajectory, summarize_runs
+from fl_core.lab.experiments import load_runs
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunConfig, build_run_model
+from fl_core.lab.train import train_classifier
+from fl_core.lab.trainsets import crop_dataset
 
 
 def timed(func, repeat: int = 1) -> float:

@@ -8,7 +8,8 @@ Each check calls fl_core's public functions with ``device="cpu"`` and then ``dev
 * ``channels`` — one Channel Axes run on the demo model (layer statistics, a batched lesion and a pruning point under
   autocast), on the bundled labelled crops;
 * ``masterkeys`` — Lloyd iterations of the |cos| clustering from the same seeds on either device, and the whole
-  :func:`~fl_core.masterkeys.analyze_master_keys` (whose k-means++ draws come from a generator on the device);
+  :func:`~fl_core.masterkeys.clustering.analyze_master_keys` (whose k-means++ draws come from a generator on the
+  device);
 * ``rescore`` — the original model and one method-B swap of every depthwise layer, scored under bf16/fp16 autocast:
   the real MobileNetV2 on the ImageNet sample when the fixtures are there, else a random-init ConvNeXt-atto on the
   bundled photos (agreement with the original only).
@@ -39,23 +40,23 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from fl_core.backend import product_dtype  # noqa: E402
-from fl_core.calibration import channel_data  # noqa: E402
-from fl_core.channels import ChannelSettings, analyze_channels  # noqa: E402
-from fl_core.depthwise import depthwise_bank  # noqa: E402
-from fl_core.energy import analyze_energy  # noqa: E402
-from fl_core.evaluate import rescore  # noqa: E402
-from fl_core.images import bundled_images, folder_images  # noqa: E402
-from fl_core.interventions import LESION_KINDS  # noqa: E402
-from fl_core.masterkeys import (  # noqa: E402
+from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels  # noqa: E402
+from fl_core.channelaxes.calibration import channel_data  # noqa: E402
+from fl_core.channelaxes.interventions import LESION_KINDS  # noqa: E402
+from fl_core.channelaxes.pruning import PruningSettings  # noqa: E402
+from fl_core.firstlayer.energy import analyze_energy  # noqa: E402
+from fl_core.firstlayer.whitening import analyze_whitening  # noqa: E402
+from fl_core.io.images import bundled_images, folder_images  # noqa: E402
+from fl_core.io.models import load_model  # noqa: E402
+from fl_core.masterkeys.clustering import (  # noqa: E402
     analyze_master_keys,
     centred_unit_vectors,
     kmeans_plus_plus,
     lloyd_abs_cosine,
 )
-from fl_core.models import load_model  # noqa: E402
-from fl_core.pruning import PruningSettings  # noqa: E402
-from fl_core.swap import swap_filters  # noqa: E402
-from fl_core.whitening import analyze_whitening  # noqa: E402
+from fl_core.masterkeys.depthwise import depthwise_bank  # noqa: E402
+from fl_core.masterkeys.rescore import rescore  # noqa: E402
+from fl_core.masterkeys.swap import swap_filters  # noqa: E402
 
 DEFAULT_FIXTURES = Path(os.environ.get("FL_FIXTURES", REPO.parent / "shared" / "fixtures"))
 FLOAT64 = "float64 statistics on both devices"

@@ -3,9 +3,9 @@
 Models are cached with ``st.cache_resource`` (shared across sessions and threads, never mutated: analyses that
 change weights work on ``LoadedModel.copy_model()``, hooks go on ``LoadedModel.forward_copy()``). Results are
 memoized by :func:`memoize` (computed in the session's thread) or :func:`pooled` (heavy: computed in a worker process
-of :mod:`fl_core.workers`), keyed by the selection; unlike ``st.cache_data`` both let the computation draw a progress
-bar (passed as ``progress``, which is not part of the key). Sessions asking for a result that is being computed wait
-for that computation instead of starting their own. Results are frozen dataclasses shared between sessions: pages
+of :mod:`fl_core.workers.pool`), keyed by the selection; unlike ``st.cache_data`` both let the computation draw a
+progress bar (passed as ``progress``, which is not part of the key). Sessions asking for a result that is being computed
+wait for that computation instead of starting their own. Results are frozen dataclasses shared between sessions: pages
 only read them.
 """
 
@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from fl_core import jobs
 from fl_core.backend import Progress, report
-from fl_core.energy import EnergyResult
 from fl_core.errors import FilterLensError
-from fl_core.images import ImageSet, open_images
-from fl_core.models import LoadedModel, load_model, spec_file_stamp
-from fl_core.whitening import WhiteningResult
-from fl_core.workers import Job, heavy_pool
+from fl_core.firstlayer.energy import EnergyResult
+from fl_core.firstlayer.whitening import WhiteningResult
+from fl_core.io.images import ImageSet, open_images
+from fl_core.io.models import LoadedModel, load_model, spec_file_stamp
+from fl_core.workers import jobs
+from fl_core.workers.pool import Job, heavy_pool
 
 WAIT_POLL_S = 0.25
 """How often a session waiting for another session's computation redraws its progress bar."""
@@ -160,10 +160,10 @@ def memoize(max_entries: int) -> Callable[[Callable], Callable]:
 
 
 def pooled(job: Callable, max_entries: int) -> Callable:
-    """Memoize a heavy job of :mod:`fl_core.jobs` by its positional arguments, computed in a worker process.
+    """Memoize a heavy job of :mod:`fl_core.workers.jobs` by its positional arguments, computed in a worker process.
 
     Each key runs at most once at a time on the server: every session asking for it follows the same
-    :class:`~fl_core.workers.Job` (queue position, then progress), and a session interrupted while waiting takes up
+    :class:`~fl_core.workers.pool.Job` (queue position, then progress), and a session interrupted while waiting takes up
     the same job again on its next run. ``wrapper.cancel(*args)`` cancels it (for every session following it);
     ``wrapper.cached(*args)`` says whether its result is at hand.
     """
@@ -239,13 +239,14 @@ _whitening_in_worker = pooled(jobs.whitening_job, max_entries=32)
 
 def energy_result(models: jobs.ModelKeys, images: str, layer: str | None, subtract_init: bool, seeds: int,
                   device: str, progress: Progress | None = None) -> EnergyResult:
-    """:func:`fl_core.energy.analyze_energy` for ``(spec, overrides)`` pairs (:func:`is_heavy_source`: in a worker)."""
+    """:func:`fl_core.firstlayer.energy.analyze_energy` for ``(spec, overrides)`` pairs (:func:`is_heavy_source`: in a
+    worker)."""
     compute = _energy_in_worker if is_heavy_source(images) else _energy_here
     return compute(models, images, layer, subtract_init, seeds, device, progress=progress)
 
 
 def whitening_result(models: jobs.ModelKeys, images: str, max_distance: int, seeds: int, device: str,
                      progress: Progress | None = None) -> WhiteningResult:
-    """:func:`fl_core.whitening.analyze_whitening` for ``(spec, overrides)`` pairs (folders: in a worker)."""
+    """:func:`fl_core.firstlayer.whitening.analyze_whitening` for ``(spec, overrides)`` pairs (folders: in a worker)."""
     compute = _whitening_in_worker if is_heavy_source(images) else _whitening_here
     return compute(models, images, max_distance, seeds, device, progress=progress)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from fl_core import jobs
-from fl_core.calibration import CROPS
-from fl_core.layers import ConvLayer, conv_inventory
+from fl_core.channelaxes.calibration import CROPS
+from fl_core.io.layers import ConvLayer, conv_inventory
+from fl_core.workers import jobs
 from fl_ui.cache import get_model, pooled
 
 channel_axes_result = pooled(jobs.channel_axes_job, max_entries=8)
-"""The page's channel analysis of one layer (:func:`fl_core.jobs.channel_axes_job`), keyed by every choice of the
-page, computed in a worker process."""
+"""The page's channel analysis of one layer (:func:`fl_core.workers.jobs.channel_axes_job`), keyed by every choice of
+the page, computed in a worker process."""
 
 
 def data_source(images: str) -> str:

@@ -8,10 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from fl_core.backend import Progress
-from fl_core.claims import ClaimSummary, RunCorrelations, Trajectory, run_correlations, run_trajectory, summarize_runs
 from fl_core.errors import DataError
-from fl_core.models import demo_manifest
-from fl_core.runs import Run, list_runs, load_run
+from fl_core.io.models import demo_manifest
+from fl_core.lab.claims import (
+    ClaimSummary,
+    RunCorrelations,
+    Trajectory,
+    run_correlations,
+    run_trajectory,
+    summarize_runs,
+)
+from fl_core.lab.runs import Run, list_runs, load_run
 from fl_ui.cache import memoize
 
 

@@ -11,11 +11,10 @@ from collections.abc import Sequence
 import numpy as np
 import streamlit as st
 
-from fl_core import jobs
 from fl_core.backend import Progress
-from fl_core.depthwise import DepthwiseBank, depthwise_bank
 from fl_core.errors import FilterLensError
-from fl_core.masterkeys import (
+from fl_core.io.models import demo_manifest
+from fl_core.masterkeys.clustering import (
     MasterKeyResult,
     PublishedAssignment,
     analyze_master_keys,
@@ -23,9 +22,10 @@ from fl_core.masterkeys import (
     fit_model_master_keys,
     model_master_keys,
 )
-from fl_core.models import demo_manifest
-from fl_core.scalefit import FIT_METHODS, ScaleSpaceResult, fit_published_filters
-from fl_core.swap import FilterSwap, swap_filters
+from fl_core.masterkeys.depthwise import DepthwiseBank, depthwise_bank
+from fl_core.masterkeys.fitting import FIT_METHODS, ScaleSpaceResult, fit_published_filters
+from fl_core.masterkeys.swap import FilterSwap, swap_filters
+from fl_core.workers import jobs
 from fl_ui.cache import get_model, memoize, pooled
 from fl_ui.state import Selection
 
@@ -82,7 +82,7 @@ def bank_description(spec: str) -> str | None:
 def master_key_result(spec: str, overrides: tuple, kernel_size: int | None, k: int, restarts: int, seed: int,
                       stages: tuple[int, ...] | None, sweep: tuple[int, ...] | None, device: str,
                       progress: Progress | None = None) -> MasterKeyResult:
-    """:func:`fl_core.masterkeys.analyze_master_keys` of one model."""
+    """:func:`fl_core.masterkeys.clustering.analyze_master_keys` of one model."""
     return analyze_master_keys(get_bank(spec, overrides), k, kernel_size=kernel_size, stages=stages,
                                restarts=restarts, seed=seed, sweep=sweep, device=device, progress=progress)
 
@@ -90,26 +90,26 @@ def master_key_result(spec: str, overrides: tuple, kernel_size: int | None, k: i
 @memoize(max_entries=16)
 def published_assignment(spec: str, overrides: tuple, kernel_size: int,
                          progress: Progress | None = None) -> PublishedAssignment:
-    """:func:`fl_core.masterkeys.bank_assignment` of one model's k×k filters (no clustering)."""
+    """:func:`fl_core.masterkeys.clustering.bank_assignment` of one model's k×k filters (no clustering)."""
     return bank_assignment(get_bank(spec, overrides), kernel_size=kernel_size)
 
 
 @memoize(max_entries=16)
 def model_scale_fit(spec: str, overrides: tuple, method: str, progress: Progress | None = None) -> ScaleSpaceResult:
-    """:func:`fl_core.masterkeys.fit_model_master_keys` of one model (its most frequent kernel size)."""
+    """:func:`fl_core.masterkeys.clustering.fit_model_master_keys` of one model (its most frequent kernel size)."""
     return fit_model_master_keys(get_bank(spec, overrides), method)
 
 
 @memoize(max_entries=8)
 def published_scale_fit(method: str) -> ScaleSpaceResult:
-    """:func:`fl_core.scalefit.fit_published_filters` once per server for every session (its grid search is Python
-    work that holds the GIL: sessions opening the page together wait for one fit instead of each running it)."""
+    """:func:`fl_core.masterkeys.fitting.fit_published_filters` once per server for every session (its grid search is
+    Python work that holds the GIL: sessions opening the page together wait for one fit instead of each running it)."""
     return fit_published_filters(method)
 
 
 @memoize(max_entries=16)
 def model_keys(spec: str, overrides: tuple, method: str, progress: Progress | None = None) -> dict[int, np.ndarray]:
-    """:func:`fl_core.masterkeys.model_master_keys` of one model (its most frequent kernel size)."""
+    """:func:`fl_core.masterkeys.clustering.model_master_keys` of one model (its most frequent kernel size)."""
     return model_master_keys(get_bank(spec, overrides), method)
 
 
@@ -130,13 +130,14 @@ def warm_default_results() -> None:
 @memoize(max_entries=32)
 def filter_swap(spec: str, overrides: tuple, replacement: str, stages: tuple[int, ...] | None, k: int, seed: int,
                 device: str, progress: Progress | None = None) -> FilterSwap:
-    """:func:`fl_core.swap.swap_filters` of one model."""
+    """:func:`fl_core.masterkeys.swap.swap_filters` of one model."""
     return swap_filters(get_bank(spec, overrides), replacement, stages=stages, k=k, seed=seed, device=device)
 
 
 rescore_result = pooled(jobs.rescore_job, max_entries=16)
-"""The original and the chosen swaps re-scored, recovered first if asked (:func:`fl_core.jobs.rescore_job`), in a
-worker process."""
+"""The original and the chosen swaps re-scored, recovered first if asked (:func:`fl_core.workers.jobs.rescore_job`), in
+a worker process."""
 
 layer_sweep_result = pooled(jobs.layer_sweep_job, max_entries=8)
-"""Each depthwise layer swapped alone and zeroed alone (:func:`fl_core.jobs.layer_sweep_job`), in a worker process."""
+"""Each depthwise layer swapped alone and zeroed alone (:func:`fl_core.workers.jobs.layer_sweep_job`), in a worker
+process."""

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fl_core import jobs
 from fl_core.errors import FilterLensError
-from fl_core.htmlreport import report_html
-from fl_core.report import Report, ReportSettings
-from fl_core.runs import SHIPPED_RUNS_DIR, list_runs, user_runs_dir
-from fl_core.series import series_stamp
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, list_runs, user_runs_dir
+from fl_core.report.build import Report, ReportSettings
+from fl_core.report.html import report_html
+from fl_core.report.series import series_stamp
+from fl_core.workers import jobs
 from fl_ui.cache import get_model, memoize, pooled
 from fl_ui.state import Selection
 
 report_result = pooled(jobs.report_job, max_entries=8)
-"""The report of ``(models, stamps, settings, device)`` (:func:`fl_core.jobs.report_job`), in a worker process."""
+"""The report of ``(models, stamps, settings, device)`` (:func:`fl_core.workers.jobs.report_job`), in a worker
+process."""
 
 
 def report_key(models: jobs.ModelKeys, settings: ReportSettings, device: str) -> tuple:
@@ -25,7 +26,7 @@ def report_key(models: jobs.ModelKeys, settings: ReportSettings, device: str) ->
 
 @memoize(max_entries=8)
 def report_document(models: jobs.ModelKeys, stamps: tuple[str, ...], settings: ReportSettings, device: str) -> str:
-    """The self-contained HTML file of a finished report (:func:`fl_core.htmlreport.report_html`)."""
+    """The self-contained HTML file of a finished report (:func:`fl_core.report.html.report_html`)."""
     report: Report = report_result(models, stamps, settings, device)
     return report_html(report)
 

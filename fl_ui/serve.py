@@ -34,7 +34,7 @@ def preload() -> None:
         for module in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
             if module.name not in ("fl_core.__main__", __name__):
                 importlib.import_module(module.name)
-    from fl_core.workers import heavy_pool
+    from fl_core.workers.pool import heavy_pool
     from fl_ui.masterkeys import warm_default_results
 
     heavy_pool().warm_up()

@@ -13,11 +13,11 @@ import streamlit as st
 from streamlit import config
 
 from fl_core.backend import available_devices
-from fl_core.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
 from fl_core.errors import FilterLensError, ModelSpecError
-from fl_core.images import IMAGE_SUFFIXES
-from fl_core.models import CROP_MODES, FILE_SOURCES, INTERPOLATIONS, ModelSpec, demo_manifest
-from fl_core.uploads import upload_store
+from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
+from fl_core.io.images import IMAGE_SUFFIXES
+from fl_core.io.models import CROP_MODES, FILE_SOURCES, INTERPOLATIONS, ModelSpec, demo_manifest
+from fl_core.io.uploads import upload_store
 from fl_ui.cache import get_model
 from fl_ui.state import Selection, selection_from_url, write_selection_to_url
 

@@ -15,7 +15,7 @@ import streamlit as st
 
 from fl_core.backend import Progress
 from fl_core.errors import FilterLensError
-from fl_core.plots import figure_html
+from fl_core.figures import figure_html
 
 log = logging.getLogger("filterlens")
 

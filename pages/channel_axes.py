@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fl_core.channels import default_channel_layer
-from fl_core.interventions import LESION_KINDS
-from fl_core.plots.channels import (
+from fl_core.channelaxes.analysis import default_channel_layer
+from fl_core.channelaxes.interventions import LESION_KINDS
+from fl_core.channelaxes.plots import (
     METRIC_LABELS,
     axes_scatter_figure,
     filter_figure,
@@ -19,7 +19,7 @@ from fl_core.plots.channels import (
     pruning_curves_figure,
     summary_table,
 )
-from fl_core.pruning import CRITERIA
+from fl_core.channelaxes.pruning import CRITERIA
 from fl_ui.cache import get_model
 from fl_ui.channels import analysable_layers, channel_axes_result, data_source
 from fl_ui.state import current_selection, page_param, set_page_param

@@ -6,8 +6,14 @@ import math
 
 import streamlit as st
 
-from fl_core.layers import conv_inventory
-from fl_core.plots.energy import components_figure, correlation_figure, filters_figure, profile_figure, spectrum_figure
+from fl_core.firstlayer.plots import (
+    components_figure,
+    correlation_figure,
+    filters_figure,
+    profile_figure,
+    spectrum_figure,
+)
+from fl_core.io.layers import conv_inventory
 from fl_ui.cache import energy_result, get_model
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors

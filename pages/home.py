@@ -5,10 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fl_core.images import bundled_licences
-from fl_core.models import demo_manifest
-from fl_core.plots.energy import profile_figure
-from fl_core.plots.whitening import autocorrelation_figure
+from fl_core.firstlayer.plots import autocorrelation_figure, profile_figure
+from fl_core.io.images import bundled_licences
+from fl_core.io.models import demo_manifest
 from fl_ui.cache import energy_result, get_model, whitening_result
 from fl_ui.state import current_selection
 from fl_ui.widgets import plot_with_explanation, progress_bar, table_with_download, user_errors

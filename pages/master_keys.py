@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from fl_core.masterkeys import assignment_summary_frame
-from fl_core.plots.masterkeys import (
+from fl_core.masterkeys.clustering import assignment_summary_frame
+from fl_core.masterkeys.plots import (
     assignment_comparison_figure,
     centroids_vs_keys_figure,
     composition_figure,
@@ -15,7 +15,7 @@ from fl_core.plots.masterkeys import (
     stage_counts_figure,
     sweep_figure,
 )
-from fl_core.scalespace import load_published_filters
+from fl_core.masterkeys.scalespace import load_published_filters
 from fl_ui.cache import get_model
 from fl_ui.masterkeys import (
     BASELINE_DEPTHWISE_SPEC,

@@ -8,10 +8,10 @@ import json
 import pandas as pd
 import streamlit as st
 
-from fl_core.htmlreport import HOW_TO_READ
-from fl_core.plots.energy import profile_figure
-from fl_core.plots.report import trajectory_summary_figure, weight_norms_figure
-from fl_core.report import PART_TITLES, ReportSettings
+from fl_core.firstlayer.plots import profile_figure
+from fl_core.report.build import PART_TITLES, ReportSettings
+from fl_core.report.html import HOW_TO_READ
+from fl_core.report.plots import trajectory_summary_figure, weight_norms_figure
 from fl_ui.report import report_document, report_key, report_result, report_sources
 from fl_ui.sidebar import server_path_error
 from fl_ui.state import current_selection, page_param, set_page_param

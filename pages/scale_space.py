@@ -6,15 +6,21 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from fl_core.plots.masterkeys import KEY_NAMES, key_filters_figure
-from fl_core.plots.scalespace import (
+from fl_core.masterkeys.fitting import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, model_fit_at
+from fl_core.masterkeys.plots import (
+    KEY_NAMES,
     cross_section_figure,
+    key_filters_figure,
     model_vs_learned_figure,
     models_figure,
     sigma_by_method_figure,
 )
-from fl_core.scalefit import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, model_fit_at
-from fl_core.scalespace import idealized_filter, load_published_filters, normalize_learned_filter, spread_measures_frame
+from fl_core.masterkeys.scalespace import (
+    idealized_filter,
+    load_published_filters,
+    normalize_learned_filter,
+    spread_measures_frame,
+)
 from fl_ui.masterkeys import (
     BASELINE_DEPTHWISE_SPEC,
     DEFAULT_DEPTHWISE_SPEC,

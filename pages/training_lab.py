@@ -8,17 +8,17 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from fl_core.claims import snapshot_trajectory
-from fl_core.jobs import TrainingJob
-from fl_core.plots.training import (
+from fl_core.lab.claims import snapshot_trajectory
+from fl_core.lab.plots import (
     claims_figure,
     fit_over_steps_figure,
     run_correlation_figure,
     training_curves_figure,
     trajectory_figure,
 )
-from fl_core.runs import SHIPPED_RUNS_DIR, Run, RunConfig, user_runs_dir
-from fl_core.trainsets import LABEL_VARIANTS
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, Run, RunConfig, user_runs_dir
+from fl_core.lab.trainsets import LABEL_VARIANTS
+from fl_core.workers.jobs import TrainingJob
 from fl_ui.lab import demo_name_of, get_claims, get_correlations, get_trajectory, runs_in
 from fl_ui.state import current_selection, encode_token, page_param, set_page_param
 from fl_ui.widgets import downloads, plot_with_explanation, table_with_download, user_errors

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fl_core.images import scaled_input, to_display
-from fl_core.layers import find_layer, layer_weight
-from fl_core.plots.whitening import activation_maps_figure, autocorrelation_figure
-from fl_core.whitening import linear_responses
+from fl_core.firstlayer.plots import activation_maps_figure, autocorrelation_figure
+from fl_core.firstlayer.whitening import linear_responses
+from fl_core.io.images import scaled_input, to_display
+from fl_core.io.layers import find_layer, layer_weight
 from fl_ui.cache import get_images, get_model, whitening_result
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors

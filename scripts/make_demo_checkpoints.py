@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
-from fl_core.checkpoints import save_state_dict
-from fl_core.crops import CropConfig, photo_crops
-from fl_core.models import DEMO_DIR
-from fl_core.nets import build_net
-from fl_core.train import TrainConfig, evaluate, train_classifier
+from fl_core.io.checkpoints import save_state_dict
+from fl_core.io.crops import CropConfig, photo_crops
+from fl_core.io.models import DEMO_DIR
+from fl_core.io.nets import build_net
+from fl_core.lab.train import TrainConfig, evaluate, train_classifier
 
 ARCH = "small_vgg"
 ARCH_KWARGS = {"widths": [32, 64, 128], "first_kernel": 3}

@@ -7,7 +7,7 @@ shipped (Apache-2.0) in the PyPI package ``rapidocr``. Without ``--wheel`` the p
 ``pip download`` (a package, from the package index; nothing is downloaded at run time of the app). The script
 
 1. checks the wheel's version and the detector's SHA-256 against the wheel's own MODEL_LICENSES.md record;
-2. reads the detector with :func:`fl_core.onnx_weights.read_onnx_convs` (groups from the Conv nodes) and keeps the
+2. reads the detector with :func:`fl_core.io.onnx_weights.read_onnx_convs` (groups from the Conv nodes) and keeps the
    depthwise layers with 7×7 kernels, in forward order;
 3. writes them, unchanged, as ``ppocrv6_det_small_dw7.safetensors`` (the same bytes on every run), the wheel's
    LICENSE and MODEL_LICENSES.md next to it, and adds (or replaces) the ``ppocrv6_det_small_dw7`` entry of
@@ -29,9 +29,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from fl_core.checkpoints import file_sha256, save_state_dict
-from fl_core.models import DEMO_DIR
-from fl_core.onnx_weights import read_onnx_convs
+from fl_core.io.checkpoints import file_sha256, save_state_dict
+from fl_core.io.models import DEMO_DIR
+from fl_core.io.onnx_weights import read_onnx_convs
 
 PACKAGE = "rapidocr"
 VERSION = "3.10.0"

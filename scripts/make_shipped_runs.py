@@ -2,7 +2,7 @@
 
     python scripts/make_shipped_runs.py [--suite paper] [--out assets/runs] [--steps-scale 1.0] [--no-register]
 
-Trains every run of the suite (fl_core.experiments.SUITES) on crops of the bundled photos, skipping runs whose
+Trains every run of the suite (fl_core.lab.experiments.SUITES) on crops of the bundled photos, skipping runs whose
 folder already holds the same configuration, registers the runs marked ``demo`` as ``demo:lab_*`` entries of
 assets/demo/manifest.json (never touching the other entries), and prints the summary next to the paper's values.
 """
@@ -13,9 +13,9 @@ import argparse
 import time
 from pathlib import Path
 
-from fl_core.claims import summarize_runs
-from fl_core.experiments import SUITES, run_suite, suite_runs
-from fl_core.runs import SHIPPED_RUNS_DIR, register_demo_runs
+from fl_core.lab.claims import summarize_runs
+from fl_core.lab.experiments import SUITES, run_suite, suite_runs
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, register_demo_runs
 
 
 def main() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fl_core.images import bundled_images
-from fl_core.models import load_model
+from fl_core.io.images import bundled_images
+from fl_core.io.models import load_model
 from fl_ui.testing import page_app  # noqa: F401  (re-exported for page tests)
 
 REPO = Path(__file__).resolve().parent.parent

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fl_core.calibration import ChannelData, LabelledInputs
-from fl_core.models import InputConfig, LoadedModel
+from fl_core.channelaxes.calibration import ChannelData, LabelledInputs
+from fl_core.io.models import InputConfig, LoadedModel
 
 
 class PlantedNet(nn.Module):

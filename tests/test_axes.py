@@ -9,7 +9,7 @@ import pytest
 import torch
 from sklearn.metrics import adjusted_rand_score
 
-from fl_core.axes import auc_accuracy_vs_flops, axes_agreement, axis_clusters, spearman
+from fl_core.channelaxes.comparison import auc_accuracy_vs_flops, axes_agreement, axis_clusters, spearman
 from fl_core.errors import AnalysisError
 
 
@@ -69,7 +69,7 @@ def test_auc_of_accuracy_vs_flops() -> None:
 def test_batched_kmeans_matches_scikit_learn_and_ari_matches_its_definition() -> None:
     from sklearn.cluster import KMeans
 
-    from fl_core.axes import adjusted_rand_index, kmeans_labels
+    from fl_core.channelaxes.comparison import adjusted_rand_index, kmeans_labels
 
     rng = np.random.default_rng(5)
     for seed in range(3):

@@ -31,12 +31,12 @@ from PIL import Image
 from safetensors.torch import save_file
 from torchvision.transforms import v2 as T
 
-from fl_core.checkpoints import MAX_NESTING_DEPTH, MAX_PICKLE_BYTES, MAX_TENSORS, load_state_dict
-from fl_core.energy import energy_profile, fit_linear_theory
 from fl_core.errors import AnalysisError, CheckpointError, DataError, ModelSpecError
-from fl_core.images import MAX_ASPECT_RATIO, decode_rgb, save_uploaded_images, scaled_input, scaled_size
-from fl_core.models import InputConfig, load_model
-from fl_core.whitening import bank_autocorrelation
+from fl_core.firstlayer.energy import energy_profile, fit_linear_theory
+from fl_core.firstlayer.whitening import bank_autocorrelation
+from fl_core.io.checkpoints import MAX_NESTING_DEPTH, MAX_PICKLE_BYTES, MAX_TENSORS, load_state_dict
+from fl_core.io.images import MAX_ASPECT_RATIO, decode_rgb, save_uploaded_images, scaled_input, scaled_size
+from fl_core.io.models import InputConfig, load_model
 
 from .conftest import CHECKPOINTS, REPO
 
@@ -346,7 +346,7 @@ def kib(field):
         return next(int(line.split()[1]) for line in status if line.startswith(field))
 
 import fl_core.cli
-from fl_core.checkpoints import load_state_dict
+from fl_core.io.checkpoints import load_state_dict
 fl_core.cli.build_parser()  # every command's imports: what follows is the job's own cost
 for job in json.loads(sys.argv[1]):
     Path("/proc/self/clear_refs").write_text("5")  # peak RSS := current RSS
@@ -525,7 +525,7 @@ def test_panorama_profile_through_the_cli(tmp_path: Path) -> None:
 
 
 def _pca():
-    from fl_core.patches import patch_pca
+    from fl_core.firstlayer.patches import patch_pca
 
     gen = torch.Generator().manual_seed(0)
     smooth = torch.nn.functional.avg_pool2d(torch.randn(4, 3, 40, 40, generator=gen), 5, 1)
@@ -551,9 +551,9 @@ def test_all_zero_filters_get_a_clear_error_not_nan() -> None:
 
 def test_zero_filters_through_energy_and_whitening(tmp_path: Path) -> None:
     """The whole analyses: a clear one-line error, never a NaN result."""
-    from fl_core.energy import analyze_energy
-    from fl_core.images import folder_images
-    from fl_core.whitening import analyze_whitening
+    from fl_core.firstlayer.energy import analyze_energy
+    from fl_core.firstlayer.whitening import analyze_whitening
+    from fl_core.io.images import folder_images
 
     (tmp_path / "w.pt").write_bytes(torch_file(conv_state(torch.zeros(8, 3, 3, 3))))
     (tmp_path / "images").mkdir()

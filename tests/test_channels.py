@@ -10,13 +10,13 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from fl_core.calibration import LabelledInputs, channel_data, class_mapping, folder_channel_data
-from fl_core.channels import ChannelSettings, analyze_channels
+from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels
+from fl_core.channelaxes.calibration import LabelledInputs, channel_data, class_mapping, folder_channel_data
+from fl_core.channelaxes.interventions import fold_peer_replacement, locate_site
+from fl_core.channelaxes.layerstats import AxisSettings, collect_layer_statistics, local_axis
+from fl_core.channelaxes.pruning import LayerPruner, PruningSettings
 from fl_core.errors import DataError
-from fl_core.interventions import fold_peer_replacement, locate_site
-from fl_core.layerstats import AxisSettings, collect_layer_statistics, local_axis
-from fl_core.models import load_model
-from fl_core.pruning import LayerPruner, PruningSettings
+from fl_core.io.models import load_model
 
 from .planted_nets import alone_world, duplicate_world
 
@@ -194,7 +194,7 @@ def test_real_squeezenet_fire_module_on_the_imagenet_sample(squeezenet, imagenet
 
 
 def test_figures_show_every_channel_with_its_filter_and_every_curve_with_its_auc() -> None:
-    from fl_core.plots import channels as plots
+    from fl_core.channelaxes import plots
 
     loaded, data = duplicate_world(n_calibration=200, n_evaluation=100)
     pruning = PruningSettings(criteria=("local", "peer_r2", "l1"), fractions=(0.2, 0.4), finetune_steps=0)

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fl_core.channelstats import (
+from fl_core.channelaxes.moments import (
     ChannelMoments,
     input_capture,
     peer_overlap,

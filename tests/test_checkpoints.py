@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from fl_core.checkpoints import load_into, load_state_dict, match_state_dict, save_state_dict
 from fl_core.errors import CheckpointError
+from fl_core.io.checkpoints import load_into, load_state_dict, match_state_dict, save_state_dict
 
 from .conftest import CHECKPOINTS
 

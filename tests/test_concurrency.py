@@ -1,7 +1,7 @@
 """Multi-user safety: many sessions change weights at the same time on one shared, cached model.
 
 Streamlit serves every session from one process, and ``st.cache_resource`` hands all of them the same
-:class:`~fl_core.models.LoadedModel`. These tests run sessions concurrently (threads released together by a
+:class:`~fl_core.io.models.LoadedModel`. These tests run sessions concurrently (threads released together by a
 barrier, and AppTest sessions) and prove that filter swaps + re-scoring and training happen on private copies: every
 session gets exactly the numbers it gets when it runs alone, and the cached weights' hash never changes.
 """
@@ -19,14 +19,14 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from fl_core.checkpoints import save_state_dict
-from fl_core.crops import CropConfig, photo_crops
-from fl_core.depthwise import depthwise_bank
-from fl_core.evaluate import rescore
-from fl_core.images import folder_images
-from fl_core.layers import first_conv_name
-from fl_core.swap import swap_filters, swapped_model
-from fl_core.train import TrainConfig, evaluate, train_classifier
+from fl_core.io.checkpoints import save_state_dict
+from fl_core.io.crops import CropConfig, photo_crops
+from fl_core.io.images import folder_images
+from fl_core.io.layers import first_conv_name
+from fl_core.lab.train import TrainConfig, evaluate, train_classifier
+from fl_core.masterkeys.depthwise import depthwise_bank
+from fl_core.masterkeys.rescore import rescore
+from fl_core.masterkeys.swap import swap_filters, swapped_model
 from fl_ui.cache import get_model
 from fl_ui.testing import page_app
 

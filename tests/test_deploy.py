@@ -24,8 +24,8 @@ import torch
 import yaml
 from streamlit import config as streamlit_config
 
-from fl_core.checkpoints import max_checkpoint_bytes, save_state_dict
-from fl_core.uploads import DEFAULT_MAX_AGE_HOURS, DEFAULT_QUOTA_MB
+from fl_core.io.checkpoints import max_checkpoint_bytes, save_state_dict
+from fl_core.io.uploads import DEFAULT_MAX_AGE_HOURS, DEFAULT_QUOTA_MB
 from fl_ui.sidebar import shared_address
 from fl_ui.testing import page_app
 
@@ -131,7 +131,7 @@ def test_dockerignore_keeps_what_the_image_needs_and_drops_the_rest() -> None:
         return any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") or
                    fnmatch.fnmatch(path, p.replace("**/", "")) for p in patterns)
 
-    for needed in ("app.py", "pages/home.py", "fl_core/models.py", "fl_ui/sidebar.py", "assets/demo/manifest.json",
+    for needed in ("app.py", "pages/home.py", "fl_core/io/models.py", "fl_ui/sidebar.py", "assets/demo/manifest.json",
                    "requirements.txt", "pyproject.toml", "README.md", ".streamlit/config.toml"):
         assert (REPO / needed).exists() and not ignored(needed), needed
     for dropped in (".git/HEAD", ".venv/bin/python", "tests/conftest.py", "test-artifacts/x.png"):
@@ -270,7 +270,7 @@ USER_SESSION = textwrap.dedent("""
     import io, sys
     import torch
     from safetensors.torch import save
-    from fl_core.images import bundled_images
+    from fl_core.io.images import bundled_images
     from fl_ui.testing import page_app
 
     photo = io.BytesIO()

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.stats import ortho_group
 
-from fl_core.energy import (
+from fl_core.firstlayer.energy import (
     analyze_energy,
     correlation_matrix,
     energy_profile,
@@ -16,7 +16,7 @@ from fl_core.energy import (
     random_init_banks,
     theory_profile,
 )
-from fl_core.patches import PatchPCA, patch_pca
+from fl_core.firstlayer.patches import PatchPCA, patch_pca
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_fitted_curve_reaches_the_demo_profiles_tail(demo, photos) -> None:
 
 
 def test_log_plot_clips_a_negative_fit_and_says_so() -> None:
-    from fl_core.plots.energy import LOG_FLOOR, _theory_trace
+    from fl_core.firstlayer.plots import LOG_FLOOR, _theory_trace
 
     lam = 10 * 0.7 ** np.arange(27)
     theory = theory_profile(lam, 1e-3 / lam[0] ** 2)

@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from fl_core.images import input_transform, scaled_input, scaled_size
-from fl_core.models import CROP_MODES, InputConfig, load_model
+from fl_core.io.images import input_transform, scaled_input, scaled_size
+from fl_core.io.models import CROP_MODES, InputConfig, load_model
 
 
 def _noise_image(width: int, height: int, seed: int = 0) -> Image.Image:

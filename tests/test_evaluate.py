@@ -17,11 +17,11 @@ import torchvision
 from torchvision import transforms
 
 from fl_core.cli import main
-from fl_core.depthwise import depthwise_bank
-from fl_core.evaluate import fold_batchnorm, folded_patch, imagenet_wnids, map_tree_classes, rescore
-from fl_core.images import bundled_images, folder_images
-from fl_core.models import load_model
-from fl_core.swap import parameter_patch, swap_filters, swapped_model
+from fl_core.io.images import bundled_images, folder_images
+from fl_core.io.models import load_model
+from fl_core.masterkeys.depthwise import depthwise_bank
+from fl_core.masterkeys.rescore import fold_batchnorm, folded_patch, imagenet_wnids, map_tree_classes, rescore
+from fl_core.masterkeys.swap import parameter_patch, swap_filters, swapped_model
 
 from .test_masterkeys import tiny_loaded
 

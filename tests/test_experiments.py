@@ -11,21 +11,21 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision.transforms import v2 as T
 
-from fl_core.claims import (
+from fl_core.errors import DataError
+from fl_core.firstlayer.energy import energy_profile, pearson, theory_profile
+from fl_core.firstlayer.patches import PatchPCA, PatchStatistics
+from fl_core.io.models import InputConfig
+from fl_core.lab.claims import (
     PAPER_CLAIMS,
     pairs_differing_in,
     run_correlations,
     snapshot_trajectory,
     summarize_runs,
 )
-from fl_core.energy import energy_profile, pearson, theory_profile
-from fl_core.errors import DataError
-from fl_core.experiments import SUITES, suite_runs
-from fl_core.models import InputConfig
-from fl_core.patches import PatchPCA, PatchStatistics
-from fl_core.runs import Run, RunConfig
-from fl_core.train import TrainHistory
-from fl_core.trainsets import (
+from fl_core.lab.experiments import SUITES, suite_runs
+from fl_core.lab.runs import Run, RunConfig
+from fl_core.lab.train import TrainHistory
+from fl_core.lab.trainsets import (
     EnergyDeciles,
     TileScaling,
     crop_dataset,

@@ -31,9 +31,9 @@ from safetensors.torch import save as safetensors_bytes
 from streamlit.testing.v1 import AppTest
 from torch import nn
 
-from fl_core.checkpoints import CHECKPOINT_SUFFIXES, load_state_dict
 from fl_core.errors import CheckpointError, DataError
-from fl_core.images import MAX_IMAGE_PIXELS, save_uploaded_images
+from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, load_state_dict
+from fl_core.io.images import MAX_IMAGE_PIXELS, save_uploaded_images
 from fl_ui.testing import page_app
 
 from . import test_bounded_inputs as bounded

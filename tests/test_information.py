@@ -10,7 +10,7 @@ import torch
 from scipy.special import ndtri
 from scipy.stats import rankdata
 
-from fl_core.information import (
+from fl_core.channelaxes.information import (
     copula_normalize,
     gaussian_copula_mi,
     gaussian_mi,

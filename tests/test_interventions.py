@@ -7,16 +7,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fl_core.calibration import LabelledInputs
-from fl_core.errors import AnalysisError
-from fl_core.interventions import (
+from fl_core.channelaxes.calibration import LabelledInputs
+from fl_core.channelaxes.interventions import (
     Substitutions,
     channel_interventions,
     fold_peer_replacement,
     locate_site,
     substitution_effects,
 )
-from fl_core.models import load_model
+from fl_core.errors import AnalysisError
+from fl_core.io.models import load_model
 
 from .planted_nets import duplicate_world
 
@@ -79,7 +79,7 @@ def test_squeeze_site_of_a_fire_module_folds_into_both_expand_convs() -> None:
 
 
 def test_substitutions_write_the_planned_values() -> None:
-    from fl_core.interventions import _substituted
+    from fl_core.channelaxes.interventions import _substituted
 
     a = torch.randn(3, 4, 2, 2, dtype=torch.float64)
     peers = torch.tensor([[1, 2], [0, 2], [0, 1], [0, 1]])

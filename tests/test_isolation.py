@@ -15,17 +15,17 @@ import pytest
 import torch
 from torch import nn
 
-import fl_core.layers as layers_module
-import fl_core.models as models_module
-from fl_core.calibration import channel_data
-from fl_core.channels import ChannelSettings, analyze_channels
-from fl_core.checkpoints import save_state_dict
-from fl_core.depthwise import depthwise_bank
-from fl_core.energy import analyze_energy
+import fl_core.io.layers as layers_module
+import fl_core.io.models as models_module
+from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels
+from fl_core.channelaxes.calibration import channel_data
 from fl_core.errors import WeightsUnavailableError
-from fl_core.layers import conv_inventory, first_conv_name
-from fl_core.masterkeys import analyze_master_keys
-from fl_core.models import load_model
+from fl_core.firstlayer.energy import analyze_energy
+from fl_core.io.checkpoints import save_state_dict
+from fl_core.io.layers import conv_inventory, first_conv_name
+from fl_core.io.models import load_model
+from fl_core.masterkeys.clustering import analyze_master_keys
+from fl_core.masterkeys.depthwise import depthwise_bank
 
 from .test_concurrency import run_together, weights_hash
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from fl_core.errors import AnalysisError
-from fl_core.layers import conv_inventory, conv_kind, find_layer, first_conv_name, iter_layer_inputs
-from fl_core.models import load_model
+from fl_core.io.layers import conv_inventory, conv_kind, find_layer, first_conv_name, iter_layer_inputs
+from fl_core.io.models import load_model
 
 
 @pytest.mark.parametrize(("spec", "first"), [

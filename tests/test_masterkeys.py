@@ -11,8 +11,8 @@ from sklearn.metrics import adjusted_rand_score, silhouette_score
 from torch import nn
 
 from fl_core.cli import main
-from fl_core.depthwise import depthwise_bank
-from fl_core.masterkeys import (
+from fl_core.io.models import InputConfig, LoadedModel, ModelSpec, load_model
+from fl_core.masterkeys.clustering import (
     analyze_master_keys,
     assign_to_master_keys,
     centred_unit_vectors,
@@ -23,9 +23,14 @@ from fl_core.masterkeys import (
     lloyd_abs_cosine,
     silhouette_abs_cosine,
 )
-from fl_core.models import InputConfig, LoadedModel, ModelSpec, load_model
-from fl_core.scalefit import fit_published_filters, idealized_templates
-from fl_core.scalespace import affine_fit_to_templates, centred_cosine, idealized_filter, load_published_filters
+from fl_core.masterkeys.depthwise import depthwise_bank
+from fl_core.masterkeys.fitting import fit_published_filters, idealized_templates
+from fl_core.masterkeys.scalespace import (
+    affine_fit_to_templates,
+    centred_cosine,
+    idealized_filter,
+    load_published_filters,
+)
 
 
 def fixture_path(loaded: LoadedModel) -> str:
@@ -269,9 +274,9 @@ def test_cli_masterkeys_and_scalespace_json(tmp_path, mobilenet):
 
 def test_a_weights_only_file_of_depthwise_layers_keeps_every_filter(tmp_path):
     """Four 96×1×7×7 depthwise convs (the PP-OCRv6 detector's shape): no tensor is taken for the first layer."""
-    from fl_core.checkpoints import save_state_dict
     from fl_core.errors import AnalysisError
-    from fl_core.layers import first_conv_name
+    from fl_core.io.checkpoints import save_state_dict
+    from fl_core.io.layers import first_conv_name
 
     path = tmp_path / "dw.safetensors"
     save_state_dict({f"stages.{i}.dw.weight": torch.randn(96, 1, 7, 7) for i in range(4)}, path)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fl_core import models as models_module
-from fl_core.checkpoints import save_state_dict
 from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
-from fl_core.models import InputConfig, ModelSpec, demo_manifest, load_model
+from fl_core.io import models as models_module
+from fl_core.io.checkpoints import save_state_dict
+from fl_core.io.models import InputConfig, ModelSpec, demo_manifest, load_model
 
 from .conftest import CHECKPOINTS
 

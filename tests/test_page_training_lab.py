@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fl_core.runs import SHIPPED_RUNS_DIR
+from fl_core.lab.runs import SHIPPED_RUNS_DIR
 
 from .conftest import page_app
 

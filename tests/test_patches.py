@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from fl_core.errors import AnalysisError
-from fl_core.patches import PatchStatistics, patch_pca
+from fl_core.firstlayer.patches import PatchStatistics, patch_pca
 
 
 def all_patches(images: torch.Tensor, k: int) -> np.ndarray:
@@ -76,8 +76,8 @@ def test_float32_band_products_stay_within_the_stated_accuracy_of_float64(monkey
     """The rule of :func:`fl_core.backend.product_dtype` (float32 products on GPUs without fast float64) keeps the
     PCA of natural-photo 7×7×3 patches within its documented accuracy."""
     from fl_core.backend import product_dtype
-    from fl_core.images import bundled_images, scaled_input
-    from fl_core.models import InputConfig
+    from fl_core.io.images import bundled_images, scaled_input
+    from fl_core.io.models import InputConfig
 
     photos = bundled_images()
     images = torch.stack([scaled_input(photos.image(i), InputConfig(input_size=96))[:, :96, :96] for i in range(4)])

@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from fl_core.depthwise import depthwise_bank
-from fl_core.evaluate import rescore
-from fl_core.images import bundled_images
-from fl_core.models import InputConfig, LoadedModel, load_model
-from fl_core.prefix import changed_keys, module_chain, plan_prefix_sharing
-from fl_core.swap import swap_filters
+from fl_core.io.images import bundled_images
+from fl_core.io.models import InputConfig, LoadedModel, load_model
+from fl_core.masterkeys.depthwise import depthwise_bank
+from fl_core.masterkeys.prefix import changed_keys, module_chain, plan_prefix_sharing
+from fl_core.masterkeys.rescore import rescore
+from fl_core.masterkeys.swap import swap_filters
 
 from .test_masterkeys import tiny_loaded
 

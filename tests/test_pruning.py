@@ -9,11 +9,9 @@ import torch
 import torch.nn.functional as F
 import torch_pruning as tp
 
-from fl_core.axes import auc_accuracy_vs_flops
-from fl_core.calibration import LabelledInputs
-from fl_core.errors import AnalysisError
-from fl_core.models import load_model
-from fl_core.pruning import (
+from fl_core.channelaxes.calibration import LabelledInputs
+from fl_core.channelaxes.comparison import auc_accuracy_vs_flops
+from fl_core.channelaxes.pruning import (
     LayerPruner,
     PruningSettings,
     lowest_first,
@@ -21,6 +19,8 @@ from fl_core.pruning import (
     recovery_finetune,
     removal_counts,
 )
+from fl_core.errors import AnalysisError
+from fl_core.io.models import load_model
 
 from .planted_nets import duplicate_world
 

@@ -12,18 +12,18 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from fl_core.batchnorm import recalibrate_batchnorm
+from fl_core.channelaxes.pruning import batched_logits
 from fl_core.cli import main
-from fl_core.depthwise import depthwise_bank
 from fl_core.errors import DataError
-from fl_core.evaluate import rescore
-from fl_core.images import ImageSet, iter_input_batches
-from fl_core.layersweep import sweep_layers, theory_share
-from fl_core.models import InputConfig, LoadedModel
-from fl_core.plots.rescore import layer_sweep_figure, scores_figure
-from fl_core.pruning import batched_logits
-from fl_core.recovery import RecoverySettings, recover_swap, split_calibration
-from fl_core.swap import swap_filters, swapped_model
+from fl_core.io.images import ImageSet, iter_input_batches
+from fl_core.io.models import InputConfig, LoadedModel
+from fl_core.masterkeys.batchnorm import recalibrate_batchnorm
+from fl_core.masterkeys.depthwise import depthwise_bank
+from fl_core.masterkeys.layersweep import sweep_layers, theory_share
+from fl_core.masterkeys.plots import layer_sweep_figure, scores_figure
+from fl_core.masterkeys.recovery import RecoverySettings, recover_swap, split_calibration
+from fl_core.masterkeys.rescore import rescore
+from fl_core.masterkeys.swap import swap_filters, swapped_model
 
 CPU = torch.device("cpu")
 CLASSES = ("a", "b", "c", "d")
@@ -267,7 +267,7 @@ def test_cli_rescore_json_has_recovered_scores(tmp_path, capsys):
 @pytest.mark.slow
 def test_matching_the_batchnorm_statistics_recovers_the_real_mobilenet_swapped_by_b(mobilenet, imagenet_sample):
     """The fixture's BatchNorms are identities (folded TFLite export): the statistics matching must still hold."""
-    from fl_core.images import folder_images
+    from fl_core.io.images import folder_images
 
     from .test_evaluate import readme_preprocessing
 

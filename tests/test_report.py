@@ -12,16 +12,16 @@ import pytest
 import torch
 from plotly.offline import get_plotlyjs
 
-from fl_core.checkpoints import save_state_dict
 from fl_core.cli import main
-from fl_core.htmlreport import number, report_html
-from fl_core.images import bundled_images
-from fl_core.layers import ConvLayer
-from fl_core.models import load_model
-from fl_core.report import SECTIONS, ReportSettings, build_report
-from fl_core.runs import SHIPPED_RUNS_DIR, load_run
-from fl_core.series import load_series, natural_key
-from fl_core.weightstats import layer_weight_statistics
+from fl_core.io.checkpoints import save_state_dict
+from fl_core.io.images import bundled_images
+from fl_core.io.layers import ConvLayer
+from fl_core.io.models import load_model
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, load_run
+from fl_core.report.build import SECTIONS, ReportSettings, build_report
+from fl_core.report.html import number, report_html
+from fl_core.report.series import load_series, natural_key
+from fl_core.report.weightstats import layer_weight_statistics
 
 FAST = ["--input-size", "32", "--crop-pct", "1", "--seeds", "3", "--max-images", "4", "--max-distance", "10",
         "--quiet"]
@@ -59,7 +59,7 @@ def test_a_planted_duplicate_and_a_dead_filter_are_found_from_the_weights_alone(
 
 
 def test_peer_r2_equals_least_squares_and_is_not_reported_when_the_peers_span_the_filter_space() -> None:
-    from fl_core.weightstats import peer_reconstruction_r2
+    from fl_core.report.weightstats import peer_reconstruction_r2
 
     weight = torch.randn(10, 2, 3, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     assert np.allclose(peer_reconstruction_r2(weight).numpy(), lstsq_r2(weight.numpy()), atol=1e-8)
@@ -241,7 +241,7 @@ def test_an_onnx_model_is_reported_from_its_weights(tmp_path: Path) -> None:
 
 
 def test_the_cache_stamp_of_a_folder_changes_when_a_checkpoint_is_added(tmp_path: Path) -> None:
-    from fl_core.series import series_stamp
+    from fl_core.report.series import series_stamp
 
     write_checkpoint(tmp_path / "ckpt_1.safetensors", 0.1)
     before = series_stamp(f"weights:{tmp_path}")

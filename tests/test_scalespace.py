@@ -1,4 +1,4 @@
-"""Tests of fl_core.scalespace and fl_core.scalefit against shared/reference/master_keys.md.
+"""Tests of fl_core.masterkeys.scalespace and fl_core.masterkeys.fitting against shared/reference/master_keys.md.
 
 Oracle: pyscsp (Lindeberg's own package, a test dependency) for the discrete Gaussian, its central-difference
 derivative approximations, the separable models and the spatial moments, at several σ to ~1e-13.
@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from fl_core.errors import AnalysisError, DataError
-from fl_core.scalefit import (
+from fl_core.masterkeys.fitting import (
     FIT_METHODS,
     fit_filter7,
     fit_published_filters,
@@ -40,7 +40,7 @@ from fl_core.scalefit import (
     fit_scale_method_b,
     idealized_templates,
 )
-from fl_core.scalespace import (
+from fl_core.masterkeys.scalespace import (
     PUBLISHED_FILTERS_PATH,
     affine_fit_to_templates,
     centred_cosine,

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from fl_core.depthwise import depthwise_bank
 from fl_core.errors import ModelSpecError
-from fl_core.evaluate import rescore
-from fl_core.images import bundled_images
-from fl_core.models import LoadedModel, ModelSpec, load_model
-from fl_core.scalefit import idealized_templates
-from fl_core.scalespace import affine_fit_to_templates
-from fl_core.swap import REPLACEMENTS, swap_filters, swapped_model
+from fl_core.io.images import bundled_images
+from fl_core.io.models import LoadedModel, ModelSpec, load_model
+from fl_core.masterkeys.depthwise import depthwise_bank
+from fl_core.masterkeys.fitting import idealized_templates
+from fl_core.masterkeys.rescore import rescore
+from fl_core.masterkeys.scalespace import affine_fit_to_templates
+from fl_core.masterkeys.swap import REPLACEMENTS, swap_filters, swapped_model
 
 from .test_masterkeys import orthogonal_prototypes, planted_filters, tiny_loaded
 

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from fl_core.checkpoints import load_into, load_state_dict
-from fl_core.claims import run_trajectory
 from fl_core.cli import main
 from fl_core.errors import DataError, ModelSpecError
-from fl_core.jobs import TrainingJob
-from fl_core.models import DEMO_DIR, load_model
-from fl_core.nets import build_net
-from fl_core.runs import SHIPPED_RUNS_DIR, RunConfig, load_run, register_demo_runs, resolve_config, train_run
+from fl_core.io.checkpoints import load_into, load_state_dict
+from fl_core.io.models import DEMO_DIR, load_model
+from fl_core.io.nets import build_net
+from fl_core.lab.claims import run_trajectory
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunConfig, load_run, register_demo_runs, resolve_config, train_run
+from fl_core.workers.jobs import TrainingJob
 
 TINY = RunConfig(width=8, body_widths=(8, 8), steps=30, batch_size=32, lr=0.5, crops_per_image=20, snapshots=4)
 """A tiny net on 220 crops: seconds per run, and the first layer still moves decisively."""

@@ -1,4 +1,4 @@
-"""The upload store (:mod:`fl_core.uploads`): content addressing, quota with least-recently-used eviction, age limit,
+"""The upload store (:mod:`fl_core.io.uploads`): content addressing, quota with least-recently-used eviction, age limit,
 refusal of uploads that cannot fit, atomic writes, and the sweep of what a killed process leaves behind; and the
 sidebar's use of it (AppTest)."""
 
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fl_core.checkpoints import save_state_dict
 from fl_core.errors import DataError
-from fl_core.uploads import IN_USE_SECONDS, UploadStore, upload_store, write_atomically
+from fl_core.io.checkpoints import save_state_dict
+from fl_core.io.uploads import IN_USE_SECONDS, UploadStore, upload_store, write_atomically
 from fl_ui.testing import page_app
 
 from .app_pages import app_pages
@@ -143,7 +143,7 @@ def test_readers_never_see_part_of_a_file_being_replaced(tmp_path: Path) -> None
 KILLED_WRITER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from fl_core import uploads
+    from fl_core.io import uploads
 
     def hang(*args):
         print("writing", flush=True)

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fl_core.patches import patch_pca
-from fl_core.whitening import (
+from fl_core.firstlayer.patches import patch_pca
+from fl_core.firstlayer.whitening import (
     InputAutocorrelation,
     analyze_whitening,
     bank_autocorrelation,

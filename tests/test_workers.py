@@ -15,7 +15,7 @@ import pytest
 
 from fl_core.backend import report
 from fl_core.errors import DataError, FilterLensError
-from fl_core.workers import JobCancelled, WorkerPool, publish, stop_requested
+from fl_core.workers.pool import JobCancelled, WorkerPool, publish, stop_requested
 from fl_ui import cache as cache_module
 from fl_ui.cache import memoize, pooled
 
@@ -185,7 +185,7 @@ def reporting_pid(progress=None) -> None:
 
 SERVER_SCRIPT = """
 import sys, time
-from fl_core.workers import WorkerPool
+from fl_core.workers.pool import WorkerPool
 from tests.test_workers import reporting_pid
 
 if __name__ == "__main__":
@@ -229,7 +229,7 @@ import os, sys
 from pathlib import Path
 if __name__ != "__main__":  # imported again in a child, as the app script would be under `streamlit run`
     Path(os.environ["SENTINEL"]).write_text(__name__)
-from fl_core.workers import WorkerPool
+from fl_core.workers.pool import WorkerPool
 from tests.test_workers import counting
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ def input_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def load_models(args: argparse.Namespace) -> list:
     """Load every ``--model`` with the preprocessing overrides."""
-    from fl_core.models import load_model
+    from fl_core.io.models import load_model
 
     return [load_model(spec, input_overrides=input_overrides(args)) for spec in args.model]
 

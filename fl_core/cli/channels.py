@@ -15,14 +15,14 @@ import argparse
 
 import torch
 
-from fl_core.calibration import CROPS, channel_data
-from fl_core.channels import ChannelAxesResult, ChannelSettings, analyze_channels
+from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
+from fl_core.channelaxes.calibration import CROPS, channel_data
+from fl_core.channelaxes.interventions import LESION_KINDS
+from fl_core.channelaxes.layerstats import AxisSettings
+from fl_core.channelaxes.pruning import CRITERIA, DEFAULT_CRITERIA, PruningSettings
 from fl_core.cli import add_model_arguments, load_models
 from fl_core.errors import ModelSpecError
-from fl_core.interventions import LESION_KINDS
-from fl_core.layerstats import AxisSettings
-from fl_core.models import load_model
-from fl_core.pruning import CRITERIA, DEFAULT_CRITERIA, PruningSettings
+from fl_core.io.models import load_model
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

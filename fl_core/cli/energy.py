@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 
 from fl_core.cli import add_image_arguments, add_model_arguments, load_models
-from fl_core.energy import analyze_energy
-from fl_core.images import open_images
-from fl_core.models import load_model
+from fl_core.firstlayer.energy import analyze_energy
+from fl_core.io.images import open_images
+from fl_core.io.models import load_model
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

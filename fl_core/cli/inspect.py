@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from fl_core.cli import add_model_arguments, load_models
-from fl_core.layers import conv_inventory, inventory_frame
+from fl_core.io.layers import conv_inventory, inventory_frame
 from fl_core.results import Result
 
 

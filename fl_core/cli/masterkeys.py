@@ -13,8 +13,8 @@ import argparse
 
 from fl_core.cli import add_model_arguments, load_models
 from fl_core.errors import ModelSpecError
-from fl_core.masterkeys import DEFAULT_K, DEFAULT_RESTARTS, analyze_master_keys
-from fl_core.scalefit import FIT_METHODS
+from fl_core.masterkeys.clustering import DEFAULT_K, DEFAULT_RESTARTS, analyze_master_keys
+from fl_core.masterkeys.fitting import FIT_METHODS
 
 
 def parse_range(text: str) -> list[int]:

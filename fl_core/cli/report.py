@@ -16,10 +16,10 @@ import dataclasses
 from pathlib import Path
 
 from fl_core.cli import add_model_arguments, input_overrides, write_output
-from fl_core.htmlreport import report_html
-from fl_core.report import PART_TITLES, SECTIONS, Report, ReportSettings, build_report
-from fl_core.scalefit import FIT_METHODS
-from fl_core.series import load_series
+from fl_core.masterkeys.fitting import FIT_METHODS
+from fl_core.report.build import PART_TITLES, SECTIONS, Report, ReportSettings, build_report
+from fl_core.report.html import report_html
+from fl_core.report.series import load_series
 
 DEFAULTS = ReportSettings()
 

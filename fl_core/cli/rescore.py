@@ -9,8 +9,8 @@ centroids or random filters, and score top-1 / top-5 / loss of the original and 
 Without --swap the six idealized-model methods are scored (the original plus six variants); a model without depthwise
 convolutions is then scored alone.
 
-Swap → recover → re-score (the papers' protocol, fl_core.recovery): with --recover-steps N, --calibration M images
-are drawn at random (--seed) for calibration and every variant is scored on the disjoint rest. Each swapped copy
+Swap → recover → re-score (the papers' protocol, fl_core.masterkeys.recovery): with --recover-steps N, --calibration M
+images are drawn at random (--seed) for calibration and every variant is scored on the disjoint rest. Each swapped copy
 has its BatchNorm statistics matched to the original's on the calibration images, then N distillation steps from the
 original with the swapped filters frozen; each entry of "swaps" in the JSON gains "recovered" scores:
 
@@ -18,7 +18,7 @@ original with the swapped filters frozen; each entry of "swaps" in the JSON gain
         --images /data/imagenet-sample --swap B --recover-steps 20 --calibration 256 --json recovered.json
 
 --sweep swaps (by the one --swap, default B) and zeroes each depthwise layer alone: one row per layer, with the
-share of the layer's effect that its idealized models reproduce (fl_core.layersweep).
+share of the layer's effect that its idealized models reproduce (fl_core.masterkeys.layersweep).
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ import argparse
 
 from fl_core.cli import add_image_arguments, add_model_arguments
 from fl_core.cli.masterkeys import add_selection_arguments, single_model
-from fl_core.depthwise import depthwise_bank
 from fl_core.errors import AnalysisError
-from fl_core.evaluate import DEFAULT_BATCH_SIZE, distributed_session, rank_device, rescore
-from fl_core.images import open_images
-from fl_core.layersweep import sweep_layers
-from fl_core.masterkeys import DEFAULT_K
-from fl_core.recovery import RecoverySettings
-from fl_core.scalefit import FIT_METHODS
-from fl_core.swap import REPLACEMENTS, swap_filters
+from fl_core.io.images import open_images
+from fl_core.masterkeys.clustering import DEFAULT_K
+from fl_core.masterkeys.depthwise import depthwise_bank
+from fl_core.masterkeys.fitting import FIT_METHODS
+from fl_core.masterkeys.layersweep import sweep_layers
+from fl_core.masterkeys.recovery import RecoverySettings
+from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, distributed_session, rank_device, rescore
+from fl_core.masterkeys.swap import REPLACEMENTS, swap_filters
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

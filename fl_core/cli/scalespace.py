@@ -13,8 +13,8 @@ import argparse
 
 from fl_core.cli import add_model_arguments
 from fl_core.cli.masterkeys import add_selection_arguments, single_model
-from fl_core.masterkeys import fit_model_master_keys
-from fl_core.scalefit import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, fit_published_filters
+from fl_core.masterkeys.clustering import fit_model_master_keys
+from fl_core.masterkeys.fitting import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, fit_published_filters
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

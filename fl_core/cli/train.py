@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from fl_core.claims import ClaimSummary, run_trajectory, summarize_runs
 from fl_core.cli import add_image_arguments
-from fl_core.experiments import SUITES, run_suite, suite_runs
+from fl_core.lab.claims import ClaimSummary, run_trajectory, summarize_runs
+from fl_core.lab.experiments import SUITES, run_suite, suite_runs
+from fl_core.lab.runs import RunConfig, train_run, user_runs_dir
+from fl_core.lab.trainsets import LABEL_VARIANTS
 from fl_core.results import Result
-from fl_core.runs import RunConfig, train_run, user_runs_dir
-from fl_core.trainsets import LABEL_VARIANTS
 
 DEFAULTS = RunConfig()
 
@@ -35,7 +35,7 @@ class TrainReport(Result):
         runs: per run: ``name``, ``path``, ``config``, ``val_accuracy``, ``train_accuracy``, ``training_seconds``,
             and at the last snapshot ``theory_r`` (w−w₀), ``eta_t``, ``vs_init``; ``eta_t_trend``; ``trajectory``
             (one entry per snapshot step).
-        claims: the paper's claims measured on these runs (see :class:`fl_core.claims.ClaimSummary`).
+        claims: the paper's claims measured on these runs (see :class:`fl_core.lab.claims.ClaimSummary`).
     """
 
     runs: list[dict]

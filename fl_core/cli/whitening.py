@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 
 from fl_core.cli import add_image_arguments, add_model_arguments, load_models
-from fl_core.images import open_images
-from fl_core.whitening import analyze_whitening
+from fl_core.firstlayer.whitening import analyze_whitening
+from fl_core.io.images import open_images
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,182 @@
+"""Labelled calibration and evaluation sets for channel analyses (``channel_axes.md``, "Calibration setup").
+
+Two sources:
+
+* a labelled ImageFolder tree (``root/<class>/*.jpg``; ImageNet val layout: class index = sorted wnid), split at
+  random (seeded) into disjoint calibration and evaluation halves;
+* the bundled labelled crops (:func:`fl_core.io.crops.photo_crops`): calibration from the training crops, evaluation
+  from the validation crops, which never share pixels.
+
+The class index the data assigns is checked against the model's head
+(:func:`fl_core.masterkeys.rescore.map_tree_classes`: by ImageNet wnid for 1000-way heads, by the model's class names,
+else by position when the counts agree); remapped labels and assumptions are reported as warnings, and data whose
+classes the head cannot score is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fl_core.errors import DataError
+from fl_core.io.crops import CropConfig, CropData, photo_crops
+from fl_core.io.images import ImageSet, folder_images, iter_input_batches
+from fl_core.io.models import InputConfig, LoadedModel
+from fl_core.masterkeys.rescore import map_tree_classes
+
+CROPS = "crops"
+
+
+class LabelledInputs:
+    """Labelled model input served in batches ``(x (B, 3, S, S) float32, y (B,) int64)``.
+
+    Either tensors held in memory (the crops, or a small set after :meth:`materialized`), or an image set decoded
+    batch by batch with the model's evaluation transform, so memory does not grow with the number of images.
+    """
+
+    def __init__(self, *, x: torch.Tensor | None = None, y: torch.Tensor | None = None,
+                 images: ImageSet | None = None, labels: Sequence[int] | None = None,
+                 config: InputConfig | None = None) -> None:
+        if (x is None) == (images is None):
+            raise ValueError("give either tensors (x, y) or an image set with its input config")
+        self._x, self._images, self._config = x, images, config
+        self._labels = torch.as_tensor(y if y is not None else labels, dtype=torch.long)
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    @property
+    def labels(self) -> torch.Tensor:
+        """All labels ``(N,)``."""
+        return self._labels
+
+    @property
+    def in_memory(self) -> bool:
+        return self._x is not None
+
+    def batches(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(x, y)`` batches in a fixed order."""
+        if self._x is not None:
+            for start in range(0, len(self), batch_size):
+                yield self._x[start: start + batch_size], self._labels[start: start + batch_size]
+            return
+        start = 0
+        for x, _ in iter_input_batches(self._images, self._config, batch_size=batch_size):
+            yield x, self._labels[start: start + len(x)]
+            start += len(x)
+
+    def head(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``n`` examples as tensors (example input, gradient batches)."""
+        return next(iter(self.batches(max(1, min(n, len(self))))))
+
+    def materialized(self, max_bytes: int) -> LabelledInputs:
+        """An in-memory copy when all inputs fit in ``max_bytes`` (for repeated passes), else ``self``."""
+        if self.in_memory or len(self) == 0:
+            return self
+        x, _ = self.head(1)
+        if x[0].numel() * x.element_size() * len(self) > max_bytes:
+            return self
+        return LabelledInputs(x=torch.cat([x for x, _ in self.batches(64)]), y=self._labels)
+
+
+@dataclass(frozen=True)
+class ChannelData:
+    """Disjoint calibration (statistics, regressions, fine-tuning) and evaluation (lesions, pruning) sets.
+
+    Attributes:
+        calibration: labelled inputs for the streaming statistics (the reference's D_cal).
+        evaluation: held-out labelled inputs for Δloss / Δaccuracy and pruning curves.
+        classes: class names in label order (the model's order after any remapping).
+        description: where the data came from.
+        seed: seed of the split / subsampling.
+        warnings: class-mapping notes for the user.
+    """
+
+    calibration: LabelledInputs
+    evaluation: LabelledInputs
+    classes: tuple[str, ...]
+    description: str
+    seed: int
+    warnings: tuple[str, ...] = ()
+
+
+def class_mapping(classes: Sequence[str], loaded: LoadedModel) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Map data class indices (position in ``classes``) to the model's output indices.
+
+    Uses :func:`fl_core.masterkeys.rescore.map_tree_classes` (ImageNet wnids, then the model's class names, then
+    position). Returns ``(mapping, notes)`` with ``mapping[data_label] = model_label``; raises :class:`DataError` when
+    the data's classes cannot be matched with the head (the true-class margin needs the right class).
+    """
+    mapping = map_tree_classes(classes, loaded.num_classes, loaded.class_names)
+    if mapping.label_map is None or (mapping.label_map < 0).any():
+        raise DataError("The data's classes do not match the model's head: " + " ".join(mapping.warnings or
+                                                                                         (mapping.how,)))
+    moved = mapping.label_map != np.arange(len(classes))
+    notes = mapping.warnings + ((f"{mapping.how} {int(moved.sum())} of {len(classes)} labels differ from the "
+                                 "sorted folder order.",) if moved.any() else ())
+    return mapping.label_map, notes
+
+
+def folder_channel_data(root: str, loaded: LoadedModel, n_calibration: int, n_evaluation: int,
+                        seed: int = 0) -> ChannelData:
+    """Disjoint random halves of a labelled ImageFolder tree (at most ``n_calibration`` / ``n_evaluation``)."""
+    images = folder_images(root)
+    if not images.labelled:
+        raise DataError(f"{root} is not labelled: give an ImageFolder tree (root/<class>/image.jpg), or 'crops'.")
+    mapping, warnings = class_mapping(images.classes, loaded)
+    order = np.random.default_rng(seed).permutation(len(images))
+    half = len(order) // 2
+    cal_index = np.sort(order[:half][:n_calibration])
+    eval_index = np.sort(order[half:][:n_evaluation])
+    labels = mapping[np.asarray(images.labels)]
+
+    def inputs(index: np.ndarray) -> LabelledInputs:
+        return LabelledInputs(images=images.subset(index.tolist()), labels=labels[index].tolist(),
+                              config=loaded.input_config)
+
+    return ChannelData(calibration=inputs(cal_index), evaluation=inputs(eval_index), classes=tuple(images.classes),
+                       description=f"{len(cal_index)} + {len(eval_index)} images of {images.description}",
+                       seed=seed, warnings=warnings)
+
+
+@lru_cache(maxsize=2)
+def _bundled_crops(config: CropConfig) -> CropData:
+    """The bundled photos' crop data set, cut once per process (read-only)."""
+    return photo_crops(config)
+
+
+def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int, seed: int = 0,
+                      config: CropConfig | None = None) -> ChannelData:
+    """Calibration from the bundled photos' training crops, evaluation from their validation crops."""
+    crops = _bundled_crops(config or CropConfig())
+    mapping, warnings = class_mapping(crops.classes, loaded)
+    rng = np.random.default_rng(seed)
+    cal = np.sort(rng.permutation(len(crops.train_x))[:n_calibration])
+    val = np.sort(rng.permutation(len(crops.val_x))[:n_evaluation])
+    cfg = loaded.input_config
+
+    def inputs(x: torch.Tensor, y: torch.Tensor) -> LabelledInputs:
+        pixels = x.float() / 255
+        if pixels.shape[-1] != cfg.input_size:
+            pixels = F.interpolate(pixels, size=cfg.input_size, mode="bilinear", antialias=True)
+        mean = torch.tensor(cfg.mean).view(1, 3, 1, 1)
+        std = torch.tensor(cfg.std).view(1, 3, 1, 1)
+        return LabelledInputs(x=(pixels - mean) / std, y=torch.as_tensor(mapping)[y])
+
+    return ChannelData(calibration=inputs(crops.train_x[cal], crops.train_y[cal]),
+                       evaluation=inputs(crops.val_x[val], crops.val_y[val]), classes=crops.classes,
+                       description=f"{len(cal)} training + {len(val)} validation crops of the bundled photos",
+                       seed=seed, warnings=warnings)
+
+
+def channel_data(source: str, loaded: LoadedModel, n_calibration: int = 256, n_evaluation: int = 256,
+                 seed: int = 0) -> ChannelData:
+    """``"crops"`` (or ``"bundled"``: the bundled labelled crops) or a labelled ImageFolder tree."""
+    if source in (CROPS, "bundled", ""):
+        return crop_channel_data(loaded, n_calibration, n_evaluation, seed)
+    return folder_channel_data(source, loaded, n_calibration, n_evaluation, seed)

@@ -1,0 +1,269 @@
+"""One streaming pass over the calibration set per layer, and the two axes computed from it.
+
+Section numbers (§) refer to ``shared/reference/channel_axes.md``; every definition there is the project's
+**proposed** one. The pass hooks three places of a private copy of the network (float64 accumulators on the device,
+memory independent of the number of images except the per-image values the copula ranks need):
+
+* the conv's input: per-column variances of its zero-padded im2col patches → ``tr Σ_X`` per group (§1);
+* the conv's output ``u`` (pre-activation): per-position channel moments → Var(u_i) = w_iᵀΣ_X w_i and the
+  channel correlation (§1, §2);
+* the site's output ``a`` (post-BN-activation, :func:`fl_core.channelaxes.interventions.locate_site`): per-position
+  moments in two halves (alternate images; held-out R², ridge replacement, §4-5) and the pooled ``ā (N, C)`` (§3);
+* the logits: the true-class margin ``m`` (target of §3), loss and accuracy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fl_core.backend import Progress, report, statistics_dtype
+from fl_core.channelaxes.calibration import LabelledInputs
+from fl_core.channelaxes.information import (
+    PairwiseInformation,
+    TripletSynergy,
+    copula_normalize,
+    gaussian_mi,
+    logit_margin,
+    pairwise_information,
+    target_excess,
+    triplet_synergy,
+)
+from fl_core.channelaxes.interventions import ChannelSite, on_call
+from fl_core.channelaxes.moments import (
+    ChannelMoments,
+    FeatureVariance,
+    InputCapture,
+    PeerOverlap,
+    PeerReconstruction,
+    input_capture,
+    peer_overlap,
+    peer_r2_all,
+    peer_r2_topk_heldout,
+    ridge_peer_coefficients,
+    top_peers,
+)
+from fl_core.errors import AnalysisError
+from fl_core.results import Result
+
+PATCH_CHUNK_ELEMENTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class AxisSettings:
+    """Estimator choices of both axes (recorded with every result).
+
+    Attributes:
+        k: peers per channel (top-|ρ| of the per-position pre-activation correlation): R_X top-k, held-out R²,
+            target-excess, pairwise and triplet proxies; also the ridge peers of the replacement (on ``a``).
+        shrinkage: α of the shrunk correlation ``(1−α)C + αI`` (all-peer R², target-axis estimators).
+        ridge: relative ridge strength λ = ridge·tr Σ / C of the top-k regressions.
+        n_triplets: sampled peer pairs per channel for the triplet synergy.
+        seed: seeds the triplet sampling (and, in the analysis, everything else random).
+    """
+
+    k: int = 8
+    shrinkage: float = 1e-3
+    ridge: float = 1e-3
+    n_triplets: int = 64
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class LayerStatistics:
+    """What one pass over the calibration set collected for a layer (float64 on the device).
+
+    Attributes:
+        site: where ``a`` was observed.
+        weight: the conv weight ``(C, C_in/groups, kh, kw)``.
+        pre: per-position moments of ``u`` (the conv output).
+        post_fit, post_test: per-position moments of ``a`` on even / odd calibration images.
+        pooled: ``ā (N, C)``, the spatial mean of ``a`` per image.
+        margin: ``m (N,)``, the true-class logit margin.
+        input_trace: ``tr Σ_X`` per group of the conv.
+        loss, accuracy: of the network on the calibration images.
+        positions: spatial positions of ``a`` per image.
+    """
+
+    site: ChannelSite
+    weight: torch.Tensor
+    pre: ChannelMoments
+    post_fit: ChannelMoments
+    post_test: ChannelMoments
+    pooled: torch.Tensor
+    margin: torch.Tensor
+    input_trace: torch.Tensor
+    loss: float
+    accuracy: float
+    positions: int
+
+    @property
+    def n_images(self) -> int:
+        return int(self.pooled.shape[0])
+
+    @property
+    def post(self) -> ChannelMoments:
+        """Moments of ``a`` over all calibration images (the two halves merged)."""
+        merged = ChannelMoments(self.post_fit.n_channels, self.post_fit.device, self.post_fit.dtype)
+        return merged.merge(self.post_fit).merge(self.post_test)
+
+
+def conv_patches(x: torch.Tensor, conv: nn.Conv2d) -> torch.Tensor:
+    """The conv's im2col patches of ``x`` as rows ``(N·L, C_in·kh·kw)``, padded exactly as the conv pads."""
+    padding: tuple[int, ...] | str = conv.padding
+    if conv.padding_mode != "zeros":
+        x = F.pad(x, conv._reversed_padding_repeated_twice, mode=conv.padding_mode)
+        padding = (0, 0)
+    elif padding == "valid":
+        padding = (0, 0)
+    elif padding == "same":
+        padding = tuple(d * (k - 1) // 2 for d, k in zip(conv.dilation, conv.kernel_size))
+    columns = F.unfold(x, conv.kernel_size, dilation=conv.dilation, padding=padding, stride=conv.stride)
+    return columns.transpose(1, 2).reshape(-1, columns.shape[1])
+
+
+def collect_layer_statistics(model: nn.Module, site: ChannelSite, inputs: LabelledInputs, *,
+                             device: torch.device, batch_size: int = 32,
+                             progress: Progress | None = None) -> LayerStatistics:
+    """One streaming pass of the calibration set through ``model`` (module docstring).
+
+    Args:
+        model: a private copy of the network on ``device``, in eval mode (hooks are added and removed).
+        site: from :func:`fl_core.channelaxes.interventions.locate_site`.
+        inputs: the labelled calibration set.
+        device: where to run and accumulate.
+        batch_size: images per forward pass.
+        progress: ``progress(fraction, message)``.
+    """
+    conv = model.get_submodule(site.layer)
+    n_channels = conv.out_channels
+    dtype = statistics_dtype(device)
+    pre = ChannelMoments(n_channels, device)
+    halves = (ChannelMoments(n_channels, device), ChannelMoments(n_channels, device))
+    patches = FeatureVariance(conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1], device)
+    pooled, margins = [], []
+    state = {"first": 0, "positions": 0}
+
+    def on_input(module: nn.Module, args: tuple) -> None:
+        x = args[0].detach()
+        per_image = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1] * max(
+            1, x.shape[-1] * x.shape[-2] // (conv.stride[0] * conv.stride[1]))
+        for chunk in torch.split(x, max(1, PATCH_CHUNK_ELEMENTS // per_image)):
+            patches.update(conv_patches(chunk, conv))
+
+    def on_output(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+        pre.update(output)
+
+    def on_site(module: nn.Module, args: tuple, a: torch.Tensor) -> None:
+        state["positions"] = int(a[0, 0].numel())
+        pooled.append(a.detach().flatten(2).mean(2).to(dtype))
+        parity = (state["first"] + torch.arange(a.shape[0], device=a.device)) % 2
+        for half, moments in enumerate(halves):
+            moments.update(a[parity == half])
+
+    site_module = model.get_submodule(site.activation)
+    loss = correct = 0.0
+    with on_call(model, conv, 0, on_input, pre=True), on_call(model, conv, 0, on_output), \
+            on_call(model, site_module, site.activation_call, on_site), torch.inference_mode():
+        for x, y in inputs.batches(batch_size):
+            y = y.to(device)
+            logits = model(x.to(device)).float()
+            if int(y.max()) >= logits.shape[1]:
+                raise AnalysisError(f"Labels go up to {int(y.max())} but the model has {logits.shape[1]} outputs.")
+            margins.append(logit_margin(logits, y).to(dtype))
+            loss += float(F.cross_entropy(logits, y, reduction="sum"))
+            correct += float((logits.argmax(1) == y).sum())
+            state["first"] += len(y)
+            report(progress, state["first"] / len(inputs), f"statistics: {state['first']}/{len(inputs)} images")
+    if not pooled:
+        raise AnalysisError(f"{site.activation} was not reached: the layer's channels could not be observed.")
+    n = state["first"]
+    return LayerStatistics(site=site, weight=conv.weight.detach().to(dtype), pre=pre, post_fit=halves[0],
+                           post_test=halves[1], pooled=torch.cat(pooled), margin=torch.cat(margins),
+                           input_trace=patches.variance().view(conv.groups, -1).sum(1), loss=loss / n,
+                           accuracy=correct / n, positions=state["positions"])
+
+
+# ---------------------------------------------------------------------------------------------------- axes
+
+
+@dataclass(frozen=True)
+class LocalAxis(Result):
+    """Local-axis metrics of a layer's channels (proposed, §1, §2, §4).
+
+    Attributes:
+        capture: I_X raw / Rayleigh / layer-normalized.
+        overlap: R̄_X (mean |ρ|), max, top-k mean, on the per-position pre-activation correlation.
+        peers: ``(C, k)`` top-|ρ| peers of each channel (pre-activation).
+        r2_all_pre, r2_all_post: all-peer R² ``1 − 1/[Ĉ⁻¹]_ii`` on ``u`` and on ``a``.
+        reconstruction: held-out top-k ridge R² on ``a`` (fit on even, tested on odd calibration images).
+        replacement_peers, replacement_beta, replacement_intercept: ridge reconstruction of each channel from its
+            top-k peers on ``a``, fitted on all calibration images (peer replacement, §5).
+        post_means: ``(C,)`` calibration means of ``a`` (mean-ablation values).
+    """
+
+    capture: InputCapture
+    overlap: PeerOverlap
+    peers: torch.Tensor
+    r2_all_pre: torch.Tensor
+    r2_all_post: torch.Tensor
+    reconstruction: PeerReconstruction
+    replacement_peers: torch.Tensor
+    replacement_beta: torch.Tensor
+    replacement_intercept: torch.Tensor
+    post_means: torch.Tensor
+
+
+def local_axis(stats: LayerStatistics, settings: AxisSettings = AxisSettings()) -> LocalAxis:
+    """Input capture, peer overlap and peer reconstruction from the layer's statistics."""
+    capture = input_capture(stats.weight, stats.pre.variance(ddof=0), stats.input_trace)
+    corr_pre = stats.pre.correlation()
+    post = stats.post
+    corr_post = post.correlation()
+    replacement_peers = top_peers(corr_post, settings.k)
+    beta, intercept = ridge_peer_coefficients(post.covariance(ddof=0), post.mean(), replacement_peers,
+                                              settings.ridge)
+    return LocalAxis(capture=capture, overlap=peer_overlap(corr_pre, settings.k), peers=top_peers(corr_pre, settings.k),
+                     r2_all_pre=peer_r2_all(corr_pre, settings.shrinkage),
+                     r2_all_post=peer_r2_all(corr_post, settings.shrinkage),
+                     reconstruction=peer_r2_topk_heldout(stats.post_fit, stats.post_test, settings.k, settings.ridge),
+                     replacement_peers=replacement_peers, replacement_beta=beta, replacement_intercept=intercept,
+                     post_means=post.mean())
+
+
+@dataclass(frozen=True)
+class TargetAxis(Result):
+    """Target-axis metrics (proposed, §3), in nats, on the pooled ``ā`` and the margin ``m``.
+
+    Attributes:
+        task_info: I(ā_i; m), Gaussian-copula (primary).
+        task_info_gauss: I(ā_i; m), plain Gaussian.
+        target_excess: TE(i) = I(ā_i; m | ā_P(i)) over the top-k peers (copula).
+        pairwise: mean MMI redundancy / synergy / net synergy with the top-k peers (copula).
+        triplets: mean triplet synergy over sampled peer pairs (copula), or ``None`` with fewer than 2 peers.
+    """
+
+    task_info: torch.Tensor
+    task_info_gauss: torch.Tensor
+    target_excess: torch.Tensor
+    pairwise: PairwiseInformation
+    triplets: TripletSynergy | None
+
+
+def target_axis(stats: LayerStatistics, peers: torch.Tensor, settings: AxisSettings = AxisSettings()) -> TargetAxis:
+    """Task information, target-excess and the synergy proxies of every channel."""
+    if stats.n_images < settings.k + 4:
+        raise AnalysisError(f"The target axis needs more calibration images than peers + 3 ({settings.k + 4}); "
+                            f"got {stats.n_images}.")
+    x, m = stats.pooled, stats.margin
+    xc, mc = copula_normalize(x), copula_normalize(m)
+    alpha = settings.shrinkage
+    return TargetAxis(
+        task_info=gaussian_mi(xc, mc), task_info_gauss=gaussian_mi(x, m),
+        target_excess=target_excess(xc, mc, peers, shrinkage=alpha),
+        pairwise=pairwise_information(xc, mc, peers, shrinkage=alpha),
+        triplets=triplet_synergy(xc, mc, peers, settings.n_triplets, settings.seed, shrinkage=alpha)
+        if peers.shape[1] >= 2 else None)

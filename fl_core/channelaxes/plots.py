@@ -1,0 +1,198 @@
+"""Figures of the Channel Axes analysis (:class:`~fl_core.channelaxes.analysis.ChannelAxesResult`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from fl_core.channelaxes.analysis import ChannelAxesResult
+from fl_core.channelaxes.pruning import CRITERIA, PruningResult
+from fl_core.figures import color, heatmap_figure, tiles_figure
+
+METRIC_LABELS = {
+    "input_capture": "input capture I_X (normalized)",
+    "peer_overlap": "peer overlap R̄_X (mean |ρ|)",
+    "peer_r2": "peer R² (held-out, top-k)",
+    "peer_r2_all": "peer R² (all peers)",
+    "task_info": "task information I(ā;m) [nats]",
+    "task_info_gauss": "task information, Gaussian [nats]",
+    "target_excess": "target-excess TE [nats]",
+    "synergy": "pairwise synergy [nats]",
+    "triplet_synergy": "triplet synergy [nats]",
+    "lesion_dloss": "Δloss, mean-ablation",
+    "lesion_zero_dloss": "Δloss, zero-ablation",
+    "replacement_dloss": "Δloss, peer replacement",
+    "peer_support": "peer support (lesion − replacement)",
+    "local_score": "local-axis score",
+    "target_score": "target-axis score",
+}
+DETAIL_LABELS = {  # further per-channel columns, shown in the channel table but not offered as plot axes
+    "input_capture_rayleigh": "input capture, Rayleigh quotient wᵀΣw/‖w‖²",
+    "input_capture_raw": "input capture, raw wᵀΣw (output variance)",
+    "peer_overlap_max": "peer overlap, max |ρ|",
+    "peer_overlap_topk": "peer overlap, mean |ρ| of the top-k peers",
+    "peer_r2_all_pre": "peer R² (all peers, before the activation)",
+    "redundancy": "pairwise redundancy (MMI) [nats]",
+    "net_synergy": "net pairwise synergy [nats]",
+    "filter_norm": "filter norm ‖w‖",
+    "activation_mean": "mean activation",
+}
+AXIS_COLORS = {"local": ("#1f77b4", "#6baed6", "#08519c", "#9ecae1"), "target": ("#d62728", "#fb6a4a", "#a50f15",
+                                                                                 "#fcae91")}
+GLYPHS = " ▁▂▃▄▅▆▇█"
+LAYOUT = dict(margin=dict(l=10, r=10, t=50, b=10))
+
+
+def label(metric: str) -> str:
+    """Display name of a per-channel column."""
+    return METRIC_LABELS.get(metric) or DETAIL_LABELS.get(metric) or metric.removeprefix("score_").replace("_", " ")
+
+
+def filter_glyph(weight: np.ndarray, top: int = 3) -> str:
+    """A filter ``(C_in, kh, kw)`` as hover text: its spatial energy ``‖W[:, y, x]‖`` as block glyphs (one row per
+    kernel row) and its strongest input channels with their summed weight."""
+    energy = np.sqrt((weight ** 2).sum(axis=0))
+    lines = []
+    if energy.size > 1:
+        scaled = np.rint(energy / (energy.max() or 1.0) * (len(GLYPHS) - 1)).astype(int)
+        lines += ["".join(GLYPHS[v] * 2 for v in row) for row in scaled]
+    sums = weight.reshape(len(weight), -1).sum(axis=1)
+    order = np.argsort(-np.abs(sums))[:top]
+    lines.append(", ".join(f"in {i}: {sums[i]:+.2f}" for i in order))
+    return "<br>".join(lines)
+
+
+def axes_scatter_figure(result: ChannelAxesResult, x: str = "input_capture", y: str = "task_info",
+                        color_by: str = "lesion_dloss", log_x: bool = True) -> go.Figure:
+    """Every channel on the two axes, coloured by its lesion effect; hover shows the filter and the values."""
+    table = result.table
+    values = table[color_by].to_numpy(dtype=float)
+    has_colour = np.isfinite(values).any()
+    glyphs = [filter_glyph(result.filters[i]) for i in table["index"]]
+    custom = np.column_stack([table["index"], glyphs, *(table[c].to_numpy(dtype=float) for c in (
+        "peer_r2", "target_excess", "lesion_dloss", "replacement_dloss"))])
+    marker = dict(size=9, line=dict(width=0.5, color="#333"))
+    if has_colour:
+        limit = float(np.nanmax(np.abs(values))) or 1.0
+        marker.update(color=values, colorscale="RdBu_r", cmin=-limit, cmax=limit,
+                      colorbar=dict(title=label(color_by), thickness=12))
+    hover = ("<b>channel %{customdata[0]}</b><br><span style='font-family:monospace'>%{customdata[1]}</span><br>"
+             f"{label(x)} = %{{x:.4g}}<br>{label(y)} = %{{y:.4g}}<br>peer R² = %{{customdata[2]:.3f}}<br>"
+             "TE = %{customdata[3]:.4f}<br>Δloss lesion = %{customdata[4]:.4f}<br>"
+             "Δloss replacement = %{customdata[5]:.4f}<extra></extra>")
+    fig = go.Figure(go.Scatter(x=table[x], y=table[y], mode="markers", marker=marker, customdata=custom,
+                               hovertemplate=hover))
+    fig.update_layout(title=f"{result.label} · {result.layer}: local axis vs target axis "
+                      f"(Spearman ρ = {result.axes.spearman:.2f})", xaxis_title=label(x), yaxis_title=label(y),
+                      height=480, **LAYOUT)
+    if log_x and (table[x] > 0).all():
+        fig.update_xaxes(type="log")
+    return fig
+
+
+def lesion_bars_figure(result: ChannelAxesResult, limit: int = 64) -> go.Figure:
+    """Δloss of mean-ablation, zero-ablation and peer replacement per channel, largest lesion effect first."""
+    table = result.table.sort_values("lesion_dloss", ascending=False, na_position="last").head(limit)
+    names = [str(i) for i in table["index"]]
+    fig = go.Figure()
+    for i, (column, name) in enumerate((("lesion_dloss", "mean-ablation"), ("lesion_zero_dloss", "zero-ablation"),
+                                        ("replacement_dloss", "peer replacement"))):
+        if table[column].notna().any():
+            fig.add_trace(go.Bar(x=names, y=table[column], name=name, marker_color=color(i),
+                                 hovertemplate="channel %{x}<br>Δloss = %{y:.4f}<extra>" + name + "</extra>"))
+    shown = f"the {len(table)} channels with the largest lesion effect" if len(result.table) > limit else "all channels"
+    fig.update_layout(title=f"Lesion and peer replacement: Δ cross-entropy on held-out images ({shown})",
+                      xaxis_title="channel", yaxis_title="Δloss (nats; > 0 = hurts)", barmode="group", height=380,
+                      legend=dict(orientation="h", y=-0.25), **LAYOUT)
+    fig.update_xaxes(type="category")
+    return fig
+
+
+def peer_support_figure(result: ChannelAxesResult) -> go.Figure:
+    """Replacement Δloss against lesion Δloss: below the diagonal, the peers recover what the lesion lost."""
+    table = result.table
+    lesion, replaced = table["lesion_dloss"].to_numpy(float), table["replacement_dloss"].to_numpy(float)
+    finite = np.isfinite(lesion) & np.isfinite(replaced)
+    low = float(min(lesion[finite].min(), replaced[finite].min(), 0.0)) if finite.any() else 0.0
+    high = float(max(lesion[finite].max(), replaced[finite].max(), 0.0)) if finite.any() else 1.0
+    fig = go.Figure([
+        go.Scatter(x=[low, high], y=[low, high], mode="lines", line=dict(color="#999", dash="dash"),
+                   name="no peer support", hoverinfo="skip"),
+        go.Scatter(x=lesion, y=replaced, mode="markers", name="channels", customdata=table["index"],
+                   marker=dict(size=8, color=table["peer_r2"], colorscale="Viridis", cmin=0, cmax=1,
+                               colorbar=dict(title="peer R²", thickness=12)),
+                   hovertemplate="channel %{customdata}<br>lesion %{x:.4f}<br>replacement %{y:.4f}<extra></extra>"),
+    ])
+    fig.update_layout(title="Peer support: how much of a lesion the peers' reconstruction recovers",
+                      xaxis_title="Δloss, mean-ablation", yaxis_title="Δloss, peer replacement", height=420,
+                      showlegend=False, **LAYOUT)
+    return fig
+
+
+def _criterion_color(name: str, counters: dict[str, int]) -> str:
+    axis = CRITERIA[name].axis
+    index = counters.get(axis, 0)
+    counters[axis] = index + 1
+    if axis in AXIS_COLORS:
+        return AXIS_COLORS[axis][index % len(AXIS_COLORS[axis])]
+    return ("#444444", "#2ca02c", "#9467bd", "#8c564b", "#ff7f0e", "#17becf", "#bcbd22", "#7f7f7f")[index % 8]
+
+
+def pruning_curves_figure(pruning: PruningResult, finetuned: bool = False) -> go.Figure:
+    """Top-1 accuracy against the fraction of the network's MACs removed, one curve per criterion, AUC in the
+    legend (local-axis criteria in blues, target-axis in reds, baselines in other colours)."""
+    fig = go.Figure()
+    counters: dict[str, int] = {}
+    for name, curve in pruning.curves.items():
+        accuracy, auc = (curve.accuracy_finetuned, curve.auc_finetuned) if finetuned else (curve.accuracy, curve.auc)
+        if accuracy is None:
+            continue
+        dash = "solid" if CRITERIA[name].axis in ("local", "target") else "dot"
+        fig.add_trace(go.Scatter(
+            x=np.asarray(curve.flops_removed) * 100, y=np.asarray(accuracy) * 100, mode="lines+markers",
+            name=f"{curve.label} (AUC {auc * 100:.1f})", line=dict(color=_criterion_color(name, counters), dash=dash),
+            customdata=pruning.channels_removed,
+            hovertemplate="%{customdata} channels removed<br>MACs removed %{x:.2f}%<br>top-1 %{y:.1f}%<extra>"
+                          + curve.label + "</extra>"))
+    state = f"after a {pruning.settings.finetune_steps}-step recovery fine-tune" if finetuned else "no fine-tune"
+    fig.update_layout(title=f"Pruning {pruning.layer}: accuracy vs FLOPs removed ({state})",
+                      xaxis_title="MACs removed (% of the whole network)", yaxis_title="top-1 accuracy (%)",
+                      height=440, legend=dict(orientation="h", y=-0.25), **LAYOUT)
+    return fig
+
+
+def metric_correlations(result: ChannelAxesResult) -> pd.DataFrame:
+    """Spearman ρ between every pair of per-channel metrics, lesion effects and baseline scores (square table)."""
+    columns = [c for c in ("input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess", "synergy",
+                           "lesion_dloss", "replacement_dloss", "peer_support") if result.table[c].notna().any()]
+    columns += [c for c in result.table.columns if c.startswith("score_") and c != "score_random"]
+    matrix = result.table[columns].rank().corr()
+    names = [label(c) for c in columns]
+    return pd.DataFrame(matrix.to_numpy(), index=names, columns=names)
+
+
+def metric_correlation_figure(result: ChannelAxesResult) -> go.Figure:
+    """:func:`metric_correlations` as an annotated heatmap."""
+    table = metric_correlations(result)
+    return heatmap_figure(table.to_numpy(), list(table.columns), "Spearman ρ between per-channel quantities")
+
+
+def filter_figure(result: ChannelAxesResult, channel: int) -> go.Figure:
+    """One channel's filter: a tile per input channel (k×k kernels), RGB for a first layer, bars for 1×1 kernels."""
+    weight = result.filters[channel]
+    if weight.shape[1:] == (1, 1):
+        fig = go.Figure(go.Bar(x=np.arange(len(weight)), y=weight[:, 0, 0], marker_color=color(0),
+                               hovertemplate="input %{x}<br>w = %{y:.4f}<extra></extra>"))
+        fig.update_layout(title=f"Channel {channel}: 1×1 weights over its {len(weight)} inputs", height=300,
+                          xaxis_title="input channel", yaxis_title="weight", **LAYOUT)
+        return fig
+    if len(weight) == 3:
+        return tiles_figure(weight[None], f"Channel {channel}: RGB filter", height=300)
+    return tiles_figure(weight[:64, None], f"Channel {channel}: its kernel on each of "
+                        f"{min(len(weight), 64)} input channels (red +, blue −)", height=360)
+
+
+def summary_table(result: ChannelAxesResult) -> pd.DataFrame:
+    """The per-layer summary with readable numbers."""
+    return result.summary_frame().round(4)

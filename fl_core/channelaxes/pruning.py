@@ -1,0 +1,439 @@
+"""Structured pruning of one conv layer's channels by each criterion: accuracy vs FLOPs removed, with and without a
+short recovery fine-tune, and the area under each curve (``channel_axes.md`` §6).
+
+* **Removal is physical.** Torch-Pruning's DepGraph (``tp.DependencyGraph``) finds every coupled tensor (the
+  conv's outputs, its BatchNorm, the readers' input channels, concatenations, residual partners); the graph is built
+  once on a template and its pruning plan applied to fresh copies (:class:`LayerPruner`). FLOPs (MACs) and
+  parameters of the pruned networks are counted with ``tp.utils.count_ops_and_params``.
+* **Mean compensation [proposed].** Removing a post-activation channel also removes its mean (the zero-ablation
+  pitfall of §5), which can swamp every criterion before any fine-tune. By default the removed channels' calibration
+  means are folded into the biases of the convolutions that read them directly, so removal acts like mean-ablation.
+* **FLOPs-matched [proposed].** Every channel of one layer costs the same, so each point of the grid removes the same
+  number of channels whatever the criterion: the criteria differ only in *which* channels go. The FLOPs removed
+  are measured once per point on the physically pruned network.
+* **Criteria** (:data:`CRITERIA`, configs as data): importance scores, higher = keep. The two-axis scores come from
+  :mod:`fl_core.channelaxes.analysis`; the baselines reuse Torch-Pruning's importance classes on the layer's own filters
+  (``group_reduction="first"``, no normalizer): L1/L2 filter norm (Li et al. 2017), BN |γ| (Liu et al. 2017), FPGM
+  (He et al. 2019), first-order Taylor (Molchanov et al. 2019) and random (seeded).
+* **Recovery fine-tune [proposed]**: the intact network distilled back into each pruned copy (KL to its softmax, SGD
+  with momentum 0.9, eval mode) on the calibration images, the same schedule for every pruned network.
+* **AUC [proposed]**: :func:`fl_core.channelaxes.comparison.auc_accuracy_vs_flops`, trapezoid area under top-1 vs the
+  FLOPs-removed fraction (the intact network at 0) divided by the grid's range, in accuracy units.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torch_pruning as tp
+from torch import nn
+from torch_pruning.ops import OPTYPE
+
+from fl_core.backend import Progress, inference_autocast, report
+from fl_core.channelaxes.calibration import LabelledInputs
+from fl_core.channelaxes.comparison import auc_accuracy_vs_flops
+from fl_core.errors import AnalysisError
+from fl_core.results import Result
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """A channel-importance criterion: higher score = keep.
+
+    Attributes:
+        name: key used in results and on the command line.
+        label: display name.
+        axis: ``local``, ``target`` or ``baseline``.
+        formula: the score and its sign convention.
+        source: where it comes from.
+    """
+
+    name: str
+    label: str
+    axis: str
+    formula: str
+    source: str
+
+
+CRITERIA: dict[str, Criterion] = {c.name: c for c in (
+    Criterion("local", "local axis", "local", "mean percentile of I_X (high = keep) and R̄_X (low = keep)",
+              "proposed composite of §1-2"),
+    Criterion("target", "target axis", "target", "mean percentile of I(ā;m) and TE (high = keep)",
+              "proposed composite of §3"),
+    Criterion("input_capture", "input capture I_X", "local", "I_X normalized (high = keep)", "proposed §1"),
+    Criterion("peer_overlap", "peer overlap R̄_X", "local", "−R̄_X (high overlap = replaceable = prune)",
+              "proposed §2"),
+    Criterion("peer_r2", "peer R²", "local", "−R²_peer held-out (well reconstructed = prune)", "proposed §4"),
+    Criterion("task_info", "task information", "target", "I(ā;m) Gaussian-copula (high = keep)", "proposed §3.1"),
+    Criterion("target_excess", "target-excess", "target", "TE = I(ā_i;m | ā_P) (high = keep)", "proposed §3.4"),
+    Criterion("l1", "L1 norm", "baseline", "‖W_i‖₁", "Li et al. 2017; TP GroupMagnitudeImportance(p=1)"),
+    Criterion("l2", "L2 norm", "baseline", "‖W_i‖₂²", "Li et al. 2017; TP GroupMagnitudeImportance(p=2)"),
+    Criterion("bn_gamma", "BN |γ|", "baseline", "|γ_i| of the following BatchNorm", "Liu et al. 2017; TP "
+              "BNScaleImportance"),
+    Criterion("fpgm", "FPGM", "baseline", "Σ_j ‖|w_i|² − |w_j|²‖₂ (near the geometric median = prune; Torch-Pruning "
+              "compares squared magnitudes where He et al. compare the signed filters)",
+              "He et al. 2019; TP FPGMImportance"),
+    Criterion("taylor", "Taylor", "baseline", "Σ |w ⊙ ∂L/∂w| on a calibration batch",
+              "Molchanov et al. 2019; TP GroupTaylorImportance"),
+    Criterion("random", "random", "baseline", "uniform (seeded)", "TP RandomImportance"),
+)}
+DEFAULT_CRITERIA = ("local", "target", "l1", "l2", "bn_gamma", "fpgm", "taylor", "random")
+TP_CRITERIA = ("l1", "l2", "bn_gamma", "fpgm", "taylor", "random")
+
+
+@dataclass(frozen=True)
+class PruningSettings:
+    """The pruning protocol.
+
+    Attributes:
+        criteria: criteria to compare (keys of :data:`CRITERIA`).
+        fractions: fractions of the layer's channels removed at each point (the intact network is added at 0).
+        finetune_steps: recovery fine-tune steps per pruned network (0 = none).
+        finetune_lr: SGD step size of the fine-tune (0.01 collapsed a pruned SqueezeNet to chance; 1e-3 recovers it).
+        finetune_batch: images per fine-tune step.
+        gradient_images: calibration images for the Taylor gradients.
+        compensate_mean: fold the removed channels' calibration means into the biases of the layers that read them
+            directly (removal then acts like mean-ablation rather than zero-ablation; [proposed]).
+        seed: seeds the random criterion and the fine-tune's batch order.
+    """
+
+    criteria: tuple[str, ...] = DEFAULT_CRITERIA
+    fractions: tuple[float, ...] = (0.125, 0.25, 0.5, 0.75)
+    finetune_steps: int = 20
+    finetune_lr: float = 1e-3
+    finetune_batch: int = 32
+    gradient_images: int = 64
+    compensate_mean: bool = True
+    seed: int = 0
+
+
+class LayerPruner:
+    """Torch-Pruning's dependency graph of a model, built once, pruning any subset of one conv's output channels
+    on fresh copies (the template is never changed).
+
+    Args:
+        model: a private copy of the network (gradients get enabled on it for tracing).
+        layer: the conv whose output channels are pruned.
+        example: an example input batch.
+    """
+
+    def __init__(self, model: nn.Module, layer: str, example: torch.Tensor) -> None:
+        self.template = model.requires_grad_(True)
+        self.conv = model.get_submodule(layer)
+        self.layer = layer
+        self.graph = tp.DependencyGraph().build_dependency(model, example_inputs=example)
+        self.n_channels = self.conv.out_channels
+
+    def group(self, channels: Sequence[int] | None = None):
+        """The DepGraph group of the given channels (all when ``None``)."""
+        idxs = list(range(self.n_channels)) if channels is None else [int(c) for c in channels]
+        return self.graph.get_pruning_group(self.conv, tp.prune_conv_out_channels, idxs=idxs)
+
+    def coupled_layers(self) -> list[str]:
+        """Other layers whose output channels are removed together with this layer's (residual partners)."""
+        names = self.graph._module2name
+        return sorted({names[dep.target.module] for dep, _ in self.group() if dep.target.module in names
+                       and dep.target.module is not self.conv and self.graph.is_out_channel_pruning_fn(dep.handler)
+                       and isinstance(dep.target.module, nn.Conv2d | nn.Linear)})
+
+    def has_batchnorm(self) -> bool:
+        return any(isinstance(dep.target.module, nn.modules.batchnorm._BatchNorm) for dep, _ in self.group())
+
+    def pruned_copy(self, channels: Sequence[int], means: np.ndarray | None = None,
+                    readers: Sequence[str] = ()) -> nn.Module:
+        """A copy of the template with ``channels`` removed for real from every coupled layer.
+
+        With ``means`` (the removed channels' calibration means of ``a``, indexed by channel), each of ``readers``
+        (convolutions or linear layers that read ``a`` directly) first absorbs the removed inputs' mean contribution
+        into its bias, ``b += Σ_i μ_i Σ_spatial W[:, i]``: the network then behaves as if the channels were
+        mean-ablated (exactly for unpadded readers) instead of zeroed.
+        """
+        pruned = copy.deepcopy(self.template)
+        if not len(channels):
+            return pruned
+        modules = dict(pruned.named_modules())
+        names = self.graph._module2name
+        for item in self.group(channels):
+            dep, idxs, target = item.dep, item.idxs, item.dep.target.module
+            if dep.target.type == OPTYPE.PARAMETER:
+                path = self.graph._param_to_name[target].split(".")
+                parent = pruned.get_submodule(".".join(path[:-1]))
+                setattr(parent, path[-1], dep.handler(getattr(parent, path[-1]), idxs))
+            elif target in names:
+                module = modules[names[target]]
+                if means is not None and names[target] in readers and not self.graph.is_out_channel_pruning_fn(
+                        dep.handler):
+                    _absorb_mean_inputs(module, idxs, np.asarray(means)[item.root_idxs])
+                dep.handler(module, idxs)
+        return pruned
+
+    def importance(self, name: str, calibration: LabelledInputs, device: torch.device, gradient_images: int,
+                   seed: int) -> np.ndarray:
+        """A Torch-Pruning baseline's importance of every channel (higher = keep)."""
+        first = {"normalizer": None, "group_reduction": "first"}
+        group = self.group()
+        if name == "taylor":
+            return self._taylor(calibration, device, gradient_images)
+        if name == "random":
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                return tp.importance.RandomImportance()(group).cpu().double().numpy()
+        if name == "bn_gamma":
+            if not self.has_batchnorm():
+                raise AnalysisError(f"no BatchNorm follows {self.layer}")
+            importance = tp.importance.BNScaleImportance(normalizer=None)
+        else:
+            importance = {"l1": lambda: tp.importance.GroupMagnitudeImportance(p=1, **first),
+                          "l2": lambda: tp.importance.GroupMagnitudeImportance(p=2, **first),
+                          "fpgm": lambda: tp.importance.FPGMImportance(p=2, **first)}[name]()
+        with torch.no_grad():
+            return importance(group).cpu().double().numpy()
+
+    def _taylor(self, calibration: LabelledInputs, device: torch.device, n_images: int) -> np.ndarray:
+        model = self.template
+        x, y = calibration.head(n_images)
+        model.zero_grad(set_to_none=True)
+        with torch.enable_grad():
+            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+        scores = tp.importance.GroupTaylorImportance(normalizer=None, group_reduction="first")(self.group())
+        model.zero_grad(set_to_none=True)
+        return scores.detach().cpu().double().numpy()
+
+
+def _absorb_mean_inputs(layer: nn.Module, inputs: Sequence[int], means: np.ndarray) -> None:
+    """``bias += Σ_k μ_k Σ_spatial W[:, inputs_k]`` for a groups-1 conv or a linear layer (in place, on a copy)."""
+    with torch.no_grad():
+        weight = layer.weight[:, list(inputs)].flatten(2).sum(2) if layer.weight.ndim > 2 else layer.weight[:, inputs]
+        shift = weight @ torch.as_tensor(means, dtype=weight.dtype, device=weight.device)
+        if layer.bias is None:
+            layer.bias = nn.Parameter(torch.zeros_like(shift), requires_grad=layer.weight.requires_grad)
+        layer.bias += shift
+
+
+def evaluate_model(model: nn.Module, inputs: LabelledInputs, device: torch.device, batch_size: int = 64
+                   ) -> tuple[float, float]:
+    """Mean cross-entropy and top-1 accuracy of ``model`` on labelled inputs."""
+    model.eval()
+    loss = correct = 0.0
+    with inference_autocast(device):
+        for x, y in inputs.batches(batch_size):
+            logits = model(x.to(device)).float()
+            y = y.to(device)
+            loss += float(F.cross_entropy(logits, y, reduction="sum"))
+            correct += float((logits.argmax(1) == y).sum())
+    if not len(inputs):
+        raise AnalysisError("The evaluation set is empty: give more images.")
+    return loss / len(inputs), correct / len(inputs)
+
+
+FINETUNE_MAX_GRAD_NORM = 10.0  # unclipped SGD at lr 0.01 diverged on a pruned SqueezeNet (first gradient norm 301)
+
+
+def recovery_finetune(model: nn.Module, x: torch.Tensor, teacher_logits: torch.Tensor, settings: PruningSettings,
+                      device: torch.device, frozen: Collection[str] = (), progress: Progress | None = None
+                      ) -> nn.Module:
+    """Distil the intact network back into a pruned (or filter-swapped) copy, in place [proposed].
+
+    ``settings.finetune_steps`` SGD steps (momentum 0.9, gradient norm clipped to :data:`FINETUNE_MAX_GRAD_NORM`) on
+    KL(softmax(teacher) ‖ softmax(copy)) over calibration images ``x``, in eval mode (BatchNorm statistics and dropout
+    fixed). The intact network is a fixed point, so small steps only pull the copy back toward the original; hard
+    labels on a few hundred images of 1000 classes overfit and wreck a pretrained network (10 steps at lr 1e-3 took
+    SqueezeNet from 61.5 % to 13.5 % top-1). Parameters named in ``frozen`` are not trained (they stay bit for bit).
+    ``progress`` hears of every step (with its KL). Returns the copy in eval mode.
+    """
+    model.to(device).eval().requires_grad_(True)
+    for name in frozen:
+        model.get_parameter(name).requires_grad_(False)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(trained, lr=settings.finetune_lr, momentum=0.9)
+    generator = torch.Generator().manual_seed(settings.seed)
+    batch = min(settings.finetune_batch, len(x))
+    for step in range(settings.finetune_steps):
+        index = torch.randperm(len(x), generator=generator)[:batch]
+        student = F.log_softmax(model(x[index].to(device)).float(), dim=1)
+        teacher = F.log_softmax(teacher_logits[index].to(device), dim=1)
+        loss = F.kl_div(student, teacher, log_target=True, reduction="batchmean")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(trained, FINETUNE_MAX_GRAD_NORM)
+        optimizer.step()
+        report(progress, (step + 1) / settings.finetune_steps,
+               f"distillation step {step + 1}/{settings.finetune_steps} · KL {loss.item():.3f}")
+    return model.requires_grad_(False).eval()
+
+
+def batched_logits(model: nn.Module, x: torch.Tensor, device: torch.device, batch_size: int) -> torch.Tensor:
+    """``model(x)`` in full precision, batched, on CPU."""
+    with torch.no_grad():
+        return torch.cat([model(chunk.to(device)).float().cpu() for chunk in x.split(batch_size)])
+
+
+@dataclass(frozen=True)
+class PruningCurve(Result):
+    """Accuracy vs FLOPs removed for one criterion (the intact network first).
+
+    Attributes:
+        criterion, label, axis: the criterion.
+        flops_removed: fraction of the whole network's MACs removed at each point.
+        accuracy, loss: on the evaluation set without fine-tuning.
+        auc: normalized area under accuracy vs flops_removed.
+        accuracy_finetuned, auc_finetuned: after the recovery fine-tune (``None`` when not run).
+        removed: channels removed at each point.
+    """
+
+    criterion: str
+    label: str
+    axis: str
+    flops_removed: list[float]
+    accuracy: list[float]
+    loss: list[float]
+    auc: float
+    accuracy_finetuned: list[float] | None
+    auc_finetuned: float | None
+    removed: list[list[int]]
+
+
+@dataclass(frozen=True)
+class PruningResult(Result):
+    """FLOPs-matched pruning curves of one layer (proposed protocol, §6).
+
+    Attributes:
+        layer: the pruned conv; coupled_layers: layers pruned with it (DepGraph groups).
+        channels_removed: channels removed at each point (0 first); flops_removed: fraction of MACs removed.
+        macs, params: physical MACs and parameters of the pruned networks at each point.
+        base_accuracy, base_loss: the intact network on the evaluation set.
+        curves: one :class:`PruningCurve` per criterion.
+        scores: importance per criterion ``(C,)`` (higher = keep).
+        skipped: criteria that could not run, with the reason.
+        settings: the protocol; n_images: evaluation images.
+    """
+
+    layer: str
+    coupled_layers: list[str]
+    channels_removed: list[int]
+    flops_removed: list[float]
+    macs: list[int]
+    params: list[int]
+    base_accuracy: float
+    base_loss: float
+    curves: dict[str, PruningCurve]
+    scores: dict[str, np.ndarray]
+    skipped: dict[str, str]
+    settings: PruningSettings
+    n_images: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    _private_fields = ("scores",)
+
+    def curves_dict(self) -> dict[str, dict]:
+        """``{criterion: {flops_removed, accuracy, auc, ...}}`` (the DESIGN.md ``pruning`` JSON key)."""
+        return {name: curve.to_dict() for name, curve in self.curves.items()}
+
+
+def removal_counts(n_channels: int, fractions: Sequence[float]) -> list[int]:
+    """Channels removed at each grid point: ``round(f·C)`` clipped to [1, C − 1], distinct, increasing."""
+    counts = sorted({int(np.clip(round(f * n_channels), 1, n_channels - 1)) for f in fractions})
+    if n_channels < 2 or not counts:
+        raise AnalysisError("Pruning curves need a layer with at least 2 channels and one pruning fraction.")
+    return counts
+
+
+def lowest_first(scores: np.ndarray, count: int) -> list[int]:
+    """The ``count`` channels of lowest importance (NaN counts as lowest; ties by index)."""
+    ranked = np.where(np.isfinite(scores), scores, -np.inf)
+    return sorted(np.argsort(ranked, kind="stable")[:count].tolist())
+
+
+def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, evaluation: LabelledInputs,
+                 axis_scores: Mapping[str, np.ndarray], settings: PruningSettings = PruningSettings(), *,
+                 device: torch.device, means: np.ndarray | None = None, readers: Sequence[str] = (),
+                 batch_size: int = 64, memory_bytes: int = 1 << 30,
+                 progress: Progress | None = None) -> PruningResult:
+    """Prune ``layer`` by every criterion at every grid point, evaluate, fine-tune, and integrate the curves.
+
+    Args:
+        model: a private copy of the network on ``device`` (it becomes the pruning template).
+        layer: the conv to prune.
+        calibration: images for gradients (Taylor) and the recovery fine-tune.
+        evaluation: held-out images for the accuracies.
+        axis_scores: importance of the two-axis criteria (``local``, ``target``, ...) computed elsewhere.
+        settings: the protocol.
+        device: where to run.
+        means: calibration means of the layer's channels at the site (for ``settings.compensate_mean``).
+        readers: the layers that read the site directly (groups-1 convs / linear layers) and absorb the means.
+        batch_size: evaluation batch size.
+        memory_bytes: images kept in memory for the repeated evaluations and the fine-tune.
+        progress: ``progress(fraction, message)``.
+    """
+    unknown = [c for c in settings.criteria if c not in CRITERIA]
+    if unknown:
+        raise AnalysisError(f"Unknown pruning criteria {unknown}; choose from {', '.join(CRITERIA)}.")
+    example, _ = calibration.head(1)
+    evaluation = evaluation.materialized(memory_bytes)
+    if settings.finetune_steps > 0:
+        image_bytes = example[0].numel() * example.element_size()
+        tune_x, _ = calibration.head(max(2, min(len(calibration), memory_bytes // image_bytes)))
+    pruner = LayerPruner(model, layer, example.to(device))
+    counts = removal_counts(pruner.n_channels, settings.fractions)
+    compensation = means if settings.compensate_mean and means is not None and len(readers) else None
+    reason = ("switched off" if not settings.compensate_mean else "no calibration means" if means is None
+              else "no convolution reads the channels directly")
+    notes = [f"the removed channels' calibration means are folded into {', '.join(readers)}"
+             if compensation is not None else f"removal zeroes the channels (no mean compensation: {reason})"]
+    base_loss, base_accuracy = evaluate_model(pruner.template, evaluation, device, batch_size)
+    base_macs, base_params = tp.utils.count_ops_and_params(pruner.template, example.to(device))
+    if settings.finetune_steps > 0:
+        teacher_logits = batched_logits(pruner.template.eval(), tune_x, device, batch_size)
+
+    scores, skipped = {}, {}
+    for name in settings.criteria:
+        if name in TP_CRITERIA:
+            try:
+                scores[name] = pruner.importance(name, calibration, device, settings.gradient_images, settings.seed)
+            except AnalysisError as err:
+                skipped[name] = str(err)
+        elif name in axis_scores:
+            scores[name] = np.asarray(axis_scores[name], dtype=np.float64)
+        else:
+            skipped[name] = "the two-axis scores were not computed"
+
+    macs, params, curves = [int(base_macs)], [int(base_params)], {}
+    total = max(len(scores) * len(counts), 1)
+    for c_index, (name, score) in enumerate(scores.items()):
+        accuracy, losses, tuned, removed = [base_accuracy], [base_loss], [base_accuracy], [[]]
+        for p_index, count in enumerate(counts):
+            step = c_index * len(counts) + p_index
+            report(progress, step / total, f"pruning by {CRITERIA[name].label}: {count}/{pruner.n_channels}")
+            channels = lowest_first(score, count)
+            pruned = pruner.pruned_copy(channels, compensation, readers).requires_grad_(False).eval()
+            if len(macs) <= len(counts):
+                ops, n_params = tp.utils.count_ops_and_params(pruned, example.to(device))
+                macs.append(int(ops))
+                params.append(int(n_params))
+            loss, acc = evaluate_model(pruned, evaluation, device, batch_size)
+            losses.append(loss)
+            accuracy.append(acc)
+            removed.append(channels)
+            if settings.finetune_steps > 0:
+                recovery_finetune(pruned, tune_x, teacher_logits, settings, device)
+                tuned.append(evaluate_model(pruned, evaluation, device, batch_size)[1])
+            del pruned
+        flops = [1.0 - m / base_macs for m in macs]
+        finetuned = tuned if settings.finetune_steps > 0 else None
+        criterion = CRITERIA[name]
+        curves[name] = PruningCurve(
+            criterion=name, label=criterion.label, axis=criterion.axis, flops_removed=flops, accuracy=accuracy,
+            loss=losses, auc=auc_accuracy_vs_flops(flops, accuracy), accuracy_finetuned=finetuned,
+            auc_finetuned=auc_accuracy_vs_flops(flops, finetuned) if finetuned else None, removed=removed)
+    pruner.template.requires_grad_(False)
+    report(progress, 1.0, "pruning done")
+    return PruningResult(layer=layer, coupled_layers=pruner.coupled_layers(), channels_removed=[0, *counts],
+                         flops_removed=[1.0 - m / base_macs for m in macs], macs=macs, params=params,
+                         base_accuracy=base_accuracy, base_loss=base_loss, curves=curves, scores=scores,
+                         skipped=skipped, settings=settings, n_images=len(evaluation), notes=notes)
+

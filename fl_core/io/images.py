@@ -1,0 +1,387 @@
+"""Image sources and their conversion into a model's input space.
+
+A source is ``bundled`` (natural photos that ship inside scikit-image, scikit-learn and matplotlib: no network),
+a folder of images, or a labelled ImageFolder tree (``root/<class>/*.jpg``, class index = sorted folder names,
+as in the ImageNet ``val/<wnid>/*.JPEG`` layout). Uploads are saved to a folder and read as one.
+
+Two views of an image in a model's input space (:class:`~fl_core.io.models.InputConfig`):
+
+* :func:`scaled_input` — resized as the model's evaluation resize does (``input_size / crop_pct`` on the short side,
+  both sides or the long side, by the crop mode: the scale the model sees) and normalized, *not* cropped: every
+  overlapping patch of it is used for patch statistics.
+* :func:`input_transform` — the model's evaluation transform (resize, crop, normalize) for forward passes: timm's
+  ``create_transform`` for evaluation in its three crop modes, which torchvision's ``weights.transforms()`` is the
+  ``center`` case of.
+
+Every image is bounded before it costs: its header is checked before decoding (:func:`decode_rgb`: pixels and aspect
+ratio), and its size at the model's scale before resizing (:func:`scaled_size`, :data:`MAX_SCALED_PIXELS`).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms import v2 as T
+
+from fl_core.errors import DataError
+from fl_core.io.models import InputConfig
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
+MAX_IMAGE_PIXELS = 64_000_000
+"""Pixels of one decoded image (192 MB as RGB), checked from its header."""
+MAX_ASPECT_RATIO = 16
+"""Long side / short side, checked from the header. The resize to the model's scale sets the short side, so it
+multiplies the long side by the same factor: a 1×65,535 strip would become 256×16.8 million pixels. 16:1 admits
+every real panorama (a 360° one is 2:1 to 8:1)."""
+MAX_SCALED_PIXELS = 4096 * 4096
+"""Pixels of an image once resized to the model's scale (before any crop): a square image at the largest resize
+:class:`~fl_core.io.models.InputConfig` allows (200 MB as a float32 tensor)."""
+Image.MAX_IMAGE_PIXELS = None  # Pillow's own check is off: decode_rgb checks every image itself (see there)
+
+
+@dataclass(frozen=True)
+class BundledPhoto:
+    """A natural photo that ships inside an installed package, with its licence."""
+
+    name: str
+    package: str
+    loader: Callable[[], np.ndarray]
+    credit: str
+    licence: str
+
+
+def _skimage(name: str) -> Callable[[], np.ndarray]:
+    def load() -> np.ndarray:
+        import skimage.data
+
+        image = getattr(skimage.data, name)()
+        return image[0] if isinstance(image, tuple) else image
+
+    return load
+
+
+def _sklearn(filename: str) -> Callable[[], np.ndarray]:
+    def load() -> np.ndarray:
+        from sklearn.datasets import load_sample_image
+
+        return load_sample_image(filename)
+
+    return load
+
+
+def _grace_hopper() -> np.ndarray:
+    import matplotlib.cbook
+
+    with matplotlib.cbook.get_sample_data("grace_hopper.jpg") as handle:
+        return np.asarray(Image.open(handle).convert("RGB"))
+
+
+BUNDLED_PHOTOS: tuple[BundledPhoto, ...] = (
+    BundledPhoto("astronaut", "scikit-image", _skimage("astronaut"), "NASA (Eileen Collins)", "public domain"),
+    BundledPhoto("coffee", "scikit-image", _skimage("coffee"), "Rachel Michetti / Pikolo Espresso Bar", "CC0"),
+    BundledPhoto("chelsea", "scikit-image", _skimage("chelsea"), "Stefan van der Walt", "CC0"),
+    BundledPhoto("rocket", "scikit-image", _skimage("rocket"), "SpaceX (DSCOVR launch)", "public domain"),
+    BundledPhoto("hubble_deep_field", "scikit-image", _skimage("hubble_deep_field"), "NASA / HubbleSite",
+                 "public domain"),
+    BundledPhoto("immunohistochemistry", "scikit-image", _skimage("immunohistochemistry"),
+                 "Center for Microscopy and Molecular Imaging", "no known copyright restrictions"),
+    BundledPhoto("retina", "scikit-image", _skimage("retina"), "Mikael Häggström (Wikimedia Commons)", "CC0"),
+    BundledPhoto("motorcycle", "scikit-image", _skimage("stereo_motorcycle"),
+                 "Middlebury 2014 stereo benchmark (Scharstein et al.)", "free for research use"),
+    BundledPhoto("china", "scikit-learn", _sklearn("china.jpg"), "danielbuechele (Flickr)", "CC BY 2.0"),
+    BundledPhoto("flower", "scikit-learn", _sklearn("flower.jpg"), "vultilion (Flickr)", "CC BY 2.0"),
+    BundledPhoto("grace_hopper", "matplotlib", _grace_hopper, "US Navy (Grace Hopper portrait)", "public domain"),
+)
+
+
+def bundled_licences() -> list[dict[str, str]]:
+    """Rows of (photo, package, credit, licence) for the UI's licence table."""
+    return [{"photo": p.name, "package": p.package, "credit": p.credit, "licence": p.licence} for p in BUNDLED_PHOTOS]
+
+
+@cache
+def _bundled_array(name: str) -> np.ndarray:
+    photo = next(p for p in BUNDLED_PHOTOS if p.name == name)
+    array = np.asarray(photo.loader())
+    if array.ndim == 2:
+        array = np.stack([array] * 3, axis=-1)
+    return np.ascontiguousarray(array[..., :3].astype(np.uint8))
+
+
+def decode_rgb(source: str | Path | io.BytesIO, name: str | None = None) -> Image.Image:
+    """Decode an image as RGB, refusing from its header, before decoding, an image over :data:`MAX_IMAGE_PIXELS`
+    (a small, highly compressed file cannot unpack to gigabytes) or more elongated than :data:`MAX_ASPECT_RATIO`.
+
+    Pillow's own decompression-bomb check is switched off at import (``Image.MAX_IMAGE_PIXELS = None``): it only
+    warns between its limit and twice it and raises its own error above, so with it on a user would see two rules
+    and Pillow's message. Every untrusted image goes through this function, so one rule and one message remain.
+
+    Raises:
+        DataError: naming the image (``name``, else the path) and saying what to do.
+    """
+    label = name or (str(source) if isinstance(source, str | Path) else "the image")
+    try:
+        with Image.open(source) as handle:
+            _check_header_size(handle.width, handle.height, label)
+            return handle.convert("RGB")
+    except (OSError, ValueError, SyntaxError) as err:  # UnidentifiedImageError is an OSError
+        raise DataError(f"{label} is not a readable image ({err}). Remove or replace the file.") from err
+
+
+def _check_header_size(width: int, height: int, label: str) -> None:
+    if width * height > MAX_IMAGE_PIXELS:
+        raise DataError(f"{label} is {width:,}×{height:,} pixels, over the {MAX_IMAGE_PIXELS:,}-pixel limit; refused "
+                        "before decoding. Use a smaller image.")
+    if max(width, height) > MAX_ASPECT_RATIO * max(min(width, height), 1):
+        raise DataError(f"{label} is {width:,}×{height:,} pixels, more elongated than {MAX_ASPECT_RATIO}:1; refused "
+                        "before decoding (at the model's scale its long side would grow by the same factor as its "
+                        "short side). Crop it to a less elongated image.")
+
+
+class ImageSet(Dataset):
+    """An indexable set of RGB images with integer labels (``-1`` when unlabelled).
+
+    ``dataset[i]`` returns ``(PIL.Image, label)``; wrap it with :class:`TransformedImages` for tensors.
+    """
+
+    def __init__(self, items: Sequence[tuple[str | Callable[[], Image.Image], int, str]],
+                 classes: Sequence[str] = (), description: str = "") -> None:
+        self._items = list(items)
+        self.classes = tuple(classes)
+        self.description = description
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def labelled(self) -> bool:
+        return bool(self.classes)
+
+    @property
+    def names(self) -> list[str]:
+        return [name for _, _, name in self._items]
+
+    @property
+    def labels(self) -> list[int]:
+        return [label for _, label, _ in self._items]
+
+    def image(self, index: int) -> Image.Image:
+        """The image as RGB; unreadable files raise :class:`DataError` naming the file."""
+        source, _, name = self._items[index]
+        return source() if callable(source) else decode_rgb(source, name)
+
+    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
+        return self.image(index), self._items[index][1]
+
+    def subset(self, indices: Sequence[int]) -> ImageSet:
+        """The images at ``indices`` (same classes)."""
+        return ImageSet([self._items[i] for i in indices], self.classes, self.description)
+
+
+class TransformedImages(Dataset):
+    """``(transform(image), label)`` pairs of an :class:`ImageSet` (DataLoader-ready)."""
+
+    def __init__(self, images: ImageSet, transform: Callable[[Image.Image], torch.Tensor]) -> None:
+        self.images, self.transform = images, transform
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image, label = self.images[index]
+        return self.transform(image), label
+
+
+def bundled_images(names: Sequence[str] | None = None) -> ImageSet:
+    """The bundled natural photos (offline). Labels are photo indices."""
+    chosen = [p for p in BUNDLED_PHOTOS if names is None or p.name in names]
+    items = [(lambda n=p.name: Image.fromarray(_bundled_array(n)), i, p.name) for i, p in enumerate(chosen)]
+    return ImageSet(items, classes=[p.name for p in chosen], description=f"{len(items)} bundled photos")
+
+
+def folder_images(root: str | Path, limit: int | None = None) -> ImageSet:
+    """Images in a folder. If its sub-folders hold images, it is read as a labelled ImageFolder tree.
+
+    Class index = position in the sorted sub-folder names (the torchvision/ImageNet convention).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"No folder at {root}. Give a folder of images or an ImageFolder tree (root/class/img.jpg).")
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    items: list[tuple[str, int, str]] = []
+    if classes:
+        for label, cls in enumerate(classes):
+            items += [(str(f), label, f"{cls}/{f.name}") for f in sorted((root / cls).iterdir()) if _is_image(f)]
+    if not items:
+        classes = []
+        items = [(str(f), -1, f.name) for f in sorted(root.iterdir()) if _is_image(f)]
+    if not items:
+        raise DataError(f"{root} holds no images ({', '.join(IMAGE_SUFFIXES)}).")
+    if limit is not None:
+        items = _spread(items, limit)
+    kind = f"ImageFolder tree, {len(classes)} classes" if classes else "folder"
+    return ImageSet(items, classes=classes, description=f"{len(items)} images from {root} ({kind})")
+
+
+def _spread(items: list, limit: int) -> list:
+    """At most ``limit`` items, evenly spaced (so every class of a sorted tree is represented)."""
+    if len(items) <= limit:
+        return items
+    picks = np.linspace(0, len(items) - 1, limit).round().astype(int)
+    return [items[i] for i in picks]
+
+
+def _is_image(path: Path) -> bool:
+    return path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
+
+
+def open_images(source: str, limit: int | None = None) -> ImageSet:
+    """``"bundled"`` or a folder path -> :class:`ImageSet`."""
+    if source in ("", "bundled"):
+        images = bundled_images()
+        return images if limit is None else images.subset(range(min(limit, len(images))))
+    return folder_images(source, limit=limit)
+
+
+def save_uploaded_images(files: Sequence[tuple[str, bytes]], folder: str | Path) -> ImageSet:
+    """Decode uploaded image bytes (refusing non-images and decompression bombs) and save them as PNGs."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in files:
+        decode_rgb(io.BytesIO(data), name).save(folder / f"{Path(name).stem[:60]}.png")
+    return folder_images(folder)
+
+
+def _interpolation(config: InputConfig) -> InterpolationMode:
+    return InterpolationMode(config.interpolation)
+
+
+def _to_normalized_tensor(config: InputConfig) -> list:
+    return [T.ToImage(), T.ToDtype(torch.float32, scale=True), T.Normalize(config.mean, config.std)]
+
+
+def scaled_size(width: int, height: int, config: InputConfig) -> tuple[int, int]:
+    """(width, height) after the model's resize to ``s = config.resize_size``, computed as timm and torchvision do:
+
+    * ``center``: short side s, long side ``int(s · long / short)`` (torchvision's ``Resize(s)``);
+    * ``squash``: s × s;
+    * ``border``: long side s, short side ``round(s · short / long)`` (timm's ``ResizeKeepRatio(longest=1)``).
+    """
+    size = config.resize_size
+    if config.crop_mode == "squash":
+        return size, size
+    short, long = sorted((width, height))
+    if config.crop_mode == "border":
+        new_short = round(short * size / long)
+        return (new_short, size) if width <= height else (size, new_short)
+    new_long = int(size * long / short)
+    return (size, new_long) if width <= height else (new_long, size)
+
+
+def check_scaled_size(image: Image.Image, config: InputConfig, name: str | None = None) -> Image.Image:
+    """Refuse, before resizing, an image that would exceed :data:`MAX_SCALED_PIXELS` at the model's scale.
+
+    Raises:
+        DataError: naming the image and saying what to do (lower the input size, or use a smaller image).
+    """
+    width, height = scaled_size(image.width, image.height, config)
+    if width * height > MAX_SCALED_PIXELS:
+        label = name or f"a {image.width:,}×{image.height:,} image"
+        raise DataError(f"{label} would be {width:,}×{height:,} pixels at the model's scale (resized edge "
+                        f"{config.resize_size} px = input size {config.input_size} / crop {config.crop_pct:g}), over "
+                        f"the {MAX_SCALED_PIXELS:,}-pixel limit. Lower the input size or raise the crop fraction, or "
+                        "use a smaller or less elongated image.")
+    return image
+
+
+class ScaledSizeCheck:
+    """:func:`check_scaled_size` as the first step of a transform (picklable, for DataLoader workers)."""
+
+    def __init__(self, config: InputConfig) -> None:
+        self.config = config
+
+    def __call__(self, image: Image.Image) -> Image.Image:
+        return check_scaled_size(image, self.config)
+
+
+class ModelScaleResize:
+    """The model's evaluation resize to :func:`scaled_size` (picklable, for DataLoader workers)."""
+
+    def __init__(self, config: InputConfig) -> None:
+        self.config = config
+
+    def __call__(self, image: Image.Image) -> Image.Image:
+        width, height = scaled_size(image.width, image.height, self.config)
+        return T.functional.resize(image, [height, width], interpolation=_interpolation(self.config), antialias=True)
+
+
+class PadToSize:
+    """Pad an image smaller than ``size`` on either side up to it, centred (left/top get the smaller half), with
+    ``fill`` — timm's ``CenterCropOrPad`` before its crop, which pads with the mean colour ``round(255 · mean)``."""
+
+    def __init__(self, size: int, fill: tuple[int, int, int]) -> None:
+        self.size, self.fill = size, fill
+
+    def __call__(self, image: Image.Image) -> Image.Image:
+        extra_w, extra_h = max(self.size - image.width, 0), max(self.size - image.height, 0)
+        if not extra_w and not extra_h:
+            return image
+        padding = [extra_w // 2, extra_h // 2, (extra_w + 1) // 2, (extra_h + 1) // 2]
+        return T.functional.pad(image, padding, fill=list(self.fill))
+
+
+def _crop_steps(config: InputConfig) -> list:
+    """Centre crop to the input size; in ``border`` mode first padded to it with the mean colour."""
+    crop = [T.CenterCrop(config.input_size)]
+    if config.crop_mode != "border":
+        return crop
+    return [PadToSize(config.input_size, tuple(round(255 * v) for v in config.mean)), *crop]
+
+
+def input_transform(config: InputConfig) -> T.Compose:
+    """The model's evaluation transform: resize to the model's scale (:func:`scaled_size`, by the crop mode), crop
+    (:func:`_crop_steps`), normalize; images too large at that scale are refused before resizing
+    (:func:`check_scaled_size`)."""
+    return T.Compose([ScaledSizeCheck(config), ModelScaleResize(config), *_crop_steps(config),
+                      *_to_normalized_tensor(config)])
+
+
+def scaled_input(image: Image.Image, config: InputConfig, name: str | None = None) -> torch.Tensor:
+    """The whole image at the model's scale (:func:`scaled_size`), normalized, shape (3, H, W); refused before
+    resizing when too large at that scale (:func:`check_scaled_size`)."""
+    transform = T.Compose([ModelScaleResize(config), *_to_normalized_tensor(config)])
+    return transform(check_scaled_size(image, config, name))
+
+
+def iter_scaled_inputs(images: ImageSet, config: InputConfig) -> Iterator[torch.Tensor]:
+    """:func:`scaled_input` of every image, one (1, 3, H, W) tensor at a time."""
+    for index, name in enumerate(images.names):
+        yield scaled_input(images.image(index), config, name).unsqueeze(0)
+
+
+def iter_input_batches(images: ImageSet, config: InputConfig, batch_size: int = 32
+                       ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Centre-cropped, normalized model input in batches: ``(x (B, 3, S, S), labels (B,))``."""
+    transform = input_transform(config)
+    for start in range(0, len(images), batch_size):
+        stop = min(start + batch_size, len(images))
+        pairs = [images[i] for i in range(start, stop)]
+        yield (torch.stack([transform(img) for img, _ in pairs]),
+               torch.tensor([label for _, label in pairs], dtype=torch.long))
+
+
+def to_display(x: torch.Tensor, config: InputConfig) -> np.ndarray:
+    """Undo normalization: (3, H, W) model input -> (H, W, 3) uint8 for display."""
+    mean = torch.tensor(config.mean).view(3, 1, 1)
+    std = torch.tensor(config.std).view(3, 1, 1)
+    rgb = (x.detach().cpu().float() * std + mean).clamp(0, 1)
+    return (rgb.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)

@@ -1,0 +1,474 @@
+"""Model spec strings -> loaded models (or weights-only state dicts) with their input preprocessing.
+
+Spec forms (DESIGN.md, "Model spec strings"):
+
+=================================  ==============================================================================
+``timm:NAME`` / ``torchvision:NAME``  registry architecture, random init from seed 0 (the same network in every
+                                    process; labelled "random init" everywhere)
+``timm:NAME@pretrained``            registry weights (hub download or local cache; clear error when unreachable)
+``timm:NAME=PATH``                  architecture + a state-dict file
+``weights:PATH``                    weights only: any state dict, no architecture needed
+``onnx:PATH``                       weights only: the Conv nodes of an ONNX model (:mod:`fl_core.io.onnx_weights`)
+``demo:NAME``                       a checkpoint shipped in ``assets/demo`` (listed in its manifest)
+=================================  ==============================================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import math
+import socket
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
+from fl_core.io import nets
+from fl_core.io.checkpoints import file_sha256, load_into, load_state_dict, match_state_dict
+from fl_core.io.layers import ConvLayer, probe_inventory
+
+ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
+DEMO_DIR = ASSETS_DIR / "demo"
+SOURCES = ("timm", "torchvision", "weights", "onnx", "demo")
+FILE_SOURCES = ("weights", "onnx")
+"""Spec sources that are just a file path (``weights:PATH``, ``onnx:PATH``): weights only."""
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+CROP_MODES = ("center", "squash", "border")
+"""timm's evaluation crop modes (``timm.data.create_transform``): which edge the resize sets, how the crop is cut."""
+MAX_RESIZE_SIZE = 4096
+"""Largest edge set by the resize (``input_size / crop_pct``): the largest input size, uncropped."""
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """How images become model input: a resize to ``s = floor(input_size / crop_pct)``, a crop to ``input_size``,
+    normalize — with timm's three evaluation crop modes (``timm.data.transforms_imagenet_eval``):
+
+    * ``center`` — short side to s (aspect kept), centre crop; the image's margins are lost;
+    * ``squash`` — both sides to s (aspect not kept), centre crop; nothing is lost when ``crop_pct`` = 1;
+    * ``border`` — long side to s (aspect kept), centre crop, padded with the mean colour where the image is smaller.
+
+    Patches for every statistic are taken in this input space (after normalization). Bounded: input size 8-4096,
+    crop fraction in [0.05, 1], resized edge at most :data:`MAX_RESIZE_SIZE`, finite mean and positive std.
+    """
+
+    input_size: int = 224
+    crop_pct: float = 0.875
+    interpolation: str = "bilinear"
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    crop_mode: str = "center"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
+        object.__setattr__(self, "std", tuple(float(v) for v in self.std))
+        if self.input_size < 8 or self.input_size > 4096:
+            raise ModelSpecError(f"input size {self.input_size} is out of range (8-4096 pixels).")
+        if not 0.05 <= self.crop_pct <= 1.0:
+            raise ModelSpecError(f"crop fraction {self.crop_pct} must be in (0.05, 1].")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ModelSpecError(f"interpolation '{self.interpolation}' must be one of {', '.join(INTERPOLATIONS)}.")
+        if self.crop_mode not in CROP_MODES:
+            raise ModelSpecError(f"crop mode '{self.crop_mode}' must be one of {', '.join(CROP_MODES)}.")
+        if self.resize_size > MAX_RESIZE_SIZE:
+            raise ModelSpecError(f"input size {self.input_size} with crop fraction {self.crop_pct:g} resizes the "
+                                 f"image to {self.resize_size} pixels, over the {MAX_RESIZE_SIZE}-pixel limit: "
+                                 f"raise the crop fraction to at least {self.input_size / MAX_RESIZE_SIZE:.3g} or "
+                                 "lower the input size.")
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ModelSpecError("mean and std need three values (R, G, B), and std must be positive.")
+        if not all(abs(v) < float("inf") for v in (*self.mean, *self.std)):
+            raise ModelSpecError("mean and std must be finite numbers.")
+
+    @property
+    def resize_size(self) -> int:
+        """The edge the resize sets (short side, both sides or long side by :attr:`crop_mode`), before the crop:
+        ``floor(input_size / crop_pct)`` as timm computes it (the 1e-6 keeps ``crop / (crop / resize)`` = resize
+        exact for configs given as crop and resize sizes, such as torchvision's; no timm config is changed by it)."""
+        return math.floor(self.input_size / self.crop_pct + 1e-6)
+
+    def with_overrides(self, **overrides: object) -> InputConfig:
+        """A copy with the non-``None`` overrides applied (sidebar fields / CLI ``--input-size`` ...)."""
+        given = {k: (tuple(v) if isinstance(v, list | tuple) else v) for k, v in overrides.items() if v is not None}
+        return dataclasses.replace(self, **given) if given else self
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A parsed spec string."""
+
+    source: str
+    name: str = ""
+    path: str | None = None
+    pretrained: bool = False
+
+    @classmethod
+    def parse(cls, spec: str) -> ModelSpec:
+        """Parse ``timm:NAME[@pretrained|=PATH]``, ``torchvision:...``, ``weights:PATH``, ``onnx:PATH`` or
+        ``demo:NAME``."""
+        source, sep, rest = spec.strip().partition(":")
+        if not sep or source not in SOURCES or not rest:
+            raise ModelSpecError(f"'{spec}' is not a model spec. Use timm:NAME, timm:NAME@pretrained, timm:NAME=PATH, "
+                                 "torchvision:NAME (same forms), weights:PATH, onnx:PATH or demo:NAME.")
+        if source in FILE_SOURCES:
+            return cls(source, name=Path(rest).name, path=rest)
+        if source == "demo":
+            return cls(source, name=rest)
+        name, eq, path = rest.partition("=")
+        if eq:
+            if not path:
+                raise ModelSpecError(f"'{spec}': nothing after '='. Give the path of the state-dict file.")
+            return cls(source, name=name, path=path)
+        if name.endswith("@pretrained"):
+            return cls(source, name=name[: -len("@pretrained")], pretrained=True)
+        if "@" in name:
+            raise ModelSpecError(f"'{spec}': the only tag after '@' is 'pretrained'.")
+        return cls(source, name=name)
+
+    def __str__(self) -> str:
+        if self.source in FILE_SOURCES:
+            return f"{self.source}:{self.path}"
+        if self.source == "demo":
+            return f"demo:{self.name}"
+        suffix = f"={self.path}" if self.path else ("@pretrained" if self.pretrained else "")
+        return f"{self.source}:{self.name}{suffix}"
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedModel:
+    """A model ready for analysis. Shared read-only between sessions: never mutate ``model`` or ``state_dict``, and
+    never register a hook on ``model`` (hooks fire in every thread's forward pass): use :meth:`forward_copy`.
+
+    Attributes:
+        spec: the canonical spec string.
+        label: short display name ("resnet18 (random init)").
+        model: the ``nn.Module`` in eval mode, or ``None`` for weights-only specs.
+        state_dict: the weights (for full models, ``model.state_dict()`` tensors, shared storage).
+        input_config: preprocessing (editable for uploads).
+        random_init: True when no trained weights were loaded.
+        sha256: content hash of the weight file, if any (cache key).
+        notes: plain-language notes from loading.
+        init_spec: spec of the matching initialization checkpoint (demo models), for init subtraction.
+        class_names: names of the output classes when known.
+        declared_layers: the convolutions as a weights-only file declares them (ONNX Conv nodes: real groups,
+            strides, pads and the conv that sees the image), used instead of reading kinds off weight shapes.
+        conv_layers: every convolution in forward order (:func:`fl_core.io.layers.probe_inventory`, or
+            ``declared_layers``), taken once on construction, before the object is shared.
+    """
+
+    spec: str
+    label: str
+    model: nn.Module | None
+    state_dict: Mapping[str, torch.Tensor]
+    input_config: InputConfig
+    random_init: bool = False
+    sha256: str | None = None
+    notes: tuple[str, ...] = ()
+    init_spec: str | None = None
+    class_names: tuple[str, ...] | None = None
+    declared_layers: tuple[ConvLayer, ...] = field(default=(), repr=False)
+    conv_layers: tuple[ConvLayer, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        layers, notes = ((self.declared_layers, ()) if self.model is None and self.declared_layers else
+                         probe_inventory(self.model, self.state_dict, self.input_config.input_size))
+        object.__setattr__(self, "conv_layers", layers)
+        object.__setattr__(self, "notes", tuple(dict.fromkeys((*self.notes, *notes))))
+
+    @property
+    def weights_only(self) -> bool:
+        return self.model is None
+
+    @property
+    def num_classes(self) -> int | None:
+        return len(self.class_names) if self.class_names else _count_outputs(self.model)
+
+    def copy_model(self) -> nn.Module:
+        """A private deep copy of the network, safe to change (swaps, lesions, training)."""
+        return copy.deepcopy(self._require_model())
+
+    def forward_copy(self, device: torch.device) -> nn.Module:
+        """A private network for read-only forward passes with hooks (the shared one is never hooked).
+
+        On the model's own device: new module objects that share the parameter and buffer tensors (no copy of the
+        weights; hooks and flags set on it stay private). Elsewhere: a deep copy moved to ``device``. Never train it
+        or move it with ``.to()`` (that would reach the shared tensors).
+        """
+        model = self._require_model()
+        tensors = [*model.parameters(), *model.buffers()]
+        if not tensors or tensors[0].device == device:
+            return copy.deepcopy(model, memo={id(t): t for t in tensors})
+        return copy.deepcopy(model).to(device)
+
+    def _require_model(self) -> nn.Module:
+        if self.model is None and self.spec.startswith("onnx:"):
+            raise ModelSpecError(f"{self.label}: ONNX models are read for their weights only (FilterLens does not "
+                                 "run ONNX graphs), and this analysis needs a runnable model. Load the network's "
+                                 "PyTorch weights with timm:NAME=PATH or torchvision:NAME=PATH instead.")
+        if self.model is None:
+            raise ModelSpecError(f"{self.label} is weights-only: this analysis needs a full model. Use "
+                                 "timm:NAME=PATH or torchvision:NAME=PATH to name its architecture.")
+        return self.model
+
+    def describe(self) -> dict[str, object]:
+        """JSON-safe summary for ``inspect`` and the Home page."""
+        n_params = sum(int(t.numel()) for k, t in self.state_dict.items()
+                       if t.is_floating_point() and not k.endswith(("running_mean", "running_var")))
+        return {"spec": self.spec, "label": self.label, "weights_only": self.weights_only,
+                "random_init": self.random_init, "parameters": n_params, "num_classes": self.num_classes,
+                "input_config": self.input_config.to_dict(), "sha256": self.sha256, "notes": list(self.notes),
+                "init_spec": self.init_spec}
+
+
+def _count_outputs(model: nn.Module | None) -> int | None:
+    if model is None:
+        return None
+    last = [m for m in model.modules() if isinstance(m, nn.Linear | nn.Conv2d)]
+    return None if not last else (last[-1].out_features if isinstance(last[-1], nn.Linear) else last[-1].out_channels)
+
+
+def spec_file_stamp(spec: str) -> str:
+    """Modification time and size of a spec's file ("" when it names none), so an edited file is reloaded."""
+    path = ModelSpec.parse(spec).path
+    if path and Path(path).is_file():
+        stat = Path(path).stat()
+        return f"{stat.st_mtime_ns}:{stat.st_size}"
+    return ""
+
+
+def load_model(spec: str, *, input_overrides: Mapping[str, object] | None = None, prefer_ema: bool = False
+               ) -> LoadedModel:
+    """Resolve a spec string into a :class:`LoadedModel` (eval mode, CPU, ``requires_grad`` off).
+
+    Args:
+        spec: a model spec string (module docstring).
+        input_overrides: ``input_size``, ``crop_pct``, ``interpolation``, ``mean``, ``std``, ``crop_mode`` overrides
+            (they win over the registry's own config).
+        prefer_ema: take EMA weights from checkpoints that hold both.
+
+    Raises:
+        ModelSpecError, CheckpointError, WeightsUnavailableError: with a message for the user.
+    """
+    parsed = ModelSpec.parse(spec)
+    loader = {"timm": _load_registry, "torchvision": _load_registry, "weights": _load_weights_only,
+              "onnx": _load_onnx, "demo": _load_demo}[parsed.source]
+    loaded = loader(parsed, prefer_ema)
+    if input_overrides:
+        loaded = dataclasses.replace(loaded, input_config=loaded.input_config.with_overrides(**input_overrides))
+    if loaded.model is not None:
+        loaded.model.eval().requires_grad_(False)
+    return loaded
+
+
+def _load_weights_only(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
+    sd = load_state_dict(spec.path, prefer_ema=prefer_ema)
+    if not any(t.dim() == 4 for t in sd.tensors.values()):
+        raise CheckpointError(f"{spec.name} has no 4-D (convolution) weights, so there are no filters to analyse.")
+    return LoadedModel(spec=str(spec), label=f"{spec.name} (weights only)", model=None, state_dict=sd.tensors,
+                       input_config=InputConfig(), sha256=sd.sha256, notes=sd.notes)
+
+
+def _load_onnx(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
+    from fl_core.io.onnx_weights import read_onnx_convs
+
+    convs = read_onnx_convs(spec.path)
+    return LoadedModel(spec=str(spec), label=f"{spec.name} (ONNX, weights only)", model=None,
+                       state_dict=convs.tensors, input_config=InputConfig(), sha256=convs.sha256, notes=convs.notes,
+                       declared_layers=convs.layers)
+
+
+RANDOM_INIT_SEED = 0  # registry architectures without weights: one reproducible network, not a new one per process
+
+
+def _load_registry(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
+    build = _build_timm if spec.source == "timm" else _build_torchvision
+    if spec.path is None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(RANDOM_INIT_SEED)
+            model, config = build(spec.name, spec.pretrained, None)
+        tag = "pretrained" if spec.pretrained else "random init"
+        return LoadedModel(spec=str(spec), label=f"{spec.name} ({tag})", model=model, state_dict=model.state_dict(),
+                           input_config=config, random_init=not spec.pretrained,
+                           class_names=_imagenet_names(model) if spec.pretrained else None)
+    sd = load_state_dict(spec.path, prefer_ema=prefer_ema)
+    model, config = build(spec.name, False, _infer_num_classes(build, spec.name, sd.tensors))
+    load_into(model, sd.tensors, f"{spec.source}:{spec.name}")
+    return LoadedModel(spec=str(spec), label=f"{spec.name} ({Path(spec.path).name})", model=model,
+                       state_dict=model.state_dict(), input_config=config, sha256=sd.sha256, notes=sd.notes)
+
+
+def _infer_num_classes(build, name: str, tensors: Mapping[str, torch.Tensor]) -> int | None:
+    """The classifier width of the file when it differs from the registry default (a fine-tuned head)."""
+    model, _ = build(name, False, None)
+    match = match_state_dict(model, tensors)
+    if not match.shape_conflicts:
+        return None
+    head = _classifier_keys(model)
+    conflicts = {name for name, _, _ in match.shape_conflicts}
+    if conflicts and conflicts <= head:
+        weight = next(k for k in sorted(head) if k.endswith("weight") and k in tensors)
+        return int(tensors[weight].shape[0])
+    return None
+
+
+def _classifier_keys(model: nn.Module) -> set[str]:
+    """State-dict keys of the final classifier layer."""
+    heads = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear | nn.Conv2d)]
+    name = heads[-1][0]
+    return {f"{name}.{k}" for k in heads[-1][1].state_dict()}
+
+
+def _build_timm(name: str, pretrained: bool, num_classes: int | None) -> tuple[nn.Module, InputConfig]:
+    import timm
+    from timm.data import resolve_data_config
+
+    if not timm.is_model(name.split(".")[0]) and not name.startswith("hf-hub:"):
+        close = timm.list_models(f"*{name.split('.')[0][:6]}*")[:5]
+        raise ModelSpecError(f"timm has no architecture '{name}'." + (f" Close names: {', '.join(close)}." if close
+                                                                      else " See timm.list_models()."))
+    kwargs = {} if num_classes is None else {"num_classes": num_classes}
+    with _hub_errors(name, "timm"):
+        model = timm.create_model(name, pretrained=pretrained, **kwargs)
+    return model, _timm_input_config(resolve_data_config({}, model=model, use_test_size=True))
+
+
+def _timm_input_config(data: Mapping[str, object]) -> InputConfig:
+    """The input config timm evaluates with: ``resolve_data_config(..., use_test_size=True)`` (as timm's
+    ``validate.py``: the pretrained config's test size and test crop where it has them) and its crop mode. Read
+    from the model's ``pretrained_cfg`` metadata, so it needs no download."""
+    return InputConfig(input_size=int(data["input_size"][-1]), crop_pct=float(data["crop_pct"]),
+                       interpolation=_known_interpolation(data["interpolation"]), mean=tuple(data["mean"]),
+                       std=tuple(data["std"]), crop_mode=str(data.get("crop_mode") or "center"))
+
+
+def _build_torchvision(name: str, pretrained: bool, num_classes: int | None) -> tuple[nn.Module, InputConfig]:
+    """The model and its DEFAULT weights' own evaluation transform (``weights.transforms()``: resize of the short
+    side, centre crop, interpolation, mean/std), metadata that needs no download."""
+    import torchvision
+
+    if name not in torchvision.models.list_models():
+        raise ModelSpecError(f"torchvision has no classification model '{name}'. See "
+                             "torchvision.models.list_models().")
+    weights_enum = torchvision.models.get_model_weights(name)
+    default = weights_enum.DEFAULT
+    kwargs = {} if num_classes is None else {"num_classes": num_classes}
+    with _hub_errors(name, "torchvision"):
+        model = torchvision.models.get_model(name, weights=default if pretrained else None, **kwargs)
+    preset = default.transforms()
+    crop, resize = int(preset.crop_size[0]), int(preset.resize_size[0])
+    config = InputConfig(input_size=crop, crop_pct=crop / resize, interpolation=preset.interpolation.value,
+                         mean=tuple(preset.mean), std=tuple(preset.std))
+    return model, config
+
+
+def _known_interpolation(name: str) -> str:
+    return name if name in INTERPOLATIONS else "bicubic"
+
+
+def _imagenet_names(model: nn.Module) -> tuple[str, ...] | None:
+    """ImageNet-1k class names for pretrained 1000-class registry models."""
+    if _count_outputs(model) != 1000:
+        return None
+    import torchvision
+
+    return tuple(torchvision.models.ResNet18_Weights.DEFAULT.meta["categories"])
+
+
+@cache
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub is used offline, decided once per process (not per request).
+
+    ``HF_HUB_OFFLINE`` as set in the environment wins; otherwise, when huggingface.co cannot be reached, the hub is
+    switched offline for the whole process, once, so that no request waits for the hub's slow retries.
+    """
+    from huggingface_hub import constants
+
+    if not constants.HF_HUB_OFFLINE and not _reachable("huggingface.co"):
+        constants.HF_HUB_OFFLINE = True
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+@contextlib.contextmanager
+def _hub_errors(name: str, library: str) -> Iterator[None]:
+    """Turn download failures into one clear message."""
+    if library == "timm":
+        hub_offline()
+    try:
+        yield
+    except (OSError, RuntimeError, ValueError) as err:
+        if isinstance(err, ValueError) and "weights" not in str(err).lower():
+            raise
+        cache = "HF_HOME (Hugging Face cache)" if library == "timm" else "TORCH_HOME (torch hub cache)"
+        raise WeightsUnavailableError(
+            f"Pretrained weights for {library}:{name} could not be downloaded or found in the local cache "
+            f"({type(err).__name__}). Either supply the file yourself with the spec {library}:{name}=PATH "
+            f"(.safetensors/.pth), or warm the cache on a machine with network and point {cache} at it."
+        ) from err
+
+
+def _reachable(host: str, port: int = 443, timeout: float = 3.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+# ----------------------------------------------------------------------------------------------------- demo models
+
+
+@dataclass(frozen=True)
+class DemoEntry:
+    """One checkpoint of ``assets/demo/manifest.json``; without ``arch`` a weights-only file (a filter bank)."""
+
+    name: str
+    file: str
+    arch: str | None = None
+    arch_kwargs: dict = field(default_factory=dict)
+    input_config: dict = field(default_factory=dict)
+    class_names: tuple[str, ...] = ()
+    description: str = ""
+    init: str | None = None
+    provenance: dict = field(default_factory=dict)
+
+
+@cache
+def demo_manifest() -> dict[str, DemoEntry]:
+    """Demo checkpoints shipped with the app, by name (``demo:NAME``)."""
+    path = DEMO_DIR / "manifest.json"
+    if not path.is_file():
+        return {}
+    raw = json.loads(path.read_text())
+    return {e["name"]: DemoEntry(**{**e, "class_names": tuple(e.get("class_names", ()))}) for e in raw["models"]}
+
+
+def _load_demo(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
+    entries = demo_manifest()
+    if spec.name not in entries:
+        raise ModelSpecError(f"No demo model '{spec.name}'. Shipped demos: {', '.join(entries) or 'none'}"
+                             " (run scripts/make_demo_checkpoints.py to build them).")
+    entry = entries[spec.name]
+    path = DEMO_DIR / entry.file
+    sd = load_state_dict(path, prefer_ema=prefer_ema)
+    if entry.arch is None:
+        return LoadedModel(spec=str(spec), label=spec.name, model=None, state_dict=sd.tensors,
+                           input_config=InputConfig(**entry.input_config), sha256=sd.sha256, notes=sd.notes)
+    model = nets.build_net(entry.arch, **entry.arch_kwargs)
+    load_into(model, sd.tensors, f"demo:{spec.name}")
+    return LoadedModel(spec=str(spec), label=spec.name, model=model, state_dict=model.state_dict(),
+                       input_config=InputConfig(**entry.input_config),
+                       random_init=entry.provenance.get("trained_steps", 1) == 0, sha256=file_sha256(path),
+                       notes=sd.notes, init_spec=f"demo:{entry.init}" if entry.init else None,
+                       class_names=entry.class_names or None)

@@ -1,0 +1,259 @@
+"""The server's upload folder: a content-addressed store with a quota, least-recently-used eviction and an age limit,
+written so that a crash never leaves a half-written upload that a later session loads.
+
+Layout of the folder (``FL_UPLOAD_DIR``)::
+
+    <sha256[:24]><suffix>    an uploaded checkpoint, named by its content (the same bytes land on the same file)
+    images-<sha256[:16]>/    uploaded images saved as PNGs (digest over every file's bytes and name)
+    .<random>.part           a write in progress, or a leftover of a killed process (no spec ever names one)
+
+Rules:
+
+* **Atomic writes.** A file is written to a temp file in the same folder, fsynced and ``os.replace``\\ d into place;
+  an image folder is built whole in a temp folder and renamed into place; an entry is removed by renaming it to a
+  temp name first. A process killed at any point leaves at most a ``.part`` entry, which :meth:`UploadStore.sweep`
+  removes once nothing has written to it for :data:`IN_USE_SECONDS`.
+* **Last use.** Sessions :meth:`~UploadStore.touch` the uploads they have selected. A file's last use is its access
+  time (its modification time is the model cache's file stamp and stays as written); a folder's is its modification
+  time (listing a folder refreshes its access time).
+* **Quota** (``FL_UPLOAD_QUOTA_MB``, default :data:`DEFAULT_QUOTA_MB`). Before a new upload is written, the entries
+  unused for longest are removed until it fits. Entries used in the last :data:`IN_USE_SECONDS` are never removed
+  (a running analysis may be reading them), so an upload that would fit only by removing those is refused, and so
+  is one larger than the quota, both before anything is written.
+* **Age** (``FL_UPLOAD_MAX_AGE_HOURS``, default :data:`DEFAULT_MAX_AGE_HOURS`). Entries unused for longer are removed
+  by the sweep, which runs on the first use of the store in each process (:func:`upload_store`), again every
+  :data:`SWEEP_INTERVAL_SECONDS`, and before every new upload.
+
+A link that names an upload (``weights:/data/uploads/ab12….th``) restores it only while the file is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from fl_core.errors import DataError
+from fl_core.io.images import save_uploaded_images
+
+DEFAULT_QUOTA_MB = 4096
+DEFAULT_MAX_AGE_HOURS = 72
+IN_USE_SECONDS = 15 * 60
+"""Entries used (or, for temp entries, written to) this recently are never removed."""
+SWEEP_INTERVAL_SECONDS = 10 * 60
+TEMP_SUFFIX = ".part"
+
+_ADDING = threading.Lock()  # one upload at a time makes room and lands, so two uploads cannot overshoot the quota
+_LAST_SWEEP: dict[Path, float] = {}
+
+
+class StoredEntry(NamedTuple):
+    """One upload in the store: its path, size in bytes (a folder: its files), and last use (seconds since epoch)."""
+
+    path: Path
+    size: int
+    last_used: float
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a fsynced temp file in the same folder and ``os.replace``: readers see
+    the old file or the whole new one, never part of it, and a killed writer leaves only a ``.part`` file."""
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".", suffix=TEMP_SUFFIX, delete=False) as handle:
+        try:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        except BaseException:
+            Path(handle.name).unlink(missing_ok=True)
+            raise
+    os.replace(handle.name, path)
+
+
+def _size_text(size: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size} bytes"
+
+
+def _is_temp(path: Path) -> bool:
+    return path.name.endswith(TEMP_SUFFIX)
+
+
+def _delete(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _remove(path: Path) -> None:
+    """Remove an upload by renaming it to a temp name first, so no session sees half a folder (gone already: done)."""
+    doomed = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}{TEMP_SUFFIX}")
+    try:
+        os.replace(path, doomed)
+    except FileNotFoundError:
+        return
+    _delete(doomed)
+
+
+def _rename_folder_into_place(building: Path, folder: Path) -> None:
+    """Rename a finished folder to its name; another process that just stored the same images wins (same content)."""
+    try:
+        os.replace(building, folder)
+    except OSError:
+        if not folder.is_dir():
+            raise
+
+
+@dataclass(frozen=True)
+class UploadStore:
+    """The upload folder and its limits (see the module docstring for the rules).
+
+    Attributes:
+        root: the folder (``FL_UPLOAD_DIR``).
+        quota_bytes: most bytes the uploads may take together (``FL_UPLOAD_QUOTA_MB``).
+        max_age_seconds: uploads unused for longer are removed (``FL_UPLOAD_MAX_AGE_HOURS``).
+        in_use_seconds: uploads used this recently are never removed.
+    """
+
+    root: Path
+    quota_bytes: int
+    max_age_seconds: float
+    in_use_seconds: float = IN_USE_SECONDS
+
+    def holds(self, path: str | Path) -> bool:
+        """Whether ``path`` names an upload in this store (an entry directly inside the folder, not a temp one)."""
+        path = Path(path)
+        return path.parent.resolve() == self.root.resolve() and not _is_temp(path)
+
+    def touch(self, path: str | Path) -> None:
+        """Mark an upload as used now; paths outside the store and uploads already removed are ignored."""
+        path = Path(path)
+        if not self.holds(path):
+            return
+        try:
+            if path.is_dir():
+                os.utime(path)
+            else:
+                os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns))
+        except FileNotFoundError:
+            pass
+
+    def entries(self) -> list[StoredEntry]:
+        """Every finished upload, least recently used first."""
+        found = []
+        for path in self.root.iterdir():
+            if _is_temp(path):
+                continue
+            try:
+                stat = path.stat()
+                size = sum(f.stat().st_size for f in path.iterdir()) if path.is_dir() else stat.st_size
+            except FileNotFoundError:  # removed meanwhile
+                continue
+            found.append(StoredEntry(path, size, stat.st_mtime if path.is_dir() else stat.st_atime))
+        return sorted(found, key=lambda entry: entry.last_used)
+
+    def sweep(self) -> None:
+        """Remove leftovers of killed writes (temp entries nothing wrote to lately) and uploads past the age limit."""
+        now = time.time()
+        for path in self.root.iterdir():
+            try:
+                stale = _is_temp(path) and now - path.stat().st_mtime > self.in_use_seconds
+            except FileNotFoundError:
+                continue
+            if stale:
+                _delete(path)
+        for entry in self.entries():
+            if now - entry.last_used > max(self.max_age_seconds, self.in_use_seconds):
+                _remove(entry.path)
+
+    def add_checkpoint(self, data: bytes, name: str) -> tuple[Path, bool]:
+        """Store uploaded checkpoint bytes (``name`` as the user uploaded it: its suffix is kept, and messages name
+        it); returns the content-addressed path and whether this call created it.
+
+        Raises:
+            DataError: the upload cannot fit the quota (nothing was written).
+        """
+        path = self.root / f"{hashlib.sha256(data).hexdigest()[:24]}{Path(name).suffix.lower()}"
+        with _ADDING:
+            if path.exists():
+                self.touch(path)
+                return path, False
+            self._make_room(len(data), name)
+            write_atomically(path, data)
+        return path, True
+
+    def add_images(self, files: Sequence[tuple[str, bytes]]) -> Path:
+        """Store uploaded images (``(name, bytes)`` pairs) as an ``images-<digest>`` folder of PNGs, built in a temp
+        folder and renamed into place; the same files give the same folder.
+
+        Raises:
+            DataError: a file is not a readable image, or the images cannot fit the quota.
+        """
+        digest = hashlib.sha256(b"".join(data + name.encode() for name, data in files)).hexdigest()[:16]
+        folder = self.root / f"images-{digest}"
+        if folder.is_dir():
+            self.touch(folder)
+            return folder
+        label = f"{len(files)} images"
+        self._refuse_larger_than_quota(sum(len(data) for _, data in files), label)
+        building = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{folder.name}.", suffix=TEMP_SUFFIX))
+        try:
+            save_uploaded_images(files, building)
+            with _ADDING:
+                if not folder.is_dir():
+                    self._make_room(sum(f.stat().st_size for f in building.iterdir()), label)
+                    _rename_folder_into_place(building, folder)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+        self.touch(folder)
+        return folder
+
+    def _refuse_larger_than_quota(self, size: int, name: str) -> None:
+        if size > self.quota_bytes:
+            raise DataError(f"{name} ({_size_text(size)}) cannot fit: this server keeps at most "
+                            f"{_size_text(self.quota_bytes)} of uploads (FL_UPLOAD_QUOTA_MB). Upload a smaller file, "
+                            "or ask the admin to raise the quota.")
+
+    def _make_room(self, size: int, name: str) -> None:
+        """Remove expired uploads, then the least recently used ones not in use, until ``size`` more bytes fit."""
+        self._refuse_larger_than_quota(size, name)
+        self.sweep()
+        entries = self.entries()
+        used = sum(entry.size for entry in entries)
+        now = time.time()
+        for entry in entries:
+            if used + size <= self.quota_bytes or now - entry.last_used <= self.in_use_seconds:
+                break
+            _remove(entry.path)
+            used -= entry.size
+        if used + size > self.quota_bytes:
+            raise DataError(f"{name} ({_size_text(size)}) does not fit right now: {_size_text(used)} of the "
+                            f"{_size_text(self.quota_bytes)} upload quota (FL_UPLOAD_QUOTA_MB) hold uploads used in "
+                            f"the last {self.in_use_seconds / 60:.0f} min. Try again later, or ask the admin to "
+                            "raise the quota.")
+
+
+def upload_store() -> UploadStore:
+    """The server's store, from ``FL_UPLOAD_DIR`` (default: a temp folder), ``FL_UPLOAD_QUOTA_MB`` and
+    ``FL_UPLOAD_MAX_AGE_HOURS``; the folder is created and swept on the first call in a process and every
+    :data:`SWEEP_INTERVAL_SECONDS` after."""
+    root = Path(os.environ.get("FL_UPLOAD_DIR", Path(tempfile.gettempdir()) / "filterlens-uploads"))
+    store = UploadStore(root=root,
+                        quota_bytes=int(float(os.environ.get("FL_UPLOAD_QUOTA_MB", DEFAULT_QUOTA_MB)) * 2**20),
+                        max_age_seconds=float(os.environ.get("FL_UPLOAD_MAX_AGE_HOURS", DEFAULT_MAX_AGE_HOURS)) * 3600)
+    root.mkdir(parents=True, exist_ok=True)
+    now = time.monotonic()
+    if now - _LAST_SWEEP.get(root, -math.inf) >= SWEEP_INTERVAL_SECONDS:
+        _LAST_SWEEP[root] = now
+        store.sweep()
+    return store

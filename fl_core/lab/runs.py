@@ -1,0 +1,483 @@
+"""Training Lab runs: one configuration -> one trained network, its first-layer snapshots and metrics, on disk.
+
+A run folder holds::
+
+    run.json            configuration, metrics per evaluation, provenance (format ``filterlens-run/1``)
+    first_layer.safetensors   first-layer weights at each snapshot step (``step_000000`` …, step 0 = init)
+    pca.safetensors     the patch PCA of the inputs the first layer saw (plus, for App. D.2, the unmodified one)
+    init.safetensors    full state dict at initialization   } optional; loadable anywhere as ``weights:PATH``,
+    final.safetensors   full state dict after training      } and shipped runs as ``demo:NAME`` entries
+
+Defaults follow the authors' optimizer (plain SGD, cross-entropy, no augmentation) with a larger step and fewer
+steps so a run finishes in CPU minutes (Chowers & Weiss use lr 0.01, batch 256, 30 epochs of CIFAR10).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torchvision.transforms import v2 as T
+
+from fl_core.backend import Progress, report, resolve_device, sub_progress
+from fl_core.errors import DataError, FilterLensError, ModelSpecError
+from fl_core.firstlayer.patches import PatchPCA
+from fl_core.io.checkpoints import load_state_dict, save_state_dict
+from fl_core.io.crops import CropData
+from fl_core.io.layers import find_layer
+from fl_core.io.models import ASSETS_DIR, DEMO_DIR, InputConfig, LoadedModel
+from fl_core.io.nets import NETS, build_net
+from fl_core.lab.train import TrainConfig, TrainHistory, train_classifier
+from fl_core.lab.trainsets import LABEL_VARIANTS, LabelledSplit, TileScaling, crop_dataset, crops_pca, label_variant
+from fl_core.results import Result
+
+RUN_FORMAT = "filterlens-run/1"
+SHIPPED_RUNS_DIR = ASSETS_DIR / "runs"
+KERNELS = (3, 5, 7)
+
+
+def user_runs_dir() -> Path:
+    """Where runs launched from the page go: ``FL_RUNS_DIR`` (default: a temp folder)."""
+    root = Path(os.environ.get("FL_RUNS_DIR", Path(tempfile.gettempdir()) / "filterlens-runs"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run (configs as data; JSON round trip with :meth:`from_dict`).
+
+    Attributes:
+        images: ``"bundled"`` (crops of the bundled photos, label = photo) or an ImageFolder tree (label = class).
+        max_images: use at most this many images of a folder (spread over its classes).
+        crops_per_image: training crops per image (default 600 bundled; about 6,600 in total for folders).
+        arch: ``small_vgg``, ``small_resnet`` or ``timm:NAME`` (random init, any timm net that takes 32×32 input).
+        width: first-layer width K (timm nets: their own, recorded by :func:`resolve_config`).
+        body_widths: widths of the later stages (small nets).
+        first_kernel: first-layer kernel size, 3, 5 or 7 (timm nets: their own).
+        labels: ``true``, ``random`` (a permutation) or ``energy`` (App. D.1 deciles).
+        label_component: 1-based PCA component of the ``energy`` labels.
+        alpha: App. D.2 scale of one component of every first-layer tile (1 = unchanged input). With α ≠ 1 the
+            first layer gets stride = kernel and no padding, so it sees exactly the manipulated tiles.
+        alpha_component: 1-based PCA component scaled by ``alpha``.
+        freeze_first: keep the first layer at its random initialization.
+        seed: initialization, batch order and label permutation.
+        steps, batch_size, lr, momentum, weight_decay: SGD (plain SGD, as the authors, when momentum = 0).
+        snapshots: number of first-layer snapshots, log-spaced over the steps (step 0 and the last included).
+    """
+
+    images: str = "bundled"
+    max_images: int | None = None
+    crops_per_image: int | None = None
+    arch: str = "small_vgg"
+    width: int = 32
+    body_widths: tuple[int, ...] = (32, 64)
+    first_kernel: int = 3
+    labels: str = "true"
+    label_component: int = 15
+    alpha: float = 1.0
+    alpha_component: int = 4
+    freeze_first: bool = False
+    seed: int = 0
+    steps: int = 400
+    batch_size: int = 128
+    lr: float = 0.2
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    snapshots: int = 13
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "body_widths", tuple(int(w) for w in self.body_widths))
+        if self.labels not in LABEL_VARIANTS:
+            raise DataError(f"Unknown label variant '{self.labels}'; choose one of {', '.join(LABEL_VARIANTS)}.")
+        if not self.is_timm and self.arch not in NETS:
+            raise ModelSpecError(f"Unknown architecture '{self.arch}': use {', '.join(NETS)} or timm:NAME.")
+        if not self.is_timm and self.first_kernel not in KERNELS:
+            raise ModelSpecError(f"First-layer kernel {self.first_kernel}: choose 3, 5 or 7.")
+        if self.is_timm and self.manipulated:
+            raise ModelSpecError("The App. D.2 input manipulation needs a first layer of stride = kernel: use "
+                                 "small_vgg or small_resnet.")
+        if self.steps < 1 or self.batch_size < 1 or self.lr <= 0 or self.width < 1 or self.snapshots < 2:
+            raise DataError("Steps, batch size, learning rate and width must be positive; snapshots at least 2.")
+
+    @property
+    def is_timm(self) -> bool:
+        return self.arch.startswith("timm:")
+
+    @property
+    def manipulated(self) -> bool:
+        """True for the App. D.2 input manipulation."""
+        return self.alpha != 1.0
+
+    @property
+    def patch_stride(self) -> int:
+        """Stride of the patches the first layer sees: its kernel for App. D.2, else 1 (all overlapping patches)."""
+        return self.first_kernel if self.manipulated else 1
+
+    def snapshot_steps(self) -> tuple[int, ...]:
+        """Log-spaced snapshot steps: 0, then about ``snapshots − 1`` steps from 1 to ``steps``."""
+        spaced = np.geomspace(1, self.steps, max(self.snapshots - 1, 1)).round().astype(int)
+        return tuple(sorted({0, *spaced.tolist(), self.steps}))
+
+    def train_config(self) -> TrainConfig:
+        """The trainer's configuration (about 20 evaluations per run, at least 10 steps apart)."""
+        return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, momentum=self.momentum,
+                           weight_decay=self.weight_decay, seed=self.seed, eval_every=max(10, self.steps // 20),
+                           snapshot_steps=self.snapshot_steps(), freeze_first=self.freeze_first)
+
+    def slug(self) -> str:
+        """A short file-name-safe name, e.g. ``small_vgg-k3-w32-true-s0``."""
+        arch = self.arch.replace("timm:", "timm-").replace("/", "-")
+        parts = [arch, f"k{self.first_kernel}", f"w{self.width}", self.labels]
+        if self.labels == "energy":
+            parts[-1] = f"energy{self.label_component}"
+        if self.manipulated:
+            parts.append(f"alpha{self.alpha:g}c{self.alpha_component}")
+        if self.freeze_first:
+            parts.append("frozen")
+        if self.images != "bundled":
+            parts.append(Path(self.images).name or "folder")
+        return "-".join([*parts, f"s{self.seed}"])
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: (tuple(v) if k == "body_widths" else v) for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class Run(Result):
+    """A finished (or cancelled) run: what was trained, how it went, and what its first layer did.
+
+    Attributes:
+        name: the run's name (its folder name).
+        config: the :class:`RunConfig`.
+        history: loss/accuracy per evaluation and the first-layer snapshots.
+        classes: class names of the labels trained on.
+        input_config: preprocessing that turns a photo into this run's input (for ``demo:``/``weights:`` use).
+        arch_kwargs: constructor arguments of a small net (empty for timm).
+        first_layer: module name of the first convolution.
+        pca: patch PCA of what the first layer saw (App. D.2: the measured, modified spectrum).
+        reference_pca: App. D.2 only: the PCA of the unmodified input (same components).
+        provenance: timings, machine, data and label details.
+        path: the run folder, when saved.
+    """
+
+    name: str
+    config: RunConfig
+    history: TrainHistory
+    classes: tuple[str, ...]
+    input_config: InputConfig
+    arch_kwargs: dict
+    first_layer: str
+    pca: PatchPCA
+    reference_pca: PatchPCA | None = None
+    provenance: dict = field(default_factory=dict)
+    path: str | None = None
+
+    _private_fields = ("reference_pca",)
+
+    @property
+    def snapshots(self) -> dict[int, np.ndarray]:
+        return self.history.snapshots
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted(self.history.snapshots)
+
+    @property
+    def init_weights(self) -> np.ndarray:
+        return self.history.snapshots[0]
+
+    @property
+    def final_weights(self) -> np.ndarray:
+        return self.history.snapshots[self.steps[-1]]
+
+    def checkpoint(self, which: str = "final") -> Path | None:
+        """Path of ``final.safetensors`` or ``init.safetensors`` when the run folder has it."""
+        path = Path(self.path or "") / f"{which}.safetensors"
+        return path if self.path and path.is_file() else None
+
+    def weights_spec(self) -> tuple[str, dict] | None:
+        """``(weights:PATH, preprocessing overrides)`` to open the trained network in the other pages."""
+        final = self.checkpoint("final")
+        if final is None:
+            return None
+        cfg = self.input_config
+        return f"weights:{final}", {"input_size": cfg.input_size, "crop_pct": cfg.crop_pct, "mean": cfg.mean,
+                                    "std": cfg.std}
+
+
+# ------------------------------------------------------------------------------------------------- model building
+
+
+def resolve_config(config: RunConfig) -> RunConfig:
+    """The configuration with a timm net's own first-layer width and (square) kernel; small nets unchanged."""
+    if not config.is_timm:
+        return config
+    model, first, _ = build_run_model(config, 2)
+    conv = model.get_submodule(first)
+    if conv.kernel_size[0] != conv.kernel_size[1] or conv.in_channels != 3:
+        raise ModelSpecError(f"{config.arch}: its first convolution ({first}, {tuple(conv.weight.shape)}) is not a "
+                             "square filter on RGB input, which the energy profile needs.")
+    return dataclasses.replace(config, width=conv.out_channels, first_kernel=conv.kernel_size[0])
+
+
+def build_run_model(config: RunConfig, num_classes: int) -> tuple[nn.Module, str, dict]:
+    """``(model, first-layer module name, small-net kwargs)``, initialized from ``config.seed``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        if config.is_timm:
+            model, kwargs = _timm_model(config.arch.removeprefix("timm:"), num_classes), {}
+        else:
+            kwargs = {"num_classes": num_classes, "widths": [config.width, *config.body_widths],
+                      "first_kernel": config.first_kernel}
+            if config.manipulated:
+                kwargs |= {"first_stride": config.first_kernel, "first_padding": 0}
+            model = build_net(config.arch, **kwargs)
+    wrapped = LoadedModel(spec=config.arch, label=config.arch, model=model, state_dict=model.state_dict(),
+                          input_config=InputConfig(input_size=32, crop_pct=1.0))
+    return model, find_layer(wrapped, None).name, kwargs
+
+
+def _timm_model(name: str, num_classes: int) -> nn.Module:
+    import timm
+
+    if not timm.is_model(name):
+        raise ModelSpecError(f"timm has no architecture '{name}'. See timm.list_models().")
+    try:
+        try:
+            model = timm.create_model(name, pretrained=False, num_classes=num_classes, img_size=32)
+        except TypeError:  # no img_size argument: a convolutional net
+            model = timm.create_model(name, pretrained=False, num_classes=num_classes)
+        with torch.no_grad():
+            model.eval()(torch.zeros(2, 3, 32, 32))
+    except Exception as err:  # any architectural refusal of 32×32 input
+        raise ModelSpecError(f"timm:{name} does not accept 32×32 input ({type(err).__name__}: {err}). Pick a "
+                             "convolutional architecture such as resnet18 or mobilenetv3_small_100.") from err
+    return model
+
+
+# ----------------------------------------------------------------------------------------------------- training
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run trains on: data, labels, the input map (normalize, then App. D.2 if any) and the PCAs."""
+
+    data: CropData
+    labels: LabelledSplit
+    prepare: Callable[[torch.Tensor], torch.Tensor]
+    pca: PatchPCA
+    reference_pca: PatchPCA | None
+
+
+def run_inputs(config: RunConfig) -> RunInputs:
+    """Crops, label variant, input map and patch PCA(s) of a configuration (PCAs cached across runs)."""
+    data = crop_dataset(config.images, config.max_images, config.crops_per_image)
+    key = (config.images, config.max_images, config.crops_per_image, config.first_kernel, config.patch_stride)
+    base = _data_pca(*key, 1.0, 0)
+    prepare = _input_map(data, base, config.alpha, config.alpha_component)
+    pca = _data_pca(*key, config.alpha, config.alpha_component) if config.manipulated else base
+    labels = label_variant(data, config.labels, seed=config.seed, pca=base, component=config.label_component,
+                           prepare=prepare)
+    return RunInputs(data=data, labels=labels, prepare=prepare, pca=pca,
+                     reference_pca=base if config.manipulated else None)
+
+
+def _input_map(data: CropData, base: PatchPCA | None, alpha: float, component: int
+               ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Normalize, then (App. D.2, α ≠ 1) scale ``component`` of ``base`` in every tile (``base`` unused when α = 1)."""
+    if alpha == 1.0:
+        return data.normalize
+    return T.Compose([data.normalize, TileScaling.from_pca(base, component, alpha)])
+
+
+@lru_cache(maxsize=16)
+def _data_pca(images: str, max_images: int | None, crops_per_image: int | None, kernel: int, stride: int,
+              alpha: float, component: int) -> PatchPCA:
+    """Patch PCA of the crops (after the App. D.2 map along ``component`` when α ≠ 1), cached per data set."""
+    data = crop_dataset(images, max_images, crops_per_image)
+    base = _data_pca(images, max_images, crops_per_image, kernel, stride, 1.0, 0) if alpha != 1.0 else None
+    return crops_pca(data, kernel, _input_map(data, base, alpha, component), stride=stride)
+
+
+def train_run(config: RunConfig, out: str | Path | None = None, *, name: str | None = None, device=None,
+              save_checkpoints: bool = True, progress: Progress | None = None,
+              should_stop: Callable[[], bool] | None = None,
+              on_snapshot: Callable[[int, np.ndarray], None] | None = None) -> Run:
+    """Train one run; with ``out``, save it as a run folder ``out`` (see the module docstring).
+
+    Args:
+        config: the run's configuration.
+        out: run folder to write (created); ``None`` keeps the run in memory only.
+        name: the run's name (default: the folder name, else ``config.slug()``).
+        device: where to train (default: ``FL_DEVICE`` or automatic).
+        save_checkpoints: also write ``init.safetensors`` and ``final.safetensors``.
+        progress: ``progress(fraction, message)``.
+        should_stop: polled every step (cancel); a cancelled run keeps what it has done so far.
+        on_snapshot: ``(step, first-layer weights)`` as snapshots are taken (live views).
+    """
+    started = time.perf_counter()
+    device = resolve_device(device)
+    report(progress, 0.0, "cutting crops and computing the patch PCA")
+    config = resolve_config(config)
+    inputs = run_inputs(config)
+    data, labels = inputs.data, inputs.labels
+    model, first_name, kwargs = build_run_model(config, len(labels.classes))
+    init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    history = train_classifier(model, data.train_x, labels.train_y, data.val_x, labels.val_y, inputs.prepare,
+                               model.get_submodule(first_name), config.train_config(), device=device,
+                               progress=sub_progress(progress, 0.05, 0.98), should_stop=should_stop,
+                               on_snapshot=on_snapshot)
+    run = Run(name=name or (Path(out).name if out else config.slug()), config=config, history=history,
+              classes=labels.classes, input_config=data.input_config(), arch_kwargs=kwargs, first_layer=first_name,
+              pca=inputs.pca, reference_pca=inputs.reference_pca,
+              provenance=_provenance(config, data, labels, history, device, time.perf_counter() - started))
+    if out is not None:
+        run = save_run(run, out, (init_state, model.state_dict()) if save_checkpoints else None)
+    report(progress, 1.0, "done")
+    return run
+
+
+def _provenance(config: RunConfig, data, labels, history: TrainHistory, device: torch.device,
+                seconds: float) -> dict:
+    counts = torch.bincount(labels.train_y, minlength=len(labels.classes))
+    out = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
+           "device": str(device), "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads",
+           "train_crops": len(data.train_x), "val_crops": len(data.val_x), "images": config.images,
+           "chance_accuracy": float(counts.max()) / len(labels.train_y),
+           "training_seconds": round(history.seconds, 1), "total_seconds": round(seconds, 1),
+           "trained_steps": history.steps[-1] if history.steps else 0, "stopped_early": history.stopped_early,
+           "val_accuracy": history.final_val_accuracy, "train_accuracy": history.final_train_accuracy}
+    if labels.deciles is not None:
+        out["energy_decile_cuts"] = labels.deciles.cuts.tolist()
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- run folders
+
+
+def _step_key(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def _pca_tensors(pca: PatchPCA, prefix: str) -> dict[str, torch.Tensor]:
+    return {f"{prefix}.components": torch.from_numpy(pca.components), f"{prefix}.lambdas":
+            torch.from_numpy(pca.lambdas), f"{prefix}.mean": torch.from_numpy(pca.mean),
+            f"{prefix}.shape": torch.tensor([*pca.kernel, pca.n_patches], dtype=torch.float64)}
+
+
+def _pca_from(tensors: dict[str, torch.Tensor], prefix: str) -> PatchPCA | None:
+    if f"{prefix}.lambdas" not in tensors:
+        return None
+    shape = [int(v) for v in tensors[f"{prefix}.shape"].tolist()]
+    return PatchPCA(components=tensors[f"{prefix}.components"].numpy(), lambdas=tensors[f"{prefix}.lambdas"].numpy(),
+                    mean=tensors[f"{prefix}.mean"].numpy(), kernel=tuple(shape[:3]), n_patches=shape[3])
+
+
+def save_run(run: Run, folder: str | Path, states: tuple[dict, dict] | None = None) -> Run:
+    """Write ``run`` (and optionally its ``(init, final)`` state dicts) as a run folder; returns it with ``path``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_state_dict({_step_key(s): torch.from_numpy(w) for s, w in run.snapshots.items()},
+                    folder / "first_layer.safetensors")
+    pcas = _pca_tensors(run.pca, "pca")
+    if run.reference_pca is not None:
+        pcas |= _pca_tensors(run.reference_pca, "reference_pca")
+    save_state_dict(pcas, folder / "pca.safetensors")
+    if states is not None:
+        save_state_dict(states[0], folder / "init.safetensors")
+        save_state_dict(states[1], folder / "final.safetensors")
+    run = dataclasses.replace(run, path=str(folder))
+    document = {"format": RUN_FORMAT, **{k: v for k, v in run.to_dict().items() if k != "path"}}  # movable
+    (folder / "run.json").write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+    return run
+
+
+def load_run(folder: str | Path) -> Run:
+    """Read a run folder written by :func:`save_run` (checkpoints are left on disk; see :meth:`Run.checkpoint`)."""
+    folder = Path(folder)
+    try:
+        document = json.loads((folder / "run.json").read_text())
+        if document.get("format") != RUN_FORMAT:
+            raise DataError(f"{folder} is not a FilterLens run folder (format {document.get('format')!r}).")
+        snapshots = {int(k.removeprefix("step_")): v.numpy()
+                     for k, v in load_state_dict(folder / "first_layer.safetensors").tensors.items()}
+        pcas = load_state_dict(folder / "pca.safetensors").tensors
+    except (OSError, json.JSONDecodeError, KeyError) as err:
+        raise DataError(f"{folder} is not a readable run folder ({type(err).__name__}: {err}).") from err
+    except FilterLensError as err:
+        raise DataError(f"{folder}: {err}") from err
+    return Run(name=document["name"], config=RunConfig.from_dict(document["config"]),
+               history=TrainHistory.from_dict(document["history"], snapshots),
+               classes=tuple(document["classes"]), input_config=InputConfig(**document["input_config"]),
+               arch_kwargs=document.get("arch_kwargs", {}), first_layer=document["first_layer"],
+               pca=_pca_from(pcas, "pca"), reference_pca=_pca_from(pcas, "reference_pca"),
+               provenance=document.get("provenance", {}), path=str(folder))
+
+
+def list_runs(root: str | Path) -> list[Path]:
+    """Run folders directly under ``root`` (sorted by name)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if (p / "run.json").is_file())
+
+
+# ---------------------------------------------------------------------------------------------- demo registration
+
+
+def register_demo_runs(runs: Sequence[Run], manifest: str | Path = DEMO_DIR / "manifest.json",
+                       prefix: str = "lab_") -> list[str]:
+    """Add (or refresh) ``demo:`` entries for saved runs with checkpoints: ``<name>`` and ``<name>_init``.
+
+    Only entries whose names start with ``prefix`` are written or replaced; every other entry (the
+    ``tiny_vgg`` demos) is left exactly as it is. Returns the names added.
+    """
+    manifest = Path(manifest)
+    document = json.loads(manifest.read_text()) if manifest.is_file() else {"models": []}
+    entries = {e["name"]: e for e in document["models"]}
+    added = []
+    for run in runs:
+        if not run.name.startswith(prefix):
+            raise DataError(f"Run {run.name}: demo entries written by the Training Lab start with '{prefix}'.")
+        if run.config.is_timm or run.checkpoint("final") is None:
+            raise DataError(f"Run {run.name} has no small-net checkpoints to register as a demo.")
+        for suffix, which in (("", "final"), ("_init", "init")):
+            entries[run.name + suffix] = _demo_entry(run, run.name + suffix, which, manifest.parent)
+            added.append(run.name + suffix)
+    document["models"] = list(entries.values())
+    manifest.write_text(json.dumps(document, indent=2) + "\n")
+    return added
+
+
+def _demo_entry(run: Run, name: str, which: str, demo_dir: Path) -> dict:
+    trained = which == "final"
+    steps = run.provenance.get("trained_steps", run.config.steps) if trained else 0
+    what = (f"Training Lab run {run.name}: {run.config.arch}, {run.config.labels} labels, seed {run.config.seed}, "
+            f"{steps} plain-SGD steps on 32×32 crops of the bundled photos (scripts/make_shipped_runs.py)."
+            if trained else f"The initialization of Training Lab run {run.name} (before training).")
+    return {"name": name, "file": os.path.relpath(run.checkpoint(which).resolve(), demo_dir.resolve()),
+            "init": f"{run.name}_init" if trained else None, "arch": run.config.arch,
+            "arch_kwargs": run.arch_kwargs, "input_config": run.input_config.to_dict(),
+            "class_names": list(run.classes), "description": what,
+            "provenance": {"script": "scripts/make_shipped_runs.py", "run": run.name, "seed": run.config.seed,
+                           "trained_steps": steps, "training_seconds": run.provenance.get("training_seconds", 0.0)
+                           if trained else 0.0, "optimizer": dataclasses.asdict(run.config.train_config()),
+                           "val_accuracy": run.provenance.get("val_accuracy") if trained else None}}

@@ -1,0 +1,1 @@
+"""The checkpoint report: weight statistics, checkpoint series, every analysis in one result, one offline HTML file."""

@@ -1,0 +1,388 @@
+"""The checkpoint report: every analysis that applies to a checkpoint (or to the checkpoints of one run), in one
+result that :mod:`fl_core.report.html` writes as a self-contained HTML file.
+
+Sections (:data:`SECTIONS`): what was loaded and every convolution with its kind; the first-layer energy profile
+against the linear theory and the random-init band (:func:`fl_core.firstlayer.energy.analyze_energy`); whitening curves
+(:func:`fl_core.firstlayer.whitening.analyze_whitening`); for depthwise models the master-key assignment and the
+scale-space fit of the per-key mean filters (:mod:`fl_core.masterkeys.clustering`); per-layer weight statistics
+(:mod:`fl_core.report.weightstats`); for a runnable model with labelled images, accuracy
+(:func:`fl_core.masterkeys.rescore.rescore`) and the channel-axes summary of one layer
+(:func:`fl_core.channelaxes.analysis.analyze_channels`); and, for several checkpoints, their trajectory. The detailed
+sections describe the last checkpoint (the trained state); a section that does not apply is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from fl_core.backend import Progress, report, sub_progress
+from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels, default_channel_layer
+from fl_core.channelaxes.calibration import channel_data
+from fl_core.errors import AnalysisError, FilterLensError
+from fl_core.firstlayer.energy import EnergyResult, analyze_energy, pearson
+from fl_core.firstlayer.whitening import WhiteningResult, analyze_whitening
+from fl_core.io.images import ImageSet, open_images
+from fl_core.io.layers import conv_inventory, inventory_frame
+from fl_core.io.models import LoadedModel
+from fl_core.masterkeys.clustering import (
+    DEFAULT_K,
+    DEFAULT_RESTARTS,
+    MasterKeyResult,
+    analyze_master_keys,
+    assign_to_master_keys,
+    fit_model_master_keys,
+)
+from fl_core.masterkeys.depthwise import depthwise_bank
+from fl_core.masterkeys.fitting import ScaleSpaceResult
+from fl_core.masterkeys.rescore import RescoreResult, rescore
+from fl_core.report.weightstats import WeightStatistics, weight_statistics
+from fl_core.results import Result
+
+SECTIONS = {
+    "loaded": "What was loaded",
+    "energy": "First-layer energy profile",
+    "whitening": "Whitening",
+    "masterkeys": "Master keys and scale-space models",
+    "weights": "Weight statistics",
+    "accuracy": "Accuracy and channel axes",
+    "trajectory": "Trajectory over training",
+}
+"""Section id -> title, in report order."""
+PART_TITLES = {**SECTIONS, "channels": "Channel axes"}
+SUMMARY_CHANNEL_SETTINGS = ChannelSettings(lesion_kinds=())
+"""The report's channel-axes summary: both axes and their agreement, without the per-channel lesions (one forward
+pass of the evaluation set per channel and kind: minutes on a CPU); the Channel Axes page runs those."""
+"""Titles of everything that can be skipped: the sections, and the channel axes within the accuracy section."""
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """What a report computes (defaults here only; the CLI's arguments and the page's cache key derive from it).
+
+    Attributes:
+        images: image source of the patch statistics, whitening and (labelled trees) accuracy.
+        max_images: use at most this many images (``None``: all).
+        seeds: random-init seeds of the energy band and the whitening baseline.
+        max_distance: largest whitening distance δ in pixels.
+        trajectory_distance: the δ at which whitening is followed over the checkpoints (the paper quotes 10).
+        k, restarts, method: master-key clustering and the fitting method of the scale-space models.
+        channel_layer: layer of the channel-axes summary (``None``: the Channel Axes page's default).
+        n_calibration, n_evaluation: images of the channel analysis.
+        max_eval_images: images scored for accuracy.
+        seed: seed of clustering and data splits.
+    """
+
+    images: str = "bundled"
+    max_images: int | None = None
+    seeds: int = 10
+    max_distance: int = 20
+    trajectory_distance: int = 10
+    k: int = DEFAULT_K
+    restarts: int = DEFAULT_RESTARTS
+    method: str = "B"
+    channel_layer: str | None = None
+    n_calibration: int = 128
+    n_evaluation: int = 128
+    max_eval_images: int = 500
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class CheckpointTrajectory(Result):
+    """The first layer, its theory fit, whitening and master-key composition across checkpoints in training order.
+
+    Attributes:
+        labels, specs: the checkpoints.
+        lambdas: patch std per component (the shared patch PCA).
+        profiles, theory: (S, D) max-normalized energy profiles and their fitted theory profiles.
+        fits: each checkpoint's theory fit as its ``to_dict()`` (``eta_t``, ``r`` and whatever else the fit reports).
+        eta_t, r: (S,) the fitted τ = ηt and Pearson r.
+        random_init_r: (S,) mean theory-fit r of random-init banks of the same shape.
+        vs_first: (S,) Pearson r between each profile and the first checkpoint's.
+        whitening_distance: δ in pixels; whitening: (S,) C(δ)/C(0) of each checkpoint's first layer (``None`` when
+            whitening was skipped); whitening_reference: RGB, random-init and ZCA values at δ.
+        masterkey_counts: (S, 8) filters per master key (``None`` without depthwise filters); masterkey_templates:
+            which reference filters.
+    """
+
+    labels: tuple[str, ...]
+    specs: tuple[str, ...]
+    lambdas: np.ndarray
+    profiles: np.ndarray
+    theory: np.ndarray
+    fits: tuple[dict, ...]
+    eta_t: np.ndarray
+    r: np.ndarray
+    random_init_r: np.ndarray
+    vs_first: np.ndarray
+    whitening_distance: int
+    whitening: np.ndarray | None
+    whitening_reference: dict[str, float]
+    masterkey_counts: np.ndarray | None
+    masterkey_templates: str | None
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per checkpoint: every number of its theory fit, the random-init r, whitening, master keys."""
+        fits = pd.DataFrame([dict(scalar_rows(fit)) for fit in self.fits])
+        frame = pd.DataFrame({"checkpoint": self.labels, "spec": self.specs}).join(fits)
+        frame = frame.assign(random_init_r=self.random_init_r, vs_first=self.vs_first)
+        if self.whitening is not None:
+            frame[f"whitening_at_{self.whitening_distance}"] = self.whitening
+        if self.masterkey_counts is not None:
+            for key in range(self.masterkey_counts.shape[1]):
+                frame[f"key_{key + 1}"] = self.masterkey_counts[:, key]
+        return frame
+
+
+@dataclass(frozen=True)
+class Report(Result):
+    """Everything the report shows; ``to_dict()`` is the ``report`` CLI JSON.
+
+    Attributes:
+        settings: the :class:`ReportSettings`.
+        images: description of the image source.
+        models: ``describe()`` of every checkpoint, in training order.
+        final: spec of the checkpoint the detailed sections describe (the last).
+        layers: its convolutions with kind, geometry, the sections that analysed each and why others skipped it.
+        energy, whitening, masterkeys, scalespace, weights, accuracy, channels, trajectory: the section results
+            (``None`` when skipped).
+        skipped: section id (or ``channels``, the channel axes within the accuracy section) -> why it was skipped.
+        timings: section id (or ``channels``) -> seconds.
+    """
+
+    settings: ReportSettings
+    images: str
+    models: tuple[dict, ...]
+    final: str
+    layers: tuple[dict, ...]
+    energy: EnergyResult | None
+    whitening: WhiteningResult | None
+    masterkeys: MasterKeyResult | None
+    scalespace: ScaleSpaceResult | None
+    weights: WeightStatistics | None
+    accuracy: RescoreResult | None
+    channels: ChannelAxesResult | None
+    trajectory: CheckpointTrajectory | None
+    skipped: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The convolutions of the final checkpoint with their weight statistics."""
+        layers = pd.DataFrame(list(self.layers))
+        if self.weights is None:
+            return layers
+        return layers.merge(self.weights.to_frame().drop(columns=["kind"]), on="layer", how="left")
+
+
+def scalar_rows(data: Mapping, prefix: str = "") -> Iterator[tuple[str, object]]:
+    """(dotted key, value) of every scalar of a nested dict (lists are left out)."""
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from scalar_rows(value, f"{name}.")
+        elif not isinstance(value, list | tuple):
+            yield name, value
+
+
+class _Sections:
+    """Runs each section, recording its time, and its skip reason when it raises a FilterLens error."""
+
+    def __init__(self) -> None:
+        self.skipped: dict[str, str] = {}
+        self.timings: dict[str, float] = {}
+
+    def run(self, name: str, compute: Callable[[], object]) -> object | None:
+        start = time.perf_counter()
+        try:
+            return compute()
+        except FilterLensError as err:
+            self.skipped.setdefault(name, str(err))
+            return None
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+
+
+def final_only(energy: EnergyResult, spec: str) -> EnergyResult:
+    """The energy result of one model of a multi-model result (same patch PCA)."""
+    chosen = tuple(m for m in energy.models if m.spec == spec)
+    return dataclasses.replace(energy, models=chosen, correlation=np.eye(len(chosen)))
+
+
+def final_whitening(whitening: WhiteningResult, spec: str) -> WhiteningResult:
+    """The whitening result with the reference curves and one model's curve."""
+    others = set(whitening.labels) - {spec}
+    return dataclasses.replace(whitening, curves={k: v for k, v in whitening.curves.items() if k not in others},
+                               labels={spec: whitening.labels[spec]})
+
+
+def labelled_images(images: ImageSet, source: str) -> bool:
+    """An ImageFolder tree given by the user (the bundled photos' labels are photo names, not classes)."""
+    return images.labelled and source not in ("", "bundled")
+
+
+def accuracy_skip_reason(loaded: LoadedModel, images: ImageSet, source: str) -> str | None:
+    """Why accuracy and channel axes cannot run (``None`` when they can)."""
+    if loaded.weights_only:
+        return (f"{loaded.label} is weights-only: accuracy and channel axes need a runnable model. Name its "
+                "architecture (timm:NAME=PATH or torchvision:NAME=PATH).")
+    if not labelled_images(images, source):
+        return (f"No labelled images ({images.description}): accuracy and channel axes need an ImageFolder tree of "
+                "the model's classes (--images DIR with DIR/<class>/*.jpg).")
+    return None
+
+
+def build_trajectory(models: Sequence[LoadedModel], energy: EnergyResult | None, whitening: WhiteningResult | None,
+                     counts: list[np.ndarray] | None, templates: str | None, distance: int) -> CheckpointTrajectory:
+    """Collect each checkpoint's fit, whitening value and master-key counts (computed by the sections)."""
+    if energy is None:
+        raise AnalysisError("The trajectory follows the first-layer energy profile, which was skipped.")
+    dims = {len(m.profile) for m in energy.models}
+    if len(dims) > 1:
+        raise AnalysisError("The checkpoints' first layers have different patch sizes, so they are not one run: "
+                            "give the checkpoints of one training run.")
+    profiles = np.stack([m.profile for m in energy.models])
+    at = whitening.at(distance) if whitening is not None else {}
+    return CheckpointTrajectory(
+        labels=tuple(m.label for m in models), specs=tuple(m.spec for m in models), lambdas=energy.lambdas,
+        profiles=profiles, theory=np.stack([m.theory.profile for m in energy.models]),
+        fits=tuple(m.theory.to_dict() for m in energy.models),
+        eta_t=np.array([m.theory.eta_t for m in energy.models]), r=np.array([m.theory.r for m in energy.models]),
+        random_init_r=np.array([m.random_init.mean for m in energy.models]),
+        vs_first=np.array([pearson(p, profiles[0]) for p in profiles]), whitening_distance=distance,
+        whitening=None if whitening is None else np.array([at[m.spec] for m in models]),
+        whitening_reference={k: at[k] for k in ("rgb", "random", "zca") if k in at},
+        masterkey_counts=None if counts is None else np.stack(counts), masterkey_templates=templates)
+
+
+def master_key_counts(models: Sequence[LoadedModel], kernel_size: int, method: str) -> list[np.ndarray]:
+    """Filters per master key of each checkpoint (depthwise filters of ``kernel_size``)."""
+    counts = []
+    for loaded in models:
+        bank = depthwise_bank(loaded)
+        chosen = bank.select(kernel_size)
+        filters, layer_index = bank.filters(chosen)
+        counts.append(assign_to_master_keys(filters, layer_index, chosen, method).counts)
+    return counts
+
+
+def layer_rows(loaded: LoadedModel, uses: dict[str, list[str]], reasons: dict[str, str]) -> tuple[dict, ...]:
+    """The inventory of ``loaded`` with, per layer, the sections that analysed it and why others did not."""
+    rows = []
+    for row in inventory_frame(conv_inventory(loaded)).to_dict(orient="records"):
+        name = row["layer"]
+        rows.append({**row, "analysed": ", ".join(uses.get(name, [])), "skipped": reasons.get(name, "")})
+    return tuple(rows)
+
+
+def _layer_uses(loaded: LoadedModel, sections: _Sections, masterkeys: MasterKeyResult | None,
+                channels: ChannelAxesResult | None) -> tuple[dict[str, list[str]], dict[str, str]]:
+    uses: dict[str, list[str]] = {}
+    reasons: dict[str, str] = {}
+    analysed_depthwise = set(masterkeys.published_assignment.layers) if masterkeys else set()
+    skipped_depthwise = {entry.split(" (")[0]: entry for entry in (masterkeys.skipped if masterkeys else ())}
+    for lay in conv_inventory(loaded):
+        used = ["weights"]
+        if lay.kind == "first":
+            used += [s for s in ("energy", "whitening") if s not in sections.skipped]
+            missing = [f"{s}: {sections.skipped[s]}" for s in ("energy", "whitening") if s in sections.skipped]
+            if missing:
+                reasons[lay.name] = " ".join(missing)
+        elif lay.kind == "depthwise":
+            if lay.name in analysed_depthwise:
+                used.append("master keys")
+            elif lay.name in skipped_depthwise:
+                reasons[lay.name] = f"master keys: {skipped_depthwise[lay.name]}"
+            elif masterkeys is not None:
+                reasons[lay.name] = (f"master keys: {lay.kernel_size[0]}×{lay.kernel_size[1]} filters; the analysis "
+                                     f"takes the most frequent size, {masterkeys.kernel_size}×{masterkeys.kernel_size}")
+            else:
+                reasons[lay.name] = f"master keys: {sections.skipped.get('masterkeys', 'skipped')}"
+        else:
+            reasons[lay.name] = ("energy and whitening describe the first layer (python -m fl_core energy --layer "
+                                 f"{lay.name} extends the profile to this one, beyond the paper)")
+        if channels is not None and lay.name == channels.layer:
+            used.append("channel axes")
+            reasons.pop(lay.name, None)
+        uses[lay.name] = used
+    return uses, reasons
+
+
+def build_report(models: Sequence[LoadedModel], settings: ReportSettings = ReportSettings(), *, device=None,
+                 progress: Progress | None = None) -> Report:
+    """Run every section on the checkpoints (in training order; the last is described in detail).
+
+    Args:
+        models: one checkpoint, or the checkpoints of one run (:func:`fl_core.report.series.load_series`).
+        settings: what to compute.
+        device: where the statistics run.
+        progress: ``progress(fraction, message)``.
+
+    Raises:
+        FilterLensError: no model, or the image source cannot be opened; a section that does not apply is skipped.
+    """
+    if not models:
+        raise AnalysisError("Pick at least one model for the report.")
+    final = models[-1]
+    images = open_images(settings.images, settings.max_images)
+    sections = _Sections()
+    ordered = [final, *models[:-1]]  # the final model's input space is the whitening reference
+    seeds = range(settings.seeds)
+
+    report(progress, 0.0, "energy profiles")
+    energy_all = sections.run("energy", lambda: analyze_energy(models, images, seeds=seeds, device=device,
+                                                               progress=sub_progress(progress, 0.0, 0.35)))
+    whitening_all = sections.run("whitening", lambda: analyze_whitening(
+        ordered, images, max_distance=max(settings.max_distance, settings.trajectory_distance), seeds=seeds,
+        device=device, progress=sub_progress(progress, 0.35, 0.55)))
+
+    report(progress, 0.55, "master keys")
+    masterkeys = sections.run("masterkeys", lambda: analyze_master_keys(
+        depthwise_bank(final), settings.k, restarts=settings.restarts, seed=settings.seed, method=settings.method,
+        device=device))
+    scalespace = sections.run("masterkeys", lambda: fit_model_master_keys(depthwise_bank(final), settings.method)
+                              ) if masterkeys is not None else None
+
+    report(progress, 0.65, "weight statistics")
+    weights = sections.run("weights", lambda: weight_statistics(final))
+
+    reason = accuracy_skip_reason(final, images, settings.images)
+    accuracy = channels = None
+    if reason:
+        sections.skipped["accuracy"] = reason
+    else:
+        report(progress, 0.7, "accuracy")
+        accuracy = sections.run("accuracy", lambda: rescore(
+            final, open_images(settings.images, settings.max_eval_images), (), device=device,
+            progress=sub_progress(progress, 0.7, 0.8)))
+        layer = settings.channel_layer or default_channel_layer(conv_inventory(final))
+        channels = sections.run("channels", lambda: analyze_channels(
+            final, channel_data(settings.images, final, settings.n_calibration, settings.n_evaluation,
+                                seed=settings.seed), layer, settings=SUMMARY_CHANNEL_SETTINGS, device=device,
+            progress=sub_progress(progress, 0.8, 0.95)))
+
+    trajectory = None
+    if len(models) > 1:
+        report(progress, 0.95, "trajectory")
+        counts = sections.run("trajectory", lambda: master_key_counts(models, masterkeys.kernel_size,
+                                                                      settings.method)) if masterkeys else None
+        trajectory = sections.run("trajectory", lambda: build_trajectory(
+            models, energy_all, whitening_all, counts, masterkeys.published_assignment.templates if counts else None,
+            settings.trajectory_distance))
+    else:
+        sections.skipped["trajectory"] = ("One checkpoint: give several --model specs, or weights:DIR with the "
+                                          "checkpoints of one run, to follow them over training.")
+    uses, reasons = _layer_uses(final, sections, masterkeys, channels)
+    report(progress, 1.0, "report done")
+    return Report(
+        settings=settings, images=images.description, models=tuple(m.describe() for m in models), final=final.spec,
+        layers=layer_rows(final, uses, reasons),
+        energy=None if energy_all is None else final_only(energy_all, final.spec),
+        whitening=None if whitening_all is None else final_whitening(whitening_all, final.spec),
+        masterkeys=masterkeys, scalespace=scalespace, weights=weights, accuracy=accuracy, channels=channels,
+        trajectory=trajectory, skipped=dict(sections.skipped), timings=dict(sections.timings))

@@ -1,0 +1,264 @@
+"""The checkpoint report as ONE self-contained HTML file that opens offline.
+
+plotly.js is inlined exactly once (one ``<script>`` from :func:`plotly.offline.get_plotlyjs`); every figure is a
+``fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False)`` fragment; styles are inline and
+nothing is fetched (no CDN, fonts or MathJax). The report's ``to_dict()`` is embedded too
+(``<script type="application/json" id="filterlens-report">``), so the file carries its own numbers.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping
+from datetime import datetime, timezone
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from fl_core import __version__
+from fl_core.channelaxes.plots import axes_scatter_figure
+from fl_core.firstlayer.plots import (
+    REFERENCE_NAMES,
+    autocorrelation_figure,
+    filters_figure,
+    profile_figure,
+    spectrum_figure,
+)
+from fl_core.masterkeys.plots import KEY_NAMES, centroids_vs_keys_figure, sigma_by_method_figure, stage_counts_figure
+from fl_core.report.build import PART_TITLES, SECTIONS, Report, scalar_rows
+from fl_core.report.plots import (
+    trajectory_keys_figure,
+    trajectory_profiles_figure,
+    trajectory_summary_figure,
+    weight_norms_figure,
+)
+
+HOW_TO_READ = {
+    "loaded": "The first table says which files were analysed: a weights-only file has no architecture, so only "
+              "analyses of the weights apply, and the sha256 identifies the exact file. The second lists every "
+              "convolution of the last checkpoint with its kind and says which sections used it and why the "
+              "others did not.",
+    "energy": "Each point is how strongly the first-layer filters respond to one principal component of the image "
+              "patches (1 = smoothest, most variance); the dashed line is the linear theory with its one fitted "
+              "parameter ηt, and the grey band is what random filters of the same shape give. A high theory r "
+              "with a profile outside the random band means the layer learned what the theory predicts: early "
+              "in training it follows the spectrum, late it flattens it towards whitening (large ηt).",
+    "whitening": "Each curve says how alike two responses of the first layer are δ pixels apart (1 = identical). "
+                 "Learned filters that fall faster than RGB and the random-init curve decorrelate their input "
+                 "(whitening); the ideal ZCA bank is the limit.",
+    "masterkeys": "Every depthwise filter is assigned to the nearest of the 8 published master key filters "
+                  "(sign and scale ignored), so the bars say which shapes the network uses in each stage. The "
+                  "scale-space table gives the Gaussian-derivative model (σ, and α for key 7) fitted to the "
+                  "model's own mean filter of each key; a cosine near 1 means the idealized model matches it.",
+    "weights": "Each convolution's filters are summarised by their norms ‖w‖, the number of dead (zero) filters "
+               "and of duplicates, filters that their peers in the same layer reconstruct by least squares to "
+               "R² ≈ 1 from the weights alone. Dead or duplicate filters carry no information of their own and "
+               "are candidates for pruning; non-finite weights mean the training run diverged.",
+    "accuracy": "Top-1 and top-5 are the share of labelled images whose class is the model's first or among its "
+                "five first guesses. The channel-axes summary compares, for one layer, how replaceable each "
+                "channel is by its peers (local axis) with how much it tells about the class (target axis): a "
+                "low Spearman ρ means the two axes rank channels differently.",
+    "trajectory": "The slider steps through the checkpoints in training order and shows each first-layer profile "
+                  "against its own theory fit; the small multiples follow ηt, the fit r and whitening at a fixed "
+                  "distance. The theory predicts ηt to grow with training and C(δ)/C(0) to fall below RGB as the "
+                  "layer whitens.",
+}
+"""Two sentences per section for a student: what the figure shows and how to read it."""
+
+QUANTITY_LABELS = {
+    "theory.eta_t": "fitted ηt (τ of the linear theory)",
+    "theory.r": "theory fit: Pearson r between profile and theory",
+    "theory.r_log": "theory fit on the log values: Pearson r of log e_i and log θ_i",
+    "theory.affine.a": "affine map of the theory onto the profile, a + b·θ: offset a",
+    "theory.affine.b": "affine map of the theory onto the profile, a + b·θ: slope b",
+    "random_init.mean": "random-init banks: theory fit r, mean over seeds",
+    "random_init.sd": "random-init banks: theory fit r, sd",
+    "random_init.vs_profile_mean": "Pearson r between this profile and random-init profiles, mean",
+    "random_init.vs_profile_sd": "Pearson r between this profile and random-init profiles, sd",
+}
+"""Readable names of the energy numbers; numbers the fit reports beyond these are shown under their keys."""
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1200px;padding:0 24px;
+color:#222;line-height:1.45}
+h1{margin-top:24px}h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:40px}
+.how-to-read{background:#f3f6fa;border-left:4px solid #1f77b4;padding:8px 12px}
+.skipped{background:#fff6e5;border-left:4px solid #ff7f0e;padding:8px 12px}
+table{border-collapse:collapse;font-size:13px;margin:8px 0 16px}th,td{border:1px solid #ddd;padding:3px 6px;
+text-align:left;vertical-align:top}th{background:#f5f5f5}.table-wrap{overflow-x:auto;max-height:520px;overflow-y:auto}
+code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
+nav a{margin-right:12px}footer{color:#666;font-size:12px;margin:40px 0}
+"""
+
+
+def number(value: object) -> str:
+    """How the report prints a value: 4 significant digits for floats, ``—`` for missing ones."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def figure_fragment(fig: go.Figure) -> str:
+    """A figure as an HTML fragment that uses the page's single plotly.js."""
+    return fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False, auto_play=False,
+                       config={"displaylogo": False, "responsive": True})
+
+
+def table_html(frame: pd.DataFrame) -> str:
+    """A table with the report's number format (values escaped)."""
+    shown = frame.map(number) if hasattr(frame, "map") else frame.applymap(number)
+    return f'<div class="table-wrap">{shown.to_html(index=False, border=0, escape=True)}</div>'
+
+
+def quantities_table(data: Mapping, labels: Mapping[str, str] | None = None) -> str:
+    labels = labels or {}
+    rows = [{"quantity": labels.get(key, key), "value": value} for key, value in scalar_rows(data)]
+    return table_html(pd.DataFrame(rows, columns=["quantity", "value"]))
+
+
+def paragraph(text: str, css: str = "") -> str:
+    cls = f' class="{css}"' if css else ""
+    return f"<p{cls}>{html.escape(text)}</p>"
+
+
+def _input_text(cfg: Mapping) -> str:
+    return (f"{cfg['input_size']} px, crop {cfg['crop_pct']:g}, {cfg['interpolation']}, mean "
+            f"{tuple(round(v, 4) for v in cfg['mean'])}, std {tuple(round(v, 4) for v in cfg['std'])}")
+
+
+def _model_kind(entry: Mapping) -> str:
+    if entry["weights_only"]:
+        return "weights only (no architecture)"
+    return "architecture, random init" if entry["random_init"] else "architecture + weights"
+
+
+def loaded_section(report: Report) -> str:
+    models = pd.DataFrame([{"checkpoint": m["label"], "spec": m["spec"], "what": _model_kind(m),
+                            "parameters": f"{m['parameters']:,}", "input": _input_text(m["input_config"]),
+                            "sha256": m["sha256"] or "—", "notes": "; ".join(m["notes"])} for m in report.models])
+    skipped = "".join(f"<li><b>{html.escape(PART_TITLES[name])}</b>: {html.escape(reason)}</li>"
+                      for name, reason in report.skipped.items())
+    return (table_html(models) + f"<h3>Convolutions of {html.escape(report.models[-1]['label'])}</h3>"
+            + table_html(pd.DataFrame(list(report.layers))) + (f"<h3>Skipped sections</h3><ul>{skipped}</ul>"
+                                                                if skipped else ""))
+
+
+def energy_section(report: Report) -> str:
+    energy = report.energy
+    model = energy.models[0]
+    summary = model.to_dict()
+    numbers = {"theory": summary["theory"], "random_init": {k: v for k, v in summary["random_init"].items()
+                                                            if k != "seeds"}}
+    intro = (f"{model.n_filters} filters of {model.layer} on {energy.n_patches:,} patches from {energy.images}; "
+             f"random-init band over {len(model.random_init.seeds)} seeds.")
+    return (paragraph(intro) + quantities_table(numbers, QUANTITY_LABELS) + figure_fragment(profile_figure(energy))
+            + figure_fragment(spectrum_figure(energy)) + figure_fragment(filters_figure(model)))
+
+
+def whitening_section(report: Report) -> str:
+    whitening = report.whitening
+    distance = min(report.settings.trajectory_distance, int(whitening.distances[-1]))
+    values = pd.DataFrame([{"curve": REFERENCE_NAMES.get(name) or f"learned: {whitening.labels.get(name, name)}",
+                            f"C({distance})/C(0)": value} for name, value in whitening.at(distance).items()])
+    return figure_fragment(autocorrelation_figure(whitening)) + table_html(values)
+
+
+def masterkeys_section(report: Report) -> str:
+    keys = report.masterkeys
+    assignment = keys.published_assignment
+    intro = (f"{keys.n_filters:,} {keys.kernel_size}×{keys.kernel_size} depthwise filters ({keys.n_constant} "
+             f"constant), assigned to {assignment.templates}; {keys.k} clusters with mean |cos| {keys.objective:.3f} "
+             "to their centroid.")
+    counts = pd.DataFrame({"master key": list(KEY_NAMES), "filters": assignment.counts,
+                           "mean |cos|": assignment.mean_abs_cosine})
+    out = (paragraph(intro) + table_html(counts) + figure_fragment(stage_counts_figure(assignment))
+           + figure_fragment(centroids_vs_keys_figure(keys)))
+    if report.scalespace is not None:
+        out += (paragraph(f"Scale-space fit (method {report.scalespace.method}) of {report.scalespace.source}.")
+                + table_html(report.scalespace.to_frame())
+                + figure_fragment(sigma_by_method_figure({report.scalespace.method: report.scalespace})))
+    return out
+
+
+def weights_section(report: Report) -> str:
+    stats = report.weights
+    totals = stats.totals
+    intro = (f"{len(stats.layers)} convolutions: {totals['dead']} dead filters, {totals['duplicates']} duplicate "
+             f"filters (peer R² ≥ {stats.duplicate_r2}), {totals['copies']} copies of a single peer, "
+             f"{totals['non_finite']} non-finite weights. Duplicates are not reported (—) where a layer has at "
+             "least as many peers as a filter has values: its peers then reconstruct any filter.")
+    return paragraph(intro) + figure_fragment(weight_norms_figure(stats)) + table_html(stats.to_frame())
+
+
+def accuracy_section(report: Report) -> str:
+    out = ""
+    if report.accuracy is not None:
+        acc = report.accuracy
+        out += quantities_table({"images": acc.n_images, "top-1": acc.top1, "top-5": acc.top5, "loss (nats)": acc.loss,
+                                 "classes": acc.classes})
+    if report.channels is not None:
+        out += (paragraph(f"Channel axes of {report.channels.layer} ({report.channels.data}).")
+                + table_html(report.channels.summary_frame()) + figure_fragment(axes_scatter_figure(report.channels)))
+    return out
+
+
+def trajectory_section(report: Report) -> str:
+    traj = report.trajectory
+    out = figure_fragment(trajectory_profiles_figure(traj)) + figure_fragment(trajectory_summary_figure(traj))
+    if traj.masterkey_counts is not None:
+        out += figure_fragment(trajectory_keys_figure(traj))
+    return out + table_html(traj.to_frame())
+
+
+SECTION_BODIES = {"loaded": loaded_section, "energy": energy_section, "whitening": whitening_section,
+                  "masterkeys": masterkeys_section, "weights": weights_section, "accuracy": accuracy_section,
+                  "trajectory": trajectory_section}
+
+
+def _present(report: Report, name: str) -> bool:
+    if name == "loaded":
+        return True
+    if name == "accuracy":
+        return report.accuracy is not None or report.channels is not None
+    return getattr(report, name) is not None
+
+
+def skip_note(report: Report, name: str) -> str:
+    """Why a section (or, in the accuracy section, the channel axes) was skipped."""
+    if name in report.skipped:
+        return paragraph(f"Skipped: {report.skipped[name]}", "skipped")
+    if name == "accuracy" and "channels" in report.skipped:
+        return paragraph(f"Channel axes skipped: {report.skipped['channels']}", "skipped")
+    return ""
+
+
+def section_html(report: Report, name: str) -> str:
+    """One ``<section>``: title, how to read it, then its figures and tables or the reason it was skipped."""
+    body = SECTION_BODIES[name](report) if _present(report, name) else ""
+    body = skip_note(report, name) + body
+    return (f'<section id="{name}"><h2>{html.escape(SECTIONS[name])}</h2>'
+            f'{paragraph(HOW_TO_READ[name], "how-to-read")}{body}</section>')
+
+
+def report_html(report: Report) -> str:
+    """The whole report as one self-contained HTML document (module docstring)."""
+    title = f"FilterLens report: {report.models[-1]['label']}"
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    nav = "".join(f'<a href="#{name}">{html.escape(heading)}</a>' for name, heading in SECTIONS.items())
+    data = json.dumps(report.to_dict(), allow_nan=False).replace("</", "<\\/")
+    timings = ", ".join(f"{PART_TITLES[k].lower()} {v:.1f} s" for k, v in report.timings.items())
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style>'
+            f'<script type="text/javascript">{get_plotlyjs()}</script></head><body>'
+            f"<h1>{html.escape(title)}</h1>"
+            + paragraph(f"{len(report.models)} checkpoint(s); images: {report.images}. Generated {generated} by "
+                        f"FilterLens {__version__}.")
+            + f"<nav>{nav}</nav>" + "".join(section_html(report, name) for name in SECTIONS)
+            + f"<footer>Computed in: {html.escape(timings)}.</footer>"
+            f'<script type="application/json" id="filterlens-report">{data}</script></body></html>')

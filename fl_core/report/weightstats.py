@@ -1,0 +1,153 @@
+"""Per-layer weight statistics of every convolution, from the weights alone: filter norms, dead filters, duplicate
+filters and non-finite values.
+
+* Norm of a filter: ‖w_k‖₂ of its flattened weights (``in/groups · kh · kw`` values).
+* Dead filter: ‖w_k‖ ≤ 1e-6 · max_j ‖w_j‖ of its layer (all-zero or pruned).
+* Duplicate filter (*proposed*): a filter its live peers in the same layer reconstruct by least squares to
+  R²_k = 1 − ‖w_k − Σ_{j≠k} β_j w_j‖² / ‖w_k‖² ≥ 0.999. The leave-one-out residuals of all K filters come from
+  one Gram inverse: with G = WWᵀ + εI, ‖w_k − W_{−k}ᵀβ‖² (+ a ridge term of order ε) = 1 / (G⁻¹)_kk. When the
+  K − 1 peers have at least as many members as a filter has values (K − 1 ≥ D), they span the whole filter space
+  and every filter is reconstructed exactly, so R² says nothing there and is not reported.
+* Copies: filters whose cosine |⟨w_k, w_j⟩| / (‖w_k‖‖w_j‖) with a single peer is ≥ 0.999 (one
+  Gram matrix; defined in every layer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from fl_core.io.layers import ConvLayer, conv_inventory
+from fl_core.io.models import LoadedModel
+from fl_core.results import Result
+
+DEAD_TOLERANCE = 1e-6
+DUPLICATE_R2 = 0.999
+RIDGE = 1e-10
+"""ε of the Gram inverse, relative to the mean squared filter norm: exact duplicates stay invertible."""
+
+
+def peer_reconstruction_r2(filters: torch.Tensor) -> torch.Tensor:
+    """R²_k of each filter (K, ...) reconstructed by least squares from the other K − 1 (module docstring).
+
+    Vectorised: one (K, K) Gram matrix and its inverse, no loop over filters or pairs. Every filter must be live
+    (non-zero); callers drop dead ones first.
+    """
+    w = filters.reshape(len(filters), -1).double()
+    gram = w @ w.T
+    squared_norms = gram.diagonal().clone()
+    ridge = RIDGE * squared_norms.mean()
+    precision = torch.linalg.inv(gram + ridge * torch.eye(len(w), dtype=w.dtype))
+    residual = (1.0 / precision.diagonal() - ridge).clamp_min(0)
+    return 1.0 - residual / squared_norms
+
+
+def max_peer_cosine(filters: torch.Tensor) -> torch.Tensor:
+    """max_{j≠k} |cos(w_k, w_j)| of each live filter (K, ...), from one normalised Gram matrix."""
+    w = filters.reshape(len(filters), -1).double()
+    units = w / w.norm(dim=1, keepdim=True)
+    cosine = (units @ units.T).abs()
+    cosine.fill_diagonal_(0)
+    return cosine.max(dim=1).values
+
+
+@dataclass(frozen=True)
+class LayerWeightStatistics(Result):
+    """Statistics of one convolution's filters.
+
+    Attributes:
+        layer, kind: the convolution.
+        filters: K; values_per_filter: D.
+        norm_mean, norm_sd, norm_min, norm_max: of ‖w_k‖ (NaN-free layers only; NaN otherwise).
+        abs_max: largest |weight|.
+        non_finite: NaN or infinite weights.
+        dead: filters with ‖w_k‖ ≤ 1e-6 max‖w‖.
+        duplicates: live filters reconstructed by their peers to R² ≥ ``DUPLICATE_R2``; ``None`` where the peers span
+            the filter space (K − 1 ≥ D) or the weights are not finite.
+        max_peer_r2: the largest such R² (``None`` likewise).
+        copies: live filters with |cos| ≥ ``DUPLICATE_R2`` to a single peer.
+        duplicate_indices: indices of the duplicate filters (empty when not reported).
+    """
+
+    layer: str
+    kind: str
+    filters: int
+    values_per_filter: int
+    norm_mean: float
+    norm_sd: float
+    norm_min: float
+    norm_max: float
+    abs_max: float
+    non_finite: int
+    dead: int
+    duplicates: int | None
+    max_peer_r2: float | None
+    copies: int
+    duplicate_indices: tuple[int, ...]
+
+
+def layer_weight_statistics(weight: torch.Tensor, layer: ConvLayer) -> LayerWeightStatistics:
+    """Norms, dead, duplicate and copied filters and non-finite values of one (K, C/g, kh, kw) weight."""
+    w = weight.detach().double().cpu().reshape(len(weight), -1)
+    count, dim = w.shape
+    non_finite = int((~torch.isfinite(w)).sum())
+    nan = float("nan")
+    if non_finite:
+        return LayerWeightStatistics(layer.name, layer.kind, count, dim, nan, nan, nan, nan, nan, non_finite, 0,
+                                     None, None, 0, ())
+    norms = w.norm(dim=1)
+    live = norms > DEAD_TOLERANCE * norms.max()
+    index = torch.nonzero(live).squeeze(1)
+    copies, duplicates, best, duplicate_indices = 0, None, None, ()
+    if len(index) >= 2:
+        copies = int((max_peer_cosine(w[index]) >= DUPLICATE_R2).sum())
+        if len(index) - 1 < dim:
+            r2 = peer_reconstruction_r2(w[index])
+            found = index[r2 >= DUPLICATE_R2]
+            duplicates, best, duplicate_indices = len(found), float(r2.max()), tuple(int(i) for i in found)
+    return LayerWeightStatistics(
+        layer=layer.name, kind=layer.kind, filters=count, values_per_filter=dim, norm_mean=float(norms.mean()),
+        norm_sd=float(norms.std()) if count > 1 else 0.0, norm_min=float(norms.min()), norm_max=float(norms.max()),
+        abs_max=float(w.abs().max()), non_finite=0, dead=int((~live).sum()), duplicates=duplicates,
+        max_peer_r2=best, copies=copies, duplicate_indices=duplicate_indices)
+
+
+@dataclass(frozen=True)
+class WeightStatistics(Result):
+    """Weight statistics of every convolution of a model, in forward order.
+
+    Attributes:
+        spec, label: the model.
+        layers: one :class:`LayerWeightStatistics` per convolution.
+        dead_tolerance, duplicate_r2: the thresholds used.
+    """
+
+    spec: str
+    label: str
+    layers: tuple[LayerWeightStatistics, ...]
+    dead_tolerance: float = DEAD_TOLERANCE
+    duplicate_r2: float = DUPLICATE_R2
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per convolution."""
+        return pd.DataFrame([{k: v for k, v in lay.to_dict().items() if k != "duplicate_indices"}
+                             for lay in self.layers])
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """Dead, duplicate and copied filters and non-finite weights summed over layers."""
+        return {"dead": sum(lay.dead for lay in self.layers),
+                "duplicates": sum(lay.duplicates or 0 for lay in self.layers),
+                "copies": sum(lay.copies for lay in self.layers),
+                "non_finite": sum(lay.non_finite for lay in self.layers)}
+
+
+def weight_statistics(loaded: LoadedModel, layers: Sequence[ConvLayer] | None = None) -> WeightStatistics:
+    """:func:`layer_weight_statistics` of every convolution of ``loaded`` (or of ``layers``)."""
+    chosen = conv_inventory(loaded) if layers is None else list(layers)
+    return WeightStatistics(spec=loaded.spec, label=loaded.label,
+                            layers=tuple(layer_weight_statistics(loaded.state_dict[lay.weight_key], lay)
+                                         for lay in chosen))

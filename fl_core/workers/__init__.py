@@ -1,0 +1,1 @@
+"""Heavy jobs outside the server's threads: the worker pool and the dashboard's job functions."""
