@@ -150,8 +150,7 @@ def masterkey_values(inputs: Inputs, device: str) -> dict[str, np.ndarray]:
 
 
 def rescore_values(inputs: Inputs, device: str) -> dict[str, np.ndarray]:
-    result = rescore(inputs.scored, inputs.scored_images, [inputs.swap], device=device, batch_size=32,
-                     use_labels=inputs.labelled)
+    result = rescore(inputs.scored, inputs.scored_images, [inputs.swap], device=device, batch_size=32)
     swap = result.swaps[0]
     values = {"swap agreement with the original": np.array([swap.agreement]),
               "swap KL(original ‖ swap) (nats)": np.array([swap.kl])}

@@ -26,7 +26,7 @@ from fl_core.backend import Progress, report
 from fl_core.errors import FilterLensError
 from fl_core.firstlayer.energy import EnergyResult
 from fl_core.firstlayer.whitening import WhiteningResult
-from fl_core.io.images import ImageSet, open_images
+from fl_core.io.images import ImageSet, is_bundled, open_images
 from fl_core.io.models import LoadedModel, load_model, spec_file_stamp
 from fl_core.workers import jobs
 from fl_core.workers.pool import Job, heavy_pool
@@ -228,7 +228,7 @@ def get_images(source: str, limit: int | None = None) -> ImageSet:
 
 def is_heavy_source(images: str) -> bool:
     """Patch statistics of a folder (up to a whole ImageNet split) run in a worker; the bundled photos in-thread."""
-    return images not in ("", "bundled")
+    return not is_bundled(images)
 
 
 _energy_here = memoize(max_entries=32)(functools.partial(jobs.energy_job, load=get_model))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fl_core.channelaxes.calibration import CROPS
+from fl_core.io.images import is_bundled
 from fl_core.io.layers import ConvLayer, conv_inventory
 from fl_core.workers import jobs
 from fl_ui.cache import get_model, pooled
@@ -14,7 +15,7 @@ the page, computed in a worker process."""
 
 def data_source(images: str) -> str:
     """The sidebar's image choice as a channel-analysis source: bundled photos → their labelled crops."""
-    return CROPS if images in ("", "bundled") else images
+    return CROPS if is_bundled(images) else images
 
 
 def analysable_layers(spec: str, overrides: tuple) -> list[ConvLayer]:

@@ -15,7 +15,7 @@ from streamlit import config
 from fl_core.backend import available_devices
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
-from fl_core.io.images import IMAGE_SUFFIXES
+from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES, is_bundled
 from fl_core.io.models import CROP_MODES, FILE_SOURCES, INTERPOLATIONS, ModelSpec, demo_manifest
 from fl_core.io.uploads import upload_store
 from fl_ui.cache import get_model
@@ -73,10 +73,10 @@ def _spec_path_error(spec: str) -> str | None:
 def _shared_paths_only(url: Selection) -> tuple[Selection, list[str]]:
     """The URL's selection without server paths users may not read (an edited or shared link), and why."""
     errors = {spec: _spec_path_error(spec) for spec in url.specs}
-    image_error = server_path_error(url.images) if url.images != "bundled" else None
+    image_error = server_path_error(url.images) if not is_bundled(url.images) else None
     kept = tuple(spec for spec in url.specs if errors[spec] is None)
     clean = dataclasses.replace(url, specs=kept, overrides={k: v for k, v in url.overrides.items() if k in kept},
-                                images="bundled" if image_error else url.images)
+                                images=BUNDLED if image_error else url.images)
     return clean, [error for error in (*errors.values(), image_error) if error]
 
 
@@ -211,17 +211,17 @@ def _preprocessing_form(specs: list[str], overrides: dict[str, dict]) -> dict[st
 
 def _images_form(current: str) -> str:
     options = ["bundled photos (offline)", "folder on the server", "upload images"]
-    index = 0 if current == "bundled" else 1
+    index = 0 if is_bundled(current) else 1
     choice = st.radio("Images", options, index=index, key="img_choice")
     if choice == options[0]:
-        return "bundled"
+        return BUNDLED
     if choice == options[1]:
-        folder = st.text_input("Folder or ImageFolder tree", "" if current == "bundled" else current,
+        folder = st.text_input("Folder or ImageFolder tree", "" if is_bundled(current) else current,
                                key="img_folder", placeholder="/data/imagenet/val").strip()
         if folder and (error := server_path_error(folder)):
             st.error(error)
-            return "bundled"
-        return folder or "bundled"
+            return BUNDLED
+        return folder or BUNDLED
     files = st.file_uploader("Images", type=[s.lstrip(".") for s in IMAGE_SUFFIXES], accept_multiple_files=True,
                              key="img_upload")
     if not files:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
+from fl_core.io.images import BUNDLED
+
 DEFAULT_MODELS = ("demo:tiny_vgg", "demo:tiny_vgg_init")
 OVERRIDE_KEYS = {"size": "input_size", "crop": "crop_pct", "interp": "interpolation", "mean": "mean", "std": "std",
                  "mode": "crop_mode"}
@@ -22,7 +24,7 @@ class Selection:
 
     specs: tuple[str, ...]
     overrides: dict[str, dict] = field(default_factory=dict)
-    images: str = "bundled"
+    images: str = BUNDLED
     device: str = "auto"
 
     def overrides_of(self, spec: str) -> tuple[tuple[str, object], ...]:
@@ -76,7 +78,7 @@ def selection_from_url() -> Selection:
     tokens = [t for t in params.get("models", ",".join(DEFAULT_MODELS)).split(",") if t.strip()]
     decoded = [decode_token(t) for t in tokens]
     return Selection(specs=tuple(s for s, _ in decoded), overrides={s: o for s, o in decoded if o},
-                     images=params.get("images", "bundled"), device=params.get("device", "auto"))
+                     images=params.get("images", BUNDLED), device=params.get("device", "auto"))
 
 
 def write_selection_to_url(selection: Selection) -> None:

@@ -108,7 +108,7 @@ with user_errors():
             frame=pd.concat([s.to_frame() for s in real_swaps], ignore_index=True))
 
     images = get_images(selection.images, int(max_images))
-    labelled = images.labelled and selection.images != "bundled"
+    labelled = images.labelled
     mapping = map_tree_classes(images.classes if labelled else (), loaded.num_classes, loaded.class_names)
     if mapping.label_map is None:
         st.info(f"**No accuracy on {images.description}**: {mapping.how} Accuracy needs labelled images of the "

@@ -8,6 +8,7 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
+from fl_core.io.images import BUNDLED, is_bundled
 from fl_core.lab.claims import snapshot_trajectory
 from fl_core.lab.plots import (
     claims_figure,
@@ -171,9 +172,9 @@ def config_form() -> RunConfig | None:
     with st.form("lab_form"):
         st.markdown("**Data**")
         d1, d2, d3 = st.columns([2, 1, 1])
-        sources = ["bundled"] + ([selection.images] if selection.images != "bundled" else [])
-        images = d1.selectbox("Images", sources, format_func=lambda s: "bundled photos (label = photo)" if s ==
-                              "bundled" else f"{s} (label = class folder)",
+        sources = [BUNDLED] + ([] if is_bundled(selection.images) else [selection.images])
+        images = d1.selectbox("Images", sources, format_func=lambda s: "bundled photos (label = photo)" if
+                              is_bundled(s) else f"{s} (label = class folder)",
                               help="Pick a folder or ImageFolder tree in the sidebar to train on your own images.")
         max_images = d2.number_input("At most this many images (0 = all)", 0, 100_000, 0, key="lab_max_images")
         crops = d3.number_input("Training crops per image (0 = auto)", 0, 5000, 0, key="lab_crops")

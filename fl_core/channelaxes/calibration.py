@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from fl_core.errors import DataError
 from fl_core.io.crops import CropConfig, CropData, photo_crops
-from fl_core.io.images import ImageSet, folder_images, iter_input_batches
+from fl_core.io.images import ImageSet, folder_images, is_bundled, iter_input_batches
 from fl_core.io.models import InputConfig, LoadedModel
 from fl_core.masterkeys.rescore import map_tree_classes
 
@@ -176,7 +176,7 @@ def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int
 
 def channel_data(source: str, loaded: LoadedModel, n_calibration: int = 256, n_evaluation: int = 256,
                  seed: int = 0) -> ChannelData:
-    """``"crops"`` (or ``"bundled"``: the bundled labelled crops) or a labelled ImageFolder tree."""
-    if source in (CROPS, "bundled", ""):
+    """``"crops"`` (or the bundled photos' source: their labelled crops) or a labelled ImageFolder tree."""
+    if source == CROPS or is_bundled(source):
         return crop_channel_data(loaded, n_calibration, n_evaluation, seed)
     return folder_channel_data(source, loaded, n_calibration, n_evaluation, seed)

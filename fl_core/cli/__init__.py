@@ -21,6 +21,7 @@ from typing import TextIO
 
 from fl_core import __version__
 from fl_core.errors import FilterLensError
+from fl_core.io.images import BUNDLED
 
 COMMANDS: dict[str, str] = {
     "inspect": "list a model's convolutions, input preprocessing and load notes",
@@ -79,7 +80,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
 
 
 def add_image_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--images", default="bundled", metavar="SOURCE",
+    parser.add_argument("--images", default=BUNDLED, metavar="SOURCE",
                         help="'bundled' (offline natural photos), a folder, or an ImageFolder tree")
     parser.add_argument("--max-images", type=int, default=None, help="use at most this many images")
 

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace, progress):
         if args.sweep:
             return _sweep(loaded, images, args, device, progress)
         result = rescore(loaded, images, swaps, device=device, batch_size=args.batch_size, workers=args.workers,
-                         resume=args.resume, use_labels=args.images != "bundled", recovery=_recovery(args),
+                         resume=args.resume, recovery=_recovery(args),
                          share_prefix=not args.no_shared_prefix, progress=progress)
     if rank == 0:
         _print_summary(result)
@@ -98,7 +98,7 @@ def _sweep(loaded, images, args: argparse.Namespace, device, progress):
         raise AnalysisError("--sweep swaps each layer by one replacement: give a single --swap.")
     result = sweep_layers(loaded, images, (args.swap or ["B"])[0], layers=args.layer, stages=args.stage,
                           recovery=_recovery(args), k=args.k, seed=args.seed, device=device,
-                          batch_size=args.batch_size, workers=args.workers, use_labels=args.images != "bundled",
+                          batch_size=args.batch_size, workers=args.workers,
                           share_prefix=not args.no_shared_prefix, progress=progress)
     print(f"{result.label}: each of {len(result.rows)} depthwise layers swapped by {result.replacement} / zeroed "
           f"alone, on {result.n_images} images in {result.seconds:.0f} s")

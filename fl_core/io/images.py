@@ -35,6 +35,9 @@ from torchvision.transforms import v2 as T
 from fl_core.errors import DataError
 from fl_core.io.models import InputConfig
 
+BUNDLED = "bundled"
+"""The image source of the natural photos that ship inside scikit-image, scikit-learn and matplotlib (offline; the
+empty string means the same)."""
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
 MAX_IMAGE_PIXELS = 64_000_000
 """Pixels of one decoded image (192 MB as RGB), checked from its header."""
@@ -154,17 +157,19 @@ class ImageSet(Dataset):
     """
 
     def __init__(self, items: Sequence[tuple[str | Callable[[], Image.Image], int, str]],
-                 classes: Sequence[str] = (), description: str = "") -> None:
+                 classes: Sequence[str] = (), description: str = "", labelled: bool | None = None) -> None:
         self._items = list(items)
         self.classes = tuple(classes)
         self.description = description
+        self._labelled = bool(self.classes) if labelled is None else labelled
 
     def __len__(self) -> int:
         return len(self._items)
 
     @property
     def labelled(self) -> bool:
-        return bool(self.classes)
+        """Labels are classes a model can be scored against (an ImageFolder tree), not photo names."""
+        return self._labelled
 
     @property
     def names(self) -> list[str]:
@@ -184,7 +189,7 @@ class ImageSet(Dataset):
 
     def subset(self, indices: Sequence[int]) -> ImageSet:
         """The images at ``indices`` (same classes)."""
-        return ImageSet([self._items[i] for i in indices], self.classes, self.description)
+        return ImageSet([self._items[i] for i in indices], self.classes, self.description, self.labelled)
 
 
 class TransformedImages(Dataset):
@@ -202,10 +207,12 @@ class TransformedImages(Dataset):
 
 
 def bundled_images(names: Sequence[str] | None = None) -> ImageSet:
-    """The bundled natural photos (offline). Labels are photo indices."""
+    """The bundled natural photos (offline). Labels are photo indices (``classes`` are the photo names; the set is not
+    :attr:`~ImageSet.labelled`)."""
     chosen = [p for p in BUNDLED_PHOTOS if names is None or p.name in names]
     items = [(lambda n=p.name: Image.fromarray(_bundled_array(n)), i, p.name) for i, p in enumerate(chosen)]
-    return ImageSet(items, classes=[p.name for p in chosen], description=f"{len(items)} bundled photos")
+    return ImageSet(items, classes=[p.name for p in chosen], description=f"{len(items)} bundled photos",
+                    labelled=False)
 
 
 def folder_images(root: str | Path, limit: int | None = None) -> ImageSet:
@@ -244,9 +251,14 @@ def _is_image(path: Path) -> bool:
     return path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
 
 
+def is_bundled(source: str) -> bool:
+    """The source is the bundled photos (:data:`BUNDLED` or empty)."""
+    return source in ("", BUNDLED)
+
+
 def open_images(source: str, limit: int | None = None) -> ImageSet:
-    """``"bundled"`` or a folder path -> :class:`ImageSet`."""
-    if source in ("", "bundled"):
+    """:data:`BUNDLED` or a folder path -> :class:`ImageSet`."""
+    if is_bundled(source):
         images = bundled_images()
         return images if limit is None else images.subset(range(min(limit, len(images))))
     return folder_images(source, limit=limit)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fl_core.backend import Progress, report, sub_progress
 from fl_core.errors import DataError
+from fl_core.io.images import BUNDLED
 from fl_core.lab.runs import Run, RunConfig, list_runs, load_run, train_run
 
 RANDOM_LABEL_STEPS = 800
@@ -66,7 +67,7 @@ SUITES: dict[str, tuple[SuiteRun, ...]] = {
 init, theory fit and frozen first layer in four runs (for your own ImageFolder)."""
 
 
-def suite_runs(suite: str, *, images: str = "bundled", max_images: int | None = None,
+def suite_runs(suite: str, *, images: str = BUNDLED, max_images: int | None = None,
                crops_per_image: int | None = None, steps_scale: float = 1.0) -> tuple[SuiteRun, ...]:
     """The runs of a suite on another data set and/or with ``steps_scale`` × the steps."""
     if suite not in SUITES:

@@ -36,6 +36,7 @@ from fl_core.errors import DataError, FilterLensError, ModelSpecError
 from fl_core.firstlayer.patches import PatchPCA
 from fl_core.io.checkpoints import load_state_dict, save_state_dict
 from fl_core.io.crops import CropData
+from fl_core.io.images import BUNDLED, is_bundled
 from fl_core.io.layers import find_layer
 from fl_core.io.models import ASSETS_DIR, DEMO_DIR, InputConfig, LoadedModel
 from fl_core.io.nets import NETS, build_net
@@ -78,7 +79,7 @@ class RunConfig:
         snapshots: number of first-layer snapshots, log-spaced over the steps (step 0 and the last included).
     """
 
-    images: str = "bundled"
+    images: str = BUNDLED
     max_images: int | None = None
     crops_per_image: int | None = None
     arch: str = "small_vgg"
@@ -147,7 +148,7 @@ class RunConfig:
             parts.append(f"alpha{self.alpha:g}c{self.alpha_component}")
         if self.freeze_first:
             parts.append("frozen")
-        if self.images != "bundled":
+        if not is_bundled(self.images):
             parts.append(Path(self.images).name or "folder")
         return "-".join([*parts, f"s{self.seed}"])
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from fl_core.errors import DataError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
 from fl_core.io.crops import CropConfig, CropData, photo_crops
-from fl_core.io.images import ImageSet, open_images
+from fl_core.io.images import BUNDLED, ImageSet, is_bundled, open_images
 
 LABEL_VARIANTS = ("true", "random", "energy")
 N_DECILES = 10
@@ -42,7 +42,7 @@ PCA_MAX_CROPS = 2000
 # ------------------------------------------------------------------------------------------------------------ data
 
 
-def crop_dataset(images: str = "bundled", max_images: int | None = None, crops_per_image: int | None = None,
+def crop_dataset(images: str = BUNDLED, max_images: int | None = None, crops_per_image: int | None = None,
                  seed: int = 0) -> CropData:
     """Labelled crops of an image source: ``bundled`` (label = photo) or a folder/ImageFolder tree (label = class).
 
@@ -55,19 +55,19 @@ def crop_dataset(images: str = "bundled", max_images: int | None = None, crops_p
             6,600 in total).
         seed: crop positions.
     """
-    return _cached_crops(images or "bundled", max_images, crops_per_image, seed)
+    return _cached_crops(images or BUNDLED, max_images, crops_per_image, seed)
 
 
 @lru_cache(maxsize=4)
 def _cached_crops(images: str, max_images: int | None, crops_per_image: int | None, seed: int) -> CropData:
-    source = open_images(images, max_images or (None if images == "bundled" else FOLDER_MAX_IMAGES))
+    source = open_images(images, max_images or (None if is_bundled(images) else FOLDER_MAX_IMAGES))
     if len(source) < 2:
         raise DataError(f"{source.description}: a training set needs at least two images.")
-    per_image = crops_per_image or (BUNDLED_CROPS.train_per_photo if images == "bundled"
+    per_image = crops_per_image or (BUNDLED_CROPS.train_per_photo if is_bundled(images)
                                     else max(4, FOLDER_TRAIN_CROPS // len(source)))
     config = dataclasses.replace(BUNDLED_CROPS, train_per_photo=per_image, seed=seed)
     data = photo_crops(config, source)
-    return _class_labels(data, source) if images != "bundled" else data
+    return _class_labels(data, source) if source.labelled else data
 
 
 def _class_labels(data: CropData, source: ImageSet) -> CropData:

@@ -105,7 +105,7 @@ class LayerSweepResult(Result):
 def sweep_layers(loaded: LoadedModel, images: ImageSet, replacement: str = "B", *, layers: Sequence[str] | None = None,
                  stages: Sequence[int] | None = None, recovery: RecoverySettings | None = None, k: int = DEFAULT_K,
                  seed: int = 0, device: str | torch.device | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-                 workers: int | None = None, use_labels: bool = True, share_prefix: bool = True,
+                 workers: int | None = None, share_prefix: bool = True,
                  progress: Progress | None = None) -> LayerSweepResult:
     """Swap, and zero, each chosen depthwise layer alone and score them all together (module docstring).
 
@@ -116,8 +116,8 @@ def sweep_layers(loaded: LoadedModel, images: ImageSet, replacement: str = "B", 
         layers, stages: restrict the sweep to these layers / stages (default: every depthwise layer).
         recovery: recover every variant first (:mod:`fl_core.masterkeys.recovery`; twice as many recoveries as layers).
         k, seed: for ``centroid`` / ``random`` replacements.
-        device, batch_size, workers, use_labels, share_prefix, progress: as in
-            :func:`fl_core.masterkeys.rescore.rescore` (each layer's variants run from that layer's block on).
+        device, batch_size, workers, share_prefix, progress: as in :func:`fl_core.masterkeys.rescore.rescore` (each
+            layer's variants run from that layer's block on).
     """
     bank = depthwise_bank(loaded)
     chosen = bank.chosen(layers, stages)
@@ -125,7 +125,7 @@ def sweep_layers(loaded: LoadedModel, images: ImageSet, replacement: str = "B", 
         swap_filters(bank, replacement, layers=[layer.name], k=k, seed=seed, device=device),
         swap_filters(bank, ZERO, layers=[layer.name]))]
     result = rescore(loaded, images, swaps, device=device, batch_size=batch_size, workers=workers,
-                     use_labels=use_labels, recovery=recovery, share_prefix=share_prefix, progress=progress)
+                     recovery=recovery, share_prefix=share_prefix, progress=progress)
     rows = []
     for i, layer in enumerate(chosen):
         swapped, zeroed = result.swaps[2 * i], result.swaps[2 * i + 1]

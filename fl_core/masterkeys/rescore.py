@@ -448,20 +448,19 @@ def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | No
 
 def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] = (), *,
             device: str | torch.device | None = None, batch_size: int = DEFAULT_BATCH_SIZE, workers: int | None = None,
-            resume: str | Path | None = None, use_labels: bool = True, recovery: RecoverySettings | None = None,
+            resume: str | Path | None = None, recovery: RecoverySettings | None = None,
             share_prefix: bool = True, progress: Progress | None = None) -> RescoreResult:
     """Score the original model and every swap on the same decoded images (module docstring).
 
     Args:
         loaded: a full model (the cached one is never changed: a private copy is scored).
-        images: an ImageFolder tree (labelled) or any image set (agreement only).
+        images: an ImageFolder tree (:attr:`~fl_core.io.images.ImageSet.labelled`: accuracy) or any image set
+            (agreement with the original only, e.g. the bundled photos, whose labels are photo names).
         swaps: from :func:`fl_core.masterkeys.swap.swap_filters`.
         device: where to run (under torchrun with CUDA: this rank's GPU).
         batch_size: images per batch.
         workers: DataLoader worker processes (default: CPU cores - 1, at most 8; none for a single batch).
         resume: file of running sums; a rerun with the same inputs continues from it.
-        use_labels: score accuracy against the tree's labels; ``False`` (e.g. the bundled photos, whose labels
-            are photo names): agreement with the original only.
         recovery: recover every swap on a calibration split first (:mod:`fl_core.masterkeys.recovery`); every variant is
             then scored on the held-out rest, and each swap's score gains its ``recovered`` scores.
         share_prefix: run each variant only from its first changed module on (:mod:`fl_core.masterkeys.prefix`);
@@ -472,7 +471,7 @@ def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] =
         AnalysisError: recovery under torchrun (it runs in one process).
     """
     device = rank_device(device)
-    classes = images.classes if images.labelled and use_labels else ()
+    classes = images.classes if images.labelled else ()
     mapping = map_tree_classes(classes, loaded.num_classes, loaded.class_names)
     for warning in mapping.warnings:
         log.warning(warning)

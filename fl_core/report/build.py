@@ -27,7 +27,7 @@ from fl_core.channelaxes.calibration import channel_data
 from fl_core.errors import AnalysisError, FilterLensError
 from fl_core.firstlayer.energy import EnergyResult, analyze_energy, pearson
 from fl_core.firstlayer.whitening import WhiteningResult, analyze_whitening
-from fl_core.io.images import ImageSet, open_images
+from fl_core.io.images import BUNDLED, ImageSet, open_images
 from fl_core.io.layers import conv_inventory, inventory_frame
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.clustering import (
@@ -78,7 +78,7 @@ class ReportSettings:
         seed: seed of clustering and data splits.
     """
 
-    images: str = "bundled"
+    images: str = BUNDLED
     max_images: int | None = None
     seeds: int = 10
     max_distance: int = 20
@@ -221,17 +221,12 @@ def final_whitening(whitening: WhiteningResult, spec: str) -> WhiteningResult:
                                labels={spec: whitening.labels[spec]})
 
 
-def labelled_images(images: ImageSet, source: str) -> bool:
-    """An ImageFolder tree given by the user (the bundled photos' labels are photo names, not classes)."""
-    return images.labelled and source not in ("", "bundled")
-
-
-def accuracy_skip_reason(loaded: LoadedModel, images: ImageSet, source: str) -> str | None:
+def accuracy_skip_reason(loaded: LoadedModel, images: ImageSet) -> str | None:
     """Why accuracy and channel axes cannot run (``None`` when they can)."""
     if loaded.weights_only:
         return (f"{loaded.label} is weights-only: accuracy and channel axes need a runnable model. Name its "
                 "architecture (timm:NAME=PATH or torchvision:NAME=PATH).")
-    if not labelled_images(images, source):
+    if not images.labelled:
         return (f"No labelled images ({images.description}): accuracy and channel axes need an ImageFolder tree of "
                 "the model's classes (--images DIR with DIR/<class>/*.jpg).")
     return None
@@ -351,7 +346,7 @@ def build_report(models: Sequence[LoadedModel], settings: ReportSettings = Repor
     report(progress, 0.65, "weight statistics")
     weights = sections.run("weights", lambda: weight_statistics(final))
 
-    reason = accuracy_skip_reason(final, images, settings.images)
+    reason = accuracy_skip_reason(final, images)
     accuracy = channels = None
     if reason:
         sections.skipped["accuracy"] = reason

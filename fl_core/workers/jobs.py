@@ -82,7 +82,7 @@ def rescore_job(spec: str, overrides: tuple, images: str, max_images: int, repla
     bank = depthwise_bank(loaded)
     swaps = [swap_filters(bank, name, stages=stages, k=k, seed=seed, device=device) for name in replacements]
     return rescore(loaded, open_images(images, max_images), swaps, device=device, batch_size=batch_size,
-                   use_labels=images != "bundled", recovery=recovery, progress=progress)
+                   recovery=recovery, progress=progress)
 
 
 def layer_sweep_job(spec: str, overrides: tuple, images: str, max_images: int, replacement: str,
@@ -92,7 +92,7 @@ def layer_sweep_job(spec: str, overrides: tuple, images: str, max_images: int, r
     zeroed alone."""
     return sweep_layers(worker_model(spec, overrides), open_images(images, max_images), replacement, stages=stages,
                         recovery=recovery, k=k, seed=seed, device=device, batch_size=batch_size,
-                        use_labels=images != "bundled", progress=progress)
+                        progress=progress)
 
 
 def report_job(models: ModelKeys, stamps: tuple[str, ...], settings: ReportSettings, device: str,

@@ -1,0 +1,216 @@
+"""Settings as data: every analysis takes one frozen settings dataclass, and its defaults live there only.
+
+A settings class is a ``@dataclass(frozen=True)`` whose Google-style ``Attributes:`` docstring says what each field
+means. :func:`settings_fields` reads the fields (name, type, default, that help text and the optional bounds and
+choices given by :func:`setting`); :func:`add_settings_arguments` turns them into ``argparse`` options and
+:func:`settings_from_args` reads them back, so the command line never re-types a default. The dashboard builds its
+form widgets from the same fields (``fl_ui.forms``), and a frozen settings object is hashable, so it is the cache key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass
+from typing import Any
+
+
+def setting(default: Any = MISSING, *, choices: Sequence[Any] | None = None, minimum: float | None = None,
+            maximum: float | None = None, flag: str | None = None, default_factory: Any = MISSING) -> Any:
+    """A dataclass field with the bounds, choices or command-line flag its widgets and options need.
+
+    Args:
+        default, default_factory: as in :func:`dataclasses.field`.
+        choices: the values allowed (for a tuple field: the values its items may take).
+        minimum, maximum: inclusive bounds of a number.
+        flag: the command-line option without ``--`` when it differs from the field's name with dashes.
+    """
+    metadata = {"choices": tuple(choices) if choices is not None else None, "minimum": minimum, "maximum": maximum,
+                "flag": flag}
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class SettingField:
+    """One field of a settings class, as forms and command lines need it.
+
+    Attributes:
+        name: the attribute's name.
+        kind: ``int``, ``float``, ``bool``, ``str`` or ``tuple`` (of ``item``).
+        item: the item type of a tuple field.
+        optional: ``None`` is allowed.
+        default: the default value.
+        help: the field's line(s) of the class's ``Attributes:`` docstring.
+        choices, minimum, maximum, flag: as given to :func:`setting`.
+    """
+
+    name: str
+    kind: type
+    item: type | None
+    optional: bool
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    flag: str | None = None
+
+    @property
+    def option(self) -> str:
+        """The command-line option: ``--`` + the flag or the name with dashes."""
+        return "--" + (self.flag or self.name.replace("_", "-"))
+
+
+def attribute_help(cls: type) -> dict[str, str]:
+    """Each attribute's text in the ``Attributes:`` section of ``cls``'s docstring (``a, b: text`` documents both),
+    continuation lines joined."""
+    doc = typing.cast(str, cls.__doc__ or "")
+    section = re.split(r"\n\s*Attributes:\s*\n", doc, maxsplit=1)
+    if len(section) < 2:
+        return {}
+    helps: dict[str, str] = {}
+    names: list[str] = []
+    indent = None
+    for line in section[1].splitlines():
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        indent = depth if indent is None else indent
+        match = re.match(r"\s*([\w, ]+):\s*(.*)", line)
+        if depth == indent and match:
+            names = [n.strip() for n in match.group(1).split(",")]
+            for name in names:
+                helps[name] = match.group(2).strip()
+        elif depth > indent and names:
+            for name in names:
+                helps[name] += " " + line.strip()
+        elif depth < indent:
+            break
+    return helps
+
+
+def _kind(hint: Any) -> tuple[type, type | None, bool]:
+    """``(kind, item type, optional)`` of a field's type hint."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        kind, item, _ = _kind(next(a for a in args if a is not type(None)))
+        return kind, item, True
+    if typing.get_origin(hint) is tuple:
+        return tuple, args[0], False
+    return hint, None, False
+
+
+def settings_fields(cls: type) -> list[SettingField]:
+    """The fields of a settings dataclass, nested settings classes flattened in place (their fields follow on)."""
+    hints = typing.get_type_hints(cls)
+    helps = attribute_help(cls)
+    fields: list[SettingField] = []
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            fields += settings_fields(hints[f.name])
+            continue
+        kind, item, optional = _kind(hints[f.name])
+        default = f.default if f.default is not MISSING else f.default_factory()
+        meta = f.metadata
+        fields.append(SettingField(f.name, kind, item, optional, default, helps.get(f.name, ""),
+                                   meta.get("choices"), meta.get("minimum"), meta.get("maximum"), meta.get("flag")))
+    return fields
+
+
+def _number(kind: type, field: SettingField):
+    """An argparse ``type`` that parses ``kind`` and checks the field's bounds."""
+    def parse(text: str):
+        value = kind(text)
+        low, high = field.minimum, field.maximum
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{field.option} must lie in [{low}, {high}], not {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, *,
+                           exclude: Sequence[str] = (), defaults: dict[str, Any] | None = None) -> None:
+    """Add one option per field of ``cls`` (:func:`settings_fields`), its default and help from the class.
+
+    Booleans get ``--flag/--no-flag``, tuples take several values (none for an empty tuple), optional numbers take
+    ``none``. A field whose option the parser already has (e.g. one ``--seed`` for several settings) is skipped.
+
+    Args:
+        exclude: field names left out (set by the command itself).
+        defaults: defaults that differ on this command line (the class's own are used otherwise).
+    """
+    taken = {o for a in getattr(parser, "_actions", []) for o in a.option_strings}
+    for field in settings_fields(cls):
+        if field.name in exclude or field.option in taken:
+            continue
+        default = (defaults or {}).get(field.name, field.default)
+        scalar = field.item if field.kind is tuple else field.kind
+        kwargs: dict[str, Any] = {"dest": field.name, "help": field.help + (" (default: %(default)s)" if default not in
+                                                                             (None, ()) else "")}
+        if field.kind is bool:
+            kwargs.update(action=argparse.BooleanOptionalAction, default=default)
+        else:
+            parse = _number(scalar, field) if scalar in (int, float) else scalar
+            if field.optional:
+                parse = _optional(parse)
+            kwargs.update(type=parse, default=list(default) if field.kind is tuple else default)
+            if field.choices is not None:
+                kwargs["choices"] = list(field.choices)
+            if field.kind is tuple:
+                kwargs["nargs"] = "*"
+        parser.add_argument(field.option, **kwargs)
+        taken.add(field.option)
+
+
+def _optional(parse):
+    def parse_optional(text: str):
+        return None if text.lower() == "none" else parse(text)
+    parse_optional.__name__ = getattr(parse, "__name__", "value")
+    return parse_optional
+
+
+def settings_from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
+    """Build ``cls`` from parsed options (:func:`add_settings_arguments`), nested settings included; ``given`` values
+    (the command's own) win, and fields the options do not carry keep their defaults."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in given:
+            values[f.name] = given[f.name]
+        elif dataclasses.is_dataclass(hints[f.name]):
+            values[f.name] = settings_from_args(hints[f.name], args, **given)
+        elif hasattr(args, f.name):
+            value = getattr(args, f.name)
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+    return cls(**values)
+
+
+def setting_value(settings: Any, name: str) -> Any:
+    """The field ``name`` of ``settings`` or of a settings object nested in it (:class:`KeyError` if none)."""
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if f.name == name:
+            return value
+        if dataclasses.is_dataclass(value):
+            try:
+                return setting_value(value, name)
+            except KeyError:
+                continue
+    raise KeyError(name)
+
+
+def replace_settings(settings: Any, values: Mapping[str, Any]) -> Any:
+    """``settings`` with ``values`` replaced, in nested settings objects too (fields by their own names)."""
+    own = {f.name for f in dataclasses.fields(settings)}
+    changes = {name: value for name, value in values.items() if name in own}
+    for f in dataclasses.fields(settings):
+        nested = getattr(settings, f.name)
+        if dataclasses.is_dataclass(nested) and f.name not in changes:
+            changes[f.name] = replace_settings(nested, values)
+    return dataclasses.replace(settings, **changes)
+

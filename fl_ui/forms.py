@@ -1,0 +1,52 @@
+"""Form widgets built from a settings class (:mod:`fl_core.settings`): the default, help, bounds and choices of each
+widget come from the class, so a page never re-types them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import streamlit as st
+
+from fl_core.settings import SettingField, replace_settings, setting_value, settings_fields
+
+
+def setting_widget(field: SettingField, label: str, *, key: str, value: Any = None, container: Any = st,
+                   **options: Any) -> Any:
+    """One widget for ``field``: a checkbox (bool), a multiselect (a tuple with choices), a select box (choices), a
+    number input within the field's bounds (int/float) or a text input, starting at ``value`` (default: the field's
+    default) with the field's help; ``options`` go to the widget (e.g. ``step``, ``format``, ``disabled``)."""
+    value = field.default if value is None else value
+    options.setdefault("help", field.help or None)
+    if field.kind is bool:
+        return container.checkbox(label, value=bool(value), key=key, **options)
+    if field.kind is tuple and field.choices is not None:
+        return tuple(container.multiselect(label, list(field.choices), default=list(value), key=key, **options))
+    if field.choices is not None:
+        choices = list(field.choices)
+        return container.selectbox(label, choices, index=choices.index(value), key=key, **options)
+    if field.kind in (int, float):
+        kind = field.kind
+        bounds = {name: kind(bound) for name, bound in (("min_value", field.minimum), ("max_value", field.maximum))
+                  if bound is not None}
+        return kind(container.number_input(label, value=kind(value), key=key, **{**bounds, **options}))
+    return container.text_input(label, value=str(value), key=key, **options)
+
+
+def settings_widgets(cls: type, labels: Mapping[str, str], *, key: str, base: Any = None, container: Any = st,
+                     options: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
+    """Widgets for the fields named in ``labels`` (in that order, nested settings' fields by their own names), and the
+    settings they give: ``base`` (default: ``cls()``) with those fields replaced.
+
+    Args:
+        labels: field name → widget label.
+        key: prefix of the widgets' keys (``{key}_{field}``).
+        base: the settings the widgets start from (e.g. decoded from the URL).
+        options: per field, extra widget arguments.
+    """
+    base = cls() if base is None else base
+    fields = {f.name: f for f in settings_fields(cls)}
+    values = {name: setting_widget(fields[name], label, key=f"{key}_{name}", value=setting_value(base, name),
+                                   container=container, **(options or {}).get(name, {}))
+              for name, label in labels.items()}
+    return replace_settings(base, values)

@@ -1,0 +1,109 @@
+"""Settings classes as the one source of defaults, help, bounds and choices for command lines."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+import pytest
+
+from fl_core.settings import (
+    add_settings_arguments,
+    attribute_help,
+    replace_settings,
+    setting,
+    setting_value,
+    settings_fields,
+    settings_from_args,
+)
+
+
+@dataclass(frozen=True)
+class Inner:
+    """Inner estimator.
+
+    Attributes:
+        k: peers per channel, a long help text that goes on
+            over a second line.
+        seed: seeds everything.
+    """
+
+    k: int = setting(8, minimum=1)
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Outer:
+    """Outer analysis.
+
+    Attributes:
+        inner: the estimator.
+        kinds: what to run.
+        fractions, rate: numbers.
+        keep: keep things.
+        limit: at most this many (None: all).
+        name: a name.
+    """
+
+    inner: Inner = field(default_factory=Inner)
+    kinds: tuple[str, ...] = setting(("a", "b"), choices=("a", "b", "c"), flag="run")
+    fractions: tuple[float, ...] = (0.25, 0.5)
+    rate: float = setting(1e-3, minimum=0.0, maximum=1.0)
+    keep: bool = True
+    limit: int | None = None
+    name: str = "x"
+
+
+def parse(argv: list[str]) -> Outer:
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    parser.add_argument("--seed", type=int, default=5)  # the command's own option, shared by the settings
+    add_settings_arguments(parser, Outer)
+    return settings_from_args(Outer, parser.parse_args(argv))
+
+
+def test_help_comes_from_the_attributes_docstring_with_continuations_and_shared_lines():
+    helps = attribute_help(Outer)
+    assert helps["fractions"] == helps["rate"] == "numbers."
+    assert attribute_help(Inner)["k"] == "peers per channel, a long help text that goes on over a second line."
+    fields = {f.name: f for f in settings_fields(Outer)}
+    assert list(fields) == ["k", "seed", "kinds", "fractions", "rate", "keep", "limit", "name"]  # nested flattened
+    assert fields["kinds"].kind is tuple and fields["kinds"].item is str and fields["kinds"].option == "--run"
+    assert fields["limit"].optional and fields["limit"].kind is int
+
+
+def test_no_options_give_the_class_defaults_and_the_commands_shared_option_feeds_nested_settings():
+    assert parse([]) == Outer(inner=Inner(seed=5))
+    assert parse(["--seed", "0"]) == Outer()
+
+
+def test_options_round_trip_every_kind_of_field():
+    got = parse(["--k", "3", "--run", "c", "a", "--fractions", "0.1", "--rate", "0.5", "--no-keep", "--limit", "7",
+                 "--name", "y"])
+    assert got == Outer(inner=Inner(k=3, seed=5), kinds=("c", "a"), fractions=(0.1,), rate=0.5, keep=False, limit=7,
+                        name="y")
+    assert parse(["--run"]).kinds == ()  # an empty tuple: run nothing
+    assert parse(["--limit", "none"]).limit is None
+    assert hash(got) == hash(parse(["--k", "3", "--run", "c", "a", "--fractions", "0.1", "--rate", "0.5",
+                                    "--no-keep", "--limit", "7", "--name", "y"]))  # usable as a cache key
+
+
+@pytest.mark.parametrize("argv", [["--k", "0"], ["--rate", "2"], ["--run", "d"]])
+def test_bounds_and_choices_are_enforced(argv):
+    with pytest.raises(argparse.ArgumentError):
+        parse(argv)
+
+
+def test_given_values_win_and_excluded_fields_keep_their_defaults():
+    parser = argparse.ArgumentParser()
+    add_settings_arguments(parser, Outer, exclude=("name",), defaults={"rate": 0.25})
+    args = parser.parse_args([])
+    assert not hasattr(args, "name")
+    assert settings_from_args(Outer, args, keep=False) == Outer(rate=0.25, keep=False)
+
+
+def test_nested_fields_are_read_and_replaced_by_their_own_names():
+    settings = Outer(inner=Inner(k=3))
+    assert setting_value(settings, "k") == 3 and setting_value(settings, "rate") == 1e-3
+    assert replace_settings(settings, {"seed": 9, "keep": False}) == Outer(inner=Inner(k=3, seed=9), keep=False)
+    with pytest.raises(KeyError):
+        setting_value(settings, "nothing")
