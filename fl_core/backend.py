@@ -65,7 +65,7 @@ def product_dtype(device: torch.device) -> torch.dtype:
     The rule: float64 on the CPU and on GPUs with fast float64 (:data:`FAST_FLOAT64_CUDA`); float32 on every
     other accelerator, each band's product accumulated into the float64 total. With operands centred by a
     per-channel shift, float32 products keep the patch-PCA λ of natural 7×7×3 patches within ~2e-3 relative of
-    float64 at the smallest λ and ~1e-5 at the median (tests/test_patches.py measures it).
+    float64 at the smallest λ and ~1e-5 at the median (tests/firstlayer/test_patches.py measures it).
     """
     if device.type == "cuda" and torch.cuda.get_device_capability(device) in FAST_FLOAT64_CUDA:
         return torch.float64

@@ -14,8 +14,9 @@ shipped (Apache-2.0) in the PyPI package ``rapidocr``. Without ``--wheel`` the p
    assets/demo/manifest.json, whose provenance records package, version, file and SHA-256s, without touching the
    other entries.
 
-assets/ATTRIBUTION.md records the same source and licence; tests/test_depthwise_bank.py checks the shipped file
-against the manifest and, with ``FL_RAPIDOCR_WHEEL`` set to the wheel, that this script reproduces it byte for byte.
+assets/ATTRIBUTION.md records the same source and licence; tests/masterkeys/test_depthwise_bank.py checks the shipped
+file against the manifest and, with ``FL_RAPIDOCR_WHEEL`` set to the wheel, that this script reproduces it byte for
+byte.
 """
 
 from __future__ import annotations

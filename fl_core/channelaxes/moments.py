@@ -6,7 +6,7 @@ Everything here is pure tensor maths: activations come in as tensors, numbers go
 the device supports it) on the device the inputs live on. Hooks and model loading live elsewhere.
 
 The definitions are the project's **proposed** ones (the paper's method section is not public); the
-closed-form identities they rely on are checked numerically in ``tests/test_channelstats.py``.
+closed-form identities they rely on are checked numerically in ``tests/channelaxes/test_moments.py``.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def discrete_gaussian(sigma: float | np.ndarray, radius: int, sum_to_one: bool =
     Computed with ``scipy.special.ive`` (= e^{-s} I_n(s)), vectorised over σ. pyscsp's
     ``make1Ddiscgaussfilter`` computes the same ``ive`` values but also drops tail taps whose mass is below
     ε = 1e-8 and only takes a scalar σ, so ``ive`` is used directly; pyscsp is the oracle of the tests (equal taps
-    to 1e-13, tests/test_scalespace.py). T(n; 0) is the unit impulse.
+    to 1e-13, tests/masterkeys/test_scalespace.py). T(n; 0) is the unit impulse.
 
     Args:
         sigma: standard deviation(s) σ ≥ 0; an array gives a batch of kernels.

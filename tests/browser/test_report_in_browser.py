@@ -9,7 +9,7 @@ import pytest
 
 from fl_core.cli import main
 
-from ..test_report import FAST, write_checkpoint
+from ..report.test_report import FAST, write_checkpoint
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

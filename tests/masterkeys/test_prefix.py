@@ -17,7 +17,7 @@ from fl_core.masterkeys.prefix import changed_keys, module_chain, plan_prefix_sh
 from fl_core.masterkeys.rescore import rescore
 from fl_core.masterkeys.swap import swap_filters
 
-from .test_masterkeys import tiny_loaded
+from .test_clustering import tiny_loaded
 
 
 def scores(result) -> list[tuple]:
@@ -27,7 +27,7 @@ def scores(result) -> list[tuple]:
 
 def both_ways(loaded: LoadedModel, swaps, images=None, batch_size: int = 2):
     images = images or bundled_images().subset(range(5))
-    return [rescore(loaded, images, swaps, use_labels=False, batch_size=batch_size, workers=0, share_prefix=share)
+    return [rescore(loaded, images, swaps, batch_size=batch_size, workers=0, share_prefix=share)
             for share in (True, False)]
 
 

@@ -17,7 +17,7 @@ from fl_core.masterkeys.clustering import assign_to_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.scalespace import load_published_filters
 
-from .conftest import REPO
+from ..conftest import REPO
 
 NAME = "ppocrv6_det_small_dw7"
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .conftest import page_app
+from ..conftest import page_app
 
 PAGE = "pages/report.py"
 
@@ -43,7 +43,7 @@ def test_the_selected_models_as_checkpoints_of_one_run_add_the_trajectory() -> N
 
 
 def test_a_shared_server_folder_of_checkpoints_is_reported_as_one_run(tmp_path, monkeypatch) -> None:
-    from .test_report import write_checkpoint
+    from ..report.test_report import write_checkpoint
 
     monkeypatch.setenv("FL_DATA_ROOTS", str(tmp_path))
     folder = tmp_path / "run"

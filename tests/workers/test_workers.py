@@ -19,8 +19,8 @@ from fl_core.workers.pool import JobCancelled, WorkerPool, publish, stop_request
 from fl_ui import cache as cache_module
 from fl_ui.cache import memoize, pooled
 
-from .conftest import REPO
-from .test_concurrency import run_together
+from ..conftest import REPO
+from ..test_concurrency import run_together
 
 
 def counting(steps: int, progress=None) -> int:
@@ -186,7 +186,7 @@ def reporting_pid(progress=None) -> None:
 SERVER_SCRIPT = """
 import sys, time
 from fl_core.workers.pool import WorkerPool
-from tests.test_workers import reporting_pid
+from tests.workers.test_workers import reporting_pid
 
 if __name__ == "__main__":
     job = WorkerPool(workers=1).submit(reporting_pid)
@@ -230,7 +230,7 @@ from pathlib import Path
 if __name__ != "__main__":  # imported again in a child, as the app script would be under `streamlit run`
     Path(os.environ["SENTINEL"]).write_text(__name__)
 from fl_core.workers.pool import WorkerPool
-from tests.test_workers import counting
+from tests.workers.test_workers import counting
 
 if __name__ == "__main__":
     print(WorkerPool(workers=1).submit(counting, 1).result(timeout=120))

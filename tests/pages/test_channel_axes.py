@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .conftest import page_app
+from ..conftest import page_app
 
 PAGE = "pages/channel_axes.py"
 SMALL = {"axes_ncal": "64", "axes_neval": "32"}

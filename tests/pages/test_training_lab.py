@@ -7,7 +7,7 @@ import pytest
 
 from fl_core.lab.runs import SHIPPED_RUNS_DIR
 
-from .conftest import page_app
+from ..conftest import page_app
 
 PAGE = "pages/training_lab.py"
 

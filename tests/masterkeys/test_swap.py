@@ -17,7 +17,7 @@ from fl_core.masterkeys.rescore import rescore
 from fl_core.masterkeys.scalespace import affine_fit_to_templates
 from fl_core.masterkeys.swap import REPLACEMENTS, swap_filters, swapped_model
 
-from .test_masterkeys import orthogonal_prototypes, planted_filters, tiny_loaded
+from .test_clustering import orthogonal_prototypes, planted_filters, tiny_loaded
 
 
 def snapshot(loaded: LoadedModel) -> dict[str, torch.Tensor]:
@@ -31,7 +31,7 @@ def test_swaps_never_touch_the_cached_model(mobilenet):
     swaps = [swap_filters(bank, name, stages=[4]) for name in ("B", "centroid", "random")]
     copy = swapped_model(mobilenet, swaps[0])
     small = dataclasses.replace(mobilenet, input_config=mobilenet.input_config.with_overrides(input_size=64))
-    rescore(small, bundled_images(["chelsea", "coffee"]), swaps, batch_size=2, use_labels=False)
+    rescore(small, bundled_images(["chelsea", "coffee"]), swaps, batch_size=2)
     for key, tensor in mobilenet.model.state_dict().items():
         assert torch.equal(tensor, before[key]), key
         assert tensor.data_ptr() == pointers[key], key

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from fl_ui.testing import page_app
 
-from .conftest import REPO, RESNET20_SPEC
+from ..conftest import REPO, RESNET20_SPEC
 
 APP = str(REPO / "app.py")
 

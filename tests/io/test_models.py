@@ -13,7 +13,7 @@ from fl_core.io import models as models_module
 from fl_core.io.checkpoints import save_state_dict
 from fl_core.io.models import InputConfig, ModelSpec, demo_manifest, load_model
 
-from .conftest import CHECKPOINTS
+from ..conftest import CHECKPOINTS
 
 
 @pytest.mark.parametrize(("spec", "expected"), [
@@ -38,7 +38,7 @@ def test_bad_specs_explain_the_forms(spec: str) -> None:
 def test_timm_random_init_is_labelled_and_has_its_own_preprocessing() -> None:
     loaded = load_model("timm:resnet18")
     assert loaded.random_init and "random init" in loaded.label
-    cfg = loaded.input_config  # resnet18.a1_in1k evaluated at its test size (tests/test_eval_preprocessing.py)
+    cfg = loaded.input_config  # resnet18.a1_in1k at its test size (tests/masterkeys/test_rescore_preprocessing.py)
     assert (cfg.interpolation, cfg.input_size, cfg.crop_pct) == ("bicubic", 288, pytest.approx(1.0))
     assert not loaded.model.training and not any(p.requires_grad for p in loaded.model.parameters())
 

@@ -23,9 +23,9 @@ from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.rescore import fold_batchnorm, folded_patch, imagenet_wnids, map_tree_classes, rescore
 from fl_core.masterkeys.swap import parameter_patch, swap_filters, swapped_model
 
-from .test_masterkeys import tiny_loaded
+from .test_clustering import tiny_loaded
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def readme_preprocessing(loaded):
@@ -176,7 +176,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path):
 def test_unlabelled_photos_give_agreement_only():
     loaded = tiny_loaded(seed=7)
     swaps = [swap_filters(depthwise_bank(loaded), name) for name in ("keep", "random")]
-    result = rescore(loaded, bundled_images(), swaps, use_labels=False, batch_size=4, workers=0)
+    result = rescore(loaded, bundled_images(), swaps, batch_size=4, workers=0)
     assert result.top1 is None and result.loss is None and "unlabelled" in result.classes
     keep, random = result.swaps
     assert keep.agreement == 1.0 and keep.kl == 0.0 and keep.top1 is None

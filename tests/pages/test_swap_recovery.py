@@ -6,7 +6,7 @@ import pandas as pd
 
 from fl_ui.masterkeys import DEFAULT_SWAP_SPEC, get_bank
 
-from .test_pages_masterkeys import assert_clean, open_page, text_of
+from .test_masterkeys import assert_clean, open_page, text_of
 
 
 def test_swap_page_recovers_each_swap_on_held_out_images_and_sweeps_one_stage():

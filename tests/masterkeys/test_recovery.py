@@ -269,7 +269,7 @@ def test_matching_the_batchnorm_statistics_recovers_the_real_mobilenet_swapped_b
     """The fixture's BatchNorms are identities (folded TFLite export): the statistics matching must still hold."""
     from fl_core.io.images import folder_images
 
-    from .test_evaluate import readme_preprocessing
+    from .test_rescore import readme_preprocessing
 
     loaded = readme_preprocessing(mobilenet)
     settings = RecoverySettings(steps=0, calibration=32, batch=16)

@@ -22,9 +22,9 @@ from fl_core.io.checkpoints import save_state_dict
 from fl_core.io.uploads import IN_USE_SECONDS, UploadStore, upload_store, write_atomically
 from fl_ui.testing import page_app
 
-from .app_pages import app_pages
-from .conftest import REPO
-from .test_hostile_uploads import _png
+from ..app_pages import app_pages
+from ..conftest import REPO
+from ..test_hostile_uploads import _png
 
 MIB = 2**20
 HOUR = 3600.0

@@ -21,8 +21,8 @@ from fl_core.io.onnx_weights import read_onnx_convs
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_ui.testing import page_app
 
-from .app_pages import app_pages
-from .conftest import REPO
+from ..app_pages import app_pages
+from ..conftest import REPO
 
 RNG = np.random.default_rng(0)
 STEM = RNG.standard_normal((6, 3, 5, 5)).astype(np.float32)        # initializer, sees the image

@@ -12,7 +12,7 @@ from torch import nn
 from fl_core.errors import CheckpointError
 from fl_core.io.checkpoints import load_into, load_state_dict, match_state_dict, save_state_dict
 
-from .conftest import CHECKPOINTS
+from ..conftest import CHECKPOINTS
 
 
 def small_net() -> nn.Module:
