@@ -1,7 +1,7 @@
 """Figures as pure functions of results (plotly ``go.Figure``): testable without a browser, reusable in reports.
 
 This module holds the pieces every family of figures shares: filter tiles, heatmaps, the palette, HTML export.
-Each analysis has its own module (``fl_core.firstlayer.plots``, ``fl_core.firstlayer.plots``, ...).
+Each family holds its own figures beside its analyses (``fl_core.firstlayer.plots``, ``fl_core.masterkeys.plots``, ...
 """
 
 from __future__ import annotations
