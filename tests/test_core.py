@@ -1,0 +1,92 @@
+"""The small core every family uses: devices, product precision, progress, JSON-safe results."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from fl_core import backend
+from fl_core.backend import (
+    available_devices,
+    inference_autocast,
+    product_dtype,
+    report,
+    resolve_device,
+    statistics_dtype,
+    sub_progress,
+)
+from fl_core.results import Result, jsonable
+
+
+def test_fl_device_overrides_the_automatic_choice_and_missing_accelerators_fall_back_to_cpu(monkeypatch):
+    monkeypatch.setenv("FL_DEVICE", "cpu")
+    assert resolve_device(None) == resolve_device("auto") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("cuda:1") == torch.device("cpu")
+    assert available_devices()[0] == "cpu" and not any(d.startswith("cuda") for d in available_devices())
+
+
+def test_statistics_are_float64_except_on_mps_and_products_follow_the_documented_rule(monkeypatch):
+    assert statistics_dtype(torch.device("cpu")) is torch.float64
+    assert statistics_dtype(torch.device("mps")) is torch.float32
+    assert product_dtype(torch.device("cpu")) is torch.float64
+    for capability, expected in (((9, 0), torch.float64), ((8, 9), torch.float32), ((7, 5), torch.float32)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, c=capability: c)
+        assert product_dtype(torch.device("cuda")) is expected, capability
+    assert (8, 0) in backend.FAST_FLOAT64_CUDA and (8, 6) not in backend.FAST_FLOAT64_CUDA
+
+
+def test_cpu_inference_never_autocasts_and_records_no_gradients():
+    layer = torch.nn.Linear(3, 2)
+    with inference_autocast(torch.device("cpu")):
+        out = layer(torch.ones(1, 3))
+    assert out.dtype is torch.float32 and not out.requires_grad
+
+
+def test_progress_is_clamped_and_nested_steps_map_onto_their_share():
+    seen = []
+
+    def record(fraction: float, message: str) -> None:
+        seen.append((fraction, message))
+
+    report(record, 1.5, "done")
+    inner = sub_progress(record, 0.5, 0.75)
+    inner(0.0, "a")
+    inner(1.0, "b")
+    inner(-3.0, "c")
+    assert seen == [(1.0, "done"), (0.5, "a"), (0.75, "b"), (0.0, "c")]
+    assert sub_progress(None, 0, 1) is None
+    report(None, 0.5, "nobody listens")  # no error
+
+
+@dataclass(frozen=True)
+class Inner(Result):
+    values: np.ndarray
+
+
+@dataclass(frozen=True)
+class Outer(Result):
+    _private_fields = ("image",)
+    name: str
+    inner: Inner
+    table: dict
+    image: np.ndarray
+
+
+def test_results_serialise_arrays_tensors_nested_results_and_non_finite_numbers_as_plain_json():
+    result = Outer(name="x", inner=Inner(np.array([1.0, np.nan, np.inf])),
+                   table={1: torch.tensor([2, 3]), "s": np.float32(0.5), "t": (np.int64(4), -math.inf)},
+                   image=np.zeros((2, 2)))
+    data = result.to_dict()
+    assert data == {"name": "x", "inner": {"values": [1.0, None, None]},
+                    "table": {"1": [2, 3], "s": 0.5, "t": [4, None]}}  # the private image is left out
+    assert json.loads(result.to_json()) == data
+    assert jsonable(Inner(np.arange(2))) == {"values": [0, 1]}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.name = "y"  # results are shared between sessions: never changed
