@@ -5,9 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from fl_core.io.classes import map_tree_classes
 from fl_core.masterkeys.plots import layer_sweep_figure, reconstruction_figure, scores_figure
 from fl_core.masterkeys.recovery import RecoverySettings
-from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, map_tree_classes
+from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE
 from fl_core.masterkeys.swap import REPLACEMENTS
 from fl_ui.cache import get_images, get_model
 from fl_ui.masterkeys import (

@@ -8,7 +8,7 @@ Two sources:
   from the validation crops, which never share pixels.
 
 The class index the data assigns is checked against the model's head
-(:func:`fl_core.masterkeys.rescore.map_tree_classes`: by ImageNet wnid for 1000-way heads, by the model's class names,
+(:func:`fl_core.io.classes.map_tree_classes`: by ImageNet wnid for 1000-way heads, by the model's class names,
 else by position when the counts agree); remapped labels and assumptions are reported as warnings, and data whose
 classes the head cannot score is refused.
 """
@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from fl_core.errors import DataError
+from fl_core.io.classes import map_tree_classes
 from fl_core.io.crops import CropConfig, CropData, photo_crops
 from fl_core.io.images import ImageSet, folder_images, is_bundled, iter_input_batches
 from fl_core.io.models import InputConfig, LoadedModel
-from fl_core.masterkeys.rescore import map_tree_classes
 
 CROPS = "crops"
 
@@ -108,7 +108,7 @@ class ChannelData:
 def class_mapping(classes: Sequence[str], loaded: LoadedModel) -> tuple[np.ndarray, tuple[str, ...]]:
     """Map data class indices (position in ``classes``) to the model's output indices.
 
-    Uses :func:`fl_core.masterkeys.rescore.map_tree_classes` (ImageNet wnids, then the model's class names, then
+    Uses :func:`fl_core.io.classes.map_tree_classes` (ImageNet wnids, then the model's class names, then
     position). Returns ``(mapping, notes)`` with ``mapping[data_label] = model_label``; raises :class:`DataError` when
     the data's classes cannot be matched with the head (the true-class margin needs the right class).
     """

@@ -32,6 +32,7 @@ from torch import nn
 from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
 from fl_core.io import nets
 from fl_core.io.checkpoints import file_sha256, load_into, load_state_dict, match_state_dict
+from fl_core.io.classes import IMAGENET_CLASSES, imagenet_class_names
 from fl_core.io.layers import ConvLayer, probe_inventory
 
 ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
@@ -379,11 +380,7 @@ def _known_interpolation(name: str) -> str:
 
 def _imagenet_names(model: nn.Module) -> tuple[str, ...] | None:
     """ImageNet-1k class names for pretrained 1000-class registry models."""
-    if _count_outputs(model) != 1000:
-        return None
-    import torchvision
-
-    return tuple(torchvision.models.ResNet18_Weights.DEFAULT.meta["categories"])
+    return imagenet_class_names() if _count_outputs(model) == IMAGENET_CLASSES else None
 
 
 @cache

@@ -6,7 +6,7 @@
   CPU, the layout tensor cores want on GPU) under :func:`fl_core.backend.inference_autocast` (bf16/fp16 on GPU).
 * Classes: tree folders are mapped onto model outputs by ImageNet-1k wnid, else by the model's class names, else by
   sorted position when the counts agree; otherwise there is no accuracy, only agreement with the original model
-  (:func:`map_tree_classes`, which says what it did and warns when tree and model disagree).
+  (:func:`fl_core.io.classes.map_tree_classes`, which says what it did and warns when tree and model disagree).
 * Inference copy: every eval-mode BatchNorm (also timm's ``BatchNormAct2d``) that reads a conv's output is folded into
   that conv (:func:`fold_batchnorm`; about 1.4× faster for MobileNetV2 on CPU), and swapped filters are scaled the
   same way, so the numbers are those of the unfolded network up to float rounding.
@@ -47,6 +47,7 @@ from torch.utils.data import DataLoader
 
 from fl_core.backend import Progress, inference_autocast, report, resolve_device, statistics_dtype, sub_progress
 from fl_core.errors import AnalysisError
+from fl_core.io.classes import map_tree_classes
 from fl_core.io.images import ImageSet, TransformedImages, input_transform
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.batchnorm import fold_batchnorm, folded_patch
@@ -62,55 +63,6 @@ log = logging.getLogger(__name__)
 ORIGINAL = "original"
 TALLY_COLUMNS = ("images", "labelled", "loss", "top1", "top5", "agreement", "kl")
 DEFAULT_BATCH_SIZE = 64
-
-
-# ------------------------------------------------------------------------------------------------------ classes
-
-
-@dataclass(frozen=True)
-class ClassMapping:
-    """How the tree's class folders map onto the model's outputs.
-
-    Attributes:
-        label_map: tree class index -> model output index (-1: not mappable), or ``None`` when the labels are not
-            used (no accuracy, agreement only).
-        how: one sentence saying what was done.
-        warnings: disagreements between tree and model, for the user.
-    """
-
-    label_map: np.ndarray | None
-    how: str
-    warnings: tuple[str, ...] = ()
-
-
-def imagenet_wnids() -> tuple[str, ...]:
-    """The 1000 ImageNet-1k wnids in class-index order (sorted), from timm's bundled class info."""
-    from timm.data import ImageNetInfo
-
-    return tuple(ImageNetInfo("imagenet-1k").label_names())
-
-
-def map_tree_classes(classes: Sequence[str], n_outputs: int | None,
-                     model_classes: Sequence[str] | None = None) -> ClassMapping:
-    """Map an ImageFolder tree's classes (sorted folder names) onto a model's outputs (module docstring)."""
-    if not classes:
-        return ClassMapping(None, "The images are unlabelled: only agreement with the original model is scored.")
-    wnids = {wnid: i for i, wnid in enumerate(imagenet_wnids())}
-    if n_outputs == len(wnids) and all(c in wnids for c in classes):
-        subset = "" if len(classes) == len(wnids) else f" (the tree holds {len(classes)} of the 1000 classes)"
-        return ClassMapping(np.array([wnids[c] for c in classes]), f"Folders are ImageNet-1k wnids{subset}: each is "
-                            "mapped to its ImageNet class index.")
-    if model_classes and all(c in model_classes for c in classes):
-        index = {name: i for i, name in enumerate(model_classes)}
-        return ClassMapping(np.array([index[c] for c in classes]), "Folders are mapped to the model's classes by name.")
-    if n_outputs == len(classes):
-        return ClassMapping(np.arange(len(classes)), f"Folder i (sorted) is taken as output i of {n_outputs}.",
-                            (f"The {len(classes)} folder names are neither ImageNet wnids nor the model's class "
-                             "names; the sorted folder order is assumed to be the model's class order.",))
-    return ClassMapping(None, "Tree and model classes disagree: only agreement with the original model is scored.",
-                        (f"The tree has {len(classes)} classes but the model has {n_outputs} outputs, and the folder "
-                         "names are neither ImageNet-1k wnids nor the model's class names, so accuracy cannot be "
-                         "computed. Use an ImageFolder tree of the model's classes (ImageNet: val/<wnid>/*.JPEG).",))
 
 
 # ---------------------------------------------------------------------------------------------------- results
@@ -181,7 +133,7 @@ class RescoreResult(Result):
         images: description of the image source.
         n_images, top1, top5, loss: the original model's scores (accuracy ``None`` without labels).
         swaps: one :class:`VariantScore` per swap, in order.
-        classes: how tree classes were mapped (:class:`ClassMapping`.how).
+        classes: how tree classes were mapped (:class:`~fl_core.io.classes.ClassMapping`.how).
         warnings: tree/model disagreements.
         seconds: wall time of the scoring (this run; resumed work not included).
         images_per_second: decoded images per second (each used by every variant).

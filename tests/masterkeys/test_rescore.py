@@ -20,7 +20,7 @@ from fl_core.cli import main
 from fl_core.io.images import bundled_images, folder_images
 from fl_core.io.models import load_model
 from fl_core.masterkeys.depthwise import depthwise_bank
-from fl_core.masterkeys.rescore import fold_batchnorm, folded_patch, imagenet_wnids, map_tree_classes, rescore
+from fl_core.masterkeys.rescore import fold_batchnorm, folded_patch, rescore
 from fl_core.masterkeys.swap import parameter_patch, swap_filters, swapped_model
 
 from .test_clustering import tiny_loaded
@@ -31,20 +31,6 @@ REPO = Path(__file__).resolve().parents[2]
 def readme_preprocessing(loaded):
     """Resize 256 + CenterCrop 224 as in the fixture READMEs (torchvision's MobileNetV2 preset resizes to 232)."""
     return dataclasses.replace(loaded, input_config=loaded.input_config.with_overrides(crop_pct=224 / 256))
-
-
-def test_class_mapping_rules():
-    wnids = imagenet_wnids()
-    assert len(wnids) == 1000 and list(wnids) == sorted(wnids)
-    subset = map_tree_classes([wnids[3], wnids[997]], 1000)
-    assert list(subset.label_map) == [3, 997] and "2 of the 1000" in subset.how and not subset.warnings
-    by_name = map_tree_classes(["cat", "dog"], 3, ("dog", "bird", "cat"))
-    assert list(by_name.label_map) == [2, 0]
-    by_position = map_tree_classes(["x", "y"], 2)
-    assert list(by_position.label_map) == [0, 1] and by_position.warnings
-    mismatch = map_tree_classes(["x", "y", "z"], 1000)
-    assert mismatch.label_map is None and "3 classes but the model has 1000 outputs" in mismatch.warnings[0]
-    assert map_tree_classes([], 1000).label_map is None
 
 
 @pytest.mark.slow
