@@ -30,13 +30,7 @@ from scipy.stats import rankdata
 from fl_core.backend import Progress, report, resolve_device, sub_progress
 from fl_core.channelaxes.calibration import ChannelData
 from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman
-from fl_core.channelaxes.interventions import (
-    LESION_KINDS,
-    ChannelInterventions,
-    ChannelSite,
-    channel_interventions,
-    locate_site,
-)
+from fl_core.channelaxes.interventions import LESION_KINDS, ChannelInterventions, channel_interventions
 from fl_core.channelaxes.layerstats import (
     AxisSettings,
     LayerStatistics,
@@ -45,6 +39,7 @@ from fl_core.channelaxes.layerstats import (
     target_axis,
 )
 from fl_core.channelaxes.pruning import PruningResult, PruningSettings, prune_curves
+from fl_core.channelaxes.site import ChannelSite, locate_site
 from fl_core.errors import AnalysisError
 from fl_core.io.layers import ConvLayer, find_layer
 from fl_core.io.models import LoadedModel

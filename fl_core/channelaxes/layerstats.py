@@ -7,7 +7,7 @@ memory independent of the number of images except the per-image values the copul
 * the conv's input: per-column variances of its zero-padded im2col patches → ``tr Σ_X`` per group (§1);
 * the conv's output ``u`` (pre-activation): per-position channel moments → Var(u_i) = w_iᵀΣ_X w_i and the
   channel correlation (§1, §2);
-* the site's output ``a`` (post-BN-activation, :func:`fl_core.channelaxes.interventions.locate_site`): per-position
+* the site's output ``a`` (post-BN-activation, :func:`fl_core.channelaxes.site.locate_site`): per-position
   moments in two halves (alternate images; held-out R², ridge replacement, §4-5) and the pooled ``ā (N, C)`` (§3);
 * the logits: the true-class margin ``m`` (target of §3), loss and accuracy.
 """
@@ -32,7 +32,6 @@ from fl_core.channelaxes.information import (
     target_excess,
     triplet_synergy,
 )
-from fl_core.channelaxes.interventions import ChannelSite, on_call
 from fl_core.channelaxes.moments import (
     ChannelMoments,
     FeatureVariance,
@@ -46,6 +45,7 @@ from fl_core.channelaxes.moments import (
     ridge_peer_coefficients,
     top_peers,
 )
+from fl_core.channelaxes.site import ChannelSite, on_call
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
 
@@ -132,7 +132,7 @@ def collect_layer_statistics(model: nn.Module, site: ChannelSite, inputs: Labell
 
     Args:
         model: a private copy of the network on ``device``, in eval mode (hooks are added and removed).
-        site: from :func:`fl_core.channelaxes.interventions.locate_site`.
+        site: from :func:`fl_core.channelaxes.site.locate_site`.
         inputs: the labelled calibration set.
         device: where to run and accumulate.
         batch_size: images per forward pass.

@@ -12,9 +12,10 @@ from PIL import Image
 
 from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import LabelledInputs, channel_data, class_mapping, folder_channel_data
-from fl_core.channelaxes.interventions import fold_peer_replacement, locate_site
+from fl_core.channelaxes.interventions import fold_peer_replacement
 from fl_core.channelaxes.layerstats import AxisSettings, collect_layer_statistics, local_axis
 from fl_core.channelaxes.pruning import LayerPruner, PruningSettings
+from fl_core.channelaxes.site import locate_site
 from fl_core.errors import DataError
 from fl_core.io.models import load_model
 

@@ -12,9 +12,9 @@ from fl_core.channelaxes.interventions import (
     Substitutions,
     channel_interventions,
     fold_peer_replacement,
-    locate_site,
     substitution_effects,
 )
+from fl_core.channelaxes.site import locate_site
 from fl_core.errors import AnalysisError
 from fl_core.io.models import load_model
 
