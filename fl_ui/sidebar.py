@@ -16,7 +16,7 @@ from fl_core.backend import available_devices
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
 from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES, is_bundled
-from fl_core.io.models import CROP_MODES, FILE_SOURCES, INTERPOLATIONS, ModelSpec, demo_manifest
+from fl_core.io.models import CROP_MODES, FILE_SOURCES, INTERPOLATIONS, ModelSpec, demo_manifest, parse_rgb, rgb_text
 from fl_core.io.uploads import upload_store
 from fl_ui.cache import get_model
 from fl_ui.state import Selection, selection_from_url, write_selection_to_url
@@ -193,19 +193,16 @@ def _preprocessing_form(specs: list[str], overrides: dict[str, dict]) -> dict[st
         mode = st.selectbox("Crop mode", CROP_MODES, index=CROP_MODES.index(base.crop_mode), key=f"pre_mode_{spec}",
                             help="timm's evaluation crop: resize the short side (center), both sides (squash) or the "
                                  "long side, padding with the mean colour (border), then crop the centre.")
-        mean = st.text_input("Mean (R G B)", " ".join(f"{v:g}" for v in base.mean), key=f"pre_mean_{spec}")
-        std = st.text_input("Std (R G B)", " ".join(f"{v:g}" for v in base.std), key=f"pre_std_{spec}")
+        mean = st.text_input("Mean (R G B)", rgb_text(base.mean), key=f"pre_mean_{spec}")
+        std = st.text_input("Std (R G B)", rgb_text(base.std), key=f"pre_std_{spec}")
         try:
-            mean_v, std_v = tuple(float(v) for v in mean.split()), tuple(float(v) for v in std.split())
-            if len(mean_v) != 3 or len(std_v) != 3:
-                raise ValueError
+            mean_v, std_v = parse_rgb(mean), parse_rgb(std)
         except ValueError:
             st.warning("Mean and std need three numbers each (R G B).")
             return overrides
         chosen = {"input_size": int(size), "crop_pct": float(crop), "interpolation": interp, "mean": mean_v,
                   "std": std_v, "crop_mode": mode}
-        default = get_model(spec).input_config
-        changed = {k: v for k, v in chosen.items() if getattr(default, k) != v}
+        changed = get_model(spec).input_config.changed_fields(chosen)
         return {**overrides, spec: changed} if changed else {k: v for k, v in overrides.items() if k != spec}
 
 

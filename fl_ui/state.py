@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 from fl_core.io.images import BUNDLED
+from fl_core.io.models import InputConfig, Overrides
 
 DEFAULT_MODELS = ("demo:tiny_vgg", "demo:tiny_vgg_init")
-OVERRIDE_KEYS = {"size": "input_size", "crop": "crop_pct", "interp": "interpolation", "mean": "mean", "std": "std",
-                 "mode": "crop_mode"}
 
 
 @dataclass(frozen=True)
@@ -27,9 +26,9 @@ class Selection:
     images: str = BUNDLED
     device: str = "auto"
 
-    def overrides_of(self, spec: str) -> tuple[tuple[str, object], ...]:
+    def overrides_of(self, spec: str) -> Overrides:
         """Hashable overrides of one model (cache key)."""
-        return tuple(sorted(self.overrides.get(spec, {}).items()))
+        return InputConfig.overrides(self.overrides.get(spec, {}))
 
     def model_keys(self) -> tuple[tuple[str, tuple], ...]:
         """``(spec, overrides)`` of every selected model: the argument of the cached analyses."""
@@ -37,39 +36,14 @@ class Selection:
 
 
 def encode_token(spec: str, overrides: dict) -> str:
-    if not overrides:
-        return spec
-    inverse = {v: k for k, v in OVERRIDE_KEYS.items()}
-    parts = []
-    for key, value in overrides.items():
-        text = "/".join(f"{v:g}" for v in value) if isinstance(value, list | tuple) else (
-            f"{value:g}" if isinstance(value, float) else str(value))
-        parts.append(f"{inverse[key]}={text}")
-    return f"{spec}|{';'.join(parts)}"
+    """``spec|overrides`` (:meth:`~fl_core.io.models.InputConfig.overrides_to_text`), or the spec alone."""
+    return f"{spec}|{InputConfig.overrides_to_text(overrides)}" if overrides else spec
 
 
 def decode_token(token: str) -> tuple[str, dict]:
     """Split a model token into its spec and overrides (unknown or malformed override fields are ignored)."""
-    spec, _, raw = token.partition("|")
-    overrides: dict[str, object] = {}
-    for part in filter(None, raw.split(";")):
-        key, _, value = part.partition("=")
-        if key not in OVERRIDE_KEYS:
-            continue
-        try:
-            if key in ("mean", "std"):
-                numbers = tuple(float(v) for v in value.split("/"))
-                if len(numbers) == 3:
-                    overrides[OVERRIDE_KEYS[key]] = numbers
-            elif key == "size":
-                overrides["input_size"] = int(value)
-            elif key == "crop":
-                overrides["crop_pct"] = float(value)
-            else:
-                overrides[OVERRIDE_KEYS[key]] = value
-        except ValueError:
-            continue
-    return spec.strip(), overrides
+    spec, _, text = token.partition("|")
+    return spec.strip(), InputConfig.overrides_from_text(text)
 
 
 def selection_from_url() -> Selection:

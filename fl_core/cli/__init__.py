@@ -22,6 +22,7 @@ from typing import TextIO
 from fl_core import __version__
 from fl_core.errors import FilterLensError
 from fl_core.io.images import BUNDLED
+from fl_core.io.models import CROP_MODES, INTERPOLATIONS, InputConfig, Overrides, load_model
 
 COMMANDS: dict[str, str] = {
     "inspect": "list a model's convolutions, input preprocessing and load notes",
@@ -71,8 +72,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     group.add_argument("--input-size", type=int, help="square input size in pixels")
     group.add_argument("--crop-pct", type=float,
                        help="crop fraction: resize to size/crop_pct (the edge --crop-mode names), then crop size")
-    group.add_argument("--interpolation", choices=("bilinear", "bicubic", "nearest"))
-    group.add_argument("--crop-mode", choices=("center", "squash", "border"),
+    group.add_argument("--interpolation", choices=INTERPOLATIONS)
+    group.add_argument("--crop-mode", choices=CROP_MODES,
                        help="timm's crop modes: resize the short side (center), both sides (squash) or the long side "
                             "with mean-colour padding (border) to size/crop_pct, then centre-crop")
     group.add_argument("--mean", type=float, nargs=3, metavar=("R", "G", "B"))
@@ -85,16 +86,14 @@ def add_image_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-images", type=int, default=None, help="use at most this many images")
 
 
-def input_overrides(args: argparse.Namespace) -> dict[str, object]:
-    return {"input_size": args.input_size, "crop_pct": args.crop_pct, "interpolation": args.interpolation,
-            "mean": args.mean, "std": args.std, "crop_mode": args.crop_mode}
+def input_overrides(args: argparse.Namespace) -> Overrides:
+    """The preprocessing overrides given on the command line (:meth:`~fl_core.io.models.InputConfig.overrides`)."""
+    return InputConfig.overrides(vars(args))
 
 
 def load_models(args: argparse.Namespace) -> list:
     """Load every ``--model`` with the preprocessing overrides."""
-    from fl_core.io.models import load_model
-
-    return [load_model(spec, input_overrides=input_overrides(args)) for spec in args.model]
+    return [load_model(spec, input_overrides=dict(input_overrides(args))) for spec in args.model]
 
 
 def tqdm_progress(quiet: bool):

@@ -58,8 +58,7 @@ def settings_from(args: argparse.Namespace) -> ReportSettings:
 
 
 def run(args: argparse.Namespace, progress) -> Report:
-    overrides = tuple(sorted((k, v) for k, v in input_overrides(args).items() if v is not None))
-    models = load_series(args.model, overrides)
+    models = load_series(args.model, input_overrides(args))
     result = build_report(models, settings_from(args), device=args.device, progress=progress)
     where = write_output(args.html, report_html(result), args.stdout)
     print(f"report of {result.models[-1]['label']} ({len(result.models)} checkpoint(s)) written to {where}")

@@ -47,6 +47,52 @@ CROP_MODES = ("center", "squash", "border")
 """timm's evaluation crop modes (``timm.data.create_transform``): which edge the resize sets, how the crop is cut."""
 MAX_RESIZE_SIZE = 4096
 """Largest edge set by the resize (``input_size / crop_pct``): the largest input size, uncropped."""
+OVERRIDE_TEXT_KEYS = {"input_size": "size", "crop_pct": "crop", "interpolation": "interp", "mean": "mean",
+                      "std": "std", "crop_mode": "mode"}
+"""The preprocessing fields a user may override (uploaded weights: sidebar, URL, CLI) and their key in URL text."""
+OVERRIDE_FIELDS = tuple(OVERRIDE_TEXT_KEYS)
+Overrides = tuple[tuple[str, object], ...]
+"""Preprocessing overrides as sorted ``(field, value)`` pairs (:meth:`InputConfig.overrides`): hashable."""
+
+
+def parse_rgb(text: str, sep: str | None = None) -> tuple[float, float, float]:
+    """Three numbers (R, G, B) separated by ``sep`` (default: whitespace); ``ValueError`` otherwise."""
+    values = tuple(float(v) for v in text.split(sep))
+    if len(values) != 3:
+        raise ValueError(f"'{text}' is not three numbers (R, G, B)")
+    return values
+
+
+def rgb_text(values: tuple[float, ...], sep: str = " ") -> str:
+    """``(0.485, 0.456, 0.406)`` -> ``"0.485 0.456 0.406"`` (six significant digits, :func:`parse_rgb` reads it)."""
+    return sep.join(f"{v:g}" for v in values)
+
+
+def _override_values(given: Mapping[str, object], strict: bool = False) -> dict[str, object]:
+    """The non-``None`` preprocessing fields of ``given``, sequences as tuples; other keys dropped (refused when
+    ``strict``)."""
+    if strict and (unknown := set(given) - set(OVERRIDE_FIELDS)):
+        raise ModelSpecError(f"Unknown preprocessing field(s) {', '.join(sorted(unknown))}: use "
+                             f"{', '.join(OVERRIDE_FIELDS)}.")
+    return {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in given.items()
+            if k in OVERRIDE_FIELDS and v is not None}
+
+
+def _value_text(value: object) -> str:
+    if isinstance(value, list | tuple):
+        return rgb_text(value, "/")
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _parse_value(name: str, text: str) -> object:
+    """One override field from its URL text (``ValueError`` when malformed)."""
+    if name in ("mean", "std"):
+        return parse_rgb(text, "/")
+    if name == "input_size":
+        return int(text)
+    if name == "crop_pct":
+        return float(text)
+    return text
 
 
 @dataclass(frozen=True)
@@ -99,8 +145,35 @@ class InputConfig:
 
     def with_overrides(self, **overrides: object) -> InputConfig:
         """A copy with the non-``None`` overrides applied (sidebar fields / CLI ``--input-size`` ...)."""
-        given = {k: (tuple(v) if isinstance(v, list | tuple) else v) for k, v in overrides.items() if v is not None}
+        given = _override_values(overrides, strict=True)
         return dataclasses.replace(self, **given) if given else self
+
+    def changed_fields(self, chosen: Mapping[str, object]) -> dict[str, object]:
+        """The fields of ``chosen`` (a form's values) that differ from this config: the overrides to keep."""
+        return {k: v for k, v in _override_values(chosen).items() if getattr(self, k) != v}
+
+    @staticmethod
+    def overrides(given: Mapping[str, object]) -> Overrides:
+        """The preprocessing overrides in ``given`` (field names; argparse's ``vars(args)`` too) as sorted pairs:
+        the non-``None`` values, sequences as tuples, other keys dropped; hashable, so a cache key."""
+        return tuple(sorted(_override_values(given).items()))
+
+    @staticmethod
+    def overrides_to_text(overrides: Mapping[str, object] | Overrides) -> str:
+        """Overrides as URL text, e.g. ``size=32;crop=1;mean=0.49/0.48/0.45`` (:meth:`overrides_from_text`)."""
+        return ";".join(f"{OVERRIDE_TEXT_KEYS[k]}={_value_text(v)}" for k, v in dict(overrides).items())
+
+    @staticmethod
+    def overrides_from_text(text: str) -> dict[str, object]:
+        """The overrides of :meth:`overrides_to_text` text; unknown or malformed parts are ignored (an edited URL)."""
+        fields = {key: name for name, key in OVERRIDE_TEXT_KEYS.items()}
+        overrides: dict[str, object] = {}
+        for part in filter(None, text.split(";")):
+            key, _, value = part.partition("=")
+            if key in fields:
+                with contextlib.suppress(ValueError):
+                    overrides[fields[key]] = _parse_value(fields[key], value)
+        return overrides
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -109,6 +110,36 @@ def test_input_config_validation_and_overrides() -> None:
     cfg = InputConfig().with_overrides(input_size=32, crop_pct=None, mean=[0.5, 0.5, 0.5])
     assert (cfg.input_size, cfg.crop_pct, cfg.mean) == (32, 0.875, (0.5, 0.5, 0.5))
     assert hash(cfg) == hash(InputConfig(input_size=32, mean=(0.5, 0.5, 0.5)))
+
+
+CIFAR_OVERRIDES = {"input_size": 32, "crop_pct": 1.0, "interpolation": "bicubic", "mean": (0.4914, 0.4822, 0.4465),
+                   "std": (0.247, 0.2435, 0.2616), "crop_mode": "squash"}
+
+
+def test_override_text_round_trips_and_reads_urls_already_shared() -> None:
+    text = InputConfig.overrides_to_text(CIFAR_OVERRIDES)
+    assert text == "size=32;crop=1;interp=bicubic;mean=0.4914/0.4822/0.4465;std=0.247/0.2435/0.2616;mode=squash"
+    assert InputConfig.overrides_from_text(text) == CIFAR_OVERRIDES
+    shared = "size=32;crop=1;mean=0.49/0.48/0.45;std=0.25/0.24/0.26"  # a link written before the codec moved here
+    assert InputConfig().with_overrides(**InputConfig.overrides_from_text(shared)) == InputConfig(
+        input_size=32, crop_pct=1.0, mean=(0.49, 0.48, 0.45), std=(0.25, 0.24, 0.26))
+    edited = "size=big;zoom=2;mean=0.5/0.5;crop=0.9;;std=1/1/1/1"  # unknown keys and malformed values are ignored
+    assert InputConfig.overrides_from_text(edited) == {"crop_pct": 0.9}
+
+
+def test_cli_and_form_overrides_become_one_hashable_key() -> None:
+    from fl_core.cli import add_model_arguments, input_overrides
+
+    parser = argparse.ArgumentParser()
+    add_model_arguments(parser)
+    args = parser.parse_args(["--model", "demo:tiny_vgg", "--input-size", "32", "--mean", "0.5", "0.5", "0.5"])
+    key = input_overrides(args)
+    assert key == (("input_size", 32), ("mean", (0.5, 0.5, 0.5))) and hash(key)
+    assert key == InputConfig.overrides({"mean": [0.5, 0.5, 0.5], "input_size": 32, "std": None})
+    form = {"input_size": 224, "crop_pct": 1.0, "interpolation": "bilinear", "mean": (0.5, 0.5, 0.5)}
+    assert InputConfig().changed_fields(form) == {"crop_pct": 1.0, "mean": (0.5, 0.5, 0.5)}
+    with pytest.raises(ModelSpecError, match="zoom"):
+        InputConfig().with_overrides(zoom=2)
 
 
 def test_fixture_cifar_weights_are_described(resnet20) -> None:
