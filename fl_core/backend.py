@@ -1,4 +1,4 @@
-"""Device choice, autocast and progress reporting shared by every analysis.
+"""Device choice, autocast, progress reporting and the classifier evaluation loop shared by every analysis.
 
 ``FL_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``) overrides the automatic choice.
 """
@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fl_core.errors import AnalysisError
 
 Progress = Callable[[float, str], None]
 """``progress(fraction_done, message)``: pages map it to ``st.progress``, the CLI to ``tqdm``."""
@@ -99,3 +103,33 @@ def sub_progress(progress: Progress | None, start: float, stop: float) -> Progre
         report(progress, start + (stop - start) * fraction, message)
 
     return scaled
+
+
+def evaluate_classifier(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], device: torch.device,
+                        *, autocast: bool = False,
+                        on_logits: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> tuple[float, float]:
+    """Mean cross-entropy and top-1 accuracy of ``model`` over labelled ``(x, y)`` batches.
+
+    Runs in eval mode (the model's mode is restored after) under :func:`inference_autocast` (``autocast``: bf16/fp16 on
+    CUDA), on float32 logits. ``on_logits(logits, y)`` sees each batch on ``device`` after its forward pass.
+    """
+    was_training = model.training
+    model.eval()
+    loss, correct, count = 0.0, 0, 0
+    try:
+        with inference_autocast(device, enabled=autocast):
+            for x, y in batches:
+                y = y.to(device)
+                logits = model(x.to(device)).float()
+                if len(y) and int(y.max()) >= logits.shape[1]:
+                    raise AnalysisError(f"Labels go up to {int(y.max())} but the model has {logits.shape[1]} outputs.")
+                loss += float(F.cross_entropy(logits, y, reduction="sum"))
+                correct += int((logits.argmax(1) == y).sum())
+                count += len(y)
+                if on_logits is not None:
+                    on_logits(logits, y)
+    finally:
+        model.train(was_training)
+    if not count:
+        raise AnalysisError("There are no images to evaluate the model on: give more images.")
+    return loss / count, correct / count

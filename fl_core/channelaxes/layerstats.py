@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fl_core.backend import Progress, report, statistics_dtype
+from fl_core.backend import Progress, evaluate_classifier, report, statistics_dtype
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.information import (
     PairwiseInformation,
@@ -164,27 +164,21 @@ def collect_layer_statistics(model: nn.Module, site: ChannelSite, inputs: Labell
         for half, moments in enumerate(halves):
             moments.update(a[parity == half])
 
+    def on_logits(logits: torch.Tensor, y: torch.Tensor) -> None:
+        margins.append(logit_margin(logits, y).to(dtype))
+        state["first"] += len(y)
+        report(progress, state["first"] / len(inputs), f"statistics: {state['first']}/{len(inputs)} images")
+
     site_module = model.get_submodule(site.activation)
-    loss = correct = 0.0
     with on_call(model, conv, 0, on_input, pre=True), on_call(model, conv, 0, on_output), \
-            on_call(model, site_module, site.activation_call, on_site), torch.inference_mode():
-        for x, y in inputs.batches(batch_size):
-            y = y.to(device)
-            logits = model(x.to(device)).float()
-            if int(y.max()) >= logits.shape[1]:
-                raise AnalysisError(f"Labels go up to {int(y.max())} but the model has {logits.shape[1]} outputs.")
-            margins.append(logit_margin(logits, y).to(dtype))
-            loss += float(F.cross_entropy(logits, y, reduction="sum"))
-            correct += float((logits.argmax(1) == y).sum())
-            state["first"] += len(y)
-            report(progress, state["first"] / len(inputs), f"statistics: {state['first']}/{len(inputs)} images")
+            on_call(model, site_module, site.activation_call, on_site):
+        loss, accuracy = evaluate_classifier(model, inputs.batches(batch_size), device, on_logits=on_logits)
     if not pooled:
         raise AnalysisError(f"{site.activation} was not reached: the layer's channels could not be observed.")
-    n = state["first"]
     return LayerStatistics(site=site, weight=conv.weight.detach().to(dtype), pre=pre, post_fit=halves[0],
                            post_test=halves[1], pooled=torch.cat(pooled), margin=torch.cat(margins),
-                           input_trace=patches.variance().view(conv.groups, -1).sum(1), loss=loss / n,
-                           accuracy=correct / n, positions=state["positions"])
+                           input_trace=patches.variance().view(conv.groups, -1).sum(1), loss=loss,
+                           accuracy=accuracy, positions=state["positions"])
 
 
 # ---------------------------------------------------------------------------------------------------- axes

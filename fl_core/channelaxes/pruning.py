@@ -34,7 +34,7 @@ import torch_pruning as tp
 from torch import nn
 from torch_pruning.ops import OPTYPE
 
-from fl_core.backend import Progress, inference_autocast, report
+from fl_core.backend import Progress, evaluate_classifier, report
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.comparison import auc_accuracy_vs_flops
 from fl_core.errors import AnalysisError
@@ -217,18 +217,9 @@ def _absorb_mean_inputs(layer: nn.Module, inputs: Sequence[int], means: np.ndarr
 
 def evaluate_model(model: nn.Module, inputs: LabelledInputs, device: torch.device, batch_size: int = 64
                    ) -> tuple[float, float]:
-    """Mean cross-entropy and top-1 accuracy of ``model`` on labelled inputs."""
-    model.eval()
-    loss = correct = 0.0
-    with inference_autocast(device):
-        for x, y in inputs.batches(batch_size):
-            logits = model(x.to(device)).float()
-            y = y.to(device)
-            loss += float(F.cross_entropy(logits, y, reduction="sum"))
-            correct += float((logits.argmax(1) == y).sum())
-    if not len(inputs):
-        raise AnalysisError("The evaluation set is empty: give more images.")
-    return loss / len(inputs), correct / len(inputs)
+    """Mean cross-entropy and top-1 accuracy of ``model`` on labelled inputs, under autocast; the model is left in
+    eval mode."""
+    return evaluate_classifier(model.eval(), inputs.batches(batch_size), device, autocast=True)
 
 
 FINETUNE_MAX_GRAD_NORM = 10.0  # unclipped SGD at lr 0.01 diverged on a pruned SqueezeNet (first gradient norm 301)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fl_core.backend import Progress, report, resolve_device
+from fl_core.backend import Progress, evaluate_classifier, report, resolve_device
 from fl_core.results import Result
 
 
@@ -95,19 +95,10 @@ class TrainHistory(Result):
 
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, prepare: Callable[[torch.Tensor], torch.Tensor],
              device: torch.device, batch_size: int = 512) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy of ``model`` on (x, y)."""
-    was_training = model.training
-    model.eval()
-    loss, correct = 0.0, 0
-    with torch.inference_mode():
-        for start in range(0, len(x), batch_size):
-            xb = prepare(x[start: start + batch_size].to(device))
-            yb = y[start: start + batch_size].to(device)
-            logits = model(xb)
-            loss += float(F.cross_entropy(logits, yb, reduction="sum"))
-            correct += int((logits.argmax(1) == yb).sum())
-    model.train(was_training)
-    return loss / len(x), correct / len(x)
+    """Mean cross-entropy and accuracy of ``model`` on (x, y) (:func:`fl_core.backend.evaluate_classifier`)."""
+    batches = ((prepare(x[start: start + batch_size].to(device)), y[start: start + batch_size])
+               for start in range(0, len(x), batch_size))
+    return evaluate_classifier(model, batches, device)
 
 
 def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,

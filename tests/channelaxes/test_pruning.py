@@ -9,11 +9,13 @@ import torch
 import torch.nn.functional as F
 import torch_pruning as tp
 
+from fl_core.backend import evaluate_classifier
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.comparison import auc_accuracy_vs_flops
 from fl_core.channelaxes.pruning import (
     LayerPruner,
     PruningSettings,
+    evaluate_model,
     lowest_first,
     prune_curves,
     recovery_finetune,
@@ -95,6 +97,24 @@ def test_residual_partners_are_pruned_together() -> None:
     assert LayerPruner(model, "layer1.0.conv1", x).coupled_layers() == []
     coupled = LayerPruner(load_model("torchvision:resnet18").copy_model(), "layer1.0.conv2", x).coupled_layers()
     assert {"conv1", "layer1.1.conv2"} <= set(coupled)
+
+
+def test_one_evaluation_loop_gives_the_whole_set_loss_and_accuracy_and_keeps_the_mode(demo, tiny_inputs) -> None:
+    model = demo[0].copy_model().train()
+    x, y = tiny_inputs.head(len(tiny_inputs))
+    with torch.inference_mode():
+        logits = model.eval()(x)
+    model.train()
+    loss, accuracy = evaluate_classifier(model, tiny_inputs.batches(5), CPU)  # batches of 5, 5 and 2
+    assert loss == pytest.approx(float(F.cross_entropy(logits, y)), rel=1e-6)
+    assert accuracy == pytest.approx(float((logits.argmax(1) == y).float().mean()))
+    assert model.training  # eval mode for the pass only
+    assert evaluate_model(model, tiny_inputs, CPU, batch_size=4) == pytest.approx((loss, accuracy), rel=1e-6)
+    assert not model.training  # the pruning evaluation leaves its networks in eval mode
+    with pytest.raises(AnalysisError, match="Labels go up to 11"):
+        evaluate_classifier(model, [(x, torch.full_like(y, 11))], CPU)
+    with pytest.raises(AnalysisError, match="no images"):
+        evaluate_classifier(model, [], CPU)
 
 
 def test_removal_grid_and_ranking() -> None:
