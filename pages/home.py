@@ -7,6 +7,7 @@ import streamlit as st
 
 from fl_core.firstlayer.plots import autocorrelation_figure, profile_figure
 from fl_core.io.images import bundled_licences
+from fl_core.io.inspect import inspect_models
 from fl_core.io.models import demo_manifest
 from fl_ui.cache import energy_result, get_model, whitening_result
 from fl_ui.state import current_selection
@@ -25,15 +26,9 @@ with user_errors():
     if not selection.specs:
         st.info("Pick at least one model in the sidebar to begin.")
         st.stop()
-    rows = []
-    for spec in selection.specs:
-        info = get_model(spec, selection.overrides_of(spec)).describe()
-        cfg = info["input_config"]
-        rows.append({"model": info["label"], "spec": spec, "weights only": info["weights_only"],
-                     "random init": info["random_init"], "parameters": info["parameters"],
-                     "input": f"{cfg['input_size']} px, crop {cfg['crop_pct']:.3g}"})
+    inspected = inspect_models([get_model(spec, selection.overrides_of(spec)) for spec in selection.specs])
     st.subheader("Selected models")
-    table_with_download(pd.DataFrame(rows), "selected_models")
+    table_with_download(inspected.summary_frame(), "selected_models")
 
     st.subheader("First layer at a glance")
     with progress_bar("Energy profiles") as progress:

@@ -3,36 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 
 import pandas as pd
 
 from fl_core.cli import add_model_arguments, load_models
-from fl_core.io.layers import conv_inventory, inventory_frame
-from fl_core.results import Result
-
-
-@dataclass(frozen=True)
-class InspectResult(Result):
-    """Per model: its description (spec, input config, notes) and its convolution table."""
-
-    models: list[dict]
-
-    def to_frame(self) -> pd.DataFrame:
-        frames = [pd.DataFrame(m["layers"]).assign(spec=m["spec"]) for m in self.models]
-        return pd.concat(frames, ignore_index=True)
+from fl_core.io.inspect import InspectResult, inspect_models
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-
-
-def inspect_models(models: list) -> InspectResult:
-    entries = []
-    for loaded in models:
-        table = inventory_frame(conv_inventory(loaded))
-        entries.append({**loaded.describe(), "layers": table.to_dict(orient="records")})
-    return InspectResult(models=entries)
 
 
 def run(args: argparse.Namespace, progress) -> InspectResult:

@@ -1,0 +1,38 @@
+"""What a loaded model is: its description (spec, parameters, input preprocessing, load notes) and its convolutions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from fl_core.io.layers import conv_inventory, inventory_frame
+from fl_core.io.models import LoadedModel
+from fl_core.results import Result
+
+
+@dataclass(frozen=True)
+class InspectResult(Result):
+    """Per model: its description (:meth:`~fl_core.io.models.LoadedModel.describe`) and its convolution table
+    (``layers``: one record per convolution, :func:`~fl_core.io.layers.inventory_frame`)."""
+
+    models: list[dict]
+
+    def to_frame(self) -> pd.DataFrame:
+        """Every model's convolutions, one row each, with the model's ``spec``."""
+        frames = [pd.DataFrame(m["layers"]).assign(spec=m["spec"]) for m in self.models]
+        return pd.concat(frames, ignore_index=True)
+
+    def summary_frame(self) -> pd.DataFrame:
+        """One row per model: label, spec, weights only, random init, parameters, input size and crop."""
+        return pd.DataFrame([{"model": m["label"], "spec": m["spec"], "weights only": m["weights_only"],
+                              "random init": m["random_init"], "parameters": m["parameters"],
+                              "input": f"{m['input_config']['input_size']} px, crop "
+                                       f"{m['input_config']['crop_pct']:.3g}"} for m in self.models])
+
+
+def inspect_models(models: Sequence[LoadedModel]) -> InspectResult:
+    """The description and convolution table of each model."""
+    return InspectResult(models=[{**loaded.describe(), "layers": inventory_frame(conv_inventory(loaded)).to_dict(
+        orient="records")} for loaded in models])
