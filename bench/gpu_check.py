@@ -44,8 +44,8 @@ from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels  # no
 from fl_core.channelaxes.calibration import channel_data  # noqa: E402
 from fl_core.channelaxes.interventions import LESION_KINDS  # noqa: E402
 from fl_core.channelaxes.pruning import PruningSettings  # noqa: E402
-from fl_core.firstlayer.energy import analyze_energy  # noqa: E402
-from fl_core.firstlayer.whitening import analyze_whitening  # noqa: E402
+from fl_core.firstlayer.energy import EnergySettings, analyze_energy  # noqa: E402
+from fl_core.firstlayer.whitening import WhiteningSettings, analyze_whitening  # noqa: E402
 from fl_core.io.images import bundled_images, folder_images  # noqa: E402
 from fl_core.io.models import load_model  # noqa: E402
 from fl_core.masterkeys.clustering import (  # noqa: E402
@@ -111,7 +111,7 @@ class Inputs:
 
 
 def energy_values(inputs: Inputs, device: str) -> dict[str, np.ndarray]:
-    result = analyze_energy([inputs.demo, inputs.resnet18], inputs.photos, seeds=range(3), device=device)
+    result = analyze_energy([inputs.demo, inputs.resnet18], inputs.photos, EnergySettings(seeds=3), device=device)
     return {"λ_i / λ_1": np.concatenate([m.lambdas / m.lambdas[0] for m in result.models]),
             "profiles e_i": np.concatenate([m.profile for m in result.models]),
             "theory r": np.array([m.theory.r for m in result.models]),
@@ -119,7 +119,7 @@ def energy_values(inputs: Inputs, device: str) -> dict[str, np.ndarray]:
 
 
 def whitening_values(inputs: Inputs, device: str) -> dict[str, np.ndarray]:
-    result = analyze_whitening([inputs.demo], inputs.photos, max_distance=10, seeds=range(3), device=device)
+    result = analyze_whitening([inputs.demo], inputs.photos, WhiteningSettings(max_distance=10, seeds=3), device=device)
     return {"C(δ)/C(0), every curve": np.stack([np.asarray(c) for c in result.curves.values()])}
 
 

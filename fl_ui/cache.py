@@ -24,8 +24,8 @@ import streamlit as st
 
 from fl_core.backend import Progress, report
 from fl_core.errors import FilterLensError
-from fl_core.firstlayer.energy import EnergyResult
-from fl_core.firstlayer.whitening import WhiteningResult
+from fl_core.firstlayer.energy import EnergyResult, EnergySettings
+from fl_core.firstlayer.whitening import ActivationMaps, WhiteningResult, WhiteningSettings, activation_maps
 from fl_core.io.images import ImageSet, is_bundled, open_images
 from fl_core.io.models import LoadedModel, load_model, spec_file_stamp
 from fl_core.workers import jobs
@@ -237,16 +237,23 @@ _energy_in_worker = pooled(jobs.energy_job, max_entries=32)
 _whitening_in_worker = pooled(jobs.whitening_job, max_entries=32)
 
 
-def energy_result(models: jobs.ModelKeys, images: str, layer: str | None, subtract_init: bool, seeds: int,
-                  device: str, progress: Progress | None = None) -> EnergyResult:
+def energy_result(models: jobs.ModelKeys, images: str, settings: EnergySettings, subtract_init: bool, device: str,
+                  progress: Progress | None = None) -> EnergyResult:
     """:func:`fl_core.firstlayer.energy.analyze_energy` for ``(spec, overrides)`` pairs (:func:`is_heavy_source`: in a
     worker)."""
     compute = _energy_in_worker if is_heavy_source(images) else _energy_here
-    return compute(models, images, layer, subtract_init, seeds, device, progress=progress)
+    return compute(models, images, settings, subtract_init, device, progress=progress)
 
 
-def whitening_result(models: jobs.ModelKeys, images: str, max_distance: int, seeds: int, device: str,
+def whitening_result(models: jobs.ModelKeys, images: str, settings: WhiteningSettings, device: str,
                      progress: Progress | None = None) -> WhiteningResult:
     """:func:`fl_core.firstlayer.whitening.analyze_whitening` for ``(spec, overrides)`` pairs (folders: in a worker)."""
     compute = _whitening_in_worker if is_heavy_source(images) else _whitening_here
-    return compute(models, images, max_distance, seeds, device, progress=progress)
+    return compute(models, images, settings, device, progress=progress)
+
+
+@memoize(max_entries=16)
+def activation_maps_of(spec: str, overrides: tuple, images: str, name: str) -> ActivationMaps:
+    """:func:`fl_core.firstlayer.whitening.activation_maps` of the image ``name`` of an image source."""
+    source = get_images(images)
+    return activation_maps(get_model(spec, overrides), source.image(source.names.index(name)), name)

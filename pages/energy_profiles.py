@@ -6,6 +6,7 @@ import math
 
 import streamlit as st
 
+from fl_core.firstlayer.energy import EnergySettings
 from fl_core.firstlayer.plots import (
     components_figure,
     correlation_figure,
@@ -15,6 +16,7 @@ from fl_core.firstlayer.plots import (
 )
 from fl_core.io.layers import conv_inventory
 from fl_ui.cache import energy_result, get_model
+from fl_ui.forms import settings_widgets
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors
 
@@ -44,7 +46,9 @@ with user_errors():
                            help="Analyse w − w_init (the authors' protocol). Demo models know their initialization.")
     set_page_param("init", "1" if subtract else "0")
     log_y = c3.checkbox("Log scale", value=True)
-    seeds = c4.number_input("Random-init seeds", 3, 100, 10)
+    settings = settings_widgets(EnergySettings, {"seeds": "Random-init seeds"}, key="energy",
+                                base=EnergySettings(layer=None if layer == "first" else layer), container=c4,
+                                options={"seeds": {"min_value": 3, "max_value": 100}})
     keys = selection.model_keys()
     if layer != "first":
         keys = tuple(k for k in keys if any(lay.name == layer for lay in conv_inventory(get_model(*k))))
@@ -54,8 +58,7 @@ with user_errors():
         st.warning("Deeper layers are an **extension beyond the paper**: patches are the layer's own inputs "
                    "(captured by hooks), and the linear theory was derived for the first layer only.")
     with progress_bar("Energy profiles") as progress:
-        result = energy_result(keys, selection.images, layer if layer != "first" else None, subtract, int(seeds),
-                               selection.device, progress=progress)
+        result = energy_result(keys, selection.images, settings, subtract, selection.device, progress=progress)
 
     st.caption(f"Patch PCA from {result.n_patches:,} patches of {result.images}.")
     plot_with_explanation(

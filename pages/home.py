@@ -5,7 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from fl_core.firstlayer.energy import EnergySettings
 from fl_core.firstlayer.plots import autocorrelation_figure, profile_figure
+from fl_core.firstlayer.whitening import WhiteningSettings
 from fl_core.io.images import bundled_licences
 from fl_core.io.inspect import inspect_models
 from fl_core.io.models import demo_manifest
@@ -32,7 +34,7 @@ with user_errors():
 
     st.subheader("First layer at a glance")
     with progress_bar("Energy profiles") as progress:
-        energy = energy_result(selection.model_keys(), selection.images, None, False, 10, selection.device,
+        energy = energy_result(selection.model_keys(), selection.images, EnergySettings(), False, selection.device,
                                progress=progress)
     pairs = [(a, b) for a in energy.models for b in energy.models
              if a.spec != b.spec and get_model(a.spec).init_spec == b.spec]
@@ -48,7 +50,7 @@ with user_errors():
         "0.90–0.96 for trained networks and 0.10 ± 0.15 for random initialization. → *Energy Profiles* page.",
         "home_energy", frame=energy.to_frame(), data=energy.to_dict())
     with progress_bar("Whitening") as progress:
-        whitening = whitening_result(selection.model_keys(), selection.images, 20, 10, selection.device,
+        whitening = whitening_result(selection.model_keys(), selection.images, WhiteningSettings(), selection.device,
                                      progress=progress)
     drops = whitening.decorrelation(10)
     verdicts = "".join(

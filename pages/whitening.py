@@ -6,10 +6,9 @@ import pandas as pd
 import streamlit as st
 
 from fl_core.firstlayer.plots import activation_maps_figure, autocorrelation_figure
-from fl_core.firstlayer.whitening import linear_responses
-from fl_core.io.images import scaled_input, to_display
-from fl_core.io.layers import find_layer, layer_weight
-from fl_ui.cache import get_images, get_model, whitening_result
+from fl_core.firstlayer.whitening import WhiteningSettings
+from fl_ui.cache import activation_maps_of, get_images, whitening_result
+from fl_ui.forms import settings_widgets
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors
 
@@ -26,12 +25,15 @@ with user_errors():
         st.info("Pick at least one model in the sidebar.")
         st.stop()
     c1, c2 = st.columns(2)
-    max_distance = c1.slider("Largest distance δ (pixels)", 4, 40, int(page_param("dmax", "20")))
+    max_distance = c1.slider("Largest distance δ (pixels)", 4, 40,
+                             int(page_param("dmax", str(WhiteningSettings().max_distance))))
     set_page_param("dmax", str(max_distance))
-    seeds = c2.number_input("Random-init seeds", 10, 200, 10)
+    settings = settings_widgets(WhiteningSettings, {"seeds": "Random-init seeds"}, key="whitening",
+                                base=WhiteningSettings(max_distance=max_distance), container=c2,
+                                options={"seeds": {"min_value": 10, "max_value": 200}})
     with progress_bar("Spatial autocorrelation") as progress:
-        result = whitening_result(selection.model_keys(), selection.images, max_distance, int(seeds),
-                                  selection.device, progress=progress)
+        result = whitening_result(selection.model_keys(), selection.images, settings, selection.device,
+                                  progress=progress)
     plot_with_explanation(
         autocorrelation_figure(result),
         "**How to read it.** Every curve starts at 1 (a response is perfectly correlated with itself) and falls "
@@ -43,7 +45,7 @@ with user_errors():
         "trained only briefly (the demo: a few CPU minutes) is still in the early regime of the theory, where it "
         "follows the patch spectrum and smooths rather than whitens; compare a fully trained checkpoint.",
         "whitening_curves", frame=result.to_frame(), data=result.to_dict())
-    at = min(10, max_distance)
+    at = min(10, settings.max_distance)
     table = pd.DataFrame([{"curve": result.labels.get(name, name), f"C({at})/C(0)": round(value, 3)}
                           for name, value in result.at(at).items()])
     st.subheader(f"Values at δ = {at} px")
@@ -57,10 +59,7 @@ with user_errors():
     spec = m1.selectbox("Model", selection.specs, key="maps_model",
                         format_func=lambda s: result.labels.get(s, s))
     image_name = m2.selectbox("Image", images.names[:200], key="maps_image")
-    loaded = get_model(spec, selection.overrides_of(spec))
-    x = scaled_input(images.image(images.names.index(image_name)), loaded.input_config).unsqueeze(0)
-    maps = linear_responses(layer_weight(loaded, find_layer(loaded, None)), x).numpy()
-    figure = activation_maps_figure(to_display(x[0], loaded.input_config), maps,
-                                    f"{loaded.label}: first-layer responses to {image_name}")
+    maps = activation_maps_of(spec, selection.overrides_of(spec), selection.images, image_name)
+    figure = activation_maps_figure(maps.image, maps.maps, f"{maps.label}: first-layer responses to {image_name}")
     st.plotly_chart(figure, width="stretch")
     downloads(f"activation_maps_{image_name}", figure=figure)

@@ -552,7 +552,7 @@ def test_all_zero_filters_get_a_clear_error_not_nan() -> None:
 def test_zero_filters_through_energy_and_whitening(tmp_path: Path) -> None:
     """The whole analyses: a clear one-line error, never a NaN result."""
     from fl_core.firstlayer.energy import analyze_energy
-    from fl_core.firstlayer.whitening import analyze_whitening
+    from fl_core.firstlayer.whitening import WhiteningSettings, analyze_whitening
     from fl_core.io.images import folder_images
 
     (tmp_path / "w.pt").write_bytes(torch_file(conv_state(torch.zeros(8, 3, 3, 3))))
@@ -563,7 +563,7 @@ def test_zero_filters_through_energy_and_whitening(tmp_path: Path) -> None:
     with pytest.raises(AnalysisError, match=r"layer conv1 of w\.pt .* are all zero"):
         analyze_energy([loaded], images, device="cpu")
     with pytest.raises(AnalysisError, match=r"layer conv1 of w\.pt .* are all zero"):
-        analyze_whitening([loaded], images, max_distance=4, seeds=range(2), device="cpu")
+        analyze_whitening([loaded], images, WhiteningSettings(max_distance=4, seeds=2), device="cpu")
 
 
 def test_float64_beyond_float32_is_refused_but_large_finite_float64_loads(tmp_path: Path) -> None:

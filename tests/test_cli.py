@@ -43,6 +43,39 @@ def test_whitening_json_has_the_contract_keys(tmp_path: Path) -> None:
     assert all(len(curve) == 7 for curve in payload["curves"].values())
 
 
+def first_layer_options(command: str, *options: str):
+    """The options of one first-layer command (its own module's ``add_arguments``), parsed."""
+    import argparse
+    import importlib
+
+    parser = argparse.ArgumentParser(prog=command)
+    importlib.import_module(f"fl_core.cli.{command}").add_arguments(parser)
+    return parser.parse_args(["--model", "demo:tiny_vgg", *options])
+
+
+@pytest.mark.parametrize(("command", "options", "given"), [
+    ("energy", [], {}),
+    ("energy", ["--layer", "features.4", "--seeds", "3"], {"layer": "features.4", "seeds": 3}),
+    ("whitening", [], {}),
+    ("whitening", ["--max-distance", "6", "--seeds", "12"], {"max_distance": 6, "seeds": 12}),
+])
+def test_first_layer_options_are_the_settings_fields(command: str, options: list[str], given: dict) -> None:
+    """No option: the settings class's own defaults; the documented flags set the fields they name."""
+    from fl_core.firstlayer.energy import EnergySettings
+    from fl_core.firstlayer.whitening import WhiteningSettings
+    from fl_core.settings import settings_from_args
+
+    cls = {"energy": EnergySettings, "whitening": WhiteningSettings}[command]
+    assert settings_from_args(cls, first_layer_options(command, *options)) == cls(**given)
+
+
+def test_first_layer_seeds_below_one_are_refused(capsys) -> None:
+    for command in ("energy", "whitening"):
+        with pytest.raises(SystemExit) as refused:
+            first_layer_options(command, "--seeds", "0")
+        assert refused.value.code == 2 and "--seeds must lie in [1" in capsys.readouterr().err
+
+
 def test_inspect_with_preprocessing_overrides(tmp_path: Path, resnet20, capsys) -> None:
     out = tmp_path / "inspect.json"
     assert run_cli("inspect", "--model", RESNET20_SPEC, "--input-size", "32", "--mean", "0.49", "0.48", "0.45",

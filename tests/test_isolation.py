@@ -20,7 +20,7 @@ import fl_core.io.models as models_module
 from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
 from fl_core.errors import WeightsUnavailableError
-from fl_core.firstlayer.energy import analyze_energy
+from fl_core.firstlayer.energy import EnergySettings, analyze_energy
 from fl_core.io.checkpoints import save_state_dict
 from fl_core.io.layers import conv_inventory, first_conv_name
 from fl_core.io.models import load_model
@@ -63,7 +63,7 @@ def hooks_on(monkeypatch):
 
 
 def _energy(loaded, photos) -> np.ndarray:
-    result = analyze_energy([loaded], photos.subset(range(3)), layer=DEEP_LAYER, seeds=range(2), device="cpu")
+    result = analyze_energy([loaded], photos.subset(range(3)), EnergySettings(layer=DEEP_LAYER, seeds=2), device="cpu")
     return result.models[0].profile
 
 

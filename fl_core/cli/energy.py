@@ -10,20 +10,20 @@ from __future__ import annotations
 import argparse
 
 from fl_core.cli import add_image_arguments, add_model_arguments, load_models
-from fl_core.firstlayer.energy import analyze_energy
+from fl_core.firstlayer.energy import EnergySettings, analyze_energy
 from fl_core.io.images import open_images
 from fl_core.io.models import load_model
+from fl_core.settings import add_settings_arguments, settings_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_image_arguments(parser)
-    parser.add_argument("--layer", default=None, help="convolution name (default: the first convolution)")
+    add_settings_arguments(parser, EnergySettings)
     parser.add_argument("--subtract-init", action="store_true",
                         help="subtract each model's initialization checkpoint (demo models know theirs)")
     parser.add_argument("--init", action="append", default=[], metavar="SPEC",
                         help="initialization checkpoint to subtract, one per --model in order")
-    parser.add_argument("--seeds", type=int, default=10, help="random-init seeds for the baseline")
 
 
 def run(args: argparse.Namespace, progress):
@@ -33,8 +33,8 @@ def run(args: argparse.Namespace, progress):
         init_spec = args.init[i] if i < len(args.init) else (loaded.init_spec if args.subtract_init else None)
         if init_spec:
             inits[loaded.spec] = load_model(init_spec, input_overrides=None)
-    result = analyze_energy(models, open_images(args.images, args.max_images), layer=args.layer, inits=inits,
-                            seeds=range(args.seeds), device=args.device, progress=progress)
+    result = analyze_energy(models, open_images(args.images, args.max_images), settings_from_args(EnergySettings, args),
+                            inits=inits, device=args.device, progress=progress)
     print(f"patch PCA: {result.n_patches:,} patches from {result.images}")
     for m in result.models:
         extra = " [deeper layer: extension beyond the paper]" if m.beyond_paper else ""

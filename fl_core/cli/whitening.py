@@ -10,22 +10,23 @@ from __future__ import annotations
 import argparse
 
 from fl_core.cli import add_image_arguments, add_model_arguments, load_models
-from fl_core.firstlayer.whitening import analyze_whitening
+from fl_core.firstlayer.whitening import WhiteningSettings, analyze_whitening
 from fl_core.io.images import open_images
+from fl_core.settings import add_settings_arguments, settings_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_image_arguments(parser)
-    parser.add_argument("--max-distance", type=int, default=20, help="largest distance δ in pixels")
-    parser.add_argument("--seeds", type=int, default=10, help="random-init seeds (≥ 10 recommended)")
+    add_settings_arguments(parser, WhiteningSettings)
 
 
 def run(args: argparse.Namespace, progress):
     models = load_models(args)
-    result = analyze_whitening(models, open_images(args.images, args.max_images), max_distance=args.max_distance,
-                               seeds=range(args.seeds), device=args.device, progress=progress)
-    distance = min(10, args.max_distance)
+    settings = settings_from_args(WhiteningSettings, args)
+    result = analyze_whitening(models, open_images(args.images, args.max_images), settings, device=args.device,
+                               progress=progress)
+    distance = min(10, settings.max_distance)
     print(f"C(δ)/C(0) at δ = {distance} px ({result.images}):")
     for name, value in result.at(distance).items():
         print(f"  {result.labels.get(name, name):40s} {value:.3f}")

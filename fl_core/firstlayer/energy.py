@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,8 +30,22 @@ from fl_core.io.images import ImageSet, iter_input_batches, iter_scaled_inputs
 from fl_core.io.layers import ConvLayer, find_layer, iter_layer_inputs, layer_weight
 from fl_core.io.models import LoadedModel
 from fl_core.results import Result
+from fl_core.settings import setting
 
-DEFAULT_SEEDS = 10
+
+@dataclass(frozen=True)
+class EnergySettings:
+    """How energy profiles are measured (defaults here only; the CLI's options, the page's widgets and the cache keys
+    derive from it).
+
+    Attributes:
+        layer: convolution name (default, or "first": each model's first convolution; a deeper layer is an extension
+            beyond the paper, its patches that layer's own inputs).
+        seeds: random-init seeds for the baseline (seeds 0..n−1).
+    """
+
+    layer: str | None = None
+    seeds: int = setting(10, minimum=1)
 
 
 def energy_profile(weight: torch.Tensor | np.ndarray, pca: PatchPCA, init: torch.Tensor | np.ndarray | None = None,
@@ -266,7 +280,7 @@ class RandomInitBaseline(Result):
 
 
 def random_init_baseline(shape: tuple[int, ...], pca: PatchPCA, profile: np.ndarray,
-                         seeds: Sequence[int] = range(DEFAULT_SEEDS)) -> RandomInitBaseline:
+                         seeds: Sequence[int]) -> RandomInitBaseline:
     """Profiles of random-init banks, their theory-fit r and their correlation with ``profile``.
 
     Raises:
@@ -398,8 +412,8 @@ def pca_key(loaded: LoadedModel, layer: ConvLayer) -> str:
     return f"{loaded.spec}::{layer.name}"
 
 
-def model_energy(loaded: LoadedModel, layer: ConvLayer, pca: PatchPCA, *, init: LoadedModel | None = None,
-                 seeds: Sequence[int] = range(DEFAULT_SEEDS), key: str = "") -> ModelEnergy:
+def model_energy(loaded: LoadedModel, layer: ConvLayer, pca: PatchPCA, *, seeds: Sequence[int],
+                 init: LoadedModel | None = None, key: str = "") -> ModelEnergy:
     """Profile, theory fit and random-init baseline of one layer of one model."""
     weight = layer_weight(loaded, layer)
     init_weight = None
@@ -417,17 +431,16 @@ def model_energy(loaded: LoadedModel, layer: ConvLayer, pca: PatchPCA, *, init: 
                        filters=filters, pca_key=key)
 
 
-def analyze_energy(models: Sequence[LoadedModel], images: ImageSet, *, layer: str | None = None,
-                   inits: dict[str, LoadedModel] | None = None, seeds: Sequence[int] = range(DEFAULT_SEEDS),
-                   device=None, progress: Progress | None = None) -> EnergyResult:
-    """Energy profiles of ``layer`` (default: the first convolution) for each model, compared.
+def analyze_energy(models: Sequence[LoadedModel], images: ImageSet, settings: EnergySettings = EnergySettings(), *,
+                   inits: Mapping[str, LoadedModel] | None = None, device=None,
+                   progress: Progress | None = None) -> EnergyResult:
+    """Energy profiles of ``settings.layer`` (default: the first convolution) for each model, compared.
 
     Args:
         models: loaded models (full or weights-only).
         images: the image source for patch statistics.
-        layer: layer name; ``None``/"first" = each model's first convolution.
+        settings: the layer and the random-init seeds.
         inits: spec -> initialization checkpoint to subtract from that model's weights.
-        seeds: seeds of the random-init baseline.
         device: where the patch statistics run.
         progress: ``progress(fraction, message)``.
     """
@@ -438,12 +451,13 @@ def analyze_energy(models: Sequence[LoadedModel], images: ImageSet, *, layer: st
     results = []
     for i, loaded in enumerate(models):
         step = sub_progress(progress, i / len(models), (i + 1) / len(models))
-        lay = find_layer(loaded, layer)
+        lay = find_layer(loaded, settings.layer)
         key = pca_key(loaded, lay)
         if key not in pcas:
             pcas[key] = layer_patch_pca(loaded, lay, images, device=device, progress=sub_progress(step, 0, 0.8))
         report(step, 0.9, f"profile of {loaded.label}")
-        results.append(model_energy(loaded, lay, pcas[key], init=inits.get(loaded.spec), seeds=seeds, key=key))
+        results.append(model_energy(loaded, lay, pcas[key], seeds=range(settings.seeds), init=inits.get(loaded.spec),
+                                    key=key))
     report(progress, 1.0, "done")
     first = pcas[results[0].pca_key]
     return EnergyResult(lambdas=first.lambdas, models=tuple(results),

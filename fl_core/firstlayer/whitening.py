@@ -20,17 +20,31 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
 from fl_core.backend import Progress, report, resolve_device, statistics_dtype, sub_progress
 from fl_core.errors import AnalysisError
-from fl_core.firstlayer.energy import DEFAULT_SEEDS, random_init_banks
+from fl_core.firstlayer.energy import random_init_banks
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
-from fl_core.io.images import ImageSet, iter_scaled_inputs
+from fl_core.io.images import ImageSet, iter_scaled_inputs, scaled_input, to_display
 from fl_core.io.layers import find_layer, layer_weight
 from fl_core.io.models import InputConfig, LoadedModel
 from fl_core.results import Result
+from fl_core.settings import setting
 
-DEFAULT_MAX_DISTANCE = 20
+
+@dataclass(frozen=True)
+class WhiteningSettings:
+    """How the whitening curves are measured (defaults here only; the CLI's options, the page's widgets and the cache
+    keys derive from it).
+
+    Attributes:
+        max_distance: largest distance δ in pixels.
+        seeds: random-init seeds (≥ 10 recommended; seeds 0..n−1).
+    """
+
+    max_distance: int = setting(20, minimum=1)
+    seeds: int = setting(10, minimum=1)
 
 
 class InputAutocorrelation:
@@ -137,6 +151,32 @@ def linear_responses(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
+class ActivationMaps(Result):
+    """A model's first-layer linear responses to one image.
+
+    Attributes:
+        label: the model.
+        layer: the first convolution.
+        image: the input at the model's scale, as displayed: (H, W, 3) uint8.
+        maps: y_k = x ⋆ w_k (:func:`linear_responses`), (K, H', W').
+    """
+
+    label: str
+    layer: str
+    image: np.ndarray
+    maps: np.ndarray
+
+
+def activation_maps(loaded: LoadedModel, image: Image.Image, name: str | None = None) -> ActivationMaps:
+    """The first convolution's linear responses to ``image`` (named ``name`` in errors) at the model's scale
+    (:func:`~fl_core.io.images.scaled_input`, uncropped)."""
+    layer = find_layer(loaded, None)
+    x = scaled_input(image, loaded.input_config, name).unsqueeze(0)
+    return ActivationMaps(label=loaded.label, layer=layer.name, image=to_display(x[0], loaded.input_config),
+                          maps=linear_responses(layer_weight(loaded, layer), x).numpy())
+
+
+@dataclass(frozen=True)
 class WhiteningResult(Result):
     """Normalized spatial autocorrelation curves.
 
@@ -184,21 +224,21 @@ def input_correlation(batches: Iterable[torch.Tensor], max_lag: int, *, device=N
     return accumulator.correlation()
 
 
-def analyze_whitening(models: Sequence[LoadedModel], images: ImageSet, *, max_distance: int = DEFAULT_MAX_DISTANCE,
-                      seeds: Sequence[int] = range(DEFAULT_SEEDS), device=None,
+def analyze_whitening(models: Sequence[LoadedModel], images: ImageSet,
+                      settings: WhiteningSettings = WhiteningSettings(), *, device=None,
                       progress: Progress | None = None) -> WhiteningResult:
     """C(δ)/C(0) of RGB, of each model's learned first layer, of random-init banks and of the ideal ZCA bank.
 
     Args:
         models: loaded models (full or weights-only); their first convolutions are compared.
         images: image source (each image at the model's scale, uncropped).
-        max_distance: largest δ in pixels.
-        seeds: random-init seeds (≥ 10 recommended).
+        settings: the largest δ in pixels and the random-init seeds.
         device: where the statistics run.
         progress: ``progress(fraction, message)``.
     """
     if not models:
         raise AnalysisError("Pick at least one model.")
+    max_distance, seeds = settings.max_distance, range(settings.seeds)
     layers = [find_layer(m, None) for m in models]
     max_kernel = max(max(lay.kernel_size) for lay in layers)
     spaces: dict[InputConfig, torch.Tensor] = {}

@@ -21,7 +21,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from fl_core.firstlayer.energy import (
-    DEFAULT_SEEDS,
+    EnergySettings,
     correlation_matrix,
     energy_profile,
     fit_linear_theory,
@@ -397,6 +397,6 @@ def _random_init_fits(runs: Sequence[Run], bases: dict[int, PatchPCA]) -> list[t
     if not runs:
         return []
     pca = bases[data_pca(runs[0]).dim]
-    banks = random_init_banks(tuple(runs[0].init_weights.shape), range(DEFAULT_SEEDS))
+    banks = random_init_banks(tuple(runs[0].init_weights.shape), range(EnergySettings().seeds))
     return [(f"random bank seed {seed}", fit_linear_theory(energy_profile(bank, pca), pca.lambdas).r)
             for seed, bank in enumerate(banks)]

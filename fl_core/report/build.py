@@ -25,8 +25,8 @@ from fl_core.backend import Progress, report, sub_progress
 from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels, default_channel_layer
 from fl_core.channelaxes.calibration import channel_data
 from fl_core.errors import AnalysisError, FilterLensError
-from fl_core.firstlayer.energy import EnergyResult, analyze_energy, pearson
-from fl_core.firstlayer.whitening import WhiteningResult, analyze_whitening
+from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy, pearson
+from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
 from fl_core.io.images import BUNDLED, ImageSet, open_images
 from fl_core.io.layers import conv_inventory, inventory_frame
 from fl_core.io.models import LoadedModel
@@ -327,14 +327,15 @@ def build_report(models: Sequence[LoadedModel], settings: ReportSettings = Repor
     images = open_images(settings.images, settings.max_images)
     sections = _Sections()
     ordered = [final, *models[:-1]]  # the final model's input space is the whitening reference
-    seeds = range(settings.seeds)
+    energy = EnergySettings(seeds=settings.seeds)
+    whitening = WhiteningSettings(max_distance=max(settings.max_distance, settings.trajectory_distance),
+                                  seeds=settings.seeds)
 
     report(progress, 0.0, "energy profiles")
-    energy_all = sections.run("energy", lambda: analyze_energy(models, images, seeds=seeds, device=device,
+    energy_all = sections.run("energy", lambda: analyze_energy(models, images, energy, device=device,
                                                                progress=sub_progress(progress, 0.0, 0.35)))
     whitening_all = sections.run("whitening", lambda: analyze_whitening(
-        ordered, images, max_distance=max(settings.max_distance, settings.trajectory_distance), seeds=seeds,
-        device=device, progress=sub_progress(progress, 0.35, 0.55)))
+        ordered, images, whitening, device=device, progress=sub_progress(progress, 0.35, 0.55)))
 
     report(progress, 0.55, "master keys")
     masterkeys = sections.run("masterkeys", lambda: analyze_master_keys(

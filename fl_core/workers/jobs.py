@@ -18,9 +18,9 @@ from fl_core.backend import Progress
 from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
 from fl_core.channelaxes.pruning import PruningSettings
-from fl_core.firstlayer.energy import EnergyResult, analyze_energy
+from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy
 from fl_core.firstlayer.patches import PatchPCA
-from fl_core.firstlayer.whitening import WhiteningResult, analyze_whitening
+from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
 from fl_core.io.images import open_images
 from fl_core.io.models import LoadedModel
 from fl_core.lab.runs import Run, RunConfig, resolve_config, run_inputs, train_run
@@ -40,22 +40,20 @@ ModelLoader = Callable[..., LoadedModel]
 in-thread."""
 
 
-def energy_job(models: ModelKeys, images: str, layer: str | None, subtract_init: bool, seeds: int, device: str,
+def energy_job(models: ModelKeys, images: str, settings: EnergySettings, subtract_init: bool, device: str,
                progress: Progress | None = None, load: ModelLoader = worker_model) -> EnergyResult:
-    """:func:`fl_core.firstlayer.energy.analyze_energy` of ``(spec, overrides)`` pairs (init subtraction for demo
-    models)."""
+    """:func:`fl_core.firstlayer.energy.analyze_energy` of ``(spec, overrides)`` pairs (``subtract_init``: each model's
+    own initialization checkpoint, which demo models know)."""
     loaded = [load(spec, overrides) for spec, overrides in models]
     inits = {m.spec: load(m.init_spec) for m in loaded if subtract_init and m.init_spec}
-    return analyze_energy(loaded, open_images(images), layer=layer, inits=inits, seeds=range(seeds), device=device,
-                          progress=progress)
+    return analyze_energy(loaded, open_images(images), settings, inits=inits, device=device, progress=progress)
 
 
-def whitening_job(models: ModelKeys, images: str, max_distance: int, seeds: int, device: str,
+def whitening_job(models: ModelKeys, images: str, settings: WhiteningSettings, device: str,
                   progress: Progress | None = None, load: ModelLoader = worker_model) -> WhiteningResult:
     """:func:`fl_core.firstlayer.whitening.analyze_whitening` of ``(spec, overrides)`` pairs."""
     loaded = [load(spec, overrides) for spec, overrides in models]
-    return analyze_whitening(loaded, open_images(images), max_distance=max_distance, seeds=range(seeds),
-                             device=device, progress=progress)
+    return analyze_whitening(loaded, open_images(images), settings, device=device, progress=progress)
 
 
 def channel_axes_job(spec: str, overrides: tuple, source: str, layer: str, n_calibration: int, n_evaluation: int,

@@ -8,6 +8,7 @@ import torch
 from scipy.stats import ortho_group
 
 from fl_core.firstlayer.energy import (
+    EnergySettings,
     analyze_energy,
     correlation_matrix,
     energy_profile,
@@ -176,6 +177,6 @@ def test_real_squeezenet_first_layer_fits_the_theory(squeezenet, photos) -> None
 
 def test_deeper_layer_is_labelled_as_an_extension(demo, photos) -> None:
     trained, _ = demo
-    model = analyze_energy([trained], photos.subset(range(3)), layer="features.4").models[0]
+    model = analyze_energy([trained], photos.subset(range(3)), EnergySettings(layer="features.4")).models[0]
     assert model.beyond_paper and model.layer == "features.4"
     assert len(model.profile) == 32 * 9

@@ -10,6 +10,8 @@ import torch.nn.functional as F
 from fl_core.firstlayer.patches import patch_pca
 from fl_core.firstlayer.whitening import (
     InputAutocorrelation,
+    WhiteningSettings,
+    activation_maps,
     analyze_whitening,
     bank_autocorrelation,
     identity_bank,
@@ -83,11 +85,28 @@ def test_activation_maps_are_the_linear_responses() -> None:
     torch.testing.assert_close(maps[2, 3, 4], (x[0, :, 3:8, 4:9] * w[2]).sum())
 
 
+def test_activation_maps_of_a_model_are_its_first_conv_unpadded_on_the_scaled_image(demo, photos) -> None:
+    """What the Whitening page draws: the first convolution's stride-1 responses without its padding (valid
+    positions only), next to the very input they were computed from."""
+    from fl_core.io.images import scaled_input, to_display
+
+    trained, _ = demo
+    image = photos.image(0)
+    maps = activation_maps(trained, image, photos.names[0])
+    x = scaled_input(image, trained.input_config).unsqueeze(0)
+    conv = trained.model.features[0]
+    assert conv.padding == (1, 1) and maps.layer == "features.0" and maps.label == trained.label
+    expected = conv(x)[0, :, 1:-1, 1:-1].detach()  # the model's padded output, border positions dropped
+    assert maps.maps.shape == (32, x.shape[2] - 2, x.shape[3] - 2)
+    np.testing.assert_allclose(maps.maps, expected.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(maps.image, to_display(x[0], trained.input_config))
+
+
 def test_demo_reference_curves_match_the_paper_and_its_early_layer_does_not_whiten_yet(demo, photos) -> None:
     """RGB > 0.5, random ≈ RGB, ideal whitening far below (paper, δ = 10 px). The demo is trained for CPU minutes:
     its fitted ηt is small (early regime, e ∝ λ: a low-pass bank), so its responses are *not* decorrelated."""
     trained, init = demo
-    result = analyze_whitening([trained, init], photos, max_distance=10, seeds=range(10))
+    result = analyze_whitening([trained, init], photos, WhiteningSettings(max_distance=10, seeds=10))
     at10 = result.at(10)
     assert at10["rgb"] > 0.5
     assert abs(at10["random"] - at10["rgb"]) < 0.1
@@ -100,7 +119,7 @@ def test_demo_reference_curves_match_the_paper_and_its_early_layer_does_not_whit
 
 def test_fully_trained_fixtures_decorrelate_their_input(squeezenet, resnet20, photos) -> None:
     """ImageNet SqueezeNet and CIFAR ResNet-20 (200 epochs) whiten: their curves fall well below RGB."""
-    result = analyze_whitening([squeezenet, resnet20], photos.subset(range(6)), max_distance=10)
+    result = analyze_whitening([squeezenet, resnet20], photos.subset(range(6)), WhiteningSettings(max_distance=10))
     at10 = result.at(10)
     assert at10[squeezenet.spec] < at10["rgb"] - 0.1
     assert at10[resnet20.spec] < at10["random"] - 0.1
