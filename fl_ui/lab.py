@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fl_core.backend import Progress
 from fl_core.errors import DataError
 from fl_core.io.models import demo_manifest
 from fl_core.lab.claims import (
@@ -29,7 +28,7 @@ def run_stamp(folder: str | Path) -> str:
 
 
 @memoize(max_entries=128)
-def _run(folder: str, stamp: str, progress: Progress | None = None) -> Run:
+def _run(folder: str, stamp: str) -> Run:
     return load_run(folder)
 
 
@@ -50,7 +49,7 @@ def runs_in(root: str | Path) -> list[Run]:
 
 
 @memoize(max_entries=128)
-def _trajectory(folder: str, stamp: str, progress: Progress | None = None) -> Trajectory:
+def _trajectory(folder: str, stamp: str) -> Trajectory:
     return run_trajectory(get_run(folder))
 
 
@@ -64,7 +63,7 @@ def _keys(runs: list[Run]) -> tuple[tuple[str, str], ...]:
 
 
 @memoize(max_entries=16)
-def _claims(keys: tuple[tuple[str, str], ...], progress: Progress | None = None) -> ClaimSummary:
+def _claims(keys: tuple[tuple[str, str], ...]) -> ClaimSummary:
     runs = [get_run(path) for path, _ in keys]
     return summarize_runs(runs, {run.name: get_trajectory(run) for run in runs})
 
@@ -75,7 +74,7 @@ def get_claims(runs: list[Run]) -> ClaimSummary:
 
 
 @memoize(max_entries=16)
-def _correlations(keys: tuple[tuple[str, str], ...], progress: Progress | None = None) -> RunCorrelations:
+def _correlations(keys: tuple[tuple[str, str], ...]) -> RunCorrelations:
     return run_correlations([get_run(path) for path, _ in keys])
 
 

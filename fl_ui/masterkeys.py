@@ -88,8 +88,7 @@ def master_key_result(spec: str, overrides: tuple, kernel_size: int | None, k: i
 
 
 @memoize(max_entries=16)
-def published_assignment(spec: str, overrides: tuple, kernel_size: int,
-                         progress: Progress | None = None) -> PublishedAssignment:
+def published_assignment(spec: str, overrides: tuple, kernel_size: int) -> PublishedAssignment:
     """:func:`fl_core.masterkeys.clustering.bank_assignment` of one model's k×k filters (no clustering)."""
     return bank_assignment(get_bank(spec, overrides), kernel_size=kernel_size)
 
@@ -108,7 +107,7 @@ def published_scale_fit(method: str) -> ScaleSpaceResult:
 
 
 @memoize(max_entries=16)
-def model_keys(spec: str, overrides: tuple, method: str, progress: Progress | None = None) -> dict[int, np.ndarray]:
+def model_keys(spec: str, overrides: tuple, method: str) -> dict[int, np.ndarray]:
     """:func:`fl_core.masterkeys.clustering.model_master_keys` of one model (its most frequent kernel size)."""
     return model_master_keys(get_bank(spec, overrides), method)
 
@@ -129,7 +128,7 @@ def warm_default_results() -> None:
 
 @memoize(max_entries=32)
 def filter_swap(spec: str, overrides: tuple, replacement: str, stages: tuple[int, ...] | None, k: int, seed: int,
-                device: str, progress: Progress | None = None) -> FilterSwap:
+                device: str) -> FilterSwap:
     """:func:`fl_core.masterkeys.swap.swap_filters` of one model."""
     return swap_filters(get_bank(spec, overrides), replacement, stages=stages, k=k, seed=seed, device=device)
 

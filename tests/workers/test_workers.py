@@ -156,8 +156,15 @@ def test_memoize_passes_progress_only_to_functions_that_take_it() -> None:
     def plain(x: int) -> int:
         return x + 1
 
+    @memoize(max_entries=2)
+    def reporting(x: int, progress=None) -> int:
+        report(progress, 0.5, f"half of {x}")
+        return x + 1
+
     seen = []
     assert plain(1, progress=lambda f, m: seen.append(m)) == 2 and not seen
+    assert reporting(1, progress=lambda f, m: seen.append((f, m))) == 2 and seen == [(0.5, "half of 1")]
+    assert reporting(1) == 2 and plain(1) == 2  # cached: progress is not part of the key
 
 
 def test_memoize_does_not_keep_errors() -> None:
