@@ -43,7 +43,7 @@ class WhiteningSettings:
         seeds: random-init seeds (≥ 10 recommended; seeds 0..n−1).
     """
 
-    max_distance: int = setting(20, minimum=1)
+    max_distance: int = setting(20, minimum=0)
     seeds: int = setting(10, minimum=1)
 
 
