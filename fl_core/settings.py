@@ -127,7 +127,9 @@ def _number(kind: type, field: SettingField):
         value = kind(text)
         low, high = field.minimum, field.maximum
         if (low is not None and value < low) or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"{field.option} must lie in [{low}, {high}], not {text}")
+            bound = f"lie in [{low}, {high}]" if low is not None and high is not None else (
+                f"be at least {low}" if low is not None else f"be at most {high}")
+            raise argparse.ArgumentTypeError(f"{field.option} must {bound}, not {text}")
         return value
     parse.__name__ = kind.__name__
     return parse
@@ -150,8 +152,8 @@ def add_settings_arguments(parser: argparse.ArgumentParser | argparse._ArgumentG
             continue
         default = (defaults or {}).get(field.name, field.default)
         scalar = field.item if field.kind is tuple else field.kind
-        kwargs: dict[str, Any] = {"dest": field.name, "help": field.help + (" (default: %(default)s)" if default not in
-                                                                             (None, ()) else "")}
+        shown = " (default: %(default)s)" if default not in (None, ()) else ""
+        kwargs: dict[str, Any] = {"dest": field.name, "help": field.help.replace("%", "%%") + shown}
         if field.kind is bool:
             kwargs.update(action=argparse.BooleanOptionalAction, default=default)
         else:
