@@ -24,7 +24,7 @@ from fl_core.firstlayer.energy import fit_linear_theory, pearson, theory_profile
 from fl_core.lab.claims import run_trajectory, summarize_runs
 from fl_core.lab.experiments import load_runs
 from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunConfig, build_run_model
-from fl_core.lab.train import train_classifier
+from fl_core.lab.train import TrainConfig, train_classifier
 from fl_core.lab.trainsets import crop_dataset
 
 
@@ -38,9 +38,9 @@ def timed(func, repeat: int = 1) -> float:
 
 
 def bench_trainer(steps: int, device: torch.device) -> tuple[float, float]:
-    config = RunConfig(steps=steps)
+    config = RunConfig(train=TrainConfig(steps=steps))
     data = crop_dataset()
-    train = config.train_config()
+    train = config.train
 
     def lab() -> None:
         model, first, _ = build_run_model(config, len(data.classes))
@@ -50,10 +50,10 @@ def bench_trainer(steps: int, device: torch.device) -> tuple[float, float]:
     def bare() -> None:
         model, _, _ = build_run_model(config, len(data.classes))
         model.to(device).train()
-        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+        optimizer = torch.optim.SGD(model.parameters(), lr=train.lr)
         order = torch.randperm(len(data.train_x), generator=torch.Generator().manual_seed(0))
         for step in range(steps):
-            index = order[(step * config.batch_size) % len(order):][: config.batch_size]
+            index = order[(step * train.batch_size) % len(order):][: train.batch_size]
             x, y = data.normalize(data.train_x[index].to(device)), data.train_y[index].to(device)
             loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad(set_to_none=True)
@@ -74,7 +74,7 @@ def bench_fit() -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=RunConfig().steps)
+    parser.add_argument("--steps", type=int, default=TrainConfig().steps)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     device = resolve_device(args.device)

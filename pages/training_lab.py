@@ -8,6 +8,7 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
+from fl_core.cli.train import cli_flags
 from fl_core.io.images import BUNDLED, is_bundled
 from fl_core.lab.claims import snapshot_trajectory
 from fl_core.lab.plots import (
@@ -18,15 +19,16 @@ from fl_core.lab.plots import (
     trajectory_figure,
 )
 from fl_core.lab.runs import SHIPPED_RUNS_DIR, Run, RunConfig, user_runs_dir
-from fl_core.lab.trainsets import LABEL_VARIANTS
+from fl_core.settings import replace_settings, settings_fields
 from fl_core.workers.jobs import TrainingJob
+from fl_ui.forms import setting_widget
 from fl_ui.lab import demo_name_of, get_claims, get_correlations, get_trajectory, runs_in
 from fl_ui.state import current_selection, encode_token, page_param, set_page_param
 from fl_ui.widgets import downloads, plot_with_explanation, table_with_download, user_errors
 
 MODES = {"shipped": "📦 Shipped runs", "train": "🏋 Train a run", "yours": "🗂 Your runs"}
 DEFAULT_RUN = "lab_vgg_true_s0"
-DEFAULTS = RunConfig()
+FIELDS = {f.name: f for f in settings_fields(RunConfig)}
 
 st.title("🧪 Training Lab")
 st.markdown(
@@ -48,7 +50,7 @@ def show_run(run: Run) -> None:
     wanted = int(page_param("step", str(steps[-1]))) if page_param("step", "").isdigit() else steps[-1]
     step = c1.select_slider("Step", steps, value=wanted if wanted in steps else steps[-1], key=f"lab_step_{run.name}")
     set_page_param("step", str(step))
-    moving = not run.config.freeze_first
+    moving = not run.config.train.freeze_first
     subtract = c2.checkbox("Subtract initialization", value=moving, disabled=not moving, key=f"lab_sub_{run.name}",
                            help="Profile of w_t − w_0 (the authors' protocol); off: the raw weights w_t.")
     index = steps.index(step)
@@ -108,22 +110,6 @@ def show_run(run: Run) -> None:
         st.code(f"python -m fl_core train {cli_flags(run.config)} --out runs/{run.name}", language="bash")
 
 
-def cli_flags(config: RunConfig) -> str:
-    """The ``python -m fl_core train`` options that reproduce ``config`` (defaults left out)."""
-    flags = []
-    for key, value in config.to_dict().items():
-        if value == getattr(DEFAULTS, key) or value is None:
-            continue
-        option = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            flags.append(option)
-        elif isinstance(value, tuple | list):
-            flags.append(f"{option} {' '.join(str(v) for v in value)}")
-        else:
-            flags.append(f"{option} {value}")
-    return " ".join(flags)
-
-
 def show_claims(runs: list[Run]) -> None:
     """The paper's claims on these runs, and their consistency matrix."""
     st.subheader("The paper's claims, measured on these runs")
@@ -169,50 +155,54 @@ def browse(root, empty_message: str) -> None:
 def config_form() -> RunConfig | None:
     """The run configuration form; returns a config when submitted."""
     selection = current_selection()
+    values: dict = {}
+
+    def field(name: str, label: str, container, key: str, **options) -> None:
+        values[name] = setting_widget(FIELDS[name], label, key=key, container=container, **options)
+
     with st.form("lab_form"):
         st.markdown("**Data**")
         d1, d2, d3 = st.columns([2, 1, 1])
         sources = [BUNDLED] + ([] if is_bundled(selection.images) else [selection.images])
-        images = d1.selectbox("Images", sources, format_func=lambda s: "bundled photos (label = photo)" if
-                              is_bundled(s) else f"{s} (label = class folder)",
-                              help="Pick a folder or ImageFolder tree in the sidebar to train on your own images.")
-        max_images = d2.number_input("At most this many images (0 = all)", 0, 100_000, 0, key="lab_max_images")
-        crops = d3.number_input("Training crops per image (0 = auto)", 0, 5000, 0, key="lab_crops")
+        values["images"] = d1.selectbox(
+            "Images", sources, format_func=lambda s: "bundled photos (label = photo)" if is_bundled(s) else
+            f"{s} (label = class folder)", help="Pick a folder or ImageFolder tree in the sidebar to train on your own "
+                                                "images.")
+        field("max_images", "At most this many images (0 = all)", d2, "lab_max_images", value=0, min_value=0,
+              max_value=100_000)
+        field("crops_per_image", "Training crops per image (0 = auto)", d3, "lab_crops", value=0, min_value=0,
+              max_value=5000)
         st.markdown("**Model**")
         m1, m2, m3, m4 = st.columns(4)
-        arch = m1.selectbox("Architecture", ["small_vgg", "small_resnet", "timm"], key="lab_arch")
+        arch = m1.selectbox("Architecture", ["small_vgg", "small_resnet", "timm"], key="lab_arch",
+                            help=FIELDS["arch"].help)
         timm_name = m1.text_input("timm architecture", "resnet18", key="lab_timm",
                                   help="Used with 'timm': random init, its own first layer, 32×32 input.")
-        width = m2.number_input("First-layer width", 4, 256, DEFAULTS.width, key="lab_width")
-        kernel = m3.selectbox("First-layer kernel", [3, 5, 7], key="lab_kernel")
-        freeze = m4.checkbox("Freeze the first layer", key="lab_freeze",
-                             help="Keep it at its random initialization (Fig. 2).")
+        field("width", "First-layer width", m2, "lab_width", max_value=256)
+        field("first_kernel", "First-layer kernel", m3, "lab_kernel")
+        field("freeze_first", "Freeze the first layer", m4, "lab_freeze")
         st.markdown("**Labels and input (App. D)**")
         v1, v2, v3, v4 = st.columns(4)
-        labels = v1.selectbox("Labels", LABEL_VARIANTS, key="lab_labels", format_func={
-            "true": "true labels", "random": "random (a permutation)",
-            "energy": "energy deciles (App. D.1)"}.get)
-        component = v2.number_input("Energy component (App. D.1)", 1, 147, DEFAULTS.label_component,
-                                    key="lab_component")
-        alpha = v3.number_input("α (App. D.2; 1 = off)", 0.1, 20.0, DEFAULTS.alpha, step=0.5, key="lab_alpha")
-        alpha_component = v4.number_input("Scaled component (App. D.2)", 1, 147, DEFAULTS.alpha_component,
-                                          key="lab_alpha_component")
+        field("labels", "Labels", v1, "lab_labels", format_func={
+            "true": "true labels", "random": "random (a permutation)", "energy": "energy deciles (App. D.1)"}.get)
+        field("label_component", "Energy component (App. D.1)", v2, "lab_component", max_value=147)
+        field("alpha", "α (App. D.2; 1 = off)", v3, "lab_alpha", min_value=0.1, max_value=20.0, step=0.5)
+        field("alpha_component", "Scaled component (App. D.2)", v4, "lab_alpha_component", max_value=147)
         st.markdown("**Plain SGD (the authors' optimizer)**")
         o1, o2, o3, o4, o5 = st.columns(5)
-        seed = o1.number_input("Seed", 0, 10_000, DEFAULTS.seed, key="lab_seed")
-        steps = o2.number_input("Steps", 1, 100_000, DEFAULTS.steps, key="lab_steps",
-                                help="The default finishes in a few minutes on a 2-core CPU; random labels need "
-                                     "more (the shipped random-label runs use 2×).")
-        batch = o3.number_input("Batch size", 1, 4096, DEFAULTS.batch_size, key="lab_batch")
-        lr = o4.number_input("Learning rate", 1e-4, 10.0, DEFAULTS.lr, format="%.4f", key="lab_lr")
-        momentum = o5.number_input("Momentum (0 = plain SGD)", 0.0, 0.99, DEFAULTS.momentum, key="lab_momentum")
+        field("seed", "Seed", o1, "lab_seed", min_value=0, max_value=10_000)
+        field("steps", "Steps", o2, "lab_steps", max_value=100_000,
+              help="The default finishes in a few minutes on a 2-core CPU; random labels need more (the shipped "
+                   "random-label runs use 2×).")
+        field("batch_size", "Batch size", o3, "lab_batch", max_value=4096)
+        field("lr", "Learning rate", o4, "lab_lr", min_value=1e-4, max_value=10.0, format="%.4f")
+        field("momentum", "Momentum (0 = plain SGD)", o5, "lab_momentum", max_value=0.99)
         if not st.form_submit_button("▶ Start training", type="primary", key="lab_start"):
             return None
-    return RunConfig(images=images, max_images=int(max_images) or None, crops_per_image=int(crops) or None,
-                     arch=f"timm:{timm_name.strip()}" if arch == "timm" else arch, width=int(width),
-                     first_kernel=int(kernel), labels=labels, label_component=int(component), alpha=float(alpha),
-                     alpha_component=int(alpha_component), freeze_first=freeze, seed=int(seed), steps=int(steps),
-                     batch_size=int(batch), lr=float(lr), momentum=float(momentum))
+    values["arch"] = f"timm:{timm_name.strip()}" if arch == "timm" else arch
+    values["max_images"] = values["max_images"] or None
+    values["crops_per_image"] = values["crops_per_image"] or None
+    return replace_settings(RunConfig(), values)
 
 
 def show_job(job: TrainingJob) -> None:
@@ -227,7 +217,7 @@ def show_job(job: TrainingJob) -> None:
                       help="Stop after the current step; what was trained so far is kept.")
         if not status.finished and status.pca is not None and len(status.snapshots) >= 2:
             traj = snapshot_trajectory(job.folder.name, status.snapshots, status.pca, status.reference_pca)
-            st.plotly_chart(trajectory_figure(traj, not job.config.freeze_first), width="stretch",
+            st.plotly_chart(trajectory_figure(traj, not job.config.train.freeze_first), width="stretch",
                             key="lab_live_profile")
         if status.state == "failed":
             st.error(status.error)

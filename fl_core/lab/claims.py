@@ -31,6 +31,7 @@ from fl_core.firstlayer.energy import (
 from fl_core.firstlayer.patches import PatchPCA
 from fl_core.lab.runs import Run, RunConfig
 from fl_core.results import Result
+from fl_core.settings import setting_value
 
 SCHEDULE_FIELDS = ("steps", "snapshots")
 
@@ -300,13 +301,13 @@ def _comparison_key(config: RunConfig, factor: str) -> tuple:
 def pairs_differing_in(runs: Sequence[Run], factor: str) -> list[tuple[Run, Run]]:
     """Pairs of runs whose configurations differ in ``factor`` only (the schedule aside)."""
     return [(a, b) for a, b in itertools.combinations(runs, 2)
-            if getattr(a.config, factor) != getattr(b.config, factor)
+            if setting_value(a.config, factor) != setting_value(b.config, factor)
             and _comparison_key(a.config, factor) == _comparison_key(b.config, factor)]
 
 
 def _plain(run: Run, labels: str = "true") -> bool:
     """A run with the given labels, unmanipulated input and a trained first layer."""
-    return run.config.labels == labels and not run.config.manipulated and not run.config.freeze_first
+    return run.config.labels == labels and not run.config.manipulated and not run.config.train.freeze_first
 
 
 def _mean_sd(values: Sequence[tuple[str, float]]) -> tuple[float | None, float | None, int, str]:
@@ -358,14 +359,14 @@ def summarize_runs(runs: Sequence[Run], trajectories: dict[str, Trajectory] | No
         pair_check("architectures", "arch", lambda a, b: _plain(a) and _plain(b)),
         _check("random_vs_init", per_run(lambda r: _plain(r, "random"), lambda t: t.vs_init[-1])),
         pair_check("true_vs_random", "labels", lambda a, b: {a.config.labels, b.config.labels} == labels_pair
-                   and not a.config.manipulated and not a.config.freeze_first),
+                   and not a.config.manipulated and not a.config.train.freeze_first),
         _check("theory_fit", per_run(_plain, lambda t: t.r[-1])),
         _check("random_init_fit", _random_init_fits(runs, bases)),
         _check("eta_t_grows", per_run(_plain, lambda t: t.eta_t_trend)),
         _check("frozen", [(f"{b.name} vs {a.name}: {b.history.final_val_accuracy:.1%} vs "
                            f"{a.history.final_val_accuracy:.1%}",
                            100 * (b.history.final_val_accuracy - a.history.final_val_accuracy))
-                          for a, b in (sorted(p, key=lambda r: r.config.freeze_first)
+                          for a, b in (sorted(p, key=lambda r: r.config.train.freeze_first)
                                        for p in pairs_differing_in(runs, "freeze_first"))]),
         pair_check("d1_energy_labels", "labels", lambda a, b: {a.config.labels, b.config.labels}
                    == {"energy", "random"} and not a.config.manipulated),

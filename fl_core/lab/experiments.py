@@ -17,6 +17,7 @@ from fl_core.backend import Progress, report, sub_progress
 from fl_core.errors import DataError
 from fl_core.io.images import BUNDLED
 from fl_core.lab.runs import Run, RunConfig, list_runs, load_run, train_run
+from fl_core.settings import replace_settings
 
 RANDOM_LABEL_STEPS = 800
 """Random labels are learnt much more slowly (the authors train 100 epochs instead of 30): 2× the default steps."""
@@ -26,6 +27,7 @@ D1_COMPONENTS = (15, 2)
 """App. D.1: component 15 (Fig. 8a) and a high-variance one that every first layer learns anyway."""
 D2_COMPONENT, D2_ALPHA = 15, 4.0
 """App. D.2 (the paper gives neither): a low-variance component, scaled enough to leave the early regime."""
+D2_INPUT = {"alpha": D2_ALPHA, "alpha_component": D2_COMPONENT}
 
 
 @dataclass(frozen=True)
@@ -38,28 +40,28 @@ class SuiteRun:
 
 
 BASE = RunConfig()
-RANDOM = dataclasses.replace(BASE, labels="random", steps=RANDOM_LABEL_STEPS)
+RANDOM = replace_settings(BASE, {"labels": "random", "steps": RANDOM_LABEL_STEPS})
 SUITES: dict[str, tuple[SuiteRun, ...]] = {
     "paper": (
         SuiteRun("lab_vgg_true_s0", BASE, demo=True),
-        SuiteRun("lab_vgg_true_s1", dataclasses.replace(BASE, seed=1)),
+        SuiteRun("lab_vgg_true_s1", replace_settings(BASE, {"seed": 1})),
         SuiteRun("lab_vgg_random_s0", RANDOM, demo=True),
-        SuiteRun("lab_resnet_true_s0", dataclasses.replace(BASE, arch="small_resnet")),
-        SuiteRun("lab_vgg_true_w64", dataclasses.replace(BASE, width=64)),
-        SuiteRun("lab_vgg_frozen_s0", dataclasses.replace(BASE, freeze_first=True)),
-        *(SuiteRun(f"lab_vgg_energy{c}_s0", dataclasses.replace(BASE, labels="energy", label_component=c))
+        SuiteRun("lab_resnet_true_s0", replace_settings(BASE, {"arch": "small_resnet"})),
+        SuiteRun("lab_vgg_true_w64", replace_settings(BASE, {"width": 64})),
+        SuiteRun("lab_vgg_frozen_s0", replace_settings(BASE, {"freeze_first": True})),
+        *(SuiteRun(f"lab_vgg_energy{c}_s0", replace_settings(BASE, {"labels": "energy", "label_component": c}))
           for c in D1_COMPONENTS),
-        SuiteRun("lab_vgg_alpha_true_s0", dataclasses.replace(BASE, alpha=D2_ALPHA, alpha_component=D2_COMPONENT)),
-        SuiteRun("lab_vgg_true_s2", dataclasses.replace(BASE, seed=2)),
-        SuiteRun("lab_vgg_true_w16", dataclasses.replace(BASE, width=16)),
-        SuiteRun("lab_vgg_random_s1", dataclasses.replace(RANDOM, seed=1)),
-        SuiteRun("lab_vgg_alpha_random_s0", dataclasses.replace(RANDOM, alpha=D2_ALPHA, alpha_component=D2_COMPONENT)),
-        SuiteRun("lab_vgg_random_long_s0", dataclasses.replace(RANDOM, steps=LONG_RANDOM_STEPS)),
+        SuiteRun("lab_vgg_alpha_true_s0", replace_settings(BASE, D2_INPUT)),
+        SuiteRun("lab_vgg_true_s2", replace_settings(BASE, {"seed": 2})),
+        SuiteRun("lab_vgg_true_w16", replace_settings(BASE, {"width": 16})),
+        SuiteRun("lab_vgg_random_s1", replace_settings(RANDOM, {"seed": 1})),
+        SuiteRun("lab_vgg_alpha_random_s0", replace_settings(RANDOM, D2_INPUT)),
+        SuiteRun("lab_vgg_random_long_s0", replace_settings(RANDOM, {"steps": LONG_RANDOM_STEPS})),
     ),
     "quick": (
         SuiteRun("lab_vgg_true_s0", BASE),
-        SuiteRun("lab_vgg_true_s1", dataclasses.replace(BASE, seed=1)),
-        SuiteRun("lab_vgg_frozen_s0", dataclasses.replace(BASE, freeze_first=True)),
+        SuiteRun("lab_vgg_true_s1", replace_settings(BASE, {"seed": 1})),
+        SuiteRun("lab_vgg_frozen_s0", replace_settings(BASE, {"freeze_first": True})),
         SuiteRun("lab_vgg_random_s0", RANDOM),
     ),
 }
@@ -74,9 +76,9 @@ def suite_runs(suite: str, *, images: str = BUNDLED, max_images: int | None = No
         raise DataError(f"Unknown suite '{suite}'; choose one of {', '.join(SUITES)}.")
     out = []
     for item in SUITES[suite]:
-        config = dataclasses.replace(item.config, images=images, max_images=max_images,
-                                     crops_per_image=crops_per_image,
-                                     steps=max(1, round(item.config.steps * steps_scale)))
+        config = replace_settings(item.config, {"images": images, "max_images": max_images,
+                                                "crops_per_image": crops_per_image,
+                                                "steps": max(1, round(item.config.train.steps * steps_scale))})
         out.append(dataclasses.replace(item, config=config))
     return tuple(out)
 

@@ -43,10 +43,13 @@ from fl_core.io.nets import NETS, build_net
 from fl_core.lab.train import TrainConfig, TrainHistory, train_classifier
 from fl_core.lab.trainsets import LABEL_VARIANTS, LabelledSplit, TileScaling, crop_dataset, crops_pca, label_variant
 from fl_core.results import Result
+from fl_core.settings import replace_settings, setting, setting_value, settings_fields
 
 RUN_FORMAT = "filterlens-run/1"
 SHIPPED_RUNS_DIR = ASSETS_DIR / "runs"
 KERNELS = (3, 5, 7)
+DERIVED_TRAIN_FIELDS = ("eval_every", "snapshot_steps")
+"""The :class:`TrainConfig` fields a run sets from its steps and snapshots (not options of a run)."""
 
 
 def user_runs_dir() -> Path:
@@ -58,24 +61,24 @@ def user_runs_dir() -> Path:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything that defines a run (configs as data; JSON round trip with :meth:`from_dict`).
+    """Everything that defines a run (configs as data; JSON round trip with :meth:`to_dict` / :meth:`from_dict`).
 
     Attributes:
-        images: ``"bundled"`` (crops of the bundled photos, label = photo) or an ImageFolder tree (label = class).
+        images: "bundled" (crops of the bundled photos, label = photo) or an ImageFolder tree (label = class).
         max_images: use at most this many images of a folder (spread over its classes).
         crops_per_image: training crops per image (default 600 bundled; about 6,600 in total for folders).
-        arch: ``small_vgg``, ``small_resnet`` or ``timm:NAME`` (random init, any timm net that takes 32×32 input).
-        width: first-layer width K (timm nets: their own, recorded by :func:`resolve_config`).
+        arch: small_vgg, small_resnet or timm:NAME (random init, any timm net that takes 32×32 input).
+        width: first-layer width K (timm nets: their own, recorded when the run starts).
         body_widths: widths of the later stages (small nets).
         first_kernel: first-layer kernel size, 3, 5 or 7 (timm nets: their own).
-        labels: ``true``, ``random`` (a permutation) or ``energy`` (App. D.1 deciles).
-        label_component: 1-based PCA component of the ``energy`` labels.
+        labels: true, random (a permutation) or energy (App. D.1 deciles).
+        label_component: 1-based PCA component of the energy labels.
         alpha: App. D.2 scale of one component of every first-layer tile (1 = unchanged input). With α ≠ 1 the
             first layer gets stride = kernel and no padding, so it sees exactly the manipulated tiles.
-        alpha_component: 1-based PCA component scaled by ``alpha``.
-        freeze_first: keep the first layer at its random initialization.
-        seed: initialization, batch order and label permutation.
-        steps, batch_size, lr, momentum, weight_decay: SGD (plain SGD, as the authors, when momentum = 0).
+        alpha_component: 1-based PCA component scaled by alpha.
+        train: the optimizer (plain SGD, as the authors, with its default ``momentum=0``), ``freeze_first`` and the
+            ``seed``, which also initializes the network and permutes the labels. Its ``eval_every`` (about 20
+            evaluations, at least 10 steps apart) and ``snapshot_steps`` are set from ``steps`` and ``snapshots``.
         snapshots: number of first-layer snapshots, log-spaced over the steps (step 0 and the last included).
     """
 
@@ -83,21 +86,15 @@ class RunConfig:
     max_images: int | None = None
     crops_per_image: int | None = None
     arch: str = "small_vgg"
-    width: int = 32
+    width: int = setting(32, minimum=1)
     body_widths: tuple[int, ...] = (32, 64)
-    first_kernel: int = 3
-    labels: str = "true"
-    label_component: int = 15
+    first_kernel: int = setting(3, choices=KERNELS)
+    labels: str = setting("true", choices=LABEL_VARIANTS)
+    label_component: int = setting(15, minimum=1)
     alpha: float = 1.0
-    alpha_component: int = 4
-    freeze_first: bool = False
-    seed: int = 0
-    steps: int = 400
-    batch_size: int = 128
-    lr: float = 0.2
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    snapshots: int = 13
+    alpha_component: int = setting(4, minimum=1)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    snapshots: int = setting(13, minimum=2)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "body_widths", tuple(int(w) for w in self.body_widths))
@@ -110,8 +107,11 @@ class RunConfig:
         if self.is_timm and self.manipulated:
             raise ModelSpecError("The App. D.2 input manipulation needs a first layer of stride = kernel: use "
                                  "small_vgg or small_resnet.")
-        if self.steps < 1 or self.batch_size < 1 or self.lr <= 0 or self.width < 1 or self.snapshots < 2:
+        train = self.train
+        if train.steps < 1 or train.batch_size < 1 or train.lr <= 0 or self.width < 1 or self.snapshots < 2:
             raise DataError("Steps, batch size, learning rate and width must be positive; snapshots at least 2.")
+        object.__setattr__(self, "train", dataclasses.replace(
+            train, eval_every=max(10, train.steps // 20), snapshot_steps=self.snapshot_steps()))
 
     @property
     def is_timm(self) -> bool:
@@ -129,14 +129,9 @@ class RunConfig:
 
     def snapshot_steps(self) -> tuple[int, ...]:
         """Log-spaced snapshot steps: 0, then about ``snapshots − 1`` steps from 1 to ``steps``."""
-        spaced = np.geomspace(1, self.steps, max(self.snapshots - 1, 1)).round().astype(int)
-        return tuple(sorted({0, *spaced.tolist(), self.steps}))
-
-    def train_config(self) -> TrainConfig:
-        """The trainer's configuration (about 20 evaluations per run, at least 10 steps apart)."""
-        return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, momentum=self.momentum,
-                           weight_decay=self.weight_decay, seed=self.seed, eval_every=max(10, self.steps // 20),
-                           snapshot_steps=self.snapshot_steps(), freeze_first=self.freeze_first)
+        steps = self.train.steps
+        spaced = np.geomspace(1, steps, max(self.snapshots - 1, 1)).round().astype(int)
+        return tuple(sorted({0, *spaced.tolist(), steps}))
 
     def slug(self) -> str:
         """A short file-name-safe name, e.g. ``small_vgg-k3-w32-true-s0``."""
@@ -146,19 +141,22 @@ class RunConfig:
             parts[-1] = f"energy{self.label_component}"
         if self.manipulated:
             parts.append(f"alpha{self.alpha:g}c{self.alpha_component}")
-        if self.freeze_first:
+        if self.train.freeze_first:
             parts.append("frozen")
         if not is_bundled(self.images):
             parts.append(Path(self.images).name or "folder")
-        return "-".join([*parts, f"s{self.seed}"])
+        return "-".join([*parts, f"s{self.train.seed}"])
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields, ``train``'s flattened beside the others (the ``config`` of ``run.json``) without the two it
+        derives."""
+        return {f.name: setting_value(self, f.name) for f in settings_fields(RunConfig)
+                if f.name not in DERIVED_TRAIN_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict) -> RunConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: (tuple(v) if k == "body_widths" else v) for k, v in data.items() if k in known})
+        """Read :meth:`to_dict` (flat keys, as every run folder stores them); unknown keys are ignored."""
+        return replace_settings(cls(), {k: v for k, v in data.items() if k not in DERIVED_TRAIN_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -240,9 +238,9 @@ def resolve_config(config: RunConfig) -> RunConfig:
 
 
 def build_run_model(config: RunConfig, num_classes: int) -> tuple[nn.Module, str, dict]:
-    """``(model, first-layer module name, small-net kwargs)``, initialized from ``config.seed``."""
+    """``(model, first-layer module name, small-net kwargs)``, initialized from ``config.train.seed``."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
+        torch.manual_seed(config.train.seed)
         if config.is_timm:
             model, kwargs = _timm_model(config.arch.removeprefix("timm:"), num_classes), {}
         else:
@@ -295,7 +293,7 @@ def run_inputs(config: RunConfig) -> RunInputs:
     base = _data_pca(*key, 1.0, 0)
     prepare = _input_map(data, base, config.alpha, config.alpha_component)
     pca = _data_pca(*key, config.alpha, config.alpha_component) if config.manipulated else base
-    labels = label_variant(data, config.labels, seed=config.seed, pca=base, component=config.label_component,
+    labels = label_variant(data, config.labels, seed=config.train.seed, pca=base, component=config.label_component,
                            prepare=prepare)
     return RunInputs(data=data, labels=labels, prepare=prepare, pca=pca,
                      reference_pca=base if config.manipulated else None)
@@ -343,7 +341,7 @@ def train_run(config: RunConfig, out: str | Path | None = None, *, name: str | N
     model, first_name, kwargs = build_run_model(config, len(labels.classes))
     init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     history = train_classifier(model, data.train_x, labels.train_y, data.val_x, labels.val_y, inputs.prepare,
-                               model.get_submodule(first_name), config.train_config(), device=device,
+                               model.get_submodule(first_name), config.train, device=device,
                                progress=sub_progress(progress, 0.05, 0.98), should_stop=should_stop,
                                on_snapshot=on_snapshot)
     run = Run(name=name or (Path(out).name if out else config.slug()), config=config, history=history,
@@ -470,15 +468,16 @@ def register_demo_runs(runs: Sequence[Run], manifest: str | Path = DEMO_DIR / "m
 
 def _demo_entry(run: Run, name: str, which: str, demo_dir: Path) -> dict:
     trained = which == "final"
-    steps = run.provenance.get("trained_steps", run.config.steps) if trained else 0
-    what = (f"Training Lab run {run.name}: {run.config.arch}, {run.config.labels} labels, seed {run.config.seed}, "
-            f"{steps} plain-SGD steps on 32×32 crops of the bundled photos (scripts/make_shipped_runs.py)."
+    steps = run.provenance.get("trained_steps", run.config.train.steps) if trained else 0
+    what = (f"Training Lab run {run.name}: {run.config.arch}, {run.config.labels} labels, seed "
+            f"{run.config.train.seed}, {steps} plain-SGD steps on 32×32 crops of the bundled photos "
+            "(scripts/make_shipped_runs.py)."
             if trained else f"The initialization of Training Lab run {run.name} (before training).")
     return {"name": name, "file": os.path.relpath(run.checkpoint(which).resolve(), demo_dir.resolve()),
             "init": f"{run.name}_init" if trained else None, "arch": run.config.arch,
             "arch_kwargs": run.arch_kwargs, "input_config": run.input_config.to_dict(),
             "class_names": list(run.classes), "description": what,
-            "provenance": {"script": "scripts/make_shipped_runs.py", "run": run.name, "seed": run.config.seed,
+            "provenance": {"script": "scripts/make_shipped_runs.py", "run": run.name, "seed": run.config.train.seed,
                            "trained_steps": steps, "training_seconds": run.provenance.get("training_seconds", 0.0)
-                           if trained else 0.0, "optimizer": dataclasses.asdict(run.config.train_config()),
+                           if trained else 0.0, "optimizer": dataclasses.asdict(run.config.train),
                            "val_accuracy": run.provenance.get("val_accuracy") if trained else None}}

@@ -1,7 +1,7 @@
 """Training small CNNs on in-memory data, with first-layer snapshots (demo checkpoints and the Training Lab).
 
-Defaults follow the authors' setup (cross-entropy, no augmentation) with momentum and a larger step size so the demo
-run finishes in CPU minutes; the Training Lab uses plain SGD (``momentum=0``, the authors' optimizer). Training is
+Defaults are the Training Lab's (``RunConfig`` embeds :class:`TrainConfig`): the authors' plain SGD (``momentum=0``),
+cross-entropy and no augmentation, with a larger step and fewer steps so a run finishes in CPU minutes. Training is
 deterministic under ``TrainConfig.seed`` on CPU (the model's initialization is the caller's: seed it before building
 the model).
 """
@@ -19,6 +19,7 @@ from torch import nn
 
 from fl_core.backend import Progress, evaluate_classifier, report, resolve_device
 from fl_core.results import Result
+from fl_core.settings import setting
 
 
 @dataclass(frozen=True)
@@ -31,19 +32,19 @@ class TrainConfig:
         lr: step size.
         momentum: SGD momentum (0 = the authors' plain SGD).
         weight_decay: L2 penalty.
-        seed: seeds init-independent randomness (batch order).
+        seed: seeds the batch order (a Training Lab run also initializes the network and permutes labels with it).
         eval_every: steps between validation passes.
         snapshot_steps: steps at which the first layer's weights are recorded (0 = before training).
         freeze_first: keep the first layer at its initialization.
     """
 
-    steps: int = 600
-    batch_size: int = 128
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
+    steps: int = setting(400, minimum=1)
+    batch_size: int = setting(128, minimum=1)
+    lr: float = 0.2
+    momentum: float = setting(0.0, minimum=0.0)
+    weight_decay: float = setting(0.0, minimum=0.0)
     seed: int = 0
-    eval_every: int = 250
+    eval_every: int = setting(250, minimum=1)
     snapshot_steps: tuple[int, ...] = ()
     freeze_first: bool = False
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
@@ -34,6 +32,7 @@ from fl_core.lab.trainsets import (
     patch_energy,
     random_labels,
 )
+from fl_core.settings import replace_settings
 
 SMALL = 20  # training crops per photo: 220 crops, enough for every statistic here
 
@@ -190,9 +189,9 @@ def test_claims_pair_runs_by_configuration_and_match_direct_correlations(pca) ->
     base = RunConfig()
     early, late = planted_snapshots(pca, [0.05], seed=0), planted_snapshots(pca, [0.05, 5.0], seed=1)
     runs = [fake_run("true_s0", base, early, pca, 0.80),
-            fake_run("true_s1", dataclasses.replace(base, seed=1), planted_snapshots(pca, [0.06], seed=2), pca),
-            fake_run("random_s0", dataclasses.replace(base, labels="random", steps=3000), late, pca),
-            fake_run("frozen_s0", dataclasses.replace(base, freeze_first=True), {0: early[0], 10: early[0]}, pca,
+            fake_run("true_s1", replace_settings(base, {"seed": 1}), planted_snapshots(pca, [0.06], seed=2), pca),
+            fake_run("random_s0", replace_settings(base, {"labels": "random", "steps": 3000}), late, pca),
+            fake_run("frozen_s0", replace_settings(base, {"freeze_first": True}), {0: early[0], 10: early[0]}, pca,
                      0.74)]
     assert [(a.name, b.name) for a, b in pairs_differing_in(runs, "labels")] == [("true_s0", "random_s0")]
     assert [(a.name, b.name) for a, b in pairs_differing_in(runs, "seed")] == [("true_s0", "true_s1")]
@@ -221,7 +220,7 @@ def test_the_paper_suite_tests_every_claim(pca) -> None:
     runs = []
     for i, item in enumerate(SUITES["paper"]):
         snaps = planted_snapshots(pca, [0.1 * (i + 1), 0.5 * (i + 1), 2.0 * (i + 1)], seed=i)
-        if item.config.freeze_first:
+        if item.config.train.freeze_first:
             snaps = dict.fromkeys(snaps, snaps[0])
         runs.append(fake_run(item.name, item.config, snaps, pca,
                              reference_pca=pca if item.config.manipulated else None))
@@ -233,6 +232,7 @@ def test_the_paper_suite_tests_every_claim(pca) -> None:
 
 def test_suites_move_to_other_data_and_scale_their_steps() -> None:
     runs = suite_runs("quick", images="/data/tree", max_images=50, steps_scale=0.5)
-    assert {r.config.images for r in runs} == {"/data/tree"} and runs[0].config.steps == RunConfig().steps // 2
+    assert {r.config.images for r in runs} == {"/data/tree"}
+    assert runs[0].config.train.steps == RunConfig().train.steps // 2
     with pytest.raises(DataError):
         suite_runs("nope")

@@ -11,16 +11,29 @@ import numpy as np
 import pytest
 import torch
 
-from fl_core.cli import main
+from fl_core.cli import build_parser, main
+from fl_core.cli.train import config_from_args
 from fl_core.errors import DataError, ModelSpecError
 from fl_core.io.checkpoints import load_into, load_state_dict
 from fl_core.io.models import DEMO_DIR, load_model
 from fl_core.io.nets import build_net
 from fl_core.lab.claims import run_trajectory
-from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunConfig, load_run, register_demo_runs, resolve_config, train_run
+from fl_core.lab.experiments import SUITES
+from fl_core.lab.runs import (
+    SHIPPED_RUNS_DIR,
+    RunConfig,
+    list_runs,
+    load_run,
+    register_demo_runs,
+    resolve_config,
+    train_run,
+)
+from fl_core.lab.train import TrainConfig
+from fl_core.settings import replace_settings
 from fl_core.workers.jobs import TrainingJob
 
-TINY = RunConfig(width=8, body_widths=(8, 8), steps=30, batch_size=32, lr=0.5, crops_per_image=20, snapshots=4)
+TINY = RunConfig(width=8, body_widths=(8, 8), crops_per_image=20, snapshots=4,
+                 train=TrainConfig(steps=30, batch_size=32, lr=0.5))
 """A tiny net on 220 crops: seconds per run, and the first layer still moves decisively."""
 
 
@@ -31,14 +44,14 @@ def saved(tmp_path_factory):
 
 
 def test_training_is_deterministic_under_a_seed() -> None:
-    short = dataclasses.replace(TINY, steps=6, snapshots=3, labels="random")
+    short = replace_settings(TINY, {"steps": 6, "snapshots": 3, "labels": "random"})
     first, again = train_run(short), train_run(short)
     assert first.steps == again.steps == [0, 1, 6]
     for step in first.steps:
         np.testing.assert_array_equal(again.snapshots[step], first.snapshots[step])
     assert again.history.train_loss == first.history.train_loss
     assert again.history.val_accuracy == first.history.val_accuracy
-    other = train_run(dataclasses.replace(short, seed=1, steps=1))
+    other = train_run(replace_settings(short, {"seed": 1, "steps": 1}))
     assert not np.array_equal(other.snapshots[0], first.snapshots[0])
 
 
@@ -52,7 +65,7 @@ def test_a_short_run_moves_the_profile_away_from_init_toward_the_theory(saved) -
 
 
 def test_a_frozen_first_layer_stays_at_its_initialization(tmp_path) -> None:
-    run = train_run(dataclasses.replace(TINY, freeze_first=True, steps=10), tmp_path / "frozen")
+    run = train_run(replace_settings(TINY, {"freeze_first": True, "steps": 10}), tmp_path / "frozen")
     for step in run.steps:
         np.testing.assert_array_equal(run.snapshots[step], run.init_weights)
     init, final = (load_state_dict(tmp_path / "frozen" / f"{w}.safetensors").tensors for w in ("init", "final"))
@@ -62,19 +75,19 @@ def test_a_frozen_first_layer_stays_at_its_initialization(tmp_path) -> None:
 
 
 def test_appendix_d_runs_train_on_the_manipulated_input_and_energy_labels() -> None:
-    d2 = train_run(dataclasses.replace(TINY, steps=2, snapshots=2, alpha=3.0, alpha_component=4))
+    d2 = train_run(replace_settings(TINY, {"steps": 2, "snapshots": 2, "alpha": 3.0, "alpha_component": 4}))
     assert d2.arch_kwargs["first_stride"] == 3 and d2.arch_kwargs["first_padding"] == 0  # it sees the tiles
     predicted = d2.reference_pca.with_scaled_component(3, 3.0)
     np.testing.assert_allclose(d2.pca.lambdas, predicted.lambdas, rtol=1e-4)  # the theory's modified spectrum
     assert run_trajectory(d2).reference_r is not None
-    d1 = train_run(dataclasses.replace(TINY, steps=2, snapshots=2, labels="energy", label_component=15))
+    d1 = train_run(replace_settings(TINY, {"steps": 2, "snapshots": 2, "labels": "energy", "label_component": 15}))
     assert len(d1.classes) == 10 and d1.provenance["chance_accuracy"] == pytest.approx(0.1, abs=0.01)
     assert len(d1.provenance["energy_decile_cuts"]) == 9
 
 
 def test_cancelling_keeps_what_was_trained(tmp_path) -> None:
     calls, messages = [], []
-    run = train_run(dataclasses.replace(TINY, steps=200), tmp_path / "cancelled",
+    run = train_run(replace_settings(TINY, {"steps": 200}), tmp_path / "cancelled",
                     should_stop=lambda: calls.append(1) or len(calls) >= 4,
                     progress=lambda f, m: messages.append((f, m)))
     assert run.history.stopped_early and run.steps[-1] == 4 and run.history.steps[-1] == 4
@@ -125,13 +138,38 @@ def test_shipped_runs_are_registered_as_demo_models() -> None:
     assert demo.input_config == run.input_config
 
 
+def test_shipped_run_folders_read_back_the_optimizer_they_were_trained_with() -> None:
+    suite = {item.name: item.config for item in SUITES["paper"]}
+    for folder in list_runs(SHIPPED_RUNS_DIR):
+        stored = json.loads((folder / "run.json").read_text())["config"]
+        run = load_run(folder)
+        assert run.config.train == run.history.config  # steps, lr, momentum, seed, … and the derived schedule
+        assert json.loads(json.dumps(run.config.to_dict())) == stored  # the same flat keys and values
+        assert run.config == suite[run.name]  # make_shipped_runs.py would resume it, not retrain it
+    assert (RunConfig().train.momentum, RunConfig().train.lr, RunConfig().train.steps) == (0.0, 0.2, 400)
+
+
+def test_run_configs_round_trip_through_their_flat_json() -> None:
+    config = replace_settings(TINY, {"seed": 3, "momentum": 0.5, "weight_decay": 1e-4, "freeze_first": True,
+                                     "labels": "energy", "label_component": 2, "max_images": 7})
+    document = json.loads(json.dumps(config.to_dict()))
+    assert "train" not in document and {"seed", "momentum", "eval_every"} - set(document) == {"eval_every"}
+    assert RunConfig.from_dict({**document, "a_key_of_a_later_version": 1}) == config
+    assert config.train.eval_every == 10 and config.train.snapshot_steps == config.snapshot_steps() == (0, 1, 5, 30)
+    longer = replace_settings(config, {"steps": 400})
+    assert longer.train.eval_every == 20 and longer.train.snapshot_steps[-1] == 400  # the schedule follows the steps
+    with pytest.raises(DataError):
+        replace_settings(TINY, {"lr": 0.0})
+
+
 def test_timm_architectures_train_with_their_own_first_layer() -> None:
-    config = resolve_config(dataclasses.replace(TINY, arch="timm:resnet10t", steps=2, batch_size=8, snapshots=2))
+    config = resolve_config(replace_settings(TINY, {"arch": "timm:resnet10t", "steps": 2, "batch_size": 8,
+                                                    "snapshots": 2}))
     assert (config.width, config.first_kernel) == (24, 3)  # its stem, not the small-net defaults
     run = train_run(config)
     assert run.first_layer == "conv1.0" and run.init_weights.shape == (24, 3, 3, 3) and run.pca.dim == 27
     with pytest.raises(ModelSpecError, match="32×32"):
-        resolve_config(dataclasses.replace(TINY, arch="timm:inception_v3"))
+        resolve_config(replace_settings(TINY, {"arch": "timm:inception_v3"}))
     with pytest.raises(ModelSpecError):
         RunConfig(arch="timm:resnet18", alpha=2.0)
 
@@ -151,12 +189,29 @@ def test_cli_trains_a_run_folder_and_reports_json(tmp_path, capsys) -> None:
     assert main(["train", "--arch", "not_a_net", "--out", str(tmp_path / "bad"), "--quiet"]) == 2
 
 
+def test_cli_keeps_every_documented_training_flag() -> None:
+    args = build_parser().parse_args([
+        "train", "--images", "/data/tree", "--max-images", "5", "--crops-per-image", "20", "--arch", "small_resnet",
+        "--width", "16", "--body-widths", "8", "12", "--first-kernel", "5", "--freeze-first", "--labels", "energy",
+        "--label-component", "2", "--alpha", "1.0", "--alpha-component", "3", "--seed", "4", "--steps", "50",
+        "--batch-size", "64", "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.001", "--snapshots", "5"])
+    assert config_from_args(args) == RunConfig(
+        images="/data/tree", max_images=5, crops_per_image=20, arch="small_resnet", width=16, body_widths=(8, 12),
+        first_kernel=5, labels="energy", label_component=2, alpha_component=3, snapshots=5,
+        train=TrainConfig(steps=50, batch_size=64, lr=0.1, momentum=0.9, weight_decay=0.001, seed=4,
+                          freeze_first=True))
+    assert config_from_args(build_parser().parse_args(["train"])) == RunConfig()  # the defaults are the class's
+    for bad in (["--first-kernel", "4"], ["--labels", "nope"], ["--steps", "0"], ["--snapshots", "1"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["train", *bad])
+
+
 def test_a_background_job_reports_live_snapshots_and_can_be_cancelled(tmp_path) -> None:
-    job = TrainingJob(dataclasses.replace(TINY, steps=5, snapshots=3), tmp_path / "job").start()
+    job = TrainingJob(replace_settings(TINY, {"steps": 5, "snapshots": 3}), tmp_path / "job").start()
     status = job.wait(timeout=600)
     assert status.state == "done" and status.run.path == str(tmp_path / "job") and status.fraction == 1.0
     assert sorted(status.snapshots) == status.run.steps and status.pca is not None
-    slow = TrainingJob(dataclasses.replace(TINY, steps=100_000), tmp_path / "slow").start()
+    slow = TrainingJob(replace_settings(TINY, {"steps": 100_000}), tmp_path / "slow").start()
     slow.cancel()
     status = slow.wait(timeout=600)
     assert status.state == "cancelled" and status.error is None

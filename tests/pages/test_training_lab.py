@@ -3,9 +3,15 @@ form, can be cancelled, and is then listed under "Your runs"."""
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
-from fl_core.lab.runs import SHIPPED_RUNS_DIR
+from fl_core.cli import build_parser
+from fl_core.cli.train import cli_flags, config_from_args
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunConfig, list_runs, load_run, resolve_config
+from fl_core.lab.train import TrainConfig
+from fl_core.settings import replace_settings
 
 from ..conftest import page_app
 
@@ -63,7 +69,7 @@ def test_a_run_trains_live_from_the_form_and_appears_under_your_runs(runs_dir) -
     app.run()
     assert_clean(app)
     assert any("saved" in s.value for s in app.success)
-    assert status.run.config.labels == "random" and status.run.config.steps == 6
+    assert status.run.config.labels == "random" and status.run.config.train.steps == 6
     app.radio(key="lab_mode").set_value("yours").run()
     assert_clean(app)
     assert app.selectbox(key="lab_run").options == [status.run.name]
@@ -79,3 +85,27 @@ def test_a_running_job_can_be_cancelled_from_the_page(runs_dir) -> None:
     app.button(key="lab_cancel").click().run()
     status = app.session_state["lab_job"].wait(timeout=600)
     assert status.state == "cancelled" and status.error is None
+
+
+def test_the_command_line_shown_for_a_run_gives_back_its_configuration() -> None:
+    configs = [RunConfig(), *(load_run(folder).config for folder in list_runs(SHIPPED_RUNS_DIR)),
+               RunConfig(images="/data/my photos", max_images=50, crops_per_image=20, arch="small_resnet", width=7,
+                         body_widths=(), first_kernel=7, labels="energy", label_component=2, alpha=2.5,
+                         alpha_component=9, snapshots=3, train=TrainConfig(steps=123, batch_size=9, lr=0.3 / 7,
+                                                                           momentum=0.9, weight_decay=1e-5,
+                                                                           seed=11, freeze_first=True)),
+               resolve_config(RunConfig(arch="timm:resnet10t"))]
+    parser = build_parser()
+    for config in configs:
+        flags = cli_flags(config)
+        assert config_from_args(parser.parse_args(["train", *shlex.split(flags)])) == config, flags
+    assert cli_flags(RunConfig()) == ""  # defaults are left out
+    assert cli_flags(replace_settings(RunConfig(), {"labels": "random", "steps": 800})) == "--labels random --steps 800"
+
+
+def test_a_run_shows_the_command_that_reproduces_it() -> None:
+    app = page_app(PAGE, run="lab_vgg_random_s0")
+    app.run()
+    assert_clean(app)
+    commands = [c.value for c in app.code]
+    assert "python -m fl_core train --labels random --steps 800 --out runs/lab_vgg_random_s0" in commands
