@@ -34,7 +34,8 @@ from torchvision.transforms import v2 as T
 from fl_core.errors import AnalysisError, CheckpointError, DataError, ModelSpecError
 from fl_core.firstlayer.energy import energy_profile, fit_linear_theory
 from fl_core.firstlayer.whitening import bank_autocorrelation
-from fl_core.io.checkpoints import MAX_NESTING_DEPTH, MAX_PICKLE_BYTES, MAX_TENSORS, load_state_dict
+from fl_core.io.archives import MAX_PICKLE_BYTES, MAX_TENSORS
+from fl_core.io.checkpoints import MAX_NESTING_DEPTH, load_state_dict
 from fl_core.io.images import MAX_ASPECT_RATIO, decode_rgb, save_uploaded_images, scaled_input, scaled_size
 from fl_core.io.models import InputConfig, load_model
 

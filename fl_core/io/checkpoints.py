@@ -5,11 +5,10 @@ Rules (DESIGN.md, "Safe loading"):
 * ``torch.load(..., weights_only=True)`` always; a file whose unpickling would build arbitrary Python objects is
   refused and nothing from it runs. There is no fallback to full unpickling.
 * safetensors is read with its own parser (no pickle at all).
-* every input is bounded before it costs: the file size; the pickled part (a zip's ``data.pkl``, a legacy file's
-  pickles), since PyTorch's weights-only unpickler runs in Python; the number of zip records (read from the end of
-  the archive before :mod:`zipfile` builds one object per record) and of safetensors header entries; zip records
-  must be stored uncompressed (PyTorch never compresses them, and torch would inflate a compressed one in memory)
-  and add up within the file; each tensor's shape, and the values all tensors claim together.
+* every input is bounded before it costs: the file size; the containers (:mod:`fl_core.io.archives`: the pickled
+  part, since PyTorch's weights-only unpickler runs in Python; the number of zip records and of safetensors header
+  entries; zip records stored uncompressed and within the file); each tensor's shape, and the values all tensors
+  claim together.
 * loading holds about one copy of the file in memory: safetensors are read with ``pread`` (no mapping that would
   tie the tensors to the file), torch files record by record; validation makes no temporary as large as a tensor.
 * NaN/inf, float64 values beyond float32's range, integer weights and absurd shapes are refused.
@@ -22,14 +21,8 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import io
-import json
 import math
 import os
-import pickle
-import pickletools
-import struct
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +31,7 @@ import torch
 from torch import nn
 
 from fl_core.errors import CheckpointError
+from fl_core.io.archives import check_tensor_count, read_checkpoint_file
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".th", ".bin")
 ONNX_SUFFIX = ".onnx"
@@ -48,36 +42,11 @@ MAX_TENSOR_ELEMENTS = 2_000_000_000
 MAX_TENSOR_DIMS = 8
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
-MAX_TENSORS = 10_000
-"""Entries in one state dict: over 5× the largest timm CNN's (nasnetalarge: 1,810 with its BatchNorm buffers)."""
-MAX_PICKLE_BYTES = 2 * 2**20
-"""The pickled part of a torch file. Real ones take ~110 bytes per tensor (nasnetalarge: 229 KB); PyTorch's
-weights-only unpickler runs in Python at about a microsecond per opcode, so this bounds it to a few seconds."""
-MAX_ZIP_RECORDS = MAX_TENSORS + 16
-"""Records of a torch zip archive: one per storage, plus data.pkl, version, byteorder and a few more."""
-MAX_ZIP_DIRECTORY_ENTRY_BYTES = 46 + 1024
-"""One central-directory entry: the fixed 46 bytes plus a name, extra field and comment of up to 1 KiB."""
-MAX_SAFETENSORS_HEADER_BYTES = 4 * 2**20
-"""A safetensors JSON header: ~100 bytes per tensor, so room for MAX_TENSORS entries with long names and metadata."""
 MAX_CLAIMED_TO_STORED = 4
 """All tensors together may claim at most this many times the bytes the file stores (views of shared storage, such
 as tied weights, claim the same bytes twice): the total element count is bounded by what was uploaded."""
 MAX_NESTING_DEPTH = 16
 """Levels of nested ``state_dict``/``model``/... containers unwrapped."""
-LEGACY_PICKLES = 5
-"""A legacy (pre-zip) torch file starts with five pickles: magic number, protocol, system info, object, storage keys."""
-ZIP_END = struct.Struct("<4s4H2LH")
-"""End of central directory: signature, disk numbers (2), entries on this disk, entries, directory size and offset,
-comment length."""
-ZIP64_LOCATOR = struct.Struct("<4sLQL")
-"""Zip64 end locator (just before the end record): signature, disk, zip64 end record offset, disk count."""
-ZIP64_END = struct.Struct("<4sQ2H2L4Q")
-"""Zip64 end record: signature, record size, versions (2), disk numbers (2), entries on this disk, entries,
-directory size, directory offset."""
-ZIP_DIRECTORY_ENTRY = struct.Struct("<4s4B4HL2L5H2L")
-"""One central-directory entry (46 bytes); fields 12-14 are the name, extra field and comment lengths."""
-
-
 def max_checkpoint_bytes() -> int:
     """The size cap for one checkpoint file: ``FL_MAX_CHECKPOINT_MB`` (default 1024 MiB, the upload limit)."""
     return int(float(os.environ.get("FL_MAX_CHECKPOINT_MB", "1024")) * 2**20)
@@ -173,202 +142,10 @@ def load_state_dict(path: str | Path, *, prefer_ema: bool = False, max_bytes: in
     if size > cap:
         raise CheckpointError(f"{path.name} is {size / 2**20:.0f} MiB, over the {cap / 2**20:.0f} MiB limit "
                               "(FL_MAX_CHECKPOINT_MB). Save only the state dict, or ask the admin to raise the limit.")
-    raw = _read_safetensors(path) if _is_safetensors(path) else _read_torch_file(path)
+    raw = read_checkpoint_file(path)
     tensors, notes = unwrap_state_dict(raw, prefer_ema=prefer_ema, name=path.name)
     validate_tensors(tensors, name=path.name, stored_bytes=size)
     return LoadedStateDict(tensors=tensors, path=str(path), sha256=file_sha256(path), notes=tuple(notes))
-
-
-def _is_safetensors(path: Path) -> bool:
-    """Sniff the content, not the suffix: an 8-byte little-endian header length followed by ``{``."""
-    with open(path, "rb") as handle:
-        head = handle.read(9)
-    if len(head) < 9 or head[8:9] != b"{":
-        if path.suffix.lower() == ".safetensors":
-            raise CheckpointError(f"{path.name} is not a valid safetensors file (its header is missing or corrupt). "
-                                  "Re-save it with safetensors.torch.save_file.")
-        return False
-    (header_len,) = struct.unpack("<Q", head[:8])
-    if header_len > path.stat().st_size - 8:
-        raise CheckpointError(f"{path.name}: the safetensors header claims {header_len} bytes, more than the file "
-                              "holds; the file is truncated or corrupt. Upload it again.")
-    return True
-
-
-def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """All tensors, read with ``pread`` into memory of their own (one copy of the file; a memory map would tie them
-    to a file that may change or vanish), after :func:`_check_safetensors_header`."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    _check_safetensors_header(path)
-    try:
-        return load_file(str(path), device="cpu", backend="pread")
-    except (SafetensorError, ValueError, OSError, RuntimeError) as err:
-        raise CheckpointError(f"{path.name}: corrupt safetensors file ({err}). Upload it again or re-save it.") from err
-
-
-def _check_safetensors_header(path: Path) -> None:
-    """Refuse a header over :data:`MAX_SAFETENSORS_HEADER_BYTES` or with more than :data:`MAX_TENSORS` entries,
-    read before the safetensors library parses it and allocates one tensor per entry."""
-    with open(path, "rb") as handle:
-        (header_len,) = struct.unpack("<Q", handle.read(8))
-        if header_len > MAX_SAFETENSORS_HEADER_BYTES:
-            raise CheckpointError(f"{path.name}: the safetensors header is {header_len / 2**20:.1f} MiB, over the "
-                                  f"{MAX_SAFETENSORS_HEADER_BYTES / 2**20:.0f} MiB limit (a state dict of at most "
-                                  f"{MAX_TENSORS:,} tensors needs far less); refused. Save only the model's weights.")
-        header = handle.read(header_len)
-    try:
-        entries = json.loads(header)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise CheckpointError(f"{path.name}: corrupt safetensors file (its header is not JSON: {err}). Upload it "
-                              "again or re-save it.") from err
-    if isinstance(entries, dict):
-        _check_tensor_count(len(entries) - ("__metadata__" in entries), path.name, "tensor entries")
-
-
-def _check_tensor_count(count: int, name: str, what: str = "tensors") -> None:
-    if count > MAX_TENSORS:
-        raise CheckpointError(f"{name} holds {count:,} {what}, over the limit of {MAX_TENSORS:,} tensors (the largest "
-                              "CNNs have about 2,000); refused. Save only the model's state dict (model.state_dict()).")
-
-
-def _read_torch_file(path: Path) -> object:
-    if zipfile.is_zipfile(path):
-        _check_zip_archive(path)
-    else:
-        _check_legacy_pickles(path)
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=False)
-    except pickle.UnpicklingError as err:
-        if "unsupported global" not in str(err).lower():  # a malformed stream, not a forbidden object
-            raise _unreadable(path, err) from err
-        raise CheckpointError(
-            f"{path.name} was refused: it contains Python objects other than tensors and plain containers, and "
-            "loading it would run code from the file. FilterLens never does that. Re-save only the weights: "
-            "torch.save(model.state_dict(), 'weights.pt') or safetensors."
-        ) from err
-    except (EOFError, RuntimeError, ValueError, OSError, struct.error, zipfile.BadZipFile, KeyError,
-            AttributeError, IndexError, TypeError, UnicodeDecodeError, MemoryError) as err:
-        raise _unreadable(path, err) from err
-
-
-def _unreadable(path: Path, err: Exception) -> CheckpointError:
-    return CheckpointError(f"{path.name} could not be read as a PyTorch checkpoint: the file is damaged, truncated "
-                           f"or not a checkpoint ({type(err).__name__}). Upload it again.")
-
-
-def _pickle_too_large(name: str) -> CheckpointError:
-    return CheckpointError(f"{name}: its pickled part is over the {MAX_PICKLE_BYTES / 2**20:.0f} MiB limit (a state "
-                           f"dict of {MAX_TENSORS:,} tensors needs about 1 MiB); refused. Save only the model's "
-                           "weights (torch.save(model.state_dict(), ...)) or use safetensors.")
-
-
-def _check_legacy_pickles(path: Path) -> None:
-    """A file that is not a zip archive is a legacy torch file or a bare pickle: walk its opcodes (without running
-    them) and refuse it unless its :data:`LEGACY_PICKLES` pickles end within the first :data:`MAX_PICKLE_BYTES`."""
-    with open(path, "rb") as handle:
-        head = io.BytesIO(handle.read(MAX_PICKLE_BYTES + 1))
-    size = len(head.getbuffer())
-    for _ in range(LEGACY_PICKLES):
-        if head.tell() == size:  # a bare pickle: fewer pickles, and the file ends after them
-            break
-        try:
-            collections.deque(pickletools.genops(head), maxlen=0)
-        except ValueError as err:
-            if size > MAX_PICKLE_BYTES and head.tell() >= size:
-                raise _pickle_too_large(path.name) from err
-            raise _unreadable(path, err) from err
-    if head.tell() > MAX_PICKLE_BYTES:
-        raise _pickle_too_large(path.name)
-
-
-def _check_zip_archive(path: Path) -> None:
-    """Refuse zip archives that are not PyTorch checkpoints or whose records are unsafe to open: too many records
-    (:func:`_check_zip_directory`), records outside the archive, compressed records (PyTorch stores every record
-    uncompressed; torch would inflate a compressed one in memory), stored sizes that do not add up within the file,
-    a ``data.pkl`` over :data:`MAX_PICKLE_BYTES`, and records whose checksum fails."""
-    _check_zip_directory(path)
-    size = path.stat().st_size
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = archive.infolist()
-            names = [m.filename for m in members]
-            if not any(n.endswith("data.pkl") for n in names):
-                raise CheckpointError(f"{path.name} is a zip archive but not a PyTorch checkpoint (no data.pkl). "
-                                      "Upload the .pt/.pth file itself, not an archive of it.")
-            if any(n.startswith("/") or ".." in n.split("/") for n in names):
-                raise CheckpointError(f"{path.name}: the archive has member paths outside the archive; refused. "
-                                      "Upload the file torch.save wrote, unmodified.")
-            _check_stored_records(members, size, path.name)
-            bad = archive.testzip()
-            if bad is not None:
-                raise CheckpointError(f"{path.name}: archive member {bad} is corrupt. Upload the file again.")
-    except zipfile.BadZipFile as err:
-        raise CheckpointError(f"{path.name}: damaged zip archive ({err}). Upload the file again.") from err
-
-
-def _check_stored_records(members: list[zipfile.ZipInfo], size: int, name: str) -> None:
-    """Every record stored uncompressed, its stored and unpacked sizes equal, all of them within the file."""
-    compressed = next((m for m in members if m.compress_type != zipfile.ZIP_STORED), None)
-    if compressed is not None:
-        raise CheckpointError(f"{name}: archive member {compressed.filename} is compressed ("
-                              f"{compressed.compress_size / 2**20:.1f} MiB that unpacks to "
-                              f"{compressed.file_size / 2**20:.0f} MiB); PyTorch never compresses checkpoint records, "
-                              "so the file was repacked or crafted. Upload the file torch.save wrote.")
-    stored = sum(m.compress_size for m in members)
-    if any(m.file_size != m.compress_size for m in members) or stored > size:
-        raise CheckpointError(f"{name}: the archive's records claim {stored / 2**20:.0f} MiB in a "
-                              f"{size / 2**20:.1f} MiB file; the archive is corrupt or crafted. Upload the file "
-                              "torch.save wrote.")
-    pickled = max(m.file_size for m in members if m.filename.endswith("data.pkl"))
-    if pickled > MAX_PICKLE_BYTES:
-        raise _pickle_too_large(name)
-
-
-def _check_zip_directory(path: Path) -> None:
-    """Count the central-directory entries from the end record (and its zip64 form), as :mod:`zipfile` will find
-    them, and refuse more than :data:`MAX_ZIP_RECORDS` (or a directory that disagrees with its end record) before
-    :class:`zipfile.ZipFile` builds one object per entry."""
-    with open(path, "rb") as handle:
-        size = handle.seek(0, os.SEEK_END)
-        tail_start = max(0, size - ZIP_END.size - 0xFFFF - ZIP64_LOCATOR.size - ZIP64_END.size)
-        handle.seek(tail_start)
-        tail = handle.read()
-        end = tail.rfind(b"PK\x05\x06")
-        if end < 0 or len(tail) - end < ZIP_END.size:
-            raise CheckpointError(f"{path.name}: damaged zip archive (no end of central directory). Upload the file "
-                                  "again.")
-        _, _, _, _, entries, directory_size, directory_offset, _ = ZIP_END.unpack_from(tail, end)
-        directory_end = tail_start + end
-        locator = end - ZIP64_LOCATOR.size
-        record = locator - ZIP64_END.size
-        if record >= 0 and tail[locator:locator + 4] == b"PK\x06\x07" and tail[record:record + 4] == b"PK\x06\x06":
-            _, _, _, _, _, _, _, entries, directory_size, directory_offset = ZIP64_END.unpack_from(tail, record)
-            directory_end = tail_start + record
-        if entries > MAX_ZIP_RECORDS:
-            _check_tensor_count(entries, path.name, "archive records")
-        if (directory_size > entries * MAX_ZIP_DIRECTORY_ENTRY_BYTES
-                or directory_offset != directory_end - directory_size or directory_offset < 0):
-            raise CheckpointError(f"{path.name}: damaged zip archive (its central directory does not match its end "
-                                  "record). Upload the file torch.save wrote.")
-        handle.seek(directory_offset)
-        directory = handle.read(directory_size)
-    if _count_directory_entries(directory, entries) != entries:
-        raise CheckpointError(f"{path.name}: damaged zip archive (its central directory does not hold the "
-                              f"{entries:,} entries its end record says). Upload the file torch.save wrote.")
-
-
-def _count_directory_entries(directory: bytes, expected: int) -> int:
-    """Entries in a central directory, walking at most ``expected + 1`` of them; -1 when the bytes do not parse."""
-    position = count = 0
-    while position < len(directory) and count <= expected:
-        if len(directory) - position < ZIP_DIRECTORY_ENTRY.size or directory[position:position + 4] != b"PK\x01\x02":
-            return -1
-        fields = ZIP_DIRECTORY_ENTRY.unpack_from(directory, position)
-        position += ZIP_DIRECTORY_ENTRY.size + fields[12] + fields[13] + fields[14]
-        count += 1
-    return count
 
 
 def unwrap_state_dict(obj: object, *, prefer_ema: bool = False, name: str = "checkpoint"
@@ -394,7 +171,7 @@ def unwrap_state_dict(obj: object, *, prefer_ema: bool = False, name: str = "che
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"{name} holds a {type(obj).__name__}, not a state dict. Save "
                               "model.state_dict(), not the model object.")
-    _check_tensor_count(len(obj), name, "entries")
+    check_tensor_count(len(obj), name, "entries")
     tensors = {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
     dropped = [str(k) for k, v in obj.items() if not isinstance(v, torch.Tensor)]
     if dropped:
@@ -478,15 +255,15 @@ def _path_to_tensors(obj: Mapping, max_visits: int = 10_000) -> list[str]:
 
 def validate_tensors(tensors: Mapping[str, torch.Tensor], *, name: str = "checkpoint",
                      stored_bytes: int | None = None) -> None:
-    """Refuse tensors FilterLens cannot analyse: more than :data:`MAX_TENSORS`, sparse/meta storage, absurd shapes,
-    views that claim more values than the file stores (one tensor claiming more than its storage, or all of them
-    together more than :data:`MAX_CLAIMED_TO_STORED` × ``stored_bytes``), NaN/inf, float64 values beyond float32's
-    range (they become infinite in analyses), float8, integer (quantized) weights.
+    """Refuse tensors FilterLens cannot analyse: more than :data:`~fl_core.io.archives.MAX_TENSORS`, sparse/meta
+    storage, absurd shapes, views that claim more values than the file stores (one tensor claiming more than its
+    storage, or all of them together more than :data:`MAX_CLAIMED_TO_STORED` × ``stored_bytes``), NaN/inf, float64
+    values beyond float32's range (they become infinite in analyses), float8, integer (quantized) weights.
 
     Values are checked with one min/max reduction per tensor (NaN propagates through it), with no temporary as large
     as the tensor.
     """
-    _check_tensor_count(len(tensors), name)
+    check_tensor_count(len(tensors), name)
     claimed = 0
     for key, tensor in tensors.items():
         _validate_storage(key, tensor, name)

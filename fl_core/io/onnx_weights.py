@@ -20,7 +20,7 @@ weights-only in FilterLens).
 
 Bounds (the rules of :mod:`fl_core.io.checkpoints`): the ``.onnx`` suffix, the size cap :func:`max_onnx_bytes` before
 the protobuf is parsed, external data refused (``onnx.load(..., load_external_data=False)``; FilterLens never
-opens files a model names), at most :data:`MAX_GRAPH_NODES` nodes and :data:`~fl_core.io.checkpoints.MAX_TENSORS`
+opens files a model names), at most :data:`MAX_GRAPH_NODES` nodes and :data:`~fl_core.io.archives.MAX_TENSORS`
 stored tensors, and the kept tensors validated by :func:`~fl_core.io.checkpoints.validate_tensors`.
 
 ``onnx`` is imported with this module (about 2 s), which :mod:`fl_core.io.models` imports only for an ``onnx:`` spec;
@@ -43,7 +43,8 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from fl_core.errors import CheckpointError
-from fl_core.io.checkpoints import MAX_TENSORS, ONNX_SUFFIX, file_sha256, max_checkpoint_bytes, validate_tensors
+from fl_core.io.archives import MAX_TENSORS
+from fl_core.io.checkpoints import ONNX_SUFFIX, file_sha256, max_checkpoint_bytes, validate_tensors
 from fl_core.io.layers import ConvLayer, conv_kind
 
 MAX_GRAPH_NODES = 20 * MAX_TENSORS
