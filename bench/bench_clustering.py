@@ -16,7 +16,7 @@ import torch
 from _scaling import Column, best_time, scaling_note, scaling_table
 
 from fl_core.backend import resolve_device
-from fl_core.masterkeys.clustering import cluster_filters
+from fl_core.masterkeys.kmeans import cluster_filters
 from fl_core.masterkeys.scalespace import load_published_filters
 
 

@@ -14,14 +14,13 @@ import streamlit as st
 from fl_core.backend import Progress
 from fl_core.errors import FilterLensError
 from fl_core.io.models import demo_manifest
-from fl_core.masterkeys.clustering import (
-    MasterKeyResult,
+from fl_core.masterkeys.assignment import (
     PublishedAssignment,
-    analyze_master_keys,
     bank_assignment,
     fit_model_master_keys,
     model_master_keys,
 )
+from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, analyze_master_keys
 from fl_core.masterkeys.depthwise import DepthwiseBank, depthwise_bank
 from fl_core.masterkeys.fitting import FIT_METHODS, ScaleSpaceResult, fit_published_filters
 from fl_core.masterkeys.swap import FilterSwap, swap_filters
@@ -79,24 +78,22 @@ def bank_description(spec: str) -> str | None:
 
 
 @memoize(max_entries=16)
-def master_key_result(spec: str, overrides: tuple, kernel_size: int | None, k: int, restarts: int, seed: int,
-                      stages: tuple[int, ...] | None, sweep: tuple[int, ...] | None, device: str,
+def master_key_result(spec: str, overrides: tuple, settings: MasterKeySettings, device: str,
                       progress: Progress | None = None) -> MasterKeyResult:
     """:func:`fl_core.masterkeys.clustering.analyze_master_keys` of one model."""
-    return analyze_master_keys(get_bank(spec, overrides), k, kernel_size=kernel_size, stages=stages,
-                               restarts=restarts, seed=seed, sweep=sweep, device=device, progress=progress)
+    return analyze_master_keys(get_bank(spec, overrides), settings, device=device, progress=progress)
 
 
 @memoize(max_entries=16)
 def published_assignment(spec: str, overrides: tuple, kernel_size: int) -> PublishedAssignment:
-    """:func:`fl_core.masterkeys.clustering.bank_assignment` of one model's k×k filters (no clustering)."""
+    """:func:`fl_core.masterkeys.assignment.bank_assignment` of one model's k×k filters (no clustering)."""
     return bank_assignment(get_bank(spec, overrides), kernel_size=kernel_size)
 
 
 @memoize(max_entries=16)
 def model_scale_fit(spec: str, overrides: tuple, method: str, progress: Progress | None = None) -> ScaleSpaceResult:
-    """:func:`fl_core.masterkeys.clustering.fit_model_master_keys` of one model (its most frequent kernel size)."""
-    return fit_model_master_keys(get_bank(spec, overrides), method)
+    """:func:`fl_core.masterkeys.assignment.fit_model_master_keys` of one model (its most frequent kernel size)."""
+    return fit_model_master_keys(get_bank(spec, overrides), method, progress=progress)
 
 
 @memoize(max_entries=8)
@@ -108,7 +105,7 @@ def published_scale_fit(method: str) -> ScaleSpaceResult:
 
 @memoize(max_entries=16)
 def model_keys(spec: str, overrides: tuple, method: str) -> dict[int, np.ndarray]:
-    """:func:`fl_core.masterkeys.clustering.model_master_keys` of one model (its most frequent kernel size)."""
+    """:func:`fl_core.masterkeys.assignment.model_master_keys` of one model (its most frequent kernel size)."""
     return model_master_keys(get_bank(spec, overrides), method)
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import streamlit as st
 
-from fl_core.masterkeys.clustering import assignment_summary_frame
+from fl_core.masterkeys.assignment import assignment_summary_frame
+from fl_core.masterkeys.clustering import MasterKeySettings
+from fl_core.masterkeys.kmeans import DEFAULT_SWEEP
 from fl_core.masterkeys.plots import (
     assignment_comparison_figure,
     centroids_vs_keys_figure,
@@ -17,6 +21,7 @@ from fl_core.masterkeys.plots import (
 )
 from fl_core.masterkeys.scalespace import load_published_filters
 from fl_ui.cache import get_model
+from fl_ui.forms import settings_widgets
 from fl_ui.masterkeys import (
     BASELINE_DEPTHWISE_SPEC,
     bank_description,
@@ -28,8 +33,6 @@ from fl_ui.masterkeys import (
 )
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors
-
-SWEEP = tuple(range(2, 13))
 
 st.title("🗝️ Master keys")
 st.markdown(
@@ -63,20 +66,24 @@ with user_errors():
     c1, c2, c3, c4 = st.columns(4)
     sizes = list(bank.kernel_sizes)
     kernel = c1.selectbox("Kernel size", sizes, format_func=lambda s: f"{s}×{s} ({bank.kernel_sizes[s]:,} filters)")
-    k = c2.slider("Clusters k", 2, 16, int(page_param("k", "8")), help="The papers find 8.")
+    k = c2.slider("Clusters k", 2, 16, int(page_param("k", str(MasterKeySettings.k))), help="The papers find 8.")
     set_page_param("k", str(k))
-    restarts = c3.number_input("Restarts", 1, 32, 8, help="Independent k-means++ starts; the best is kept.")
-    seed = c4.number_input("Seed", 0, 10_000, 0)
+    tuned = settings_widgets(MasterKeySettings, {"restarts": "Restarts"}, key="mk", container=c3,
+                             options={"restarts": {"max_value": 32}})
+    tuned = settings_widgets(MasterKeySettings, {"seed": "Seed"}, key="mk", base=tuned, container=c4,
+                             options={"seed": {"max_value": 10_000}})
     stage_labels = bank.stages
     chosen = st.multiselect("Stages", list(stage_labels), default=list(stage_labels), format_func=stage_labels.get)
-    sweep = st.checkbox("Elbow / silhouette sweep over k = 2…12", value=page_param("sweep", "0") == "1")
+    sweep = st.checkbox(f"Elbow / silhouette sweep over k = {DEFAULT_SWEEP[0]}…{DEFAULT_SWEEP[-1]}",
+                        value=page_param("sweep", "0") == "1")
     set_page_param("sweep", "1" if sweep else "0")
     if not chosen:
         st.info("Choose at least one stage.")
         st.stop()
     with progress_bar("Clustering") as progress:
-        result = master_key_result(spec, overrides, kernel, k, int(restarts), int(seed), tuple(chosen),
-                                   SWEEP if sweep else None, selection.device, progress=progress)
+        settings = dataclasses.replace(tuned, k=k, kernel_size=kernel, stages=tuple(chosen),
+                                       sweep=DEFAULT_SWEEP if sweep else None)
+        result = master_key_result(spec, overrides, settings, selection.device, progress=progress)
     assignment = result.published_assignment
     st.caption(f"{result.n_filters:,} {kernel}×{kernel} filters from {len(result.layer_statistics)} layers"
                f" ({result.n_constant} constant filters left out); mean |cos| to their centroid "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -15,12 +14,7 @@ from fl_core.masterkeys.plots import (
     models_figure,
     sigma_by_method_figure,
 )
-from fl_core.masterkeys.scalespace import (
-    idealized_filter,
-    load_published_filters,
-    normalize_learned_filter,
-    spread_measures_frame,
-)
+from fl_core.masterkeys.scalespace import load_published_filters, normalize_learned_filter, spread_measures_frame
 from fl_ui.masterkeys import (
     BASELINE_DEPTHWISE_SPEC,
     DEFAULT_DEPTHWISE_SPEC,
@@ -84,9 +78,8 @@ with user_errors():
         "has a noisy border.", "sigma_by_method",
         frame=pd.concat([f.to_frame() for f in fits.values()], ignore_index=True))
 
-    models_at_fit = np.stack([idealized_filter(f.index, f.sigma_x, f.sigma_y, f.alpha, size) for f in fit.filters])
     plot_with_explanation(
-        models_figure(models_at_fit, fit),
+        models_figure(fit.models(size), fit),
         f"The idealized models at the σ of method {method}; the learned filters they model are below. Models "
         "follow the sign of Gaussian derivatives; the published keys 2 and 3 happen to have the opposite sign, "
         "which does not matter for swapping (the fitted amplitude may be negative).", f"models_{method}",
@@ -117,7 +110,7 @@ with user_errors():
     m2.metric("cosine similarity (centred)", f"{trial.cosine_similarity:+.3f}",
               delta=f"{abs(trial.cosine_similarity) - abs(fitted.cosine_similarity):+.3f} in |cos| vs method {method}")
     normalized = normalize_learned_filter(learned[index], index).normalized
-    model = idealized_filter(index, sigma_x, sigma_y, alpha, size)
+    model = trial.model(size)
     plot_with_explanation(
         model_vs_learned_figure(normalized, model, f"{KEY_NAMES[index - 1]}: learned vs model at your σ"),
         "The learned filter is **normalised** first: derivative keys are divided by their response to a ramp, "

@@ -11,6 +11,7 @@ from fl_core.masterkeys.recovery import RecoverySettings
 from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE
 from fl_core.masterkeys.swap import REPLACEMENTS
 from fl_ui.cache import get_images, get_model
+from fl_ui.forms import settings_widgets
 from fl_ui.masterkeys import (
     DEFAULT_DEPTHWISE_SPEC,
     DEFAULT_SWAP_SPEC,
@@ -25,6 +26,10 @@ from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import heavy_result, plot_with_explanation, table_with_download, user_errors
 
 DEFAULT_REPLACEMENTS = ("B", "centroid", "random")
+RECOVERY_WIDGETS = (("steps", "Distillation steps", {"max_value": 5000}),
+                    ("calibration", "Calibration images", {"min_value": 2, "max_value": 5000}),
+                    ("lr", "Step size", {"min_value": 1e-5, "max_value": 1.0, "format": "%.4f"}))
+"""The recovery settings the page offers: field, label and the page's bounds."""
 
 st.title("🔁 Swap & re-score")
 st.markdown(
@@ -68,14 +73,10 @@ with user_errors():
              "scored on the other, held-out part.")
     recovery = None
     if recover:
-        r1, r2, r3 = st.columns(3)
-        defaults = RecoverySettings()
-        steps = r1.number_input("Distillation steps", 0, 5000, defaults.steps, key="sw_steps",
-                                help="0: match the BatchNorm statistics only.")
-        calibration = r2.number_input("Calibration images", 2, 5000, defaults.calibration, key="sw_calibration",
-                                      help="Drawn at random (the seed) from the images; never scored.")
-        lr = r3.number_input("Step size", 1e-5, 1.0, defaults.lr, format="%.4f", key="sw_lr")
-        recovery = RecoverySettings(steps=int(steps), calibration=int(calibration), lr=float(lr), seed=int(seed))
+        recovery = RecoverySettings(seed=int(seed))
+        for column, (field, label, options) in zip(st.columns(3), RECOVERY_WIDGETS):
+            recovery = settings_widgets(RecoverySettings, {field: label}, key="sw", base=recovery, container=column,
+                                        options={field: options})
         st.caption(
             "**What recovery does.** Swapping every layer at once adds up many small errors, and each layer's "
             "output no longer has the mean and spread the next layer was trained for. Recovery fixes what does not "

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from fl_core import __version__
-from fl_core.errors import FilterLensError
+from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.images import BUNDLED
 from fl_core.io.models import CROP_MODES, INTERPOLATIONS, InputConfig, Overrides, load_model
 
@@ -80,6 +80,13 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     group.add_argument("--std", type=float, nargs=3, metavar=("R", "G", "B"))
 
 
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--layer`` / ``--stage`` (repeatable): which depthwise layers to use."""
+    parser.add_argument("--layer", action="append", default=None, metavar="NAME", help="depthwise layer (repeatable)")
+    parser.add_argument("--stage", action="append", type=int, default=None, metavar="N",
+                        help="stage index, 0 = highest resolution (repeatable)")
+
+
 def add_image_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--images", default=BUNDLED, metavar="SOURCE",
                         help="'bundled' (offline natural photos), a folder, or an ImageFolder tree")
@@ -94,6 +101,13 @@ def input_overrides(args: argparse.Namespace) -> Overrides:
 def load_models(args: argparse.Namespace) -> list:
     """Load every ``--model`` with the preprocessing overrides."""
     return [load_model(spec, input_overrides=dict(input_overrides(args))) for spec in args.model]
+
+
+def single_model(args: argparse.Namespace):
+    """The one model of ``--model`` (these analyses take one)."""
+    if len(args.model) != 1:
+        raise ModelSpecError("This analysis takes one --model; run it once per model.")
+    return load_models(args)[0]
 
 
 def tqdm_progress(quiet: bool):

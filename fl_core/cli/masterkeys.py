@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 
-from fl_core.cli import add_model_arguments, load_models
-from fl_core.errors import ModelSpecError
-from fl_core.masterkeys.clustering import DEFAULT_K, DEFAULT_RESTARTS, analyze_master_keys
-from fl_core.masterkeys.fitting import FIT_METHODS
+from fl_core.cli import add_model_arguments, add_selection_arguments, single_model
+from fl_core.masterkeys.clustering import MasterKeySettings, analyze_master_keys
+from fl_core.settings import add_settings_arguments, settings_from_args
+
+SET_BY_THE_COMMAND = ("layers", "stages", "sweep")
+"""Settings read from the repeatable ``--layer`` / ``--stage`` and the ``--sweep`` range instead of one option each."""
 
 
 def parse_range(text: str) -> list[int]:
@@ -28,37 +30,21 @@ def parse_range(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"'{text}' is not a range like 2-12 or a list like 4,8,16") from err
 
 
-def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--layer`` / ``--stage`` (repeatable): which depthwise layers to use."""
-    parser.add_argument("--layer", action="append", default=None, metavar="NAME", help="depthwise layer (repeatable)")
-    parser.add_argument("--stage", action="append", type=int, default=None, metavar="N",
-                        help="stage index, 0 = highest resolution (repeatable)")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_selection_arguments(parser)
-    parser.add_argument("--k", type=int, default=DEFAULT_K, help="number of clusters")
-    parser.add_argument("--restarts", type=int, default=DEFAULT_RESTARTS, help="k-means++ restarts")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--kernel-size", type=int, default=None, help="k of the k×k filters (default: most frequent)")
+    add_settings_arguments(parser, MasterKeySettings, exclude=SET_BY_THE_COMMAND)
     parser.add_argument("--sweep", type=parse_range, default=None, metavar="KS",
                         help="also cluster for these k (e.g. 2-12) and report mean |cos| and silhouette")
-    parser.add_argument("--method", choices=FIT_METHODS, default="B",
-                        help="fitting method of the idealized templates used for kernels other than 7×7")
 
 
-def single_model(args: argparse.Namespace):
-    """The one model of ``--model`` (these analyses take one)."""
-    if len(args.model) != 1:
-        raise ModelSpecError("This analysis takes one --model; run it once per model.")
-    return load_models(args)[0]
+def settings_of(args: argparse.Namespace) -> MasterKeySettings:
+    """The analysis settings of a parsed ``masterkeys`` command line."""
+    return settings_from_args(MasterKeySettings, args, layers=args.layer, stages=args.stage, sweep=args.sweep)
 
 
 def run(args: argparse.Namespace, progress):
-    result = analyze_master_keys(single_model(args), args.k, kernel_size=args.kernel_size, layers=args.layer,
-                                 stages=args.stage, restarts=args.restarts, seed=args.seed, sweep=args.sweep,
-                                 method=args.method, device=args.device, progress=progress)
+    result = analyze_master_keys(single_model(args), settings_of(args), device=args.device, progress=progress)
     assignment = result.published_assignment
     print(f"{result.label}: {result.n_filters:,} {result.kernel_size}×{result.kernel_size} depthwise filters "
           f"({result.n_constant} constant), {result.k} clusters, mean |cos| to centroid {result.objective:.3f}")

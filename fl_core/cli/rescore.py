@@ -25,17 +25,18 @@ from __future__ import annotations
 
 import argparse
 
-from fl_core.cli import add_image_arguments, add_model_arguments
-from fl_core.cli.masterkeys import add_selection_arguments, single_model
+from fl_core.cli import add_image_arguments, add_model_arguments, add_selection_arguments, single_model
 from fl_core.errors import AnalysisError
 from fl_core.io.images import open_images
-from fl_core.masterkeys.clustering import DEFAULT_K
 from fl_core.masterkeys.depthwise import depthwise_bank
+from fl_core.masterkeys.distributed import distributed_session, rank_device
 from fl_core.masterkeys.fitting import FIT_METHODS
+from fl_core.masterkeys.kmeans import DEFAULT_K
 from fl_core.masterkeys.layersweep import sweep_layers
 from fl_core.masterkeys.recovery import RecoverySettings
-from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, distributed_session, rank_device, rescore
+from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, rescore
 from fl_core.masterkeys.swap import REPLACEMENTS, swap_filters
+from fl_core.settings import add_settings_arguments, settings_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,16 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per-layer sweep: swap (by the one --swap, default B) and zero each depthwise layer alone")
     parser.add_argument("--no-shared-prefix", action="store_true",
                         help="run every variant through the whole network (the same numbers, slower; for timing)")
-    recovery = parser.add_argument_group("recovery (swap -> recover -> re-score; every score on the held-out images)")
-    recovery.add_argument("--recover-steps", type=int, default=None, metavar="N",
-                          help="recover every swap: BatchNorm statistics matched to the original's, then N "
-                               "distillation steps with the swapped filters frozen (0: statistics only)")
-    recovery.add_argument("--calibration", type=int, default=RecoverySettings.calibration, metavar="M",
-                          help="images drawn at random (--seed) for the recovery; the rest are scored")
-    recovery.add_argument("--recover-lr", type=float, default=RecoverySettings.lr, help="distillation SGD step size")
-    recovery.add_argument("--recover-batch", type=int, default=RecoverySettings.batch, help="images per step")
-    recovery.add_argument("--no-batchnorm-recalibration", action="store_true",
-                          help="distil without matching the BatchNorm statistics first")
+    recovery = parser.add_argument_group("recovery (swap -> recover -> re-score; every score on the held-out images; "
+                                         "on with --recover-steps, the random split seeded by --seed)")
+    add_settings_arguments(recovery, RecoverySettings, defaults={"steps": None})
 
 
 def run(args: argparse.Namespace, progress):
@@ -86,11 +80,8 @@ def run(args: argparse.Namespace, progress):
 
 
 def _recovery(args: argparse.Namespace) -> RecoverySettings | None:
-    if args.recover_steps is None:
-        return None
-    return RecoverySettings(steps=args.recover_steps, calibration=args.calibration, lr=args.recover_lr,
-                            batch=args.recover_batch, recalibrate_batchnorm=not args.no_batchnorm_recalibration,
-                            seed=args.seed)
+    """The recovery settings, when ``--recover-steps`` asks for recovery."""
+    return None if args.steps is None else settings_from_args(RecoverySettings, args)
 
 
 def _sweep(loaded, images, args: argparse.Namespace, device, progress):

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from fl_core.cli import add_model_arguments
-from fl_core.cli.masterkeys import add_selection_arguments, single_model
-from fl_core.masterkeys.clustering import fit_model_master_keys
+from fl_core.cli import add_model_arguments, add_selection_arguments, single_model
+from fl_core.masterkeys.assignment import fit_model_master_keys
 from fl_core.masterkeys.fitting import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, fit_published_filters
 
 
@@ -28,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, progress):
     if args.model:
         result = fit_model_master_keys(single_model(args), args.method, kernel_size=args.kernel_size,
-                                       layers=args.layer, stages=args.stage)
+                                       layers=args.layer, stages=args.stage, device=args.device, progress=progress)
     else:
         result = fit_published_filters(args.method)
     print(f"method {args.method} ({FIT_METHOD_DESCRIPTIONS[args.method]}) on {result.source}:")

@@ -237,6 +237,10 @@ class ScaleSpaceResult(Result):
 
         return pd.DataFrame([dataclasses.asdict(fit) for fit in self.filters])
 
+    def models(self, size: int = 7) -> np.ndarray:
+        """The idealized filter of every fit at its fitted σ (and α), (n, size, size) in :attr:`filters` order."""
+        return np.stack([fit.model(size) for fit in self.filters])
+
 
 def _check_method(method: str) -> None:
     if method not in FIT_METHODS:

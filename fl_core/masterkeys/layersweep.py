@@ -22,8 +22,8 @@ import torch
 from fl_core.backend import Progress
 from fl_core.io.images import ImageSet
 from fl_core.io.models import LoadedModel
-from fl_core.masterkeys.clustering import DEFAULT_K
 from fl_core.masterkeys.depthwise import depthwise_bank
+from fl_core.masterkeys.kmeans import DEFAULT_K
 from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
 from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, VariantScore, rescore
 from fl_core.masterkeys.swap import swap_filters

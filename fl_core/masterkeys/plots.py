@@ -12,8 +12,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from fl_core.figures import REFERENCE_COLORS, color, tiles_figure
-from fl_core.masterkeys.clustering import ClusterSweep, MasterKeyResult, PublishedAssignment
+from fl_core.masterkeys.assignment import PublishedAssignment
+from fl_core.masterkeys.clustering import MasterKeyResult
 from fl_core.masterkeys.fitting import ScaleSpaceResult
+from fl_core.masterkeys.kmeans import ClusterSweep
 from fl_core.masterkeys.layersweep import LayerSweepResult
 from fl_core.masterkeys.rescore import RescoreResult
 from fl_core.masterkeys.swap import FilterSwap

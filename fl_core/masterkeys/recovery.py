@@ -35,6 +35,7 @@ from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.batchnorm import fold_batchnorm, recalibrate_batchnorm
 from fl_core.masterkeys.swap import FilterSwap, swapped_model
 from fl_core.results import Result
+from fl_core.settings import setting
 
 
 @dataclass(frozen=True)
@@ -51,11 +52,11 @@ class RecoverySettings(Result):
         seed: seeds the split and the distillation's batch order.
     """
 
-    steps: int = 20
-    calibration: int = 256
-    lr: float = 1e-3
-    batch: int = 32
-    recalibrate_batchnorm: bool = True
+    steps: int = setting(20, minimum=0, flag="recover-steps")
+    calibration: int = setting(256, minimum=1)
+    lr: float = setting(1e-3, minimum=0.0, flag="recover-lr")
+    batch: int = setting(32, minimum=2, flag="recover-batch")
+    recalibrate_batchnorm: bool = setting(True, flag="batchnorm-recalibration")
     seed: int = 0
 
     def __post_init__(self) -> None:

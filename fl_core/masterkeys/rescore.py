@@ -19,20 +19,20 @@
   mean KL(p_original ‖ p_variant) in nats (all images).
 * Resumable: with ``resume=PATH`` the running sums are saved after every batch and a rerun with the same model,
   images and variants continues where it stopped (a finished run returns at once).
-* Distributed: under ``torchrun`` (``WORLD_SIZE`` > 1) each rank scores a contiguous shard and the integer counts and
-  float64 sums are all-reduced, so every rank returns the numbers of one process.
+* Distributed (:mod:`fl_core.masterkeys.distributed`): under ``torchrun`` (``WORLD_SIZE`` > 1) each rank scores a
+  contiguous shard and the integer counts and float64 sums are all-reduced, so every rank returns the numbers of one
+  process.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,17 +40,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
-from fl_core.backend import Progress, inference_autocast, report, resolve_device, statistics_dtype, sub_progress
+from fl_core.backend import Progress, inference_autocast, report, statistics_dtype, sub_progress
 from fl_core.errors import AnalysisError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.images import ImageSet, TransformedImages, input_transform
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.batchnorm import fold_batchnorm, folded_patch
+from fl_core.masterkeys.distributed import all_reduce_sums, distributed_rank, rank_device, shard_range
 from fl_core.masterkeys.prefix import PROBE_IMAGES, PrefixPlan, changed_keys, full_forwards, plan_prefix_sharing
 from fl_core.masterkeys.swap import FilterSwap, parameter_patch
 from fl_core.results import Result
@@ -69,16 +69,17 @@ DEFAULT_BATCH_SIZE = 64
 
 
 @dataclass(frozen=True)
-class RecoveredScore(Result):
-    """Scores of a swap after recovery (:mod:`fl_core.masterkeys.recovery`), on the same held-out images as the
-    unrecovered one.
+class Scores(Result):
+    """What a variant scores on the images, against the original.
 
     Attributes:
-        steps: distillation steps taken.
-        top1, top5, loss, delta_top1, agreement, kl: as in :class:`VariantScore`.
+        top1, top5: accuracy on the labelled images (fractions; ``None`` without labels).
+        loss: mean cross-entropy in nats (``None`` without labels).
+        delta_top1: top-1 minus the original's (``None`` without labels).
+        agreement: fraction of images with the same top-1 class as the original.
+        kl: mean KL(p_original ‖ p_variant) in nats.
     """
 
-    steps: int
     top1: float | None
     top5: float | None
     loss: float | None
@@ -88,17 +89,24 @@ class RecoveredScore(Result):
 
 
 @dataclass(frozen=True)
-class VariantScore(Result):
-    """Scores of one variant (the original or a swap).
+class RecoveredScore(Scores):
+    """:class:`Scores` of a swap after recovery (:mod:`fl_core.masterkeys.recovery`), on the same held-out images as
+    the unrecovered one.
+
+    Attributes:
+        steps: distillation steps taken.
+    """
+
+    steps: int
+
+
+@dataclass(frozen=True)
+class VariantScore(Scores):
+    """:class:`Scores` of one variant (the original or a swap).
 
     Attributes:
         method: ``"original"`` or the swap's replacement name.
         n_images: images scored.
-        top1, top5: accuracy on the labelled images (fractions; ``None`` without labels).
-        loss: mean cross-entropy in nats (``None`` without labels).
-        delta_top1: top-1 minus the original's (``None`` without labels).
-        agreement: fraction of images with the same top-1 class as the original.
-        kl: mean KL(p_original ‖ p_variant) in nats.
         relative_error: ‖W - Ŵ‖/‖W‖ of the swap (``None`` for the original).
         recovered: the same swap's scores after recovery, when recovery ran.
         computed_from: the module from which this variant's own forward passes ran, on the original's activation
@@ -107,21 +115,17 @@ class VariantScore(Result):
 
     method: str
     n_images: int
-    top1: float | None
-    top5: float | None
-    loss: float | None
-    delta_top1: float | None
-    agreement: float
-    kl: float
     relative_error: float | None
     recovered: RecoveredScore | None = None
     computed_from: str | None = None
 
     def row(self) -> dict:
-        """A flat table row: the recovered scores as ``recovered_*`` columns."""
+        """A flat table row, the variant first: ``method``, ``n_images``, the scores, and the recovered scores as
+        ``recovered_*`` columns."""
         row = self.to_dict()
         recovered = row.pop("recovered") or {}
-        return {**row, **{f"recovered_{key}": value for key, value in recovered.items()}}
+        return {"method": row.pop("method"), "n_images": row.pop("n_images"), **row,
+                **{f"recovered_{key}": value for key, value in recovered.items()}}
 
 
 @dataclass(frozen=True)
@@ -166,48 +170,10 @@ class RescoreResult(Result):
     def to_frame(self) -> pd.DataFrame:
         """One row per variant (the original first) with Δ top-1, agreement, KL, reconstruction error and, when
         recovery ran, the recovered scores (``recovered_*``)."""
-        original = VariantScore(ORIGINAL, self.n_images, self.top1, self.top5, self.loss,
-                                0.0 if self.top1 is not None else None, 1.0, 0.0, None)
+        original = VariantScore(method=ORIGINAL, n_images=self.n_images, top1=self.top1, top5=self.top5,
+                                loss=self.loss, delta_top1=0.0 if self.top1 is not None else None, agreement=1.0,
+                                kl=0.0, relative_error=None)
         return pd.DataFrame([v.row() for v in (original, *self.swaps)])
-
-
-# ------------------------------------------------------------------------------------------------ distributed
-
-
-def distributed_rank() -> tuple[int, int]:
-    """(rank, world size) of this process; (0, 1) outside a process group."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-@contextlib.contextmanager
-def distributed_session() -> Iterator[tuple[int, int]]:
-    """Join the ``torchrun`` process group when ``WORLD_SIZE`` > 1 (NCCL with CUDA, else gloo); yield (rank, world).
-
-    The group is destroyed on exit if this context created it.
-    """
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not dist.is_available() or dist.is_initialized():
-        yield distributed_rank()
-        return
-    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
-    try:
-        yield distributed_rank()
-    finally:
-        dist.destroy_process_group()
-
-
-def rank_device(device: str | torch.device | None) -> torch.device:
-    """The device of this process: ``cuda:LOCAL_RANK`` under torchrun with CUDA, else :func:`resolve_device`."""
-    resolved = resolve_device(device)
-    if resolved.type == "cuda" and resolved.index is None and "LOCAL_RANK" in os.environ:
-        return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-    return resolved
-
-
-def _shard(n: int, rank: int, world: int) -> range:
-    """Contiguous block of indices of ``rank`` (sizes differ by at most one)."""
-    return range(rank * n // world, (rank + 1) * n // world)
 
 
 # ----------------------------------------------------------------------------------------------------- resume
@@ -323,7 +289,7 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
         the variants ran on this rank).
     """
     rank, world = distributed_rank()
-    shard = _shard(len(images), rank, world)
+    shard = shard_range(len(images), rank, world)
     resume_path = _resume_file(Path(resume), rank, world) if resume else None
     fingerprint = _fingerprint(loaded, images, names, patches, shard) if resume_path else ""
     done, sums = _load_resume(resume_path, fingerprint, len(patches))
@@ -370,32 +336,27 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
         with torch.no_grad():
             for key in keys:
                 parameters[key].copy_(originals[key])
-    seconds = time.perf_counter() - start
-    plan = plan or full_forwards(len(patches))
-    if world > 1:
-        reduced = tally.to(device if dist.get_backend() == "nccl" else "cpu")
-        resumed_total = torch.tensor([float(resumed)], dtype=reduced.dtype, device=reduced.device)
-        slowest = torch.tensor([seconds], dtype=reduced.dtype, device=reduced.device)
-        dist.all_reduce(reduced)
-        dist.all_reduce(resumed_total)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        return reduced.double().cpu().numpy(), int(resumed_total.item()), float(slowest.item()), plan
-    return tally.double().cpu().numpy(), resumed, seconds, plan
+    return (*all_reduce_sums(tally, resumed, time.perf_counter() - start), plan or full_forwards(len(patches)))
 
 
-def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | None,
-             computed_from: str | None = None) -> VariantScore:
+def _scores(row: np.ndarray, original: np.ndarray) -> dict[str, float | None]:
+    """The :class:`Scores` fields of one variant's sums (``original``: the original's sums, for Δ top-1)."""
     values = dict(zip(TALLY_COLUMNS, row))
-    images, labelled = int(values["images"]), values["labelled"]
+    images, labelled = max(int(values["images"]), 1), values["labelled"]
 
     def per_label(column: str, sums: np.ndarray = row) -> float | None:
         return float(dict(zip(TALLY_COLUMNS, sums))[column] / labelled) if labelled > 0 else None
 
     top1 = per_label("top1")
-    return VariantScore(method=name, n_images=images, top1=top1, top5=per_label("top5"), loss=per_label("loss"),
-                        delta_top1=None if top1 is None else top1 - per_label("top1", original),
-                        agreement=float(values["agreement"] / max(images, 1)), kl=float(values["kl"] / max(images, 1)),
-                        relative_error=error, computed_from=computed_from)
+    return {"top1": top1, "top5": per_label("top5"), "loss": per_label("loss"),
+            "delta_top1": None if top1 is None else top1 - per_label("top1", original),
+            "agreement": float(values["agreement"] / images), "kl": float(values["kl"] / images)}
+
+
+def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | None,
+             computed_from: str | None = None) -> VariantScore:
+    return VariantScore(method=name, n_images=int(row[TALLY_COLUMNS.index("images")]), relative_error=error,
+                        computed_from=computed_from, **_scores(row, original))
 
 
 def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] = (), *,
@@ -447,7 +408,7 @@ def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] =
     variants = [_variant(s.replacement, row, sums[0], s.relative_error, plan.start_name(i))
                 for i, (s, row) in enumerate(zip(swaps, sums[1:]), start=1)]
     if info is not None:
-        variants = [dataclasses.replace(v, recovered=_recovered(row, sums[0], recovery.steps))
+        variants = [dataclasses.replace(v, recovered=RecoveredScore(steps=recovery.steps, **_scores(row, sums[0])))
                     for v, row in zip(variants, sums[1 + len(swaps):])]
     return RescoreResult(
         spec=loaded.spec, label=loaded.label, images=images.description, n_images=original.n_images,
@@ -457,10 +418,6 @@ def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] =
         device=str(device), resumed_images=resumed, recovery=info, sharing=plan.notes)
 
 
-def _recovered(row: np.ndarray, original: np.ndarray, steps: int) -> RecoveredScore:
-    score = _variant("", row, original, None)
-    return RecoveredScore(steps=steps, top1=score.top1, top5=score.top5, loss=score.loss,
-                          delta_top1=score.delta_top1, agreement=score.agreement, kl=score.kl)
 
 
 def _recover(loaded: LoadedModel, swaps: Sequence[FilterSwap], images: ImageSet, settings: RecoverySettings,

@@ -6,7 +6,7 @@ Replacements, by name (the same names appear in results, on the command line and
   method, y ← a·x_k + b, with x_k the centred unit template at the filter's size, k = argmax_k |⟨y - ȳ, x_k⟩|,
   a = ⟨y, x_k⟩, b = mean(y) (the authors' rule, master_keys.md B.6; σ fitted to the published filters, B.5).
 * ``centroid``: the same affine rule with the filter's own cluster centroids (sign-invariant clusters of the
-  swapped filters of each kernel size, :func:`fl_core.masterkeys.clustering.cluster_filters`).
+  swapped filters of each kernel size, :func:`fl_core.masterkeys.kmeans.cluster_filters`).
 * ``random``: a baseline, a Gaussian random filter rescaled to the same L2 norm ‖y‖.
 * ``keep``: the control, every filter unchanged.
 * ``zero``: the lesion control, every chosen filter zero (with ``layers=[name]``: one depthwise layer removed, to
@@ -27,9 +27,9 @@ import torch
 from torch import nn
 
 from fl_core.io.models import LoadedModel
-from fl_core.masterkeys.clustering import DEFAULT_K, cluster_filters
 from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters
 from fl_core.masterkeys.fitting import FIT_METHOD_DESCRIPTIONS, idealized_templates
+from fl_core.masterkeys.kmeans import DEFAULT_K, cluster_filters
 from fl_core.masterkeys.scalespace import affine_fit_to_templates, centred_cosine
 from fl_core.results import Result
 

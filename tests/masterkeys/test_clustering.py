@@ -12,19 +12,18 @@ from torch import nn
 
 from fl_core.cli import main
 from fl_core.io.models import InputConfig, LoadedModel, ModelSpec, load_model
-from fl_core.masterkeys.clustering import (
-    analyze_master_keys,
-    assign_to_master_keys,
+from fl_core.masterkeys.assignment import assign_to_master_keys, fit_model_master_keys
+from fl_core.masterkeys.clustering import MasterKeySettings, analyze_master_keys
+from fl_core.masterkeys.depthwise import depthwise_bank
+from fl_core.masterkeys.fitting import fit_published_filters, idealized_templates
+from fl_core.masterkeys.kmeans import (
     centred_unit_vectors,
     cluster_filters,
     cluster_sweep,
-    fit_model_master_keys,
     kmeans_plus_plus,
     lloyd_abs_cosine,
     silhouette_abs_cosine,
 )
-from fl_core.masterkeys.depthwise import depthwise_bank
-from fl_core.masterkeys.fitting import fit_published_filters, idealized_templates
 from fl_core.masterkeys.scalespace import (
     affine_fit_to_templates,
     centred_cosine,
@@ -187,7 +186,7 @@ def test_published_filters_planted_in_a_network_are_found_and_assigned_to_themse
     planted = np.concatenate([published, published]) * rng.choice([-1, 1], (16, 1, 1)) * rng.uniform(
         0.1, 3, (16, 1, 1)) + rng.normal(0, 0.2, (16, 1, 1))
     loaded = tiny_loaded(torch.tensor(planted, dtype=torch.float32))
-    result = analyze_master_keys(loaded, 8, kernel_size=7, restarts=4, seed=0)
+    result = analyze_master_keys(loaded, MasterKeySettings(k=8, kernel_size=7, restarts=4, seed=0))
     assignment = result.published_assignment
     np.testing.assert_array_equal(assignment.counts, [2] * 8)
     np.testing.assert_array_equal(assignment.fit.assignment, np.tile(np.arange(8), 2))
@@ -213,7 +212,7 @@ def test_tiny_network_layers_stages_and_kernel_sizes():
 
 
 def test_mobilenet_extraction_stages_and_assignment(mobilenet):
-    result = analyze_master_keys(mobilenet, 8, restarts=2, seed=0)
+    result = analyze_master_keys(mobilenet, MasterKeySettings(restarts=2, seed=0))
     assignment = result.published_assignment
     assert result.kernel_size == 3 and result.n_filters == 7136 and len(result.layer_statistics) == 17
     assert assignment.stages == ("stage 0 (112×112)", "stage 1 (56×56)", "stage 2 (28×28)", "stage 3 (14×14)",
@@ -289,3 +288,32 @@ def test_a_weights_only_file_of_depthwise_layers_keeps_every_filter(tmp_path):
                                                                   for i in range(4)}}, path)
     loaded = load_model(f"weights:{path}")
     assert first_conv_name(loaded) == "stem" and len(depthwise_bank(loaded).layers) == 4
+
+
+def test_masterkeys_command_line_gives_the_settings_and_the_settings_are_a_cache_key():
+    import argparse
+
+    from fl_core.cli import masterkeys as command
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    args = parser.parse_args(["--model", "x", "--k", "5", "--stage", "1", "--stage", "2", "--sweep", "2-4",
+                              "--method", "D1", "--max-iterations", "3"])
+    settings = command.settings_of(args)
+    assert settings == MasterKeySettings(k=5, stages=(1, 2), sweep=(2, 3, 4), method="D1", max_iterations=3)
+    assert command.settings_of(parser.parse_args(["--model", "x"])) == MasterKeySettings()
+    assert hash(MasterKeySettings(layers=["a", "b"])) == hash(MasterKeySettings(layers=("a", "b")))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--model", "x", "--k", "0"])
+
+
+def test_analysis_follows_its_settings_and_fitting_model_keys_reports_progress():
+    loaded = tiny_loaded()
+    settings = MasterKeySettings(k=3, restarts=2, seed=4, kernel_size=3, sweep=(2, 3))
+    result = analyze_master_keys(loaded, settings, device="cpu")
+    assert (result.k, result.seed, result.restarts, result.kernel_size) == (3, 4, 2, 3)
+    assert result.sweep is not None and result.sweep.ks == (2, 3) and len(result.clusters) == 3
+    assert result.objective == analyze_master_keys(loaded, settings).objective  # seeded
+    seen = []
+    fit_model_master_keys(loaded, "B", kernel_size=7, progress=lambda f, m: seen.append(f))
+    assert seen[0] == 0.0 and seen[-1] == 1.0

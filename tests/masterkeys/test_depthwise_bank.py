@@ -13,7 +13,7 @@ import torch
 
 from fl_core.io.checkpoints import file_sha256, load_state_dict
 from fl_core.io.models import DEMO_DIR, demo_manifest, load_model
-from fl_core.masterkeys.clustering import assign_to_master_keys
+from fl_core.masterkeys.assignment import assign_to_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.scalespace import load_published_filters
 

@@ -279,3 +279,18 @@ def test_matching_the_batchnorm_statistics_recovers_the_real_mobilenet_swapped_b
     assert result.n_images == 32 and result.recovery.batchnorm_layers == 52 and result.recovery.frozen == (17,)
     assert result.top1 >= 0.6 and swapped.top1 <= 0.15  # 78.1 % and 4.0 % on 744 held-out images (docs/results.md)
     assert swapped.recovered.top1 >= swapped.top1 + 0.15 and swapped.recovered.kl < 0.5 * swapped.kl
+
+
+def test_rescore_recovery_options_come_from_the_recovery_settings():
+    import argparse
+
+    from fl_core.cli import rescore as command
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    assert command._recovery(parser.parse_args(["--model", "x"])) is None  # no --recover-steps: no recovery
+    args = parser.parse_args(["--model", "x", "--seed", "3", "--recover-steps", "0", "--calibration", "8",
+                              "--recover-lr", "0.01", "--recover-batch", "4", "--no-batchnorm-recalibration"])
+    assert command._recovery(args) == RecoverySettings(steps=0, calibration=8, lr=0.01, batch=4,
+                                                       recalibrate_batchnorm=False, seed=3)
+    assert command._recovery(parser.parse_args(["--model", "x", "--recover-steps", "5"])) == RecoverySettings(steps=5)

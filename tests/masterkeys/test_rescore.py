@@ -194,3 +194,25 @@ def test_two_gloo_processes_give_the_numbers_of_one(mobilenet, imagenet_sample, 
                                                                         b["agreement"])
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
     assert done.stdout.count("variants") == 1  # one report, from rank 0
+
+
+def test_shards_cover_every_image_once_and_one_process_keeps_its_own_sums():
+    from fl_core.masterkeys.distributed import all_reduce_sums, shard_range
+
+    shards = [shard_range(10, rank, 3) for rank in range(3)]
+    assert [i for s in shards for i in s] == list(range(10)) and {len(s) for s in shards} == {3, 4}
+    sums, resumed, seconds = all_reduce_sums(torch.ones(2, 7, dtype=torch.float32), 5, 1.5)
+    assert sums.dtype == np.float64 and sums.shape == (2, 7) and (resumed, seconds) == (5, 1.5)
+
+
+def test_recovered_scores_share_the_variant_score_fields_and_keep_the_table_columns():
+    from fl_core.masterkeys.rescore import RecoveredScore, Scores, VariantScore
+
+    scores = {"top1": 0.5, "top5": 0.75, "loss": 1.0, "delta_top1": -0.25, "agreement": 0.5, "kl": 0.1}
+    variant = VariantScore(method="B", n_images=4, relative_error=0.2, recovered=RecoveredScore(steps=3, **scores),
+                           **scores)
+    assert isinstance(variant.recovered, Scores)
+    assert variant.to_dict()["recovered"] == {"steps": 3, **scores}
+    row = variant.row()
+    assert list(row)[:8] == ["method", "n_images", "top1", "top5", "loss", "delta_top1", "agreement", "kl"]
+    assert row["recovered_steps"] == 3 and row["recovered_top1"] == 0.5 and "recovered" not in row

@@ -490,3 +490,11 @@ def test_affine_assignment_of_constant_filters_is_finite():
     np.testing.assert_allclose(fit.offset, 0.3)
     with pytest.raises(ValueError, match="must be"):
         affine_fit_to_templates(np.zeros((2, 5, 5)), idealized_templates("B"))
+
+
+def test_a_fits_models_are_its_idealized_filters_at_the_fitted_sigmas():
+    fit = fit_published_filters("D1")
+    models = fit.models(9)
+    assert models.shape == (8, 9, 9)
+    for model, f in zip(models, fit.filters):
+        np.testing.assert_array_equal(model, idealized_filter(f.index, f.sigma_x, f.sigma_y, f.alpha, 9))
