@@ -48,13 +48,9 @@ from fl_core.firstlayer.energy import EnergySettings, analyze_energy  # noqa: E4
 from fl_core.firstlayer.whitening import WhiteningSettings, analyze_whitening  # noqa: E402
 from fl_core.io.images import bundled_images, folder_images  # noqa: E402
 from fl_core.io.models import load_model  # noqa: E402
-from fl_core.masterkeys.clustering import (  # noqa: E402
-    analyze_master_keys,
-    centred_unit_vectors,
-    kmeans_plus_plus,
-    lloyd_abs_cosine,
-)
+from fl_core.masterkeys.clustering import analyze_master_keys  # noqa: E402
 from fl_core.masterkeys.depthwise import depthwise_bank  # noqa: E402
+from fl_core.masterkeys.kmeans import centred_unit_vectors, kmeans_plus_plus, lloyd_abs_cosine  # noqa: E402
 from fl_core.masterkeys.rescore import rescore  # noqa: E402
 from fl_core.masterkeys.swap import swap_filters  # noqa: E402
 

@@ -24,7 +24,7 @@ from fl_core.firstlayer.energy import EnergySettings, analyze_energy
 from fl_core.io.checkpoints import save_state_dict
 from fl_core.io.layers import conv_inventory, first_conv_name
 from fl_core.io.models import load_model
-from fl_core.masterkeys.clustering import analyze_master_keys
+from fl_core.masterkeys.clustering import MasterKeySettings, analyze_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
 
 from .test_concurrency import run_together, weights_hash
@@ -69,7 +69,7 @@ def _energy(loaded, photos) -> np.ndarray:
 
 def _master_keys(loaded) -> tuple:
     bank = depthwise_bank(loaded)
-    result = analyze_master_keys(bank, 4, restarts=2, seed=0, device="cpu")
+    result = analyze_master_keys(bank, MasterKeySettings(k=4, restarts=2, seed=0), device="cpu")
     return tuple(lay.stage for lay in bank.layers), tuple(c.size for c in result.clusters)
 
 

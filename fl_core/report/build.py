@@ -30,14 +30,8 @@ from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, ana
 from fl_core.io.images import BUNDLED, ImageSet, open_images
 from fl_core.io.layers import conv_inventory, inventory_frame
 from fl_core.io.models import LoadedModel
-from fl_core.masterkeys.clustering import (
-    DEFAULT_K,
-    DEFAULT_RESTARTS,
-    MasterKeyResult,
-    analyze_master_keys,
-    assign_to_master_keys,
-    fit_model_master_keys,
-)
+from fl_core.masterkeys.assignment import assign_to_master_keys, fit_model_master_keys
+from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, analyze_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.fitting import ScaleSpaceResult
 from fl_core.masterkeys.rescore import RescoreResult, rescore
@@ -83,8 +77,8 @@ class ReportSettings:
     seeds: int = 10
     max_distance: int = 20
     trajectory_distance: int = 10
-    k: int = DEFAULT_K
-    restarts: int = DEFAULT_RESTARTS
+    k: int = MasterKeySettings.k
+    restarts: int = MasterKeySettings.restarts
     method: str = "B"
     channel_layer: str | None = None
     n_calibration: int = 128
@@ -339,8 +333,8 @@ def build_report(models: Sequence[LoadedModel], settings: ReportSettings = Repor
 
     report(progress, 0.55, "master keys")
     masterkeys = sections.run("masterkeys", lambda: analyze_master_keys(
-        depthwise_bank(final), settings.k, restarts=settings.restarts, seed=settings.seed, method=settings.method,
-        device=device))
+        depthwise_bank(final), MasterKeySettings(k=settings.k, restarts=settings.restarts, seed=settings.seed,
+                                                 method=settings.method), device=device))
     scalespace = sections.run("masterkeys", lambda: fit_model_master_keys(depthwise_bank(final), settings.method)
                               ) if masterkeys is not None else None
 
