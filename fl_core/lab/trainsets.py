@@ -67,7 +67,7 @@ def _cached_crops(images: str, max_images: int | None, crops_per_image: int | No
                                     else max(4, FOLDER_TRAIN_CROPS // len(source)))
     config = dataclasses.replace(BUNDLED_CROPS, train_per_photo=per_image, seed=seed)
     data = photo_crops(config, source)
-    return _class_labels(data, source) if source.labelled else data
+    return data if is_bundled(images) else _class_labels(data, source)
 
 
 def _class_labels(data: CropData, source: ImageSet) -> CropData:
