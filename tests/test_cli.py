@@ -73,7 +73,7 @@ def test_first_layer_seeds_below_one_are_refused(capsys) -> None:
     for command in ("energy", "whitening"):
         with pytest.raises(SystemExit) as refused:
             first_layer_options(command, "--seeds", "0")
-        assert refused.value.code == 2 and "--seeds must lie in [1" in capsys.readouterr().err
+        assert refused.value.code == 2 and "--seeds must be at least 1" in capsys.readouterr().err
 
 
 def test_inspect_with_preprocessing_overrides(tmp_path: Path, resnet20, capsys) -> None:
