@@ -120,10 +120,9 @@ def whitening_values(inputs: Inputs, device: str) -> dict[str, np.ndarray]:
 
 
 def channel_values(inputs: Inputs, device: str) -> dict[str, np.ndarray]:
-    result = analyze_channels(inputs.demo, inputs.crops, "features.4",
-                              settings=ChannelSettings(lesion_kinds=LESION_KINDS[:1]),
-                              pruning=PruningSettings(criteria=("l1",), fractions=(0.5,), finetune_steps=0),
-                              device=device)
+    settings = ChannelSettings(layer="features.4", lesion_kinds=LESION_KINDS[:1],
+                               pruning=PruningSettings(criteria=("l1",), fractions=(0.5,), finetune_steps=0))
+    result = analyze_channels(inputs.demo, inputs.crops, settings, device=device)
     table = result.table
     return {"input capture, peer R²": table[["input_capture", "peer_r2"]].to_numpy(),
             "task information (nats)": table["task_info"].to_numpy(),

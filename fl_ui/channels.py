@@ -9,8 +9,8 @@ from fl_core.workers import jobs
 from fl_ui.cache import get_model, pooled
 
 channel_axes_result = pooled(jobs.channel_axes_job, max_entries=8)
-"""The page's channel analysis of one layer (:func:`fl_core.workers.jobs.channel_axes_job`), keyed by every choice of
-the page, computed in a worker process."""
+"""The page's channel analysis of one layer (:func:`fl_core.workers.jobs.channel_axes_job`), keyed by the model, the
+data and the :class:`~fl_core.channelaxes.analysis.ChannelSettings`, computed in a worker process."""
 
 
 def data_source(images: str) -> str:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import streamlit as st
 
-from fl_core.channelaxes.analysis import default_channel_layer
-from fl_core.channelaxes.interventions import LESION_KINDS
+from fl_core.channelaxes.analysis import ChannelSettings, default_channel_layer
 from fl_core.channelaxes.plots import (
     METRIC_LABELS,
     axes_scatter_figure,
@@ -14,19 +15,20 @@ from fl_core.channelaxes.plots import (
     label,
     lesion_bars_figure,
     metric_correlation_figure,
-    metric_correlations,
     peer_support_figure,
     pruning_curves_figure,
     summary_table,
 )
-from fl_core.channelaxes.pruning import CRITERIA
+from fl_core.channelaxes.pruning import CRITERIA, PruningSettings
 from fl_ui.cache import get_model
 from fl_ui.channels import analysable_layers, channel_axes_result, data_source
+from fl_ui.forms import settings_widgets
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import downloads, heavy_result, plot_with_explanation, table_with_download, user_errors
 
-PAGE_CRITERIA = ("local", "target", "l1", "bn_gamma", "random")
-FRACTIONS = (0.125, 0.25, 0.5, 0.75)
+PAGE_PRUNING = PruningSettings(criteria=("local", "target", "l1", "bn_gamma", "random"), finetune_steps=0)
+"""The page's pruning protocol before any choice: fewer criteria and no fine-tune, so the first view comes quickly."""
+LESION_NAMES = {"mean": "mean-ablation", "zero": "zero-ablation", "replace": "peer replacement"}
 
 st.title("🧭 Channel Axes")
 st.markdown(
@@ -75,26 +77,28 @@ with user_errors():
                                         help="Statistics, peer regressions and the recovery fine-tune.")
         n_evaluation = s2.number_input("Evaluation images", 16, 20000, _int_param("axes_neval", 128), step=16,
                                        help="Held-out images for lesions and pruning accuracy.")
-        finetune = s3.number_input("Recovery fine-tune steps", 0, 500, _int_param("axes_ft", 0), step=10,
-                                   help="SGD steps after each pruning that distil the intact network back into the "
-                                        "pruned one on the calibration images (proposed; 0 = none).")
-        lesions = st.multiselect("Interventions", LESION_KINDS, default=list(LESION_KINDS),
-                                 format_func={"mean": "mean-ablation", "zero": "zero-ablation",
-                                              "replace": "peer replacement"}.get,
-                                 help="Each kind evaluates every channel's lesioned network on the evaluation images "
-                                      "(batched: the layers before this one run once). On a CPU, large models are "
-                                      "quicker with a late layer or fewer images.")
-        criteria = st.multiselect("Pruning criteria", list(CRITERIA), default=list(PAGE_CRITERIA),
-                                  format_func=lambda c: f"{CRITERIA[c].label} ({CRITERIA[c].axis})")
+        pruning = settings_widgets(
+            PruningSettings, {"finetune_steps": "Recovery fine-tune steps"}, key="axes", container=s3,
+            base=replace(PAGE_PRUNING, finetune_steps=_int_param("axes_ft", PAGE_PRUNING.finetune_steps)),
+            options={"finetune_steps": {"max_value": 500, "step": 10}})
+        settings = settings_widgets(
+            ChannelSettings, {"lesion_kinds": "Interventions"}, key="axes", base=ChannelSettings(layer=layer),
+            options={"lesion_kinds": {"format_func": LESION_NAMES.get, "help": (
+                "Each kind evaluates every channel's lesioned network on the evaluation images (batched: the layers "
+                "before this one run once). On a CPU, large models are quicker with a late layer or fewer images.")}})
+        pruning = settings_widgets(PruningSettings, {"criteria": "Pruning criteria"}, key="axes", base=pruning,
+                                   options={"criteria": {
+                                       "format_func": lambda c: f"{CRITERIA[c].label} ({CRITERIA[c].axis})"}})
         compare_init = st.checkbox("Compare with the initialization", value=bool(loaded.init_spec),
                                    disabled=not loaded.init_spec,
                                    help="Demo models know their initialization checkpoint.")
-    for key, value in (("axes_ncal", n_calibration), ("axes_neval", n_evaluation), ("axes_ft", finetune)):
+    for key, value in (("axes_ncal", n_calibration), ("axes_neval", n_evaluation),
+                       ("axes_ft", pruning.finetune_steps)):
         set_page_param(key, str(int(value)))
+    settings = replace(settings, pruning=pruning if pruning.criteria else None)
 
-    result = heavy_result("Channel axes", channel_axes_result, spec, overrides, source, layer, int(n_calibration),
-                          int(n_evaluation), tuple(lesions), tuple(criteria), FRACTIONS, int(finetune), compare_init,
-                          0, selection.device)
+    result = heavy_result("Channel axes", channel_axes_result, spec, overrides, source, int(n_calibration),
+                          int(n_evaluation), settings, compare_init, selection.device)
     for warning in result.warnings:
         st.warning(warning)
 
@@ -182,7 +186,7 @@ with user_errors():
         metric_correlation_figure(result),
         "Spearman rank correlation between every per-channel quantity across this layer's channels. Look at the "
         "rows of the lesion and replacement costs: which score predicts them best?", f"metric_correlation_{layer}",
-        frame=metric_correlations(result).reset_index(names="quantity"))
+        frame=result.metric_correlations().reset_index(names="quantity"))
 
     st.subheader("Per-layer summary")
     table_with_download(summary_table(result), f"channel_axes_summary_{layer}")

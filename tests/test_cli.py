@@ -109,3 +109,43 @@ def test_dash_writes_json_or_csv_to_stdout_and_the_summary_to_stderr(tmp_path: P
     with pytest.raises(SystemExit) as refused:
         run_cli(*command, "--json", "-", "--csv", "-")
     assert refused.value.code == 2 and "only one output" in capsys.readouterr().err
+
+
+def test_channels_options_give_the_settings_class_defaults_and_read_every_documented_flag() -> None:
+    from fl_core.channelaxes.analysis import ChannelSettings
+    from fl_core.channelaxes.layerstats import AxisSettings
+    from fl_core.channelaxes.pruning import PruningSettings
+    from fl_core.cli import build_parser
+    from fl_core.cli.channels import channel_settings
+
+    parser = build_parser()
+    assert channel_settings(parser.parse_args(["channels", "--model", "demo:tiny_vgg"])) == ChannelSettings(
+        pruning=PruningSettings())
+    args = parser.parse_args([
+        "channels", "--model", "demo:tiny_vgg", "--layer", "features.7", "--seed", "3", "--k", "4", "--shrinkage",
+        "0.01", "--ridge", "0.1", "--cluster-k", "3", "--cluster-seeds", "2", "--lesions", "mean", "replace",
+        "--criteria", "l1", "random", "--fractions", "0.5", "--finetune-steps", "0", "--finetune-lr", "0.01",
+        "--no-mean-compensation", "--batch-size", "8", "--memory-mb", "64"])
+    assert channel_settings(args) == ChannelSettings(
+        layer="features.7", axes=AxisSettings(k=4, shrinkage=0.01, ridge=0.1, seed=3), lesion_kinds=("mean", "replace"),
+        cluster_k=3, cluster_seeds=2, batch_size=8, memory_mb=64,
+        pruning=PruningSettings(criteria=("l1", "random"), fractions=(0.5,), finetune_steps=0, finetune_lr=0.01,
+                                compensate_mean=False, seed=3))
+    no_pruning = parser.parse_args(["channels", "--model", "demo:tiny_vgg", "--criteria", "--lesions"])
+    assert channel_settings(no_pruning).pruning is None and channel_settings(no_pruning).lesion_kinds == ()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["channels", "--model", "demo:tiny_vgg", "--criteria", "magic"])
+
+
+def test_channels_json_has_the_contract_keys(tmp_path: Path) -> None:
+    out = tmp_path / "channels.json"
+    assert run_cli("channels", "--model", "demo:tiny_vgg", "--layer", "features.14", "--calibration", "32",
+                   "--evaluation", "16", "--lesions", "mean", "--criteria", "local", "l1", "--fractions", "0.5",
+                   "--finetune-steps", "0", "--cluster-seeds", "2", "--json", str(out)) == 0
+    payload = json.loads(out.read_text())
+    assert payload["layer"] == "features.14" and len(payload["channels"]) == 128
+    assert {"index", "input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess", "lesion_dloss",
+            "replacement_dloss"} <= set(payload["channels"][0])
+    assert -1 <= payload["spearman"] <= 1 and "ari" in payload
+    assert set(payload["pruning"]) == {"local", "l1"}
+    assert {"flops_removed", "accuracy", "auc"} <= set(payload["pruning"]["l1"])

@@ -75,9 +75,8 @@ def _master_keys(loaded) -> tuple:
 
 def _channels(loaded) -> np.ndarray:
     data = channel_data("crops", loaded, n_calibration=32, n_evaluation=16)
-    result = analyze_channels(loaded, data, CHANNEL_LAYER, settings=ChannelSettings(cluster_seeds=2, cluster_k=2,
-                                                                                    lesion_kinds=("mean",)),
-                              device="cpu")
+    result = analyze_channels(loaded, data, ChannelSettings(layer=CHANNEL_LAYER, cluster_seeds=2, cluster_k=2,
+                                                            lesion_kinds=("mean",)), device="cpu")
     return result.table[["input_capture", "lesion_dloss"]].to_numpy()
 
 

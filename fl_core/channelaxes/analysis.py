@@ -29,7 +29,7 @@ from scipy.stats import rankdata
 
 from fl_core.backend import Progress, report, resolve_device, sub_progress
 from fl_core.channelaxes.calibration import ChannelData
-from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman
+from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman, spearman_matrix
 from fl_core.channelaxes.interventions import LESION_KINDS, ChannelInterventions, channel_interventions
 from fl_core.channelaxes.layerstats import (
     AxisSettings,
@@ -44,9 +44,13 @@ from fl_core.errors import AnalysisError
 from fl_core.io.layers import ConvLayer, find_layer
 from fl_core.io.models import LoadedModel
 from fl_core.results import Result, jsonable
+from fl_core.settings import setting
 
 AXIS_SCORES = ("local", "target", "input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess")
 """Importance scores derived from the two axes (higher = keep), also usable as pruning criteria."""
+CORRELATED_METRICS = ("input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess", "synergy",
+                      "lesion_dloss", "replacement_dloss", "peer_support")
+"""Per-channel columns of :meth:`ChannelAxesResult.metric_correlations` (with the baseline scores)."""
 
 
 @dataclass(frozen=True)
@@ -54,20 +58,24 @@ class ChannelSettings:
     """How a layer is analysed.
 
     Attributes:
+        layer: the convolution analysed (none: the first convolution).
         axes: estimator choices of the two axes.
-        lesion_kinds: interventions to run (``mean``, ``zero``, ``replace``; empty = none).
-        cluster_k: k-means clusters per axis for the ARI.
-        cluster_seeds: k-means / permutation seeds for the ARI.
+        lesion_kinds: interventions to run (``mean``, ``zero``, ``replace``; none: skip).
+        cluster_k: k-means clusters per axis (ARI).
+        cluster_seeds: k-means / permutation seeds (ARI).
+        pruning: the pruning protocol (``None``: no pruning curves).
         batch_size: images per forward pass.
         memory_mb: activation memory for the batched lesions and the in-memory evaluation set.
     """
 
+    layer: str | None = None
     axes: AxisSettings = field(default_factory=AxisSettings)
-    lesion_kinds: tuple[str, ...] = LESION_KINDS
-    cluster_k: int = 4
-    cluster_seeds: int = 10
-    batch_size: int = 32
-    memory_mb: int = 1024
+    lesion_kinds: tuple[str, ...] = setting(LESION_KINDS, choices=LESION_KINDS, flag="lesions")
+    cluster_k: int = setting(4, minimum=2)
+    cluster_seeds: int = setting(10, minimum=1)
+    pruning: PruningSettings | None = None
+    batch_size: int = setting(32, minimum=1)
+    memory_mb: int = setting(1024, minimum=1)
 
     @property
     def memory_bytes(self) -> int:
@@ -288,6 +296,13 @@ class ChannelAxesResult(Result):
         })
         return jsonable(out)
 
+    def metric_correlations(self) -> pd.DataFrame:
+        """Spearman ρ between every pair of :data:`CORRELATED_METRICS` that was measured and the baseline criteria's
+        scores (``score_*`` but random), a square table by column name."""
+        columns = [c for c in CORRELATED_METRICS if self.table[c].notna().any()]
+        columns += [c for c in self.table.columns if c.startswith("score_") and c != "score_random"]
+        return spearman_matrix(self.table[columns])
+
     def replacement_method(self) -> str:
         """How the peer-replacement Δloss relates to folding the reconstruction into the next layer."""
         readers = ", ".join(self.site.consumers)
@@ -339,24 +354,21 @@ def layer_axes(model: torch.nn.Module, layer: str, data: ChannelData, settings: 
     return site, stats, local, channel_table(stats, local, target)
 
 
-def analyze_channels(loaded: LoadedModel, data: ChannelData, layer: str | None = None, *,
-                     settings: ChannelSettings = ChannelSettings(), pruning: PruningSettings | None = None,
-                     init: LoadedModel | None = None, device=None,
-                     progress: Progress | None = None) -> ChannelAxesResult:
+def analyze_channels(loaded: LoadedModel, data: ChannelData, settings: ChannelSettings = ChannelSettings(), *,
+                     init: LoadedModel | None = None, device=None, progress: Progress | None = None
+                     ) -> ChannelAxesResult:
     """Both axes, lesions, peer replacement and pruning curves of one conv layer, compared (module docstring).
 
     Args:
         loaded: the model (never changed: the analysis works on private copies).
         data: calibration and evaluation sets (:mod:`fl_core.channelaxes.calibration`).
-        layer: conv name (``None``: the first convolution).
-        settings: estimator choices.
-        pruning: the pruning protocol (``None``: no pruning curves).
+        settings: the layer, estimator choices, interventions and pruning protocol.
         init: the same architecture at initialization, to compare the axes before training.
         device: where to run.
         progress: ``progress(fraction, message)``.
     """
     device = resolve_device(device)
-    conv = find_layer(loaded, layer)
+    conv = find_layer(loaded, settings.layer)
     if len(data.calibration) < 2 * settings.axes.k:
         raise AnalysisError(f"Use at least {2 * settings.axes.k} calibration images (got {len(data.calibration)}).")
     timings: dict[str, float] = {}
@@ -379,10 +391,10 @@ def analyze_channels(loaded: LoadedModel, data: ChannelData, layer: str | None =
     axes = compare_axes(table, settings)
 
     pruning_result = None
-    if pruning is not None:
+    if settings.pruning is not None:
         start = time.perf_counter()
         pruning_result = prune_curves(model, conv.name, data.calibration, evaluation, importance_scores(table),
-                                      pruning, device=device, means=local.post_means.cpu().numpy(),
+                                      settings.pruning, device=device, means=local.post_means.cpu().numpy(),
                                       readers=site.consumers if site.foldable else (), batch_size=settings.batch_size,
                                       memory_bytes=settings.memory_bytes, progress=sub_progress(progress, 0.5, 0.9))
         timings["pruning"] = time.perf_counter() - start

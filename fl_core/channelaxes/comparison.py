@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 from scipy.stats import spearmanr
 
@@ -32,6 +33,12 @@ def spearman(a: ArrayLike, b: ArrayLike) -> float:
     """Spearman rank correlation of two per-channel scores (§7); pairs with a NaN in either are dropped."""
     result = spearmanr(_as_numpy(a), _as_numpy(b), nan_policy="omit")
     return float(result.statistic)
+
+
+def spearman_matrix(table: pd.DataFrame) -> pd.DataFrame:
+    """Spearman ρ between every pair of columns: the Pearson correlation of their average-tie ranks (NaN rows left
+    out pairwise)."""
+    return table.rank().corr()
 
 
 def kmeans_labels(points: np.ndarray, k: int, n_init: int = 20, seed: int = 0, max_iter: int = 300) -> np.ndarray:

@@ -48,6 +48,7 @@ from fl_core.channelaxes.moments import (
 from fl_core.channelaxes.site import ChannelSite, on_call
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
+from fl_core.settings import setting
 
 PATCH_CHUNK_ELEMENTS = 1 << 22
 
@@ -65,10 +66,10 @@ class AxisSettings:
         seed: seeds the triplet sampling (and, in the analysis, everything else random).
     """
 
-    k: int = 8
-    shrinkage: float = 1e-3
-    ridge: float = 1e-3
-    n_triplets: int = 64
+    k: int = setting(8, minimum=1)
+    shrinkage: float = setting(1e-3, minimum=0.0, maximum=1.0)
+    ridge: float = setting(1e-3, minimum=0.0)
+    n_triplets: int = setting(64, minimum=1)
     seed: int = 0
 
 

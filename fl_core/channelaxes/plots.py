@@ -162,20 +162,11 @@ def pruning_curves_figure(pruning: PruningResult, finetuned: bool = False) -> go
     return fig
 
 
-def metric_correlations(result: ChannelAxesResult) -> pd.DataFrame:
-    """Spearman ρ between every pair of per-channel metrics, lesion effects and baseline scores (square table)."""
-    columns = [c for c in ("input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess", "synergy",
-                           "lesion_dloss", "replacement_dloss", "peer_support") if result.table[c].notna().any()]
-    columns += [c for c in result.table.columns if c.startswith("score_") and c != "score_random"]
-    matrix = result.table[columns].rank().corr()
-    names = [label(c) for c in columns]
-    return pd.DataFrame(matrix.to_numpy(), index=names, columns=names)
-
-
 def metric_correlation_figure(result: ChannelAxesResult) -> go.Figure:
-    """:func:`metric_correlations` as an annotated heatmap."""
-    table = metric_correlations(result)
-    return heatmap_figure(table.to_numpy(), list(table.columns), "Spearman ρ between per-channel quantities")
+    """:meth:`~fl_core.channelaxes.analysis.ChannelAxesResult.metric_correlations` as an annotated heatmap."""
+    table = result.metric_correlations()
+    return heatmap_figure(table.to_numpy(), [label(c) for c in table.columns],
+                          "Spearman ρ between per-channel quantities")
 
 
 def filter_figure(result: ChannelAxesResult, channel: int) -> go.Figure:

@@ -39,6 +39,7 @@ from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.comparison import auc_accuracy_vs_flops
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
+from fl_core.settings import setting
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class PruningSettings:
     """The pruning protocol.
 
     Attributes:
-        criteria: criteria to compare (keys of :data:`CRITERIA`).
+        criteria: criteria to compare (keys of :data:`CRITERIA`; none on the command line: no pruning curves).
         fractions: fractions of the layer's channels removed at each point (the intact network is added at 0).
         finetune_steps: recovery fine-tune steps per pruned network (0 = none).
         finetune_lr: SGD step size of the fine-tune (0.01 collapsed a pruned SqueezeNet to chance; 1e-3 recovers it).
@@ -102,13 +103,13 @@ class PruningSettings:
         seed: seeds the random criterion and the fine-tune's batch order.
     """
 
-    criteria: tuple[str, ...] = DEFAULT_CRITERIA
-    fractions: tuple[float, ...] = (0.125, 0.25, 0.5, 0.75)
-    finetune_steps: int = 20
-    finetune_lr: float = 1e-3
-    finetune_batch: int = 32
-    gradient_images: int = 64
-    compensate_mean: bool = True
+    criteria: tuple[str, ...] = setting(DEFAULT_CRITERIA, choices=tuple(CRITERIA))
+    fractions: tuple[float, ...] = setting((0.125, 0.25, 0.5, 0.75), minimum=0.0, maximum=1.0)
+    finetune_steps: int = setting(20, minimum=0)
+    finetune_lr: float = setting(1e-3, minimum=0.0)
+    finetune_batch: int = setting(32, minimum=1)
+    gradient_images: int = setting(64, minimum=1)
+    compensate_mean: bool = setting(True, flag="mean-compensation")
     seed: int = 0
 
 

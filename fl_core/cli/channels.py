@@ -17,45 +17,32 @@ import torch
 
 from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import CROPS, channel_data
-from fl_core.channelaxes.interventions import LESION_KINDS
-from fl_core.channelaxes.layerstats import AxisSettings
-from fl_core.channelaxes.pruning import CRITERIA, DEFAULT_CRITERIA, PruningSettings
+from fl_core.channelaxes.pruning import PruningSettings
 from fl_core.cli import add_model_arguments, load_models
 from fl_core.errors import ModelSpecError
 from fl_core.io.models import load_model
+from fl_core.settings import add_settings_arguments, settings_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--layer", default=None, help="convolution name (default: the first convolution)")
     parser.add_argument("--data", default=CROPS, metavar="SOURCE",
                         help="'crops' (the bundled labelled crops, offline) or a labelled ImageFolder tree "
                              "(ImageNet val layout: class index = sorted wnid)")
     parser.add_argument("--calibration", type=int, default=256, help="calibration images (statistics, fine-tune)")
     parser.add_argument("--evaluation", type=int, default=256, help="held-out images (lesions, pruning)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data split and every random choice")
-    group = parser.add_argument_group("estimators")
-    group.add_argument("--k", type=int, default=8, help="peers per channel")
-    group.add_argument("--shrinkage", type=float, default=1e-3, help="correlation shrinkage α")
-    group.add_argument("--ridge", type=float, default=1e-3, help="relative ridge λ of the peer regressions")
-    group.add_argument("--cluster-k", type=int, default=4, help="k-means clusters per axis (ARI)")
-    group.add_argument("--cluster-seeds", type=int, default=10, help="k-means seeds (ARI)")
-    group.add_argument("--lesions", nargs="*", default=list(LESION_KINDS), choices=LESION_KINDS,
-                       help="interventions to run (none: skip)")
-    group = parser.add_argument_group("pruning")
-    group.add_argument("--criteria", nargs="*", default=list(DEFAULT_CRITERIA), choices=list(CRITERIA),
-                       help="criteria to compare (none: no pruning curves)")
-    group.add_argument("--fractions", type=float, nargs="+", default=[0.125, 0.25, 0.5, 0.75],
-                       help="fractions of the layer's channels removed")
-    group.add_argument("--finetune-steps", type=int, default=20, help="recovery fine-tune steps (0 = none)")
-    group.add_argument("--finetune-lr", type=float, default=1e-3, help="fine-tune SGD step size")
-    group.add_argument("--no-mean-compensation", action="store_true",
-                       help="remove channels without folding their calibration means into the layers reading them")
+    add_settings_arguments(parser.add_argument_group("analysis"), ChannelSettings, exclude=("pruning",))
+    add_settings_arguments(parser.add_argument_group("pruning"), PruningSettings)
     group = parser.add_argument_group("initialization")
     group.add_argument("--init", metavar="SPEC", help="the same architecture at initialization, to compare the axes")
     group.add_argument("--compare-init", action="store_true", help="use the model's known initialization (demos)")
-    parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass")
-    parser.add_argument("--memory-mb", type=int, default=1024, help="activation memory for the batched lesions")
+
+
+def channel_settings(args: argparse.Namespace) -> ChannelSettings:
+    """The analysis the options ask for (``--criteria`` without criteria: no pruning curves)."""
+    pruning = settings_from_args(PruningSettings, args) if args.criteria else None
+    return settings_from_args(ChannelSettings, args, pruning=pruning)
 
 
 def run(args: argparse.Namespace, progress) -> ChannelAxesResult:
@@ -67,15 +54,8 @@ def run(args: argparse.Namespace, progress) -> ChannelAxesResult:
     init_spec = args.init or (loaded.init_spec if args.compare_init else None)
     init = load_model(init_spec) if init_spec else None
     data = channel_data(args.data, loaded, args.calibration, args.evaluation, seed=args.seed)
-    settings = ChannelSettings(axes=AxisSettings(k=args.k, shrinkage=args.shrinkage, ridge=args.ridge,
-                                                 seed=args.seed),
-                               lesion_kinds=tuple(args.lesions), cluster_k=args.cluster_k,
-                               cluster_seeds=args.cluster_seeds, batch_size=args.batch_size, memory_mb=args.memory_mb)
-    pruning = PruningSettings(criteria=tuple(args.criteria), fractions=tuple(args.fractions),
-                              finetune_steps=args.finetune_steps, finetune_lr=args.finetune_lr,
-                              compensate_mean=not args.no_mean_compensation, seed=args.seed) if args.criteria else None
-    result = analyze_channels(loaded, data, args.layer, settings=settings, pruning=pruning, init=init,
-                              device=args.device, progress=progress)
+    result = analyze_channels(loaded, data, channel_settings(args), init=init, device=args.device,
+                              progress=progress)
     print_summary(result)
     return result
 

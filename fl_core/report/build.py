@@ -353,8 +353,8 @@ def build_report(models: Sequence[LoadedModel], settings: ReportSettings = Repor
         layer = settings.channel_layer or default_channel_layer(conv_inventory(final))
         channels = sections.run("channels", lambda: analyze_channels(
             final, channel_data(settings.images, final, settings.n_calibration, settings.n_evaluation,
-                                seed=settings.seed), layer, settings=SUMMARY_CHANNEL_SETTINGS, device=device,
-            progress=sub_progress(progress, 0.8, 0.95)))
+                                seed=settings.seed), dataclasses.replace(SUMMARY_CHANNEL_SETTINGS, layer=layer),
+            device=device, progress=sub_progress(progress, 0.8, 0.95)))
 
     trajectory = None
     if len(models) > 1:

@@ -17,7 +17,6 @@ import numpy as np
 from fl_core.backend import Progress
 from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
-from fl_core.channelaxes.pruning import PruningSettings
 from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy
 from fl_core.firstlayer.patches import PatchPCA
 from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
@@ -56,19 +55,15 @@ def whitening_job(models: ModelKeys, images: str, settings: WhiteningSettings, d
     return analyze_whitening(loaded, open_images(images), settings, device=device, progress=progress)
 
 
-def channel_axes_job(spec: str, overrides: tuple, source: str, layer: str, n_calibration: int, n_evaluation: int,
-                     lesions: tuple[str, ...], criteria: tuple[str, ...], fractions: tuple[float, ...],
-                     finetune_steps: int, compare_init: bool, seed: int, device: str,
+def channel_axes_job(spec: str, overrides: tuple, source: str, n_calibration: int, n_evaluation: int,
+                     settings: ChannelSettings, compare_init: bool, device: str,
                      progress: Progress | None = None) -> ChannelAxesResult:
-    """:func:`fl_core.channelaxes.analysis.analyze_channels` of one layer, with pruning curves for ``criteria`` (if
-    any)."""
+    """:func:`fl_core.channelaxes.analysis.analyze_channels` on ``n_calibration`` / ``n_evaluation`` images of
+    ``source``, split with the settings' seed (``compare_init``: against the model's initialization checkpoint)."""
     loaded = worker_model(spec, overrides)
     init = worker_model(loaded.init_spec) if compare_init and loaded.init_spec else None
-    data = channel_data(source, loaded, n_calibration, n_evaluation, seed=seed)
-    pruning = PruningSettings(criteria=criteria, fractions=fractions, finetune_steps=finetune_steps,
-                              seed=seed) if criteria else None
-    return analyze_channels(loaded, data, layer, settings=ChannelSettings(lesion_kinds=lesions), pruning=pruning,
-                            init=init, device=device, progress=progress)
+    data = channel_data(source, loaded, n_calibration, n_evaluation, seed=settings.axes.seed)
+    return analyze_channels(loaded, data, settings, init=init, device=device, progress=progress)
 
 
 def rescore_job(spec: str, overrides: tuple, images: str, max_images: int, replacements: Sequence[str],

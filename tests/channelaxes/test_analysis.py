@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from scipy.stats import spearmanr
 
 from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import LabelledInputs, channel_data, class_mapping, folder_channel_data
@@ -70,7 +72,7 @@ def test_capture_and_peer_r2_identities_on_a_real_pass(demo) -> None:
 
 def test_exact_duplicate_is_replaceable_and_removable_after_peer_replacement() -> None:
     loaded, data = duplicate_world()
-    result = analyze_channels(loaded, data, "conv", settings=FAST, device="cpu")
+    result = analyze_channels(loaded, data, replace(FAST, layer="conv"), device="cpu")
     table = result.table
     assert table.loc[[1, 2], "peer_r2"].min() > 0.999 and table.loc[[1, 2], "peer_r2_all"].min() > 0.99
     assert table.loc[[0, 3, 4], "peer_r2"].max() < 0.05
@@ -97,7 +99,7 @@ def test_exact_duplicate_is_replaceable_and_removable_after_peer_replacement() -
 
 def test_a_channel_that_alone_carries_the_label_is_informative_and_lesion_sensitive() -> None:
     loaded, data = alone_world()
-    table = analyze_channels(loaded, data, "conv", settings=FAST, device="cpu").table
+    table = analyze_channels(loaded, data, replace(FAST, layer="conv"), device="cpu").table
     others = table.drop(index=0)
     assert table["task_info"].idxmax() == 0 and table.loc[0, "task_info"] > 0.3
     assert table.loc[0, "task_info"] > 50 * others["task_info"].max()
@@ -113,8 +115,8 @@ def test_demo_analysis_contract_and_the_cached_model_is_untouched(demo) -> None:
     pruning = PruningSettings(criteria=("local", "target", "l1", "bn_gamma", "taylor", "random"),
                               fractions=(0.25, 0.5), finetune_steps=2, finetune_batch=16)
     progress = []
-    result = analyze_channels(loaded, data, "features.14", settings=FAST, pruning=pruning, init=init, device="cpu",
-                              progress=lambda f, m: progress.append(f))
+    result = analyze_channels(loaded, data, replace(FAST, layer="features.14", pruning=pruning), init=init,
+                              device="cpu", progress=lambda f, m: progress.append(f))
     out = json.loads(json.dumps(result.to_dict(), allow_nan=False))
     assert out["layer"] == "features.14" and len(out["channels"]) == 128
     assert set(out["channels"][0]) >= DESIGN_CHANNEL_KEYS
@@ -177,10 +179,10 @@ def test_labelled_inputs_stream_and_materialize(tmp_path, demo) -> None:
 def test_real_squeezenet_fire_module_on_the_imagenet_sample(squeezenet, imagenet_sample) -> None:
     data = channel_data(str(imagenet_sample), squeezenet, n_calibration=32, n_evaluation=12, seed=0)
     assert data.warnings == ()  # all 1000 wnids: sorted folders are the canonical class order
-    settings = ChannelSettings(cluster_seeds=3, lesion_kinds=("mean", "replace"), batch_size=16)
     pruning = PruningSettings(criteria=("local", "target", "l1"), fractions=(0.25, 0.5), finetune_steps=0)
-    result = analyze_channels(squeezenet, data, "features.12.squeeze", settings=settings, pruning=pruning,
-                              device="cpu")
+    settings = ChannelSettings(layer="features.12.squeeze", cluster_seeds=3, lesion_kinds=("mean", "replace"),
+                               pruning=pruning, batch_size=16)
+    result = analyze_channels(squeezenet, data, settings, device="cpu")
     assert result.site.activation == "features.12.squeeze_activation" and result.site.foldable
     assert result.calibration_accuracy > 0.3 and result.positions == 13 * 13
     table = result.table
@@ -199,7 +201,7 @@ def test_figures_show_every_channel_with_its_filter_and_every_curve_with_its_auc
 
     loaded, data = duplicate_world(n_calibration=200, n_evaluation=100)
     pruning = PruningSettings(criteria=("local", "peer_r2", "l1"), fractions=(0.2, 0.4), finetune_steps=0)
-    result = analyze_channels(loaded, data, "conv", settings=FAST, pruning=pruning, device="cpu")
+    result = analyze_channels(loaded, data, replace(FAST, layer="conv", pruning=pruning), device="cpu")
     scatter = plots.axes_scatter_figure(result)
     assert len(scatter.data[0].x) == 5 and "in 1: +1.00" in scatter.data[0].customdata[1][1]  # green box filter
     assert plots.filter_glyph(np.ones((2, 3, 3))).startswith("████")
@@ -210,8 +212,12 @@ def test_figures_show_every_channel_with_its_filter_and_every_curve_with_its_auc
     assert [t.name.split(" (AUC")[0] for t in curves.data] == ["local axis", "peer R²", "L1 norm"]
     for name, trace in zip(result.pruning.curves, curves.data):
         assert f"AUC {result.pruning.curves[name].auc * 100:.1f}" in trace.name
-    correlations = plots.metric_correlations(result)
+    correlations = result.metric_correlations()
     np.testing.assert_allclose(np.diag(correlations.to_numpy()), 1.0)
     np.testing.assert_allclose(correlations.to_numpy(), correlations.to_numpy().T)
+    assert correlations.loc["input_capture", "score_l1"] == pytest.approx(
+        spearmanr(result.table["input_capture"], result.table["score_l1"]).statistic)
+    heatmap = plots.metric_correlation_figure(result).data[0]
+    assert list(heatmap.x) == [plots.label(c) for c in correlations.columns]
     assert plots.filter_figure(result, 0).layout.title.text.startswith("Channel 0")
     assert "quantity" in plots.summary_table(result).columns

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+from fl_core.channelaxes.analysis import ChannelSettings
+from fl_core.channelaxes.pruning import PruningSettings
+from fl_ui.channels import channel_axes_result
+
 from ..conftest import page_app
 
 PAGE = "pages/channel_axes.py"
@@ -13,6 +17,14 @@ SMALL = {"axes_ncal": "64", "axes_neval": "32"}
 def assert_clean(app) -> None:
     assert not app.exception, [e.value for e in app.exception]
     assert not app.error, [e.value for e in app.error]
+
+
+def job_was_keyed_by(app, settings: ChannelSettings) -> bool:
+    """Whether the page's pooled job ran (and is cached) for the demo on 64 + 32 crops with ``settings``."""
+    selection = app.session_state["selection"]
+    spec = selection.specs[0]
+    return channel_axes_result.cached(spec, selection.overrides_of(spec), "crops", 64, 32, settings, True,
+                                      selection.device)
 
 
 def test_default_view_shows_both_axes_lesions_and_pruning_for_the_demo() -> None:
@@ -34,6 +46,8 @@ def test_default_view_shows_both_axes_lesions_and_pruning_for_the_demo() -> None
     summary = app.dataframe[-2].value
     assert summary["quantity"].str.contains("at initialization").any()  # the demo knows its initialization
     assert len(app.get("download_button")) >= 8
+    page_pruning = PruningSettings(criteria=("local", "target", "l1", "bn_gamma", "random"), finetune_steps=0)
+    assert job_was_keyed_by(app, ChannelSettings(layer="features.14", pruning=page_pruning))
 
 
 def test_layer_choice_is_remembered_in_the_url() -> None:
@@ -45,3 +59,17 @@ def test_layer_choice_is_remembered_in_the_url() -> None:
     assert_clean(app)
     assert app.query_params["axes_layer"] == "features.7"
     assert len(app.dataframe[-1].value) == 64
+
+
+def test_choices_reach_the_job_as_one_settings_object_and_fine_tune_steps_are_remembered() -> None:
+    app = page_app(PAGE, axes_ft="3", **SMALL)
+    app.run()
+    assert_clean(app)
+    assert app.number_input(key="axes_finetune_steps").value == 3
+    app.multiselect(key="axes_lesion_kinds").set_value(["mean"])
+    app.multiselect(key="axes_criteria").set_value([]).run()
+    assert_clean(app)
+    assert app.query_params["axes_ft"] == "3"
+    assert job_was_keyed_by(app, ChannelSettings(layer="features.14", lesion_kinds=("mean",)))  # no criteria: no curves
+    assert not any(json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("Pruning")
+                   for c in app.get("plotly_chart"))
