@@ -65,6 +65,12 @@ class SettingField:
         return "--" + (self.flag or self.name.replace("_", "-"))
 
 
+def plain_text(text: str) -> str:
+    """Docstring markup as plain text for ``--help`` and widget tooltips: ````x```` → x, ``:func:`~a.b``` → b."""
+    text = re.sub(r":\w+:`~([^`]+)`", lambda m: m.group(1).rsplit(".", 1)[-1], text)
+    return re.sub(r":\w+:`([^`]+)`|``([^`]+)``", lambda m: m.group(1) or m.group(2), text)
+
+
 def attribute_help(cls: type) -> dict[str, str]:
     """Each attribute's text in the ``Attributes:`` section of ``cls``'s docstring (``a, b: text`` documents both),
     continuation lines joined."""
@@ -116,7 +122,7 @@ def settings_fields(cls: type) -> list[SettingField]:
         kind, item, optional = _kind(hints[f.name])
         default = f.default if f.default is not MISSING else f.default_factory()
         meta = f.metadata
-        fields.append(SettingField(f.name, kind, item, optional, default, helps.get(f.name, ""),
+        fields.append(SettingField(f.name, kind, item, optional, default, plain_text(helps.get(f.name, "")),
                                    meta.get("choices"), meta.get("minimum"), meta.get("maximum"), meta.get("flag")))
     return fields
 

@@ -12,10 +12,11 @@ from fl_core.settings import SettingField, replace_settings, setting_value, sett
 
 
 def setting_widget(field: SettingField, label: str, *, key: str, value: Any = None, container: Any = st,
-                   **options: Any) -> Any:
+                   slider: bool = False, **options: Any) -> Any:
     """One widget for ``field``: a checkbox (bool), a multiselect (a tuple with choices), a select box (choices), a
-    number input within the field's bounds (int/float) or a text input, starting at ``value`` (default: the field's
-    default) with the field's help; ``options`` go to the widget (e.g. ``step``, ``format``, ``disabled``)."""
+    number input — or with ``slider`` a slider — within the field's bounds (int/float; ``min_value``/``max_value``
+    options narrow them for the page) or a text input, starting at ``value`` (default: the field's default) with the
+    field's help; ``options`` go to the widget (e.g. ``step``, ``format``, ``disabled``)."""
     value = field.default if value is None else value
     options.setdefault("help", field.help or None)
     if field.kind is bool:
@@ -29,7 +30,8 @@ def setting_widget(field: SettingField, label: str, *, key: str, value: Any = No
         kind = field.kind
         bounds = {name: kind(bound) for name, bound in (("min_value", field.minimum), ("max_value", field.maximum))
                   if bound is not None}
-        return kind(container.number_input(label, value=kind(value), key=key, **{**bounds, **options}))
+        widget = container.slider if slider else container.number_input
+        return kind(widget(label, value=kind(value), key=key, **{**bounds, **options}))
     return container.text_input(label, value=str(value), key=key, **options)
 
 

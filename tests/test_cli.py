@@ -43,14 +43,15 @@ def test_whitening_json_has_the_contract_keys(tmp_path: Path) -> None:
     assert all(len(curve) == 7 for curve in payload["curves"].values())
 
 
-def first_layer_options(command: str, *options: str):
-    """The options of one first-layer command (its own module's ``add_arguments``), parsed."""
+def command_options(command: str, *options: str):
+    """The options of one command (its own module's ``add_arguments``), parsed."""
     import argparse
     import importlib
 
     parser = argparse.ArgumentParser(prog=command)
     importlib.import_module(f"fl_core.cli.{command}").add_arguments(parser)
-    return parser.parse_args(["--model", "demo:tiny_vgg", *options])
+    required = ["--html", "r.html"] if command == "report" else []
+    return parser.parse_args(["--model", "demo:tiny_vgg", *required, *options])
 
 
 @pytest.mark.parametrize(("command", "options", "given"), [
@@ -58,21 +59,27 @@ def first_layer_options(command: str, *options: str):
     ("energy", ["--layer", "features.4", "--seeds", "3"], {"layer": "features.4", "seeds": 3}),
     ("whitening", [], {}),
     ("whitening", ["--max-distance", "6", "--seeds", "12"], {"max_distance": 6, "seeds": 12}),
+    ("report", [], {}),
+    ("report", ["--images", "/data/val", "--max-images", "40", "--k", "6", "--method", "D1", "--channel-layer",
+                "features.4", "--n-calibration", "32", "--trajectory-distance", "5", "--seed", "3"],
+     {"images": "/data/val", "max_images": 40, "k": 6, "method": "D1", "channel_layer": "features.4",
+      "n_calibration": 32, "trajectory_distance": 5, "seed": 3}),
 ])
-def test_first_layer_options_are_the_settings_fields(command: str, options: list[str], given: dict) -> None:
+def test_options_are_the_settings_fields(command: str, options: list[str], given: dict) -> None:
     """No option: the settings class's own defaults; the documented flags set the fields they name."""
     from fl_core.firstlayer.energy import EnergySettings
     from fl_core.firstlayer.whitening import WhiteningSettings
+    from fl_core.report.build import ReportSettings
     from fl_core.settings import settings_from_args
 
-    cls = {"energy": EnergySettings, "whitening": WhiteningSettings}[command]
-    assert settings_from_args(cls, first_layer_options(command, *options)) == cls(**given)
+    cls = {"energy": EnergySettings, "whitening": WhiteningSettings, "report": ReportSettings}[command]
+    assert settings_from_args(cls, command_options(command, *options)) == cls(**given)
 
 
 def test_first_layer_seeds_below_one_are_refused(capsys) -> None:
     for command in ("energy", "whitening"):
         with pytest.raises(SystemExit) as refused:
-            first_layer_options(command, "--seeds", "0")
+            command_options(command, "--seeds", "0")
         assert refused.value.code == 2 and "--seeds must be at least 1" in capsys.readouterr().err
 
 

@@ -11,6 +11,7 @@ import pytest
 from fl_core.settings import (
     add_settings_arguments,
     attribute_help,
+    plain_text,
     replace_settings,
     setting,
     setting_value,
@@ -126,3 +127,8 @@ def test_help_may_hold_a_percent_sign():
     parser = argparse.ArgumentParser()
     add_settings_arguments(parser, Rates)
     assert "from 45 % to 53 %). (default: 0.001)" in " ".join(parser.format_help().split())
+
+
+def test_help_reads_as_plain_text_without_docstring_markup():
+    assert plain_text("see :func:`~fl_core.io.models.load_model` or :mod:`fl_core.io` (``None``: all)") == (
+        "see load_model or fl_core.io (None: all)")

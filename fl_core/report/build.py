@@ -33,10 +33,11 @@ from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.assignment import assign_to_master_keys, fit_model_master_keys
 from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, analyze_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
-from fl_core.masterkeys.fitting import ScaleSpaceResult
+from fl_core.masterkeys.fitting import FIT_METHODS, ScaleSpaceResult
 from fl_core.masterkeys.rescore import RescoreResult, rescore
 from fl_core.report.weightstats import WeightStatistics, weight_statistics
 from fl_core.results import Result
+from fl_core.settings import setting
 
 SECTIONS = {
     "loaded": "What was loaded",
@@ -61,29 +62,32 @@ class ReportSettings:
 
     Attributes:
         images: image source of the patch statistics, whitening and (labelled trees) accuracy.
-        max_images: use at most this many images (``None``: all).
+        max_images: use at most this many images (none: all).
         seeds: random-init seeds of the energy band and the whitening baseline.
         max_distance: largest whitening distance δ in pixels.
         trajectory_distance: the δ at which whitening is followed over the checkpoints (the paper quotes 10).
-        k, restarts, method: master-key clustering and the fitting method of the scale-space models.
+        k: master-key clusters.
+        restarts: master-key k-means++ restarts.
+        method: the scale-space fitting method of the per-key mean filters.
         channel_layer: layer of the channel-axes summary (``None``: the Channel Axes page's default).
-        n_calibration, n_evaluation: images of the channel analysis.
-        max_eval_images: images scored for accuracy.
+        n_calibration: calibration images of the channel axes.
+        n_evaluation: evaluation images of the channel axes.
+        max_eval_images: labelled images scored for accuracy.
         seed: seed of clustering and data splits.
     """
 
     images: str = BUNDLED
-    max_images: int | None = None
-    seeds: int = 10
-    max_distance: int = 20
-    trajectory_distance: int = 10
-    k: int = MasterKeySettings.k
-    restarts: int = MasterKeySettings.restarts
-    method: str = "B"
+    max_images: int | None = setting(None, minimum=1)
+    seeds: int = setting(EnergySettings.seeds, minimum=1)
+    max_distance: int = setting(WhiteningSettings.max_distance, minimum=0)
+    trajectory_distance: int = setting(10, minimum=1)
+    k: int = setting(MasterKeySettings.k, minimum=1)
+    restarts: int = setting(MasterKeySettings.restarts, minimum=1)
+    method: str = setting("B", choices=FIT_METHODS)
     channel_layer: str | None = None
-    n_calibration: int = 128
-    n_evaluation: int = 128
-    max_eval_images: int = 500
+    n_calibration: int = setting(128, minimum=8)
+    n_evaluation: int = setting(128, minimum=8)
+    max_eval_images: int = setting(500, minimum=1)
     seed: int = 0
 
 
