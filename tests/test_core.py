@@ -90,3 +90,26 @@ def test_results_serialise_arrays_tensors_nested_results_and_non_finite_numbers_
     assert jsonable(Inner(np.arange(2))) == {"values": [0, 1]}
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.name = "y"  # results are shared between sessions: never changed
+
+
+def test_the_public_api_resolves_lazily_and_every_analysis_has_the_family_shape():
+    import inspect
+    import subprocess
+    import sys
+
+    import fl_core
+
+    light = subprocess.run([sys.executable, "-c", "import sys, fl_core; print('torch' in sys.modules)"],
+                           capture_output=True, text=True, check=True)
+    assert light.stdout.strip() == "False"  # `python -m fl_core --help` does not wait for torch
+    for name in fl_core.__all__:
+        assert getattr(fl_core, name) is not None, name
+    with pytest.raises(AttributeError):
+        fl_core.no_such_thing  # noqa: B018
+    analyses = [name for name in fl_core.__all__ if name.startswith("analyze_")]
+    assert len(analyses) >= 4
+    for name in analyses:
+        params = inspect.signature(getattr(fl_core, name)).parameters
+        assert "settings" in params, name
+        for keyword in ("device", "progress"):
+            assert params[keyword].kind is inspect.Parameter.KEYWORD_ONLY, (name, keyword)
