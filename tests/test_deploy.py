@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -287,13 +288,23 @@ USER_SESSION = textwrap.dedent("""
 """)
 
 
-def _container_like_environment(tmp_path: Path, port: int) -> tuple[dict[str, str], dict[str, Path], Path]:
+@pytest.fixture
+def container_root() -> Iterator[Path]:
+    """A short folder under the system's temporary directory for the container's stand-ins: multiprocessing puts
+    Unix sockets into TMPDIR, and a socket path may have at most 107 bytes (pytest's ``tmp_path`` can be longer)."""
+    root = Path(tempfile.mkdtemp(prefix="flc-"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _container_like_environment(tmp_path: Path, container: Path, port: int
+                                ) -> tuple[dict[str, str], dict[str, Path], Path]:
     """This machine's stand-in for the container: every mount and the home folder become folders under
-    ``tmp_path``, the image's environment points into them, and an audit hook logs what each process writes.
+    ``container``, the image's environment points into them, and an audit hook logs what each process writes.
     Returns the environment, the stand-ins of the writable mounts, and the log."""
     mounts = container_mounts(compose_service())
-    stand_ins = {target: tmp_path / "container" / target.strip("/").replace("/", "-") for target in mounts}
-    places = {**stand_ins, CONTAINER_HOME: tmp_path / "container" / "home", "/app": REPO}
+    stand_ins = {target: container / target.strip("/").replace("/", "-") for target in mounts}
+    places = {**stand_ins, CONTAINER_HOME: container / "home", "/app": REPO}
     for folder in places.values():
         folder.mkdir(parents=True, exist_ok=True)
 
@@ -314,13 +325,13 @@ def _container_like_environment(tmp_path: Path, port: int) -> tuple[dict[str, st
     return env, {target: stand_ins[target] for target, rw in mounts.items() if rw}, log
 
 
-def test_the_read_only_container_writes_only_into_its_tmpfs_and_volumes(tmp_path: Path) -> None:
+def test_the_read_only_container_writes_only_into_its_tmpfs_and_volumes(tmp_path: Path, container_root: Path) -> None:
     """The image's command, its health check and a user session (an upload of each kind) run with the image's
     environment: every path any of their Python processes writes lies in a stand-in of a tmpfs or writable volume,
     none in the home folder, the code or the read-only data (writes from C/Rust code are not seen by audit hooks;
     they go to the upload, run and weight-cache folders named by the settings checked above)."""
     port = free_port()
-    env, writable_places, log = _container_like_environment(tmp_path, port)
+    env, writable_places, log = _container_like_environment(tmp_path, container_root, port)
     with running_server(exec_form("CMD"), port, env, tmp_path / "server.log"):
         assert subprocess.run(exec_form("HEALTHCHECK"), env=env, cwd=REPO, timeout=30).returncode == 0
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as page:
