@@ -77,3 +77,10 @@ def photos():
 def _deterministic_torch():
     torch.manual_seed(0)
     yield
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Browser tests are slow tests too: ``-m "not slow"`` is the fast loop (DEVELOPING.md)."""
+    for item in items:
+        if item.get_closest_marker("browser") is not None:
+            item.add_marker(pytest.mark.slow)

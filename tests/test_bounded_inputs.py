@@ -401,6 +401,7 @@ needs_proc = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reas
 # ------------------------------------------------------------------------------------------------- tests
 
 
+@pytest.mark.slow
 def test_hostile_files_are_small_on_disk(tmp_path: Path) -> None:
     for entry in HOSTILE:
         path, _ = write_input(entry, tmp_path)
@@ -441,6 +442,7 @@ def test_each_hostile_input_is_refused_with_a_message_that_says_what_to_do(entry
     assert re.search(r"\b(Use|Save|Lower|Crop|Upload|Rescale|Check|Pick|Analyse|raise|Remove)\b", message), message
 
 
+@pytest.mark.slow
 @needs_proc
 def test_every_refusal_through_the_cli_is_one_line_exit_2_fast_and_small(tmp_path: Path) -> None:
     """All of them through ``fl_core.cli.main`` in one subprocess, each measured after the CLI's imports."""
@@ -459,6 +461,7 @@ def test_every_refusal_through_the_cli_is_one_line_exit_2_fast_and_small(tmp_pat
     assert len(results) == len(HOSTILE) and not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["strip_1x65535.png", "deflated_zeros_3_5GB.pt"])
 def test_the_real_command_line_prints_one_line_and_exits_2(name: str, tmp_path: Path) -> None:
     entry = next(e for e in HOSTILE if e.name == name)
@@ -517,6 +520,7 @@ def test_input_config_bounds_the_resize() -> None:
         InputConfig(mean=(0.5, float("nan"), 0.5))
 
 
+@pytest.mark.slow
 def test_panorama_profile_through_the_cli(tmp_path: Path) -> None:
     (tmp_path / "pano.png").write_bytes(textured_png(768, 256))
     done = run_cli(["energy", "--model", "demo:tiny_vgg", "--images", str(tmp_path), "--quiet",
@@ -622,6 +626,7 @@ def test_a_state_dict_at_the_tensor_limit_loads(tmp_path: Path) -> None:
     assert len(load_state_dict(tmp_path / "limit.safetensors").tensors) == MAX_TENSORS
 
 
+@pytest.mark.slow
 @needs_proc
 def test_loading_holds_about_one_copy_of_the_file(tmp_path: Path) -> None:
     """A checkpoint of one big tensor (the worst case for temporaries): loading and validating it adds at most 1.5×

@@ -93,6 +93,7 @@ def test_inspect_with_preprocessing_overrides(tmp_path: Path, resnet20, capsys) 
     assert "stripped the 'module.' prefix" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_bad_input_gives_one_line_and_exit_status_2() -> None:
     proc = subprocess.run([sys.executable, "-m", "fl_core", "energy", "--model", "weights:/no/such/file.pt",
                            "--quiet"], capture_output=True, text=True, timeout=120)

@@ -82,6 +82,7 @@ def sample_images(imagenet_sample):
     return folder_images(imagenet_sample, limit=8)
 
 
+@pytest.mark.slow
 def test_concurrent_swaps_and_rescoring_never_leak_between_sessions(shared_mobilenet, sample_images) -> None:
     loaded, overrides = shared_mobilenet
     before = weights_hash(loaded)
@@ -112,6 +113,7 @@ def test_concurrent_swaps_and_rescoring_never_leak_between_sessions(shared_mobil
     assert random_1.agreement < 1.0 and random_1.kl > 0.01 and random_1.kl != random_2.kl
 
 
+@pytest.mark.slow
 def test_concurrent_training_and_lesions_work_on_private_copies() -> None:
     """Training Lab and lesion-style changes: several sessions train / zero filters of copies of one cached model."""
     trained = get_model("demo:tiny_vgg")
@@ -152,6 +154,7 @@ def _session(**query: str) -> AppTest:
     return app
 
 
+@pytest.mark.slow
 def test_sessions_keep_their_own_selection_and_uploads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two browser sessions: one user's upload and model choice never appear in the other's sidebar."""
     checkpoint = CHECKPOINTS / "resnet20_cifar10.th"

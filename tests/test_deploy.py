@@ -183,6 +183,7 @@ def test_streamlit_config_is_set_for_a_shared_server() -> None:
     assert str(options["server.maxUploadSize"]) in compose_service()["environment"]["STREAMLIT_SERVER_MAX_UPLOAD_SIZE"]
 
 
+@pytest.mark.slow
 def test_the_image_entry_command_serves_and_its_health_check_passes(tmp_path: Path) -> None:
     """Run the Dockerfile's CMD and HEALTHCHECK exactly as written (port from ``STREAMLIT_SERVER_PORT``)."""
     port = free_port()
@@ -325,6 +326,7 @@ def _container_like_environment(tmp_path: Path, container: Path, port: int
     return env, {target: stand_ins[target] for target, rw in mounts.items() if rw}, log
 
 
+@pytest.mark.slow
 def test_the_read_only_container_writes_only_into_its_tmpfs_and_volumes(tmp_path: Path, container_root: Path) -> None:
     """The image's command, its health check and a user session (an upload of each kind) run with the image's
     environment: every path any of their Python processes writes lies in a stand-in of a tmpfs or writable volume,
@@ -413,6 +415,7 @@ def server_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path,
     return folder, weights
 
 
+@pytest.mark.slow
 def test_a_shared_server_without_data_roots_refuses_typed_server_paths(server_files, server_address) -> None:
     """Fail closed: listening on 0.0.0.0 without ``FL_DATA_ROOTS``, no server path a user names is read (a link's
     ``weights:PATH`` and folder, a typed ``NAME=PATH`` and folder), each refusal names the setting; uploads work."""
@@ -459,6 +462,7 @@ def _lan_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
+@pytest.mark.slow
 def test_the_readme_dashboard_command_serves_localhost_only(tmp_path: Path) -> None:
     """``streamlit run app.py`` (the README's quick start) serves http://localhost:PORT, to this machine only, and
     is therefore a local server (typed paths allowed); the image's command overrides the address."""

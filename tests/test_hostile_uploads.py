@@ -334,6 +334,7 @@ def _refusal_problems(app: AppTest, entry: Hostile, uploads: Path, selection: li
     return problems
 
 
+@pytest.mark.slow
 def test_app_refuses_each_upload_keeps_the_selection_and_keeps_serving(tmp_path: Path, sentinel: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Every corpus file through the sidebar's real upload flow: one clear error, nothing stored, nothing run,

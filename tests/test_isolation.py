@@ -122,6 +122,7 @@ def test_a_failing_probe_says_so_in_the_notes() -> None:
     assert any("registration order" in note for note in loaded.notes)
 
 
+@pytest.mark.slow
 def test_hook_based_analyses_from_several_threads_match_single_threaded(shared, photos) -> None:
     """Energy of a deeper layer, master-key stages and a channel analysis, twice each, all at once."""
     jobs = [lambda: _energy(shared, photos), lambda: _master_keys(shared), lambda: _channels(shared)] * 2

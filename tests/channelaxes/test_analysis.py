@@ -108,6 +108,7 @@ def test_a_channel_that_alone_carries_the_label_is_informative_and_lesion_sensit
     assert table.loc[0, "lesion_daccuracy"] < -0.3 and others["lesion_dloss"].abs().max() < 1e-3
 
 
+@pytest.mark.slow
 def test_demo_analysis_contract_and_the_cached_model_is_untouched(demo) -> None:
     loaded, init = demo
     before = {k: v.clone() for k, v in loaded.state_dict.items()}

@@ -164,6 +164,7 @@ def _upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: str = ""):
     return app, uploads
 
 
+@pytest.mark.slow
 def test_an_onnx_upload_becomes_an_onnx_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app, uploads = _upload(tmp_path, monkeypatch)
     assert not app.exception and not app.sidebar.error, [e.value for e in app.sidebar.error]

@@ -160,6 +160,7 @@ KILLED_WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["checkpoint", "images"])
 def test_a_writer_killed_mid_upload_leaves_only_a_part_entry_that_the_sweep_removes(kind: str, tmp_path: Path
                                                                                    ) -> None:
@@ -224,6 +225,7 @@ def test_the_sidebar_refuses_an_upload_larger_than_the_quota(tmp_path: Path, mon
                                                                                      "demo:tiny_vgg_init")
 
 
+@pytest.mark.slow
 def test_the_sidebar_marks_selected_uploads_used_without_changing_their_file_stamp(tmp_path: Path,
                                                                                   monkeypatch: pytest.MonkeyPatch
                                                                                   ) -> None:
@@ -237,6 +239,7 @@ def test_the_sidebar_marks_selected_uploads_used_without_changing_their_file_sta
     assert time.time() - path.stat().st_atime < 60 and path.stat().st_mtime_ns == stamp  # the model cache's key
 
 
+@pytest.mark.slow
 def test_a_session_whose_upload_was_evicted_gets_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
     app, uploads = _app_with_upload(tmp_path, monkeypatch)

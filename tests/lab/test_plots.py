@@ -48,6 +48,7 @@ def test_training_curves_show_validation_and_training_of_every_run_and_chance(ru
     assert any(shape.line.dash == "dot" for shape in fig.layout.shapes)  # the chance line
 
 
+@pytest.mark.slow
 def test_run_consistency_and_claims_figures_show_every_run_and_claim(runs):
     corr = run_correlations(runs)
     fig = run_correlation_figure(corr)

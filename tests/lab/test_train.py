@@ -206,6 +206,7 @@ def test_cli_keeps_every_documented_training_flag() -> None:
             build_parser().parse_args(["train", *bad])
 
 
+@pytest.mark.slow
 def test_a_background_job_reports_live_snapshots_and_can_be_cancelled(tmp_path) -> None:
     job = TrainingJob(replace_settings(TINY, {"steps": 5, "snapshots": 3}), tmp_path / "job").start()
     status = job.wait(timeout=600)

@@ -243,6 +243,7 @@ def test_recovery_and_the_sweep_never_touch_the_cached_model():
     assert len(layer_sweep_figure(swept).data) == 3  # zeroed, swapped, swapped and recovered
 
 
+@pytest.mark.slow
 def test_cli_rescore_json_has_recovered_scores(tmp_path, capsys):
     out = tmp_path / "recovered.json"
     assert main(["rescore", "--model", "timm:mobilenetv2_100", "--input-size", "32", "--images", "bundled",

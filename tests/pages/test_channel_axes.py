@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from fl_core.channelaxes.analysis import ChannelSettings
 from fl_core.channelaxes.pruning import PruningSettings
 from fl_ui.channels import channel_axes_result
@@ -27,6 +29,7 @@ def job_was_keyed_by(app, settings: ChannelSettings) -> bool:
                                       selection.device)
 
 
+@pytest.mark.slow
 def test_default_view_shows_both_axes_lesions_and_pruning_for_the_demo() -> None:
     app = page_app(PAGE, **SMALL)
     app.run()
@@ -50,6 +53,7 @@ def test_default_view_shows_both_axes_lesions_and_pruning_for_the_demo() -> None
     assert job_was_keyed_by(app, ChannelSettings(layer="features.14", pruning=page_pruning))
 
 
+@pytest.mark.slow
 def test_layer_choice_is_remembered_in_the_url() -> None:
     app = page_app(PAGE, axes_layer="features.11", **SMALL)
     app.run()
@@ -61,6 +65,7 @@ def test_layer_choice_is_remembered_in_the_url() -> None:
     assert len(app.dataframe[-1].value) == 64
 
 
+@pytest.mark.slow
 def test_choices_reach_the_job_as_one_settings_object_and_fine_tune_steps_are_remembered() -> None:
     app = page_app(PAGE, axes_ft="3", **SMALL)
     app.run()

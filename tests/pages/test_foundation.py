@@ -70,6 +70,7 @@ def test_url_restores_a_weights_only_model_with_preprocessing(resnet20) -> None:
     assert len(app.get("plotly_chart")) == 2  # curves + activation maps
 
 
+@pytest.mark.slow
 def test_adding_a_registry_architecture_from_the_sidebar() -> None:
     app = open_page("pages/home.py")
     app.text_input(key="reg_name").input("resnet18")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from fl_ui.masterkeys import BASELINE_DEPTHWISE_SPEC, DEFAULT_DEPTHWISE_SPEC, DEFAULT_SWAP_SPEC
@@ -55,6 +56,7 @@ def test_master_keys_random_init_baseline_is_one_choice_away() -> None:
     assert app.dataframe[1].value["size"].sum() == 1840  # ConvNeXt-atto: 1840 depthwise 7×7 filters
 
 
+@pytest.mark.slow
 def test_master_keys_of_the_real_mobilenet_with_the_sweep(mobilenet) -> None:
     app = open_page("master_keys", models=mobilenet_token(mobilenet), mk_model=mobilenet.spec, sweep="1")
     assert app.selectbox(key="mk_model").value == mobilenet.spec
@@ -67,6 +69,7 @@ def test_master_keys_of_the_real_mobilenet_with_the_sweep(mobilenet) -> None:
     assert any("Choosing k" in spec for spec in titles)
 
 
+@pytest.mark.slow
 def test_scale_space_opens_on_the_real_bank_with_the_published_filters_and_baseline_to_choose() -> None:
     app = open_page("scale_space")
     source = app.selectbox(key="ss_source")
@@ -92,6 +95,7 @@ def test_scale_space_page_shows_sigma_by_method_and_reacts_to_the_sigma_slider()
     assert app.query_params["method"] == "D1"
 
 
+@pytest.mark.slow
 def test_swap_page_offline_scores_agreement_with_the_original() -> None:
     app = open_page("swap_rescore")
     assert app.selectbox(key="sw_model").value == DEFAULT_SWAP_SPEC

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ..conftest import page_app
 
 PAGE = "pages/report.py"
@@ -42,6 +44,7 @@ def test_the_selected_models_as_checkpoints_of_one_run_add_the_trajectory() -> N
     assert any("2 checkpoint(s)" in caption.value for caption in app.caption)
 
 
+@pytest.mark.slow
 def test_a_shared_server_folder_of_checkpoints_is_reported_as_one_run(tmp_path, monkeypatch) -> None:
     from ..report.test_report import write_checkpoint
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from fl_ui.masterkeys import DEFAULT_SWAP_SPEC, get_bank
 
 from .test_masterkeys import assert_clean, open_page, text_of
 
 
+@pytest.mark.slow
 def test_swap_page_recovers_each_swap_on_held_out_images_and_sweeps_one_stage():
     app = open_page("swap_rescore", swaps="B")
     assert app.selectbox(key="sw_model").value == DEFAULT_SWAP_SPEC

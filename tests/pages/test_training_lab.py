@@ -29,6 +29,7 @@ def runs_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_shipped_runs_show_the_trajectory_and_the_paper_table() -> None:
     app = page_app(PAGE)
     app.run()

@@ -200,6 +200,7 @@ def test_recorded_epochs_order_a_folder_and_a_training_lab_run_is_its_snapshots(
     assert np.array_equal(final, run.final_weights)
 
 
+@pytest.mark.slow
 def test_a_runnable_model_on_labelled_images_gets_accuracy_and_channel_axes(tmp_path: Path) -> None:
     loaded = load_model("demo:tiny_vgg")
     photos = bundled_images()
@@ -250,6 +251,7 @@ def test_the_cache_stamp_of_a_folder_changes_when_a_checkpoint_is_added(tmp_path
     assert series_stamp("demo:tiny_vgg") == ""  # demo files are shipped with the app
 
 
+@pytest.mark.slow
 def test_the_real_mobilenet_on_the_imagenet_sample_gets_every_section_but_the_trajectory(mobilenet,
                                                                                         imagenet_sample) -> None:
     settings = ReportSettings(images=str(imagenet_sample), max_images=6, seeds=2, max_eval_images=24,

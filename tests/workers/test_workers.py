@@ -62,6 +62,7 @@ def pool():
     started.shutdown()
 
 
+@pytest.mark.slow
 def test_a_job_runs_in_another_process_and_reports_progress(pool) -> None:
     seen: list[tuple[float, str]] = []
     pid = pool.submit(counting, 20).wait(lambda fraction, message: seen.append((fraction, message)))
@@ -109,6 +110,7 @@ def test_errors_reach_the_caller_with_their_message(pool) -> None:
         job.result()
 
 
+@pytest.mark.slow
 def test_published_values_are_live(pool) -> None:
     job = pool.submit(publishing)
     deadline = time.monotonic() + 60
@@ -213,6 +215,7 @@ def _alive(pid: int) -> bool:
     return not stat.exists() or stat.read_text().split()[2] != "Z"
 
 
+@pytest.mark.slow
 def test_workers_end_when_the_server_is_killed(tmp_path) -> None:
     """kill -9 of the server leaves no orphan computing its job."""
     script = tmp_path / "server.py"
@@ -244,6 +247,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_workers_never_run_the_main_script(tmp_path) -> None:
     """Under `streamlit run`, ``__main__`` is the app script: a worker must not import it again."""
     script, sentinel = tmp_path / "app_like.py", tmp_path / "main-ran-in-a-child"
