@@ -70,8 +70,9 @@ def run_one(channels: int, images: int, repeats: int) -> dict:
     from fl_core.channelaxes.calibration import ChannelData, LabelledInputs
     from fl_core.channelaxes.interventions import channel_interventions
     from fl_core.channelaxes.pruning import PruningSettings, prune_curves
-    from fl_core.io.models import InputConfig, LoadedModel
+    from fl_core.io.models import LoadedModel
     from fl_core.io.nets import SmallVGG
+    from fl_core.io.preprocessing import InputConfig
 
     torch.manual_seed(0)
     device = resolve_device(None)

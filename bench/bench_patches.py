@@ -30,7 +30,7 @@ from _scaling import Column, best_time, scaling_note, scaling_table
 
 from fl_core.firstlayer.patches import PatchStatistics
 from fl_core.io.images import bundled_images, scaled_input
-from fl_core.io.models import InputConfig
+from fl_core.io.preprocessing import InputConfig
 
 
 def reset_peak_rss() -> int:

@@ -17,7 +17,8 @@ __version__ = "0.1.0"
 PUBLIC_API: dict[str, tuple[str, ...]] = {
     "fl_core.errors": ("FilterLensError", "ModelSpecError", "CheckpointError", "WeightsUnavailableError", "DataError",
                        "AnalysisError"),
-    "fl_core.io.models": ("load_model", "LoadedModel", "InputConfig"),
+    "fl_core.io.models": ("load_model", "LoadedModel"),
+    "fl_core.io.preprocessing": ("InputConfig",),
     "fl_core.io.checkpoints": ("load_state_dict",),
     "fl_core.io.images": ("open_images", "ImageSet", "BUNDLED"),
     "fl_core.io.layers": ("conv_inventory",),

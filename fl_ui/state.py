@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 from fl_core.io.images import BUNDLED
-from fl_core.io.models import InputConfig, Overrides
+from fl_core.io.preprocessing import InputConfig, Overrides
 
 DEFAULT_MODELS = ("demo:tiny_vgg", "demo:tiny_vgg_init")
 
@@ -36,7 +36,7 @@ class Selection:
 
 
 def encode_token(spec: str, overrides: dict) -> str:
-    """``spec|overrides`` (:meth:`~fl_core.io.models.InputConfig.overrides_to_text`), or the spec alone."""
+    """``spec|overrides`` (:meth:`~fl_core.io.preprocessing.InputConfig.overrides_to_text`), or the spec alone."""
     return f"{spec}|{InputConfig.overrides_to_text(overrides)}" if overrides else spec
 
 

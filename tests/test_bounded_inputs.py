@@ -37,7 +37,8 @@ from fl_core.firstlayer.whitening import bank_autocorrelation
 from fl_core.io.archives import MAX_PICKLE_BYTES, MAX_TENSORS
 from fl_core.io.checkpoints import MAX_NESTING_DEPTH, load_state_dict
 from fl_core.io.images import MAX_ASPECT_RATIO, decode_rgb, save_uploaded_images, scaled_input, scaled_size
-from fl_core.io.models import InputConfig, load_model
+from fl_core.io.models import load_model
+from fl_core.io.preprocessing import InputConfig
 
 from .conftest import CHECKPOINTS, REPO
 

@@ -24,6 +24,7 @@ from fl_core.firstlayer.energy import EnergySettings, analyze_energy
 from fl_core.io.checkpoints import save_state_dict
 from fl_core.io.layers import conv_inventory, first_conv_name
 from fl_core.io.models import load_model
+from fl_core.io.preprocessing import InputConfig
 from fl_core.masterkeys.clustering import MasterKeySettings, analyze_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
 
@@ -117,7 +118,7 @@ def test_a_failing_probe_says_so_in_the_notes() -> None:
 
     net = NeedsBigInput()
     loaded = models_module.LoadedModel(spec="t", label="t", model=net, state_dict=net.state_dict(),
-                                       input_config=models_module.InputConfig())
+                                       input_config=InputConfig())
     assert [lay.name for lay in loaded.conv_layers] == ["b", "a"]  # registration order
     assert any("registration order" in note for note in loaded.notes)
 

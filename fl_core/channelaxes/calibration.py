@@ -27,7 +27,8 @@ from fl_core.errors import DataError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.crops import CropConfig, CropData, photo_crops
 from fl_core.io.images import ImageSet, folder_images, is_bundled, iter_input_batches
-from fl_core.io.models import InputConfig, LoadedModel
+from fl_core.io.models import LoadedModel
+from fl_core.io.preprocessing import InputConfig
 
 CROPS = "crops"
 

@@ -22,7 +22,8 @@ from typing import TextIO
 from fl_core import __version__
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.images import BUNDLED
-from fl_core.io.models import CROP_MODES, INTERPOLATIONS, InputConfig, Overrides, load_model
+from fl_core.io.models import load_model
+from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, InputConfig, Overrides
 
 COMMANDS: dict[str, str] = {
     "inspect": "list a model's convolutions, input preprocessing and load notes",
@@ -94,7 +95,7 @@ def add_image_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def input_overrides(args: argparse.Namespace) -> Overrides:
-    """The preprocessing overrides given on the command line (:meth:`~fl_core.io.models.InputConfig.overrides`)."""
+    """The preprocessing overrides given on the command line (:meth:`InputConfig.overrides`)."""
     return InputConfig.overrides(vars(args))
 
 

@@ -28,7 +28,8 @@ from fl_core.firstlayer.energy import random_init_banks
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
 from fl_core.io.images import ImageSet, iter_scaled_inputs, scaled_input, to_display
 from fl_core.io.layers import find_layer, layer_weight
-from fl_core.io.models import InputConfig, LoadedModel
+from fl_core.io.models import LoadedModel
+from fl_core.io.preprocessing import InputConfig
 from fl_core.results import Result
 from fl_core.settings import setting
 

@@ -15,7 +15,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import v2 as T
 
 from fl_core.io.images import ImageSet, bundled_images
-from fl_core.io.models import InputConfig
+from fl_core.io.preprocessing import InputConfig
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ A source is ``bundled`` (natural photos that ship inside scikit-image, scikit-le
 a folder of images, or a labelled ImageFolder tree (``root/<class>/*.jpg``, class index = sorted folder names,
 as in the ImageNet ``val/<wnid>/*.JPEG`` layout). Uploads are saved to a folder and read as one.
 
-Two views of an image in a model's input space (:class:`~fl_core.io.models.InputConfig`):
+Two views of an image in a model's input space (:class:`~fl_core.io.preprocessing.InputConfig`):
 
 * :func:`scaled_input` — resized as the model's evaluation resize does (``input_size / crop_pct`` on the short side,
   both sides or the long side, by the crop mode: the scale the model sees) and normalized, *not* cropped: every
@@ -33,7 +33,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import v2 as T
 
 from fl_core.errors import DataError
-from fl_core.io.models import InputConfig
+from fl_core.io.preprocessing import InputConfig
 
 BUNDLED = "bundled"
 """The image source of the natural photos that ship inside scikit-image, scikit-learn and matplotlib (offline; the
@@ -47,7 +47,7 @@ multiplies the long side by the same factor: a 1×65,535 strip would become 256�
 every real panorama (a 360° one is 2:1 to 8:1)."""
 MAX_SCALED_PIXELS = 4096 * 4096
 """Pixels of an image once resized to the model's scale (before any crop): a square image at the largest resize
-:class:`~fl_core.io.models.InputConfig` allows (200 MB as a float32 tensor)."""
+:class:`~fl_core.io.preprocessing.InputConfig` allows (200 MB as a float32 tensor)."""
 Image.MAX_IMAGE_PIXELS = None  # Pillow's own check is off: decode_rgb checks every image itself (see there)
 
 

@@ -38,8 +38,9 @@ from fl_core.io.checkpoints import load_state_dict, save_state_dict
 from fl_core.io.crops import CropData
 from fl_core.io.images import BUNDLED, is_bundled
 from fl_core.io.layers import find_layer
-from fl_core.io.models import ASSETS_DIR, DEMO_DIR, InputConfig, LoadedModel
+from fl_core.io.models import ASSETS_DIR, DEMO_DIR, LoadedModel
 from fl_core.io.nets import NETS, build_net
+from fl_core.io.preprocessing import InputConfig
 from fl_core.lab.train import TrainConfig, TrainHistory, train_classifier
 from fl_core.lab.trainsets import LABEL_VARIANTS, LabelledSplit, TileScaling, crop_dataset, crops_pca, label_variant
 from fl_core.results import Result

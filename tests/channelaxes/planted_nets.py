@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from fl_core.channelaxes.calibration import ChannelData, LabelledInputs
-from fl_core.io.models import InputConfig, LoadedModel
+from fl_core.io.models import LoadedModel
+from fl_core.io.preprocessing import InputConfig
 
 
 class PlantedNet(nn.Module):

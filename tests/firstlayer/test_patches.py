@@ -77,7 +77,7 @@ def test_float32_band_products_stay_within_the_stated_accuracy_of_float64(monkey
     PCA of natural-photo 7×7×3 patches within its documented accuracy."""
     from fl_core.backend import product_dtype
     from fl_core.io.images import bundled_images, scaled_input
-    from fl_core.io.models import InputConfig
+    from fl_core.io.preprocessing import InputConfig
 
     photos = bundled_images()
     images = torch.stack([scaled_input(photos.image(i), InputConfig(input_size=96))[:, :96, :96] for i in range(4)])

@@ -12,7 +12,8 @@ import torch
 from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
 from fl_core.io import models as models_module
 from fl_core.io.checkpoints import save_state_dict
-from fl_core.io.models import InputConfig, ModelSpec, demo_manifest, load_model
+from fl_core.io.models import ModelSpec, demo_manifest, load_model
+from fl_core.io.preprocessing import InputConfig
 
 from ..conftest import CHECKPOINTS
 

@@ -12,7 +12,7 @@ from torchvision.transforms import v2 as T
 from fl_core.errors import DataError
 from fl_core.firstlayer.energy import energy_profile, pearson, theory_profile
 from fl_core.firstlayer.patches import PatchPCA, PatchStatistics
-from fl_core.io.models import InputConfig
+from fl_core.io.preprocessing import InputConfig
 from fl_core.lab.claims import (
     PAPER_CLAIMS,
     pairs_differing_in,

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from fl_core.io.images import bundled_images
-from fl_core.io.models import InputConfig, LoadedModel, load_model
+from fl_core.io.models import LoadedModel, load_model
+from fl_core.io.preprocessing import InputConfig
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.prefix import changed_keys, module_chain, plan_prefix_sharing
 from fl_core.masterkeys.rescore import rescore

@@ -16,7 +16,8 @@ from fl_core.channelaxes.pruning import batched_logits
 from fl_core.cli import main
 from fl_core.errors import DataError
 from fl_core.io.images import ImageSet, iter_input_batches
-from fl_core.io.models import InputConfig, LoadedModel
+from fl_core.io.models import LoadedModel
+from fl_core.io.preprocessing import InputConfig
 from fl_core.masterkeys.batchnorm import recalibrate_batchnorm
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.layersweep import sweep_layers, theory_share

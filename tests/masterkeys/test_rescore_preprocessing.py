@@ -9,7 +9,8 @@ import torch
 from PIL import Image
 
 from fl_core.io.images import input_transform, scaled_input, scaled_size
-from fl_core.io.models import CROP_MODES, InputConfig, load_model
+from fl_core.io.models import load_model
+from fl_core.io.preprocessing import CROP_MODES, InputConfig
 
 
 def _noise_image(width: int, height: int, seed: int = 0) -> Image.Image:
