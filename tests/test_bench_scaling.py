@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from .bench_scripts import bench_script
+from .script_modules import script_module
 
 
 @pytest.fixture(scope="module")
 def scaling():
-    with bench_script("_scaling") as module:
+    with script_module("bench/_scaling.py") as module:
         yield module
 
 

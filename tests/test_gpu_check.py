@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .bench_scripts import bench_script
+from .script_modules import script_module
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    with bench_script("gpu_check") as module:
+    with script_module("bench/gpu_check.py") as module:
         yield module
 
 

@@ -3,7 +3,6 @@ scripts/make_depthwise_bank.py reproduces it (with ``FL_RAPIDOCR_WHEEL`` set to 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -18,15 +17,12 @@ from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.scalespace import load_published_filters
 
 from ..conftest import REPO
+from ..script_modules import script_module
 
 NAME = "ppocrv6_det_small_dw7"
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("make_depthwise_bank", REPO / "scripts" / "make_depthwise_bank.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = "scripts/make_depthwise_bank.py"
 
 
 def test_shipped_bank_is_384_trained_7x7_depthwise_filters_with_its_recorded_hash() -> None:
@@ -66,11 +62,11 @@ def test_attribution_records_the_source_and_licence() -> None:
     text = (REPO / "assets" / "ATTRIBUTION.md").read_text()
     for recorded in ("package", "version", "file", "file_sha256", "wheel_sha256", "licence"):
         assert str(entry.provenance[recorded]) in text
-    script = _script()
-    for shipped in script.LICENCE_FILES.values():
-        assert "Apache License" in (DEMO_DIR / shipped).read_text()
-    licences = (DEMO_DIR / script.LICENCE_FILES["MODEL_LICENSES.md"]).read_text()
-    assert script.recorded_sha256(licences, Path(script.DETECTOR).name) == entry.provenance["file_sha256"]
+    with script_module(SCRIPT) as script:
+        for shipped in script.LICENCE_FILES.values():
+            assert "Apache License" in (DEMO_DIR / shipped).read_text()
+        licences = (DEMO_DIR / script.LICENCE_FILES["MODEL_LICENSES.md"]).read_text()
+        assert script.recorded_sha256(licences, Path(script.DETECTOR).name) == entry.provenance["file_sha256"]
 
 
 def test_script_reproduces_the_shipped_bank(tmp_path: Path) -> None:
@@ -78,7 +74,8 @@ def test_script_reproduces_the_shipped_bank(tmp_path: Path) -> None:
     if not wheel or not Path(wheel).is_file():
         pytest.skip("set FL_RAPIDOCR_WHEEL to rapidocr-3.10.0-py3-none-any.whl (pip download --no-deps "
                     "rapidocr==3.10.0) to rebuild the bank")
-    entry = _script().write_bank(Path(wheel), tmp_path)
+    with script_module(SCRIPT) as script:
+        entry = script.write_bank(Path(wheel), tmp_path)
     shipped = demo_manifest()[NAME].provenance
     assert entry["provenance"] == shipped
     assert file_sha256(tmp_path / f"{NAME}.safetensors") == shipped["asset_sha256"]
