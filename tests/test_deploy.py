@@ -177,6 +177,7 @@ def test_streamlit_config_is_set_for_a_shared_server() -> None:
     assert not unknown, f"Streamlit has no such options: {unknown}"
     assert options["server.headless"] is True and options["server.enableXsrfProtection"] is True
     assert options["server.fileWatcherType"] == "none" and options["server.runOnSave"] is False
+    assert options["runner.postScriptGC"] is False  # a full collection after every run holds the GIL for seconds
     assert options["client.showErrorDetails"] in ("none", False)
     assert options["client.toolbarMode"] == "minimal"  # no "Clear cache" for users: the caches are shared
     assert options["browser.gatherUsageStats"] is False
