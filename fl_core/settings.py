@@ -182,6 +182,21 @@ def _optional(parse):
     return parse_optional
 
 
+def settings_to_argv(settings: Any, *, exclude: Sequence[str] = ()) -> list[str]:
+    """The command-line options (:func:`add_settings_arguments`) that give back ``settings``: fields at their
+    default and ``exclude`` left out, so :func:`settings_from_args` of the parsed options is ``settings``."""
+    argv: list[str] = []
+    for field in settings_fields(type(settings)):
+        value = setting_value(settings, field.name)
+        if field.name in exclude or value == field.default:
+            continue
+        if field.kind is bool:
+            argv.append(field.option if value else f"--no-{field.option[2:]}")
+        else:
+            argv += [field.option, *map(str, value if field.kind is tuple else ["none" if value is None else value])]
+    return argv
+
+
 def settings_from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
     """Build ``cls`` from parsed options (:func:`add_settings_arguments`), nested settings included; ``given`` values
     (the command's own) win, and fields the options do not carry keep their defaults."""

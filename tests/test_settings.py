@@ -17,6 +17,7 @@ from fl_core.settings import (
     setting_value,
     settings_fields,
     settings_from_args,
+    settings_to_argv,
 )
 
 
@@ -132,3 +133,12 @@ def test_help_may_hold_a_percent_sign():
 def test_help_reads_as_plain_text_without_docstring_markup():
     assert plain_text("see :func:`~fl_core.io.models.load_model` or :mod:`fl_core.io` (``None``: all)") == (
         "see load_model or fl_core.io (None: all)")
+
+
+@pytest.mark.parametrize("settings", [Outer(), Outer(inner=Inner(k=3, seed=5), kinds=("c",), fractions=(), rate=0.5,
+                                                     keep=False, limit=7, name="two words")])
+def test_the_options_of_a_settings_object_parse_back_into_it(settings):
+    argv = settings_to_argv(settings)
+    assert parse(["--seed", str(settings.inner.seed), *argv]) == settings
+    assert settings_to_argv(Outer()) == []  # defaults are left out
+    assert settings_to_argv(Outer(limit=7), exclude=("limit",)) == []

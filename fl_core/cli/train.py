@@ -19,7 +19,7 @@ from fl_core.cli import add_image_arguments
 from fl_core.lab.experiments import SUITES, run_suite, suite_runs
 from fl_core.lab.runs import DERIVED_TRAIN_FIELDS, RunConfig, train_run, user_runs_dir
 from fl_core.lab.summary import TrainReport, train_report
-from fl_core.settings import add_settings_arguments, setting_value, settings_fields, settings_from_args
+from fl_core.settings import add_settings_arguments, settings_fields, settings_from_args, settings_to_argv
 
 OPTION_GROUPS = {
     "model": ("arch", "width", "body_widths", "first_kernel", "freeze_first"),
@@ -52,16 +52,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def cli_flags(config: RunConfig) -> str:
     """The options of this command that give back ``config`` (defaults left out): :func:`config_from_args` of
     them is ``config``."""
-    flags: list[str] = []
-    for field in settings_fields(RunConfig):
-        value = setting_value(config, field.name)
-        if field.name in DERIVED_TRAIN_FIELDS or value == field.default:
-            continue
-        if field.kind is bool:
-            flags.append(field.option if value else f"--no-{field.option[2:]}")
-        else:
-            flags += [field.option, *map(str, value if field.kind is tuple else [value])]
-    return shlex.join(flags)
+    return shlex.join(settings_to_argv(config, exclude=DERIVED_TRAIN_FIELDS))
 
 
 def run(args: argparse.Namespace, progress) -> TrainReport:
