@@ -20,10 +20,12 @@ from fl_core.backend import Progress, product_dtype, report, resolve_device, sta
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
 
-DEFAULT_CHUNK_ELEMENTS = 2**21
-"""Largest band of patches (patches × D) held at once: 16 MiB in float64. Smaller bands stay in cache while they are
-copied and multiplied: on 2 cores 2**21 took 0.046 s for the 142,572 patches of three 224² images where 2**23 took
-0.061 s (the bare GEMM: 0.043 s)."""
+CHUNK_ELEMENTS = {"cpu": 2**21}
+"""Largest band of patches (patches × D) held at once, by device type: on the CPU 2**21 (16 MiB in float64), which
+stays in cache while it is copied and multiplied (on 2 cores 0.046 s for the 142,572 patches of three 224² images,
+where 64 MiB bands took 0.061 s and the bare GEMM 0.043 s); elsewhere :data:`DEFAULT_CHUNK_ELEMENTS`."""
+DEFAULT_CHUNK_ELEMENTS = 2**23
+"""Largest band on accelerators (64 MiB in float64): fewer, larger GEMMs where kernel launches dominate."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class PatchStatistics:
         dtype: accumulation dtype (float64 unless the device has none).
         products: dtype of each band's Gram product (:func:`fl_core.backend.product_dtype` by default: float64 on
             the CPU and on GPUs with fast float64, float32 elsewhere), accumulated in ``dtype``.
-        chunk_elements: bound on patches × D held at once.
+        chunk_elements: bound on patches × D held at once (default: :data:`CHUNK_ELEMENTS` of the device).
         groups: pool the statistics of this many channel groups.
         stride: patch stride (1 = every overlapping patch; k = the non-overlapping tiles a stride-k layer sees).
 
@@ -80,14 +82,14 @@ class PatchStatistics:
     """
 
     def __init__(self, kernel_size: tuple[int, int], device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+                 dtype: torch.dtype | None = None, chunk_elements: int | None = None,
                  groups: int = 1, stride: int = 1, products: torch.dtype | None = None) -> None:
         self.kernel_size = (int(kernel_size[0]), int(kernel_size[1]))
         self.stride = int(stride)
         self.device = resolve_device(device)
         self.dtype = dtype or statistics_dtype(self.device)
         self.products = products or product_dtype(self.device)
-        self.chunk_elements = chunk_elements
+        self.chunk_elements = chunk_elements or CHUNK_ELEMENTS.get(self.device.type, DEFAULT_CHUNK_ELEMENTS)
         self.groups = groups
         self.count = 0
         self._shift: torch.Tensor | None = None  # (C,) per-channel shift, the first batch's channel means
