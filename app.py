@@ -14,15 +14,15 @@ from fl_ui.cache import start_workers
 from fl_ui.sidebar import render_sidebar
 
 PAGES = (
-    ("pages/home.py", "Home", "🏠", "home"),
-    ("pages/energy_profiles.py", "Energy Profiles", "📈", "energy"),
-    ("pages/whitening.py", "Whitening", "🌊", "whitening"),
-    ("pages/channel_axes.py", "Channel Axes", "🧭", "channel-axes"),
-    ("pages/training_lab.py", "Training Lab", "🧪", "training-lab"),
-    ("pages/master_keys.py", "Master Keys", "🗝️", "master-keys"),
-    ("pages/scale_space.py", "Scale-Space Models", "📐", "scale-space"),
-    ("pages/swap_rescore.py", "Swap & Re-score", "🔁", "swap-rescore"),
-    ("pages/report.py", "Report", "📄", "report"),
+    ("views/home.py", "Home", "🏠", "home"),
+    ("views/energy_profiles.py", "Energy Profiles", "📈", "energy"),
+    ("views/whitening.py", "Whitening", "🌊", "whitening"),
+    ("views/channel_axes.py", "Channel Axes", "🧭", "channel-axes"),
+    ("views/training_lab.py", "Training Lab", "🧪", "training-lab"),
+    ("views/master_keys.py", "Master Keys", "🗝️", "master-keys"),
+    ("views/scale_space.py", "Scale-Space Models", "📐", "scale-space"),
+    ("views/swap_rescore.py", "Swap & Re-score", "🔁", "swap-rescore"),
+    ("views/report.py", "Report", "📄", "report"),
 )
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

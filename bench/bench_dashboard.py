@@ -25,7 +25,7 @@ def main() -> None:
     app.run()
     first = time.perf_counter() - start
     assert not app.exception and not app.error, "the default page failed to render"
-    warm = page_app("pages/home.py")
+    warm = page_app("views/home.py")
     warm.run()
     start = time.perf_counter()
     warm.run()

@@ -23,7 +23,7 @@ def _page_with_sidebar(page: str) -> None:
 
 
 def page_app(page: str, timeout: float = 300, **query: str) -> AppTest:
-    """An AppTest of ``page`` (e.g. ``"pages/home.py"``) behind the real sidebar, with URL query parameters.
+    """An AppTest of ``page`` (e.g. ``"views/home.py"``) behind the real sidebar, with URL query parameters.
 
     Not yet run: call ``.run()``; widget interactions rerun the sidebar and the page.
     """

@@ -12,7 +12,7 @@ from fl_ui.channels import channel_axes_result
 
 from ..conftest import page_app
 
-PAGE = "pages/channel_axes.py"
+PAGE = "views/channel_axes.py"
 SMALL = {"axes_ncal": "64", "axes_neval": "32"}
 
 

@@ -37,7 +37,7 @@ def test_app_entry_point_opens_on_home_with_the_sidebar() -> None:
 
 
 def test_home_shows_trained_vs_init_for_the_demo_by_default() -> None:
-    app = open_page("pages/home.py")
+    app = open_page("views/home.py")
     assert_clean(app)
     assert app.session_state["selection"].specs == ("demo:tiny_vgg", "demo:tiny_vgg_init")
     assert len(app.get("plotly_chart")) >= 2
@@ -46,7 +46,7 @@ def test_home_shows_trained_vs_init_for_the_demo_by_default() -> None:
 
 
 def test_energy_page_subtracts_init_and_labels_deeper_layers() -> None:
-    app = open_page("pages/energy_profiles.py")
+    app = open_page("views/energy_profiles.py")
     assert_clean(app)
     app.checkbox[0].check().run()
     assert_clean(app)
@@ -62,7 +62,7 @@ def test_energy_page_subtracts_init_and_labels_deeper_layers() -> None:
 
 def test_url_restores_a_weights_only_model_with_preprocessing(resnet20) -> None:
     token = f"{RESNET20_SPEC}|size=32;crop=1"
-    app = open_page("pages/whitening.py", models=token)
+    app = open_page("views/whitening.py", models=token)
     assert_clean(app)
     selection = app.session_state["selection"]
     assert selection.specs == (RESNET20_SPEC,)
@@ -72,7 +72,7 @@ def test_url_restores_a_weights_only_model_with_preprocessing(resnet20) -> None:
 
 @pytest.mark.slow
 def test_adding_a_registry_architecture_from_the_sidebar() -> None:
-    app = open_page("pages/home.py")
+    app = open_page("views/home.py")
     app.text_input(key="reg_name").input("resnet18")
     app.button(key="reg_add").click().run()
     assert_clean(app)
@@ -80,7 +80,7 @@ def test_adding_a_registry_architecture_from_the_sidebar() -> None:
 
 
 def test_a_bad_registry_name_is_explained_and_the_selection_kept() -> None:
-    app = open_page("pages/home.py")
+    app = open_page("views/home.py")
     app.text_input(key="reg_name").input("not_a_net")
     app.button(key="reg_add").click().run()
     assert any("timm has no architecture" in e.value for e in app.error)

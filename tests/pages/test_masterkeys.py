@@ -10,7 +10,7 @@ from fl_ui.testing import page_app
 
 
 def open_page(page: str, **query: str) -> AppTest:
-    app = page_app(f"pages/{page}.py", **query)
+    app = page_app(f"views/{page}.py", **query)
     app.run()
     assert_clean(app)
     return app

@@ -7,7 +7,7 @@ import pytest
 
 from ..conftest import page_app
 
-PAGE = "pages/report.py"
+PAGE = "views/report.py"
 
 
 def assert_clean(app) -> None:

@@ -15,7 +15,7 @@ from fl_core.settings import replace_settings
 
 from ..conftest import page_app
 
-PAGE = "pages/training_lab.py"
+PAGE = "views/training_lab.py"
 
 
 def assert_clean(app) -> None:
