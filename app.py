@@ -14,7 +14,7 @@ from fl_ui.cache import start_workers
 from fl_ui.sidebar import render_sidebar
 
 PAGES = (
-    ("views/home.py", "Home", "🏠", "home"),
+    ("views/home.py", "Home", "🏠", ""),  # the default page is served at the root URL
     ("views/energy_profiles.py", "Energy Profiles", "📈", "energy"),
     ("views/whitening.py", "Whitening", "🌊", "whitening"),
     ("views/channel_axes.py", "Channel Axes", "🧭", "channel-axes"),

@@ -56,7 +56,7 @@ class LoadReport:
     times: list[float] = field(default_factory=list)
     failures: int = 0
     visits: int = 0
-    slow_visits: int = 0
+    slow_pages: list[str] = field(default_factory=list)
     visit_seconds: list[float] = field(default_factory=list)
 
     def quantile(self, q: float) -> float:
@@ -69,7 +69,9 @@ class LoadReport:
 
     def summary(self) -> str:
         visits = (f"{self.visits} page visits, median {statistics.median(self.visit_seconds):.1f} s"
-                  if self.visit_seconds else "no page visits") + f", {self.slow_visits} not opened within 60 s"
+                  if self.visit_seconds else "no page visits") + f", {len(self.slow_pages)} not opened within 60 s"
+        if self.slow_pages:
+            visits += f" ({', '.join(self.slow_pages)})"
         return (f"health: {len(self.latencies)} polls, {self.failures} failed; p50 {self.quantile(0.5):.3f} s, "
                 f"p95 {self.quantile(0.95):.3f} s, p99 {self.quantile(0.99):.3f} s, max {self.worst:.3f} s "
                 f"(target p99 < 1 s: {self.quantile(0.99):.2f} of budget; max < 2 s: {self.worst / 2:.2f}); {visits}")
@@ -136,7 +138,7 @@ async def _session(browser, base: str, pages: list, deadline: float, report: Loa
                     await page.locator('[data-testid="stSidebarNavLink"]', has_text=entry.title).click(
                         timeout=60_000)
             except PlaywrightTimeout:
-                report.slow_visits += 1
+                report.slow_pages.append(entry.title)
                 continue
             await _settle(page, timeout_ms=int(max(1.0, deadline - time.monotonic()) * 1000))
             report.visits += 1

@@ -11,7 +11,7 @@ APP = Path(__file__).resolve().parent.parent / "app.py"
 
 
 class AppPage(NamedTuple):
-    """One ``PAGES`` entry: script path (relative to the repository), title, icon, URL path."""
+    """One ``PAGES`` entry: script path (relative to the repository), title, icon, URL path (``""``: the root URL)."""
 
     path: str
     title: str

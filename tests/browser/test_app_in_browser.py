@@ -108,7 +108,7 @@ def test_pick_the_demo_model_and_visit_every_page(page, app_url: str, artifacts:
             settle(page)
         assert_no_failure(page, entry.title)
         plots = drawn_plots(page)
-        page.screenshot(path=str(artifacts / f"{number:02d}-{entry.url}.png"), full_page=True)
+        page.screenshot(path=str(artifacts / f"{number:02d}-{Path(entry.path).stem}.png"), full_page=True)
         seen[entry.title] = {"plots": len(plots), "seconds": round(time.perf_counter() - start, 1)}
         tags = sidebar(page).locator('[data-testid="stMultiSelect"]').first.inner_text()
         assert "tiny_vgg (demo)" in tags, f"{entry.title}: the sidebar lost the selection"
