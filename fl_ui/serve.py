@@ -25,19 +25,25 @@ in their threads; a shorter interval hands it back sooner, at a small cost in th
 
 
 def preload() -> None:
-    """Import every module of :data:`PRELOADED_PACKAGES`, start the heavy-job workers, compute the depthwise pages'
-    default results (:func:`fl_ui.masterkeys.warm_default_results`), freeze what was imported out
-    of the garbage collector's generations (a full collection of it takes ~0.4 s, holding the GIL), and shorten the
-    GIL switch interval (:data:`SWITCH_INTERVAL_S`)."""
+    """Import every module of :data:`PRELOADED_PACKAGES`, start the heavy-job workers, decode the bundled photos
+    (which imports scikit-image's, scikit-learn's and matplotlib's loaders: in the first visitor's page thread that
+    held the GIL for ~1 s), compute the depthwise pages' default results
+    (:func:`fl_ui.masterkeys.warm_default_results`), freeze what was imported out of the garbage collector's
+    generations (a full collection of it takes ~0.4 s, holding the GIL), and shorten the GIL switch interval
+    (:data:`SWITCH_INTERVAL_S`)."""
     for package in PRELOADED_PACKAGES:
         root = importlib.import_module(package)
         for module in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
             if module.name not in ("fl_core.__main__", __name__):
                 importlib.import_module(module.name)
+    from fl_core.io.images import bundled_images
     from fl_core.workers.pool import heavy_pool
     from fl_ui.masterkeys import warm_default_results
 
     heavy_pool().warm_up()
+    photos = bundled_images()
+    for index in range(len(photos)):
+        photos.image(index)  # each photo is decoded once per process (cached)
     warm_default_results()
     gc.collect()
     gc.freeze()  # the ~0.5 M objects imported here are never scanned again by a full collection
