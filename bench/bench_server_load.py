@@ -44,8 +44,14 @@ LONG_JOB_QUERIES = ("models=demo:tiny_vgg&axes_layer=features.7&axes_ft=400",
 """Channel analyses with a long recovery fine-tune: heavy jobs that run for minutes on two cores."""
 POLL_INTERVAL_S = 0.2
 BROWSER_NICENESS = 19
-"""The browsers stand in for the students' own machines: on this one they may use only the CPU the server leaves
-(Chromium raises some of its own processes to -8, so they are set back every second)."""
+"""The browsers stand in for the students' own machines, so they run at the lowest priority (Chromium raises some of
+its own processes to -8, so they are set back every second). That ranks them below the server only within their own
+process group: Playwright starts Chromium in a session of its own, and with Linux's autogroup scheduling (sysctl
+``kernel.sched_autogroup_enabled``) each session's group gets an equal share of the CPU whatever its processes' nice
+values. So the browsers still take about half of the two cores while they load the app (1.35 cores measured over the
+30 s of the class arriving). Lowering their group's priority too (``/proc/PID/autogroup``) starves them behind the two
+long jobs (no page opened in 8 minutes), so the groups are left as they are: the latencies include browsers that a
+real class runs on its own machines."""
 
 
 @dataclass
