@@ -3,7 +3,7 @@
 Models are cached with ``st.cache_resource`` (shared across sessions and threads, never mutated: analyses that
 change weights work on ``LoadedModel.copy_model()``, hooks go on ``LoadedModel.forward_copy()``). Results are
 memoized by :func:`memoize` (computed in the session's thread) or :func:`pooled` (heavy: computed in a worker process
-of :mod:`fl_core.workers.pool`), keyed by the selection; unlike ``st.cache_data`` both let the computation draw a
+of :mod:`fl_ui.pool`), keyed by the selection; unlike ``st.cache_data`` both let the computation draw a
 progress bar (passed as ``progress``, which is not part of the key). Sessions asking for a result that is being computed
 wait for that computation instead of starting their own. Results are frozen dataclasses shared between sessions: pages
 only read them.
@@ -28,8 +28,8 @@ from fl_core.firstlayer.energy import EnergyResult, EnergySettings
 from fl_core.firstlayer.whitening import ActivationMaps, WhiteningResult, WhiteningSettings, activation_maps
 from fl_core.io.images import ImageSet, is_bundled, open_images
 from fl_core.io.models import LoadedModel, load_model, spec_file_stamp
-from fl_core.workers import jobs
-from fl_core.workers.pool import Job, heavy_pool
+from fl_ui import jobs
+from fl_ui.pool import Job, heavy_pool
 
 WAIT_POLL_S = 0.25
 """How often a session waiting for another session's computation redraws its progress bar."""
@@ -160,10 +160,10 @@ def memoize(max_entries: int) -> Callable[[Callable], Callable]:
 
 
 def pooled(job: Callable, max_entries: int) -> Callable:
-    """Memoize a heavy job of :mod:`fl_core.workers.jobs` by its positional arguments, computed in a worker process.
+    """Memoize a heavy job of :mod:`fl_ui.jobs` by its positional arguments, computed in a worker process.
 
     Each key runs at most once at a time on the server: every session asking for it follows the same
-    :class:`~fl_core.workers.pool.Job` (queue position, then progress), and a session interrupted while waiting takes up
+    :class:`~fl_ui.pool.Job` (queue position, then progress), and a session interrupted while waiting takes up
     the same job again on its next run. ``wrapper.cancel(*args)`` cancels it (for every session following it);
     ``wrapper.cached(*args)`` says whether its result is at hand.
     """

@@ -5,11 +5,11 @@ from __future__ import annotations
 from fl_core.channelaxes.calibration import CROPS
 from fl_core.io.images import is_bundled
 from fl_core.io.layers import ConvLayer, conv_inventory
-from fl_core.workers import jobs
+from fl_ui import jobs
 from fl_ui.cache import get_model, pooled
 
 channel_axes_result = pooled(jobs.channel_axes_job, max_entries=8)
-"""The page's channel analysis of one layer (:func:`fl_core.workers.jobs.channel_axes_job`), keyed by the model, the
+"""The page's channel analysis of one layer (:func:`fl_ui.jobs.channel_axes_job`), keyed by the model, the
 data and the :class:`~fl_core.channelaxes.analysis.ChannelSettings`, computed in a worker process."""
 
 

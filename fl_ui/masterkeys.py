@@ -24,7 +24,7 @@ from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, an
 from fl_core.masterkeys.depthwise import DepthwiseBank, depthwise_bank
 from fl_core.masterkeys.fitting import FIT_METHODS, ScaleSpaceResult, fit_published_filters
 from fl_core.masterkeys.swap import FilterSwap, swap_filters
-from fl_core.workers import jobs
+from fl_ui import jobs
 from fl_ui.cache import get_model, memoize, pooled
 from fl_ui.state import Selection
 
@@ -131,9 +131,9 @@ def filter_swap(spec: str, overrides: tuple, replacement: str, stages: tuple[int
 
 
 rescore_result = pooled(jobs.rescore_job, max_entries=16)
-"""The original and the chosen swaps re-scored, recovered first if asked (:func:`fl_core.workers.jobs.rescore_job`), in
+"""The original and the chosen swaps re-scored, recovered first if asked (:func:`fl_ui.jobs.rescore_job`), in
 a worker process."""
 
 layer_sweep_result = pooled(jobs.layer_sweep_job, max_entries=8)
-"""Each depthwise layer swapped alone and zeroed alone (:func:`fl_core.workers.jobs.layer_sweep_job`), in a worker
+"""Each depthwise layer swapped alone and zeroed alone (:func:`fl_ui.jobs.layer_sweep_job`), in a worker
 process."""

@@ -10,12 +10,12 @@ from fl_core.lab.runs import SHIPPED_RUNS_DIR, list_runs, user_runs_dir
 from fl_core.report.build import Report, ReportSettings
 from fl_core.report.html import report_html
 from fl_core.report.series import series_stamp
-from fl_core.workers import jobs
+from fl_ui import jobs
 from fl_ui.cache import get_model, memoize, pooled
 from fl_ui.state import Selection
 
 report_result = pooled(jobs.report_job, max_entries=8)
-"""The report of ``(models, stamps, settings, device)`` (:func:`fl_core.workers.jobs.report_job`), in a worker
+"""The report of ``(models, stamps, settings, device)`` (:func:`fl_ui.jobs.report_job`), in a worker
 process."""
 
 

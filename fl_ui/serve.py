@@ -37,8 +37,8 @@ def preload() -> None:
             if module.name not in ("fl_core.__main__", __name__):
                 importlib.import_module(module.name)
     from fl_core.io.images import bundled_images
-    from fl_core.workers.pool import heavy_pool
     from fl_ui.masterkeys import warm_default_results
+    from fl_ui.pool import heavy_pool
 
     heavy_pool().warm_up()
     photos = bundled_images()

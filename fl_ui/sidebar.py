@@ -18,9 +18,9 @@ from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
 from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES, is_bundled
 from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest
 from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, parse_rgb, rgb_text
-from fl_core.io.uploads import upload_store
 from fl_ui.cache import get_model
 from fl_ui.state import Selection, selection_from_url, write_selection_to_url
+from fl_ui.uploads import upload_store
 
 LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1")
 

@@ -1,4 +1,4 @@
-"""Build the demo checkpoints shipped in assets/demo (run from the repository root).
+"""Build the demo checkpoints shipped in fl_core/assets/demo (run from the repository root).
 
     python scripts/make_demo_checkpoints.py [--steps 600] [--seed 0]
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
+from fl_core.io import DEMO_DIR
 from fl_core.io.checkpoints import save_state_dict
 from fl_core.io.crops import CropConfig, photo_crops
-from fl_core.io.models import DEMO_DIR
 from fl_core.io.nets import build_net
 from fl_core.lab.train import TrainConfig, evaluate, train_classifier
 

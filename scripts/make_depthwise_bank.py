@@ -1,6 +1,6 @@
-"""Build the real, trained 7×7 depthwise demo bank shipped in assets/demo (run from the repository root).
+"""Build the real, trained 7×7 depthwise demo bank shipped in fl_core/assets/demo (run from the repository root).
 
-    python scripts/make_depthwise_bank.py [--wheel rapidocr-3.10.0-py3-none-any.whl] [--out assets/demo]
+    python scripts/make_depthwise_bank.py [--wheel rapidocr-3.10.0-py3-none-any.whl] [--out fl_core/assets/demo]
 
 The filters are the 7×7 depthwise convolutions of PaddleOCR's PP-OCRv6 small text detector, as converted to ONNX and
 shipped (Apache-2.0) in the PyPI package ``rapidocr``. Without ``--wheel`` the pinned wheel is fetched with
@@ -11,12 +11,12 @@ shipped (Apache-2.0) in the PyPI package ``rapidocr``. Without ``--wheel`` the p
    depthwise layers with 7×7 kernels, in forward order;
 3. writes them, unchanged, as ``ppocrv6_det_small_dw7.safetensors`` (the same bytes on every run), the wheel's
    LICENSE and MODEL_LICENSES.md next to it, and adds (or replaces) the ``ppocrv6_det_small_dw7`` entry of
-   assets/demo/manifest.json, whose provenance records package, version, file and SHA-256s, without touching the
+   fl_core/assets/demo/manifest.json, whose provenance records package, version, file and SHA-256s, without touching the
    other entries.
 
-assets/ATTRIBUTION.md records the same source and licence; tests/masterkeys/test_depthwise_bank.py checks the shipped
-file against the manifest and, with ``FL_RAPIDOCR_WHEEL`` set to the wheel, that this script reproduces it byte for
-byte.
+fl_core/assets/ATTRIBUTION.md records the same source and licence; tests/masterkeys/test_depthwise_bank.py checks the
+shipped file against the manifest and, with ``FL_RAPIDOCR_WHEEL`` set to the wheel, that this script reproduces it
+byte for byte.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from fl_core.io import DEMO_DIR
 from fl_core.io.checkpoints import file_sha256, save_state_dict
-from fl_core.io.models import DEMO_DIR
 from fl_core.io.onnx_weights import read_onnx_convs
 
 PACKAGE = "rapidocr"

@@ -1,10 +1,10 @@
-"""Build the Training Lab's shipped runs in assets/runs (run from the repository root).
+"""Build the Training Lab's shipped runs in fl_core/assets/runs (run from the repository root).
 
-    python scripts/make_shipped_runs.py [--suite paper] [--out assets/runs] [--steps-scale 1.0] [--no-register]
+    python scripts/make_shipped_runs.py [--suite paper] [--out fl_core/assets/runs] [--steps-scale 1.0] [--no-register]
 
 Trains every run of the suite (fl_core.lab.experiments.SUITES) on crops of the bundled photos, skipping runs whose
 folder already holds the same configuration, registers the runs marked ``demo`` as ``demo:lab_*`` entries of
-assets/demo/manifest.json (never touching the other entries), and prints the summary next to the paper's values.
+fl_core/assets/demo/manifest.json (never touching the other entries), and prints the summary next to the paper's values.
 """
 
 from __future__ import annotations

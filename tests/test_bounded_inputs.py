@@ -34,6 +34,7 @@ from torchvision.transforms import v2 as T
 from fl_core.errors import AnalysisError, CheckpointError, DataError, ModelSpecError
 from fl_core.firstlayer.energy import energy_profile, fit_linear_theory
 from fl_core.firstlayer.whitening import bank_autocorrelation
+from fl_core.io import DEMO_DIR
 from fl_core.io.archives import MAX_PICKLE_BYTES, MAX_TENSORS
 from fl_core.io.checkpoints import MAX_NESTING_DEPTH, load_state_dict
 from fl_core.io.images import MAX_ASPECT_RATIO, decode_rgb, save_uploaded_images, scaled_input, scaled_size
@@ -619,7 +620,7 @@ def test_real_checkpoints_still_load() -> None:
             pytest.skip(f"real fixture {CHECKPOINTS / name} is absent")
         assert len(load_state_dict(CHECKPOINTS / name).tensors) == count, name
     for demo in ("tiny_vgg", "tiny_vgg_init"):
-        assert load_state_dict(REPO / "assets" / "demo" / f"{demo}.safetensors").tensors
+        assert load_state_dict(DEMO_DIR / f"{demo}.safetensors").tensors
 
 
 def test_a_state_dict_at_the_tensor_limit_loads(tmp_path: Path) -> None:

@@ -26,9 +26,9 @@ import yaml
 from streamlit import config as streamlit_config
 
 from fl_core.io.checkpoints import max_checkpoint_bytes, save_state_dict
-from fl_core.io.uploads import DEFAULT_MAX_AGE_HOURS, DEFAULT_QUOTA_MB
 from fl_ui.sidebar import shared_address
 from fl_ui.testing import page_app
+from fl_ui.uploads import DEFAULT_MAX_AGE_HOURS, DEFAULT_QUOTA_MB
 
 from .app_pages import app_pages
 from .streamlit_server import REPO, free_port, health, running_server, server_env
@@ -132,8 +132,9 @@ def test_dockerignore_keeps_what_the_image_needs_and_drops_the_rest() -> None:
         return any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") or
                    fnmatch.fnmatch(path, p.replace("**/", "")) for p in patterns)
 
-    for needed in ("app.py", "views/home.py", "fl_core/io/models.py", "fl_ui/sidebar.py", "assets/demo/manifest.json",
-                   "requirements.txt", "pyproject.toml", "README.md", ".streamlit/config.toml"):
+    for needed in ("app.py", "views/home.py", "fl_core/io/models.py", "fl_ui/sidebar.py",
+                   "fl_core/assets/demo/manifest.json", "requirements.txt", "pyproject.toml", "README.md",
+                   ".streamlit/config.toml"):
         assert (REPO / needed).exists() and not ignored(needed), needed
     for dropped in (".git/HEAD", ".venv/bin/python", "tests/conftest.py", "test-artifacts/x.png"):
         assert ignored(dropped), dropped

@@ -20,8 +20,8 @@ from fl_core.lab.plots import (
 )
 from fl_core.lab.runs import SHIPPED_RUNS_DIR, Run, RunConfig, user_runs_dir
 from fl_core.settings import replace_settings, settings_fields
-from fl_core.workers.jobs import TrainingJob
 from fl_ui.forms import setting_widget
+from fl_ui.jobs import TrainingJob
 from fl_ui.lab import demo_name_of, get_claims, get_correlations, get_trajectory, runs_in
 from fl_ui.state import current_selection, encode_token, page_param, set_page_param
 from fl_ui.widgets import downloads, plot_with_explanation, table_with_download, user_errors

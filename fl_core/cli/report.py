@@ -6,7 +6,7 @@ trajectory over several checkpoints. The file opens offline (plotly.js inlined o
 Examples:
     python -m fl_core report --model weights:resnet20_cifar10.th --html resnet20.html --json resnet20.json
     python -m fl_core report --model weights:runs/ckpts/ --html run.html    # checkpoints of one run, in order
-    python -m fl_core report --model weights:assets/runs/lab_vgg_true_s0 --html lab.html   # a Training Lab run
+    python -m fl_core report --model weights:fl_core/assets/runs/lab_vgg_true_s0 --html lab.html   # a Training Lab run
 """
 
 from __future__ import annotations

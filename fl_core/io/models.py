@@ -9,7 +9,7 @@ Spec forms (DESIGN.md, "Model spec strings"):
 ``timm:NAME=PATH``                  architecture + a state-dict file
 ``weights:PATH``                    weights only: any state dict, no architecture needed
 ``onnx:PATH``                       weights only: the Conv nodes of an ONNX model (:mod:`fl_core.io.onnx_weights`)
-``demo:NAME``                       a checkpoint shipped in ``assets/demo`` (listed in its manifest)
+``demo:NAME``                       a checkpoint shipped in ``fl_core/assets/demo`` (listed in its manifest)
 =================================  ==============================================================================
 """
 
@@ -29,14 +29,12 @@ import torch
 from torch import nn
 
 from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
-from fl_core.io import nets
+from fl_core.io import DEMO_DIR, nets
 from fl_core.io.checkpoints import file_sha256, load_into, load_state_dict, match_state_dict
 from fl_core.io.classes import IMAGENET_CLASSES, imagenet_class_names
 from fl_core.io.layers import ConvLayer, probe_inventory
 from fl_core.io.preprocessing import INTERPOLATIONS, InputConfig
 
-ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
-DEMO_DIR = ASSETS_DIR / "demo"
 SOURCES = ("timm", "torchvision", "weights", "onnx", "demo")
 FILE_SOURCES = ("weights", "onnx")
 """Spec sources that are just a file path (``weights:PATH``, ``onnx:PATH``): weights only."""
@@ -362,7 +360,7 @@ def _reachable(host: str, port: int = 443, timeout: float = 3.0) -> bool:
 
 @dataclass(frozen=True)
 class DemoEntry:
-    """One checkpoint of ``assets/demo/manifest.json``; without ``arch`` a weights-only file (a filter bank)."""
+    """One checkpoint of ``fl_core/assets/demo/manifest.json``; without ``arch`` a weights-only file (a filter bank)."""
 
     name: str
     file: str

@@ -90,7 +90,7 @@ def run_suite(runs: Sequence[SuiteRun], root: str | Path, *, device=None, resume
 
     With ``resume``, a run folder that already holds a run of the same configuration is loaded, not retrained.
     ``save_checkpoints``: write full checkpoints for every run (True), none (False), or only for the ``demo`` runs
-    (``None``: what ships in ``assets/runs``).
+    (``None``: what ships in ``fl_core/assets/runs``).
     """
     root = Path(root)
     done: list[Run] = []

@@ -34,11 +34,12 @@ from torchvision.transforms import v2 as T
 from fl_core.backend import Progress, report, resolve_device, sub_progress
 from fl_core.errors import DataError, FilterLensError, ModelSpecError
 from fl_core.firstlayer.patches import PatchPCA
+from fl_core.io import ASSETS_DIR, DEMO_DIR
 from fl_core.io.checkpoints import load_state_dict, save_state_dict
 from fl_core.io.crops import CropData
 from fl_core.io.images import BUNDLED, is_bundled
 from fl_core.io.layers import find_layer
-from fl_core.io.models import ASSETS_DIR, DEMO_DIR, LoadedModel
+from fl_core.io.models import LoadedModel
 from fl_core.io.nets import NETS, build_net
 from fl_core.io.preprocessing import InputConfig
 from fl_core.lab.train import TrainConfig, TrainHistory, train_classifier

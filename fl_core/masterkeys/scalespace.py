@@ -21,9 +21,10 @@ from scipy.ndimage import correlate1d
 from scipy.special import ive
 
 from fl_core.errors import AnalysisError, DataError
+from fl_core.io import ASSETS_DIR
 from fl_core.results import Result
 
-PUBLISHED_FILTERS_PATH = Path(__file__).resolve().parents[2] / "assets" / "master_key_8filters.txt"
+PUBLISHED_FILTERS_PATH = ASSETS_DIR / "master_key_8filters.txt"
 
 DifferenceKind = Literal["central", "forward", "backward", "second"]
 Filter7Form = Literal["impulse", "gaussian"]
@@ -59,7 +60,7 @@ def load_published_filters(path: str | Path | None = None) -> np.ndarray:
     The file holds ``#`` comments, ``Filter k:`` lines, blank lines and 56 rows of 7 numbers (CRLF or LF).
 
     Args:
-        path: file to read; defaults to ``assets/master_key_8filters.txt``.
+        path: file to read; defaults to ``fl_core/assets/master_key_8filters.txt``.
 
     Returns:
         Array of shape (8, 7, 7), row 0 = top row (y = +3), column 0 = left column (x = -3).

@@ -14,8 +14,9 @@ import torch
 from fl_core.cli import build_parser, main
 from fl_core.cli.train import config_from_args
 from fl_core.errors import DataError, ModelSpecError
+from fl_core.io import DEMO_DIR
 from fl_core.io.checkpoints import load_into, load_state_dict
-from fl_core.io.models import DEMO_DIR, load_model
+from fl_core.io.models import load_model
 from fl_core.io.nets import build_net
 from fl_core.lab.claims import run_trajectory
 from fl_core.lab.experiments import SUITES
@@ -30,7 +31,7 @@ from fl_core.lab.runs import (
 )
 from fl_core.lab.train import TrainConfig
 from fl_core.settings import replace_settings
-from fl_core.workers.jobs import TrainingJob
+from fl_ui.jobs import TrainingJob
 
 TINY = RunConfig(width=8, body_widths=(8, 8), crops_per_image=20, snapshots=4,
                  train=TrainConfig(steps=30, batch_size=32, lr=0.5))

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from fl_core.io import ASSETS_DIR, DEMO_DIR
 from fl_core.io.checkpoints import file_sha256, load_state_dict
-from fl_core.io.models import DEMO_DIR, demo_manifest, load_model
+from fl_core.io.models import demo_manifest, load_model
 from fl_core.masterkeys.assignment import assign_to_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.scalespace import load_published_filters
 
-from ..conftest import REPO
 from ..script_modules import script_module
 
 NAME = "ppocrv6_det_small_dw7"
@@ -59,7 +59,7 @@ def test_real_bank_is_much_closer_to_the_published_keys_than_random_filters() ->
 
 def test_attribution_records_the_source_and_licence() -> None:
     entry = demo_manifest()[NAME]
-    text = (REPO / "assets" / "ATTRIBUTION.md").read_text()
+    text = (ASSETS_DIR / "ATTRIBUTION.md").read_text()
     for recorded in ("package", "version", "file", "file_sha256", "wheel_sha256", "licence"):
         assert str(entry.provenance[recorded]) in text
     with script_module(SCRIPT) as script:

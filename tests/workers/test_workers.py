@@ -15,9 +15,9 @@ import pytest
 
 from fl_core.backend import report
 from fl_core.errors import DataError, FilterLensError
-from fl_core.workers.pool import JobCancelled, WorkerPool, publish, stop_requested
 from fl_ui import cache as cache_module
 from fl_ui.cache import memoize, pooled
+from fl_ui.pool import JobCancelled, WorkerPool, publish, stop_requested
 
 from ..conftest import REPO
 from ..test_concurrency import run_together
@@ -194,7 +194,7 @@ def reporting_pid(progress=None) -> None:
 
 SERVER_SCRIPT = """
 import sys, time
-from fl_core.workers.pool import WorkerPool
+from fl_ui.pool import WorkerPool
 from tests.workers.test_workers import reporting_pid
 
 if __name__ == "__main__":
@@ -239,7 +239,7 @@ import os, sys
 from pathlib import Path
 if __name__ != "__main__":  # imported again in a child, as the app script would be under `streamlit run`
     Path(os.environ["SENTINEL"]).write_text(__name__)
-from fl_core.workers.pool import WorkerPool
+from fl_ui.pool import WorkerPool
 from tests.workers.test_workers import counting
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""The dashboard's heavy jobs, run in worker processes (:mod:`fl_core.workers.pool`).
+"""The dashboard's heavy jobs, run in worker processes (:mod:`fl_ui.pool`).
 
 Each ``*_job`` function is what one worker runs: it loads its models through
-:func:`~fl_core.workers.pool.worker_model` (specs and settings cross the process boundary, not models) and returns a
+:func:`~fl_ui.pool.worker_model` (specs and settings cross the process boundary, not models) and returns a
 frozen result. The light ones also run in the server's own threads, given the app's model cache as ``load``.
 :class:`TrainingJob` follows a Training Lab run with its live snapshots and a graceful cancel.
 """
@@ -30,12 +30,12 @@ from fl_core.masterkeys.rescore import RescoreResult, rescore
 from fl_core.masterkeys.swap import swap_filters
 from fl_core.report.build import Report, ReportSettings, build_report
 from fl_core.report.series import load_series
-from fl_core.workers.pool import Job, heavy_pool, publish, stop_requested, worker_model
+from fl_ui.pool import Job, heavy_pool, publish, stop_requested, worker_model
 
 ModelKeys = tuple[tuple[str, tuple], ...]
 """``(spec, overrides)`` pairs: the models of a job, as the sidebar selects them."""
 ModelLoader = Callable[..., LoadedModel]
-"""``load(spec, overrides=())``: :func:`~fl_core.workers.pool.worker_model` in a worker, the app's shared cache
+"""``load(spec, overrides=())``: :func:`~fl_ui.pool.worker_model` in a worker, the app's shared cache
 in-thread."""
 
 

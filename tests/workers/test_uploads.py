@@ -1,4 +1,4 @@
-"""The upload store (:mod:`fl_core.io.uploads`): content addressing, quota with least-recently-used eviction, age limit,
+"""The upload store (:mod:`fl_ui.uploads`): content addressing, quota with least-recently-used eviction, age limit,
 refusal of uploads that cannot fit, atomic writes, and the sweep of what a killed process leaves behind; and the
 sidebar's use of it (AppTest)."""
 
@@ -19,8 +19,8 @@ import torch
 
 from fl_core.errors import DataError
 from fl_core.io.checkpoints import save_state_dict
-from fl_core.io.uploads import IN_USE_SECONDS, UploadStore, upload_store, write_atomically
 from fl_ui.testing import page_app
+from fl_ui.uploads import IN_USE_SECONDS, UploadStore, upload_store, write_atomically
 
 from ..app_pages import app_pages
 from ..conftest import REPO
@@ -143,7 +143,7 @@ def test_readers_never_see_part_of_a_file_being_replaced(tmp_path: Path) -> None
 KILLED_WRITER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from fl_core.io import uploads
+    from fl_ui import uploads
 
     def hang(*args):
         print("writing", flush=True)

@@ -311,7 +311,7 @@ def _initialize_worker(board: Any, stops: Any, threads: int, parent: int) -> Non
 
 
 def _import_jobs() -> None:
-    import fl_core.workers.jobs  # noqa: F401  (the imports every job needs, done once per worker)
+    import fl_ui.jobs  # noqa: F401  (the imports every job needs, done once per worker)
 
 
 def _run_job(job_id: int, graceful: bool, function: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
