@@ -372,6 +372,14 @@ class DemoEntry:
     init: str | None = None
     provenance: dict = field(default_factory=dict)
 
+    @property
+    def init_spec(self) -> str | None:
+        """The untrained baseline's spec: another demo (``init`` is a demo name) or a registry random init
+        (``init`` is a spec such as ``torchvision:squeezenet1_0``)."""
+        if self.init is None:
+            return None
+        return self.init if ":" in self.init else f"demo:{self.init}"
+
 
 @cache
 def demo_manifest() -> dict[str, DemoEntry]:
@@ -394,10 +402,19 @@ def _load_demo(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
     if entry.arch is None:
         return LoadedModel(spec=str(spec), label=spec.name, model=None, state_dict=sd.tensors,
                            input_config=InputConfig(**entry.input_config), sha256=sd.sha256, notes=sd.notes)
-    model = nets.build_net(entry.arch, **entry.arch_kwargs)
+    model = registry_model(entry.arch)[0] if ":" in entry.arch else nets.build_net(entry.arch, **entry.arch_kwargs)
     load_into(model, sd.tensors, f"demo:{spec.name}")
     return LoadedModel(spec=str(spec), label=spec.name, model=model, state_dict=model.state_dict(),
                        input_config=InputConfig(**entry.input_config),
                        random_init=entry.provenance.get("trained_steps", 1) == 0, sha256=file_sha256(path),
-                       notes=sd.notes, init_spec=f"demo:{entry.init}" if entry.init else None,
-                       class_names=entry.class_names or None)
+                       notes=sd.notes, init_spec=entry.init_spec,
+                       class_names=entry.class_names or _imagenet_names(model))
+
+
+def registry_model(arch: str) -> tuple[nn.Module, InputConfig]:
+    """``timm:NAME`` / ``torchvision:NAME`` → the untrained architecture and its registry input config (the
+    architecture of a demo built on a registry network)."""
+    source, _, name = arch.partition(":")
+    if source not in ("timm", "torchvision"):
+        raise ModelSpecError(f"'{arch}' is not a registry architecture (timm:NAME or torchvision:NAME).")
+    return (_build_timm if source == "timm" else _build_torchvision)(name, False, None)

@@ -103,6 +103,22 @@ def test_demo_manifest_records_how_each_checkpoint_was_made(demo) -> None:
     assert trained.class_names and len(trained.class_names) == trained.num_classes == 11
 
 
+@pytest.mark.parametrize("name", ["squeezenet1_0", "mobilenet_v2"])
+def test_shipped_imagenet_demos_are_the_licensed_fixtures_with_their_preprocessing(name: str) -> None:
+    entry = demo_manifest()[name]
+    loaded = load_model(f"demo:{name}")
+    assert loaded.num_classes == 1000 and len(loaded.class_names) == 1000 and not loaded.random_init
+    assert loaded.init_spec == entry.arch == f"torchvision:{name}"  # the registry's random init as the baseline
+    assert loaded.sha256 == entry.provenance["asset_sha256"]
+    assert entry.provenance["licence"].split()[0] in {"BSD", "Apache-2.0"}
+    expected_mean = (0.5, 0.5, 0.5) if name == "mobilenet_v2" else (0.485, 0.456, 0.406)
+    assert loaded.input_config.mean == pytest.approx(expected_mean)
+    fixture = CHECKPOINTS / entry.provenance["source_file"]
+    if fixture.is_file():  # the shipped tensors are the fixture's, unchanged
+        original = torch.load(fixture, map_location="cpu", weights_only=True)
+        assert all(torch.equal(original[k].float(), v) for k, v in loaded.state_dict.items() if k in original)
+
+
 def test_input_config_validation_and_overrides() -> None:
     with pytest.raises(ModelSpecError):
         InputConfig(input_size=2)
