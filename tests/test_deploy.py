@@ -160,10 +160,10 @@ def test_compose_serves_the_image_with_the_admin_settings_and_volumes() -> None:
 
 def test_every_fl_setting_of_the_deployment_is_read_by_the_code_and_documented() -> None:
     code = " ".join(p.read_text() for folder in ("fl_core", "fl_ui") for p in (REPO / folder).rglob("*.py"))
-    readme = (REPO / "README.md").read_text()
+    guide = (REPO / "docs" / "deploy.md").read_text()
     compose_text = COMPOSE.read_text()
     for name in sorted(set(re.findall(r"\b(FL_[A-Z_]+)\b", compose_text))):
-        assert f"`{name}`" in readme, f"{name} is not in the README's settings table"
+        assert f"`{name}`" in guide, f"{name} is not in the deployment guide's settings table"
         if not re.search(rf"\${{{name}:-", compose_text):  # host-side variables are read by compose itself
             assert name in code, f"{name} is set for the container but nothing reads it"
 
@@ -206,12 +206,22 @@ def test_the_image_entry_command_serves_and_its_health_check_passes(tmp_path: Pa
     assert healthcheck() != 0  # and it fails once the server is gone
 
 
-def test_readme_links_point_to_existing_sections() -> None:
-    readme = (REPO / "README.md").read_text()
-    anchors = {re.sub(r"[^\w\- ]", "", title.lower()).strip().replace(" ", "-")
-               for title in re.findall(r"^#+ (.+)$", readme, flags=re.MULTILINE)}
-    links = re.findall(r"\]\(#([^)]+)\)", readme)
-    assert links and set(links) <= anchors, set(links) - anchors
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings."""
+    return {re.sub(r"[^\w\- ]", "", title.lower()).strip().replace(" ", "-")
+            for title in re.findall(r"^#+ (.+)$", markdown, flags=re.MULTILINE)}
+
+
+def test_documentation_links_point_to_existing_files_and_sections() -> None:
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target, anchor in re.findall(r"\]\((?!https?:|mailto:)([^)#\s]*)(?:#([^)\s]+))?\)", page.read_text()):
+            linked = (page.parent / target).resolve() if target else page
+            missing_anchor = anchor and linked.suffix == ".md" and anchor not in _anchors(linked.read_text())
+            if not linked.exists() or missing_anchor:
+                broken.append(f"{page.relative_to(REPO)} → {target}#{anchor}")
+    assert not broken, broken
 
 
 def test_compose_bounds_memory_cpus_and_processes() -> None:
