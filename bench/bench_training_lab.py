@@ -23,8 +23,8 @@ from fl_core.backend import resolve_device
 from fl_core.firstlayer.energy import fit_linear_theory, pearson, theory_profile
 from fl_core.lab.claims import run_trajectory, summarize_runs
 from fl_core.lab.experiments import load_runs
-from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunConfig, build_run_model
-from fl_core.lab.train import TrainConfig, train_classifier
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunSettings, build_run_model
+from fl_core.lab.train import TrainSettings, train_classifier
 from fl_core.lab.trainsets import crop_dataset
 
 
@@ -38,7 +38,7 @@ def timed(func, repeat: int = 1) -> float:
 
 
 def bench_trainer(steps: int, device: torch.device) -> tuple[float, float]:
-    config = RunConfig(train=TrainConfig(steps=steps))
+    config = RunSettings(train=TrainSettings(steps=steps))
     data = crop_dataset()
     train = config.train
 
@@ -74,7 +74,7 @@ def bench_fit() -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=TrainConfig().steps)
+    parser.add_argument("--steps", type=int, default=TrainSettings().steps)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     device = resolve_device(args.device)

@@ -36,8 +36,8 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     "fl_core.masterkeys.rescore": ("rescore", "RescoreResult"),
     "fl_core.masterkeys.recovery": ("RecoverySettings",),
     "fl_core.masterkeys.layersweep": ("sweep_layers", "LayerSweepResult"),
-    "fl_core.lab.train": ("TrainConfig",),
-    "fl_core.lab.runs": ("train_run", "load_run", "RunConfig", "Run"),
+    "fl_core.lab.train": ("TrainSettings",),
+    "fl_core.lab.runs": ("train_run", "load_run", "RunSettings", "Run"),
     "fl_core.report.build": ("build_report", "ReportSettings", "Report"),
     "fl_core.report.html": ("report_html",),
 }

@@ -22,7 +22,7 @@ from fl_core.firstlayer.patches import PatchPCA
 from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
 from fl_core.io.images import open_images
 from fl_core.io.models import LoadedModel
-from fl_core.lab.runs import Run, RunConfig, resolve_config, run_inputs, train_run
+from fl_core.lab.runs import Run, RunSettings, resolve_config, run_inputs, train_run
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.layersweep import LayerSweepResult, sweep_layers
 from fl_core.masterkeys.recovery import RecoverySettings
@@ -100,7 +100,7 @@ def report_job(models: ModelKeys, stamps: tuple[str, ...], settings: ReportSetti
     return build_report(loaded, settings, device=device, progress=progress)
 
 
-def training_job(config: RunConfig, folder: str, device, progress: Progress | None = None) -> Run:
+def training_job(config: RunSettings, folder: str, device, progress: Progress | None = None) -> Run:
     """Train one run into ``folder``, publishing its patch PCAs and every snapshot as it is taken."""
     inputs = run_inputs(resolve_config(config))  # cached: train_run below reuses it
     publish("pca", (inputs.pca, inputs.reference_pca))
@@ -146,7 +146,7 @@ class TrainingJob:
     """Train ``config`` into ``folder`` in a heavy-job worker; poll :meth:`status`, stop with :meth:`cancel`
     (the run stops after the current step and keeps what it trained)."""
 
-    def __init__(self, config: RunConfig, folder: str | Path, device=None) -> None:
+    def __init__(self, config: RunSettings, folder: str | Path, device=None) -> None:
         self.config, self.folder, self.device = config, Path(folder), device
         self._job: Job | None = None
         self._run: Run | None = None

@@ -20,9 +20,9 @@ import torch
 
 from fl_core.io import DEMO_DIR
 from fl_core.io.checkpoints import save_state_dict
-from fl_core.io.crops import CropConfig, photo_crops
+from fl_core.io.crops import CropSettings, photo_crops
 from fl_core.io.nets import build_net
-from fl_core.lab.train import TrainConfig, evaluate, train_classifier
+from fl_core.lab.train import TrainSettings, evaluate, train_classifier
 
 ARCH = "small_vgg"
 ARCH_KWARGS = {"widths": [32, 64, 128], "first_kernel": 3}
@@ -38,10 +38,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
-    data = photo_crops(CropConfig(seed=args.seed))
+    data = photo_crops(CropSettings(seed=args.seed))
     model = build_net(ARCH, num_classes=len(data.classes), **ARCH_KWARGS)
     init_state = {k: v.clone() for k, v in model.state_dict().items()}
-    config = TrainConfig(steps=args.steps, seed=args.seed, lr=DEMO_LR, momentum=DEMO_MOMENTUM)
+    config = TrainSettings(steps=args.steps, seed=args.seed, lr=DEMO_LR, momentum=DEMO_MOMENTUM)
     init_loss, init_acc = evaluate(model, data.val_x, data.val_y, data.normalize, torch.device("cpu"))
     history = train_classifier(model, data.train_x, data.train_y, data.val_x, data.val_y, data.normalize,
                                model.features[0], config, device="cpu",

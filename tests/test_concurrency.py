@@ -20,10 +20,10 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from fl_core.io.checkpoints import save_state_dict
-from fl_core.io.crops import CropConfig, photo_crops
+from fl_core.io.crops import CropSettings, photo_crops
 from fl_core.io.images import folder_images
 from fl_core.io.layers import first_conv_name
-from fl_core.lab.train import TrainConfig, evaluate, train_classifier
+from fl_core.lab.train import TrainSettings, evaluate, train_classifier
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.rescore import rescore
 from fl_core.masterkeys.swap import swap_filters, swapped_model
@@ -118,14 +118,14 @@ def test_concurrent_training_and_lesions_work_on_private_copies() -> None:
     """Training Lab and lesion-style changes: several sessions train / zero filters of copies of one cached model."""
     trained = get_model("demo:tiny_vgg")
     before = weights_hash(trained)
-    data = photo_crops(CropConfig(train_per_photo=24, val_stride=16))
+    data = photo_crops(CropSettings(train_per_photo=24, val_stride=16))
     first = first_conv_name(trained)
 
     def train_session(seed: int) -> tuple[float, torch.Tensor]:
         model = get_model("demo:tiny_vgg").copy_model()
         torch.manual_seed(seed)
         history = train_classifier(model, data.train_x, data.train_y, data.val_x, data.val_y, data.normalize,
-                                   model.get_submodule(first), TrainConfig(steps=6, batch_size=32, seed=seed,
+                                   model.get_submodule(first), TrainSettings(steps=6, batch_size=32, seed=seed,
                                                                            eval_every=6), device="cpu")
         return history.val_loss[-1], model.get_submodule(first).weight.detach().clone()
 

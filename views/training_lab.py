@@ -18,7 +18,7 @@ from fl_core.lab.plots import (
     training_curves_figure,
     trajectory_figure,
 )
-from fl_core.lab.runs import SHIPPED_RUNS_DIR, Run, RunConfig, user_runs_dir
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, Run, RunSettings, user_runs_dir
 from fl_core.settings import replace_settings, settings_fields
 from fl_ui.forms import setting_widget
 from fl_ui.jobs import TrainingJob
@@ -28,7 +28,7 @@ from fl_ui.widgets import downloads, plot_with_explanation, table_with_download,
 
 MODES = {"shipped": "📦 Shipped runs", "train": "🏋 Train a run", "yours": "🗂 Your runs"}
 DEFAULT_RUN = "lab_vgg_true_s0"
-FIELDS = {f.name: f for f in settings_fields(RunConfig)}
+FIELDS = {f.name: f for f in settings_fields(RunSettings)}
 
 st.title("🧪 Training Lab")
 st.markdown(
@@ -152,7 +152,7 @@ def browse(root, empty_message: str) -> None:
     show_claims(runs)
 
 
-def config_form() -> RunConfig | None:
+def config_form() -> RunSettings | None:
     """The run configuration form; returns a config when submitted."""
     selection = current_selection()
     values: dict = {}
@@ -202,7 +202,7 @@ def config_form() -> RunConfig | None:
     values["arch"] = f"timm:{timm_name.strip()}" if arch == "timm" else arch
     values["max_images"] = values["max_images"] or None
     values["crops_per_image"] = values["crops_per_image"] or None
-    return replace_settings(RunConfig(), values)
+    return replace_settings(RunSettings(), values)
 
 
 def show_job(job: TrainingJob) -> None:

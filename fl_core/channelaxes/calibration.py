@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from fl_core.errors import DataError
 from fl_core.io.classes import map_tree_classes
-from fl_core.io.crops import CropConfig, CropData, photo_crops
+from fl_core.io.crops import CropData, CropSettings, photo_crops
 from fl_core.io.images import ImageSet, folder_images, is_bundled, iter_input_batches
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
@@ -146,15 +146,15 @@ def folder_channel_data(root: str, loaded: LoadedModel, n_calibration: int, n_ev
 
 
 @lru_cache(maxsize=2)
-def _bundled_crops(config: CropConfig) -> CropData:
+def _bundled_crops(config: CropSettings) -> CropData:
     """The bundled photos' crop data set, cut once per process (read-only)."""
     return photo_crops(config)
 
 
 def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int, seed: int = 0,
-                      config: CropConfig | None = None) -> ChannelData:
+                      config: CropSettings | None = None) -> ChannelData:
     """Calibration from the bundled photos' training crops, evaluation from their validation crops."""
-    crops = _bundled_crops(config or CropConfig())
+    crops = _bundled_crops(config or CropSettings())
     mapping, warnings = class_mapping(crops.classes, loaded)
     rng = np.random.default_rng(seed)
     cal = np.sort(rng.permutation(len(crops.train_x))[:n_calibration])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fl_core.cli import add_image_arguments
 from fl_core.lab.experiments import SUITES, run_suite, suite_runs
-from fl_core.lab.runs import DERIVED_TRAIN_FIELDS, RunConfig, train_run, user_runs_dir
+from fl_core.lab.runs import DERIVED_TRAIN_FIELDS, RunSettings, train_run, user_runs_dir
 from fl_core.lab.summary import TrainReport, train_report
 from fl_core.settings import add_settings_arguments, settings_fields, settings_from_args, settings_to_argv
 
@@ -27,7 +27,8 @@ OPTION_GROUPS = {
     "optimizer (plain SGD with cross-entropy, as the authors)": ("seed", "steps", "batch_size", "lr", "momentum",
                                                                  "weight_decay", "snapshots"),
 }
-"""Help sections of the :class:`RunConfig` options (the others, ``--crops-per-image``, stand with the data options)."""
+"""Help sections of the :class:`RunSettings` options (the others, ``--crops-per-image``, stand with the data
+options)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,20 +37,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                  "FL_RUNS_DIR/<run name>")
     parser.add_argument("--suite", choices=list(SUITES), help="train a whole experiment instead of one run")
     parser.add_argument("--steps-scale", type=float, default=1.0, help="with --suite: multiply every run's steps")
-    names = [f.name for f in settings_fields(RunConfig)]
+    names = [f.name for f in settings_fields(RunSettings)]
     for title, group in OPTION_GROUPS.items():
-        add_settings_arguments(parser.add_argument_group(title), RunConfig,
+        add_settings_arguments(parser.add_argument_group(title), RunSettings,
                                exclude=[name for name in names if name not in group])
-    add_settings_arguments(parser, RunConfig, exclude=DERIVED_TRAIN_FIELDS)
+    add_settings_arguments(parser, RunSettings, exclude=DERIVED_TRAIN_FIELDS)
     parser.add_argument("--no-checkpoints", action="store_true", help="skip init/final safetensors checkpoints")
 
 
-def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """The :class:`RunConfig` named by the command line."""
-    return settings_from_args(RunConfig, args)
+def config_from_args(args: argparse.Namespace) -> RunSettings:
+    """The :class:`RunSettings` named by the command line."""
+    return settings_from_args(RunSettings, args)
 
 
-def cli_flags(config: RunConfig) -> str:
+def cli_flags(config: RunSettings) -> str:
     """The options of this command that give back ``config`` (defaults left out): :func:`config_from_args` of
     them is ``config``."""
     return shlex.join(settings_to_argv(config, exclude=DERIVED_TRAIN_FIELDS))

@@ -19,7 +19,7 @@ from fl_core.io.preprocessing import InputConfig
 
 
 @dataclass(frozen=True)
-class CropConfig:
+class CropSettings:
     """How the crop data set is cut.
 
     Attributes:
@@ -50,7 +50,7 @@ class CropData:
     classes: tuple[str, ...]
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
-    config: CropConfig
+    config: CropSettings
 
     def input_config(self) -> InputConfig:
         """The model input config that reproduces these crops from a whole photo (resize to ``scale``, crop)."""
@@ -64,7 +64,7 @@ class CropData:
         return (x.float() / 255 - mean) / std
 
 
-def photo_crops(config: CropConfig = CropConfig(), images: ImageSet | None = None) -> CropData:
+def photo_crops(config: CropSettings = CropSettings(), images: ImageSet | None = None) -> CropData:
     """Cut the crop data set from ``images`` (default: the bundled photos); deterministic under ``config.seed``."""
     images = images or bundled_images()
     rng = np.random.default_rng(config.seed)

@@ -29,7 +29,7 @@ from fl_core.firstlayer.energy import (
     random_init_banks,
 )
 from fl_core.firstlayer.patches import PatchPCA
-from fl_core.lab.runs import Run, RunConfig
+from fl_core.lab.runs import Run, RunSettings
 from fl_core.results import Result
 from fl_core.settings import setting_value
 
@@ -286,7 +286,7 @@ def _format(mean: float | None, sd: float | None, n: int) -> str:
     return f"{mean:+.2f}" + (f" ± {sd:.2f}" if n > 1 and sd is not None else "")
 
 
-def _comparison_key(config: RunConfig, factor: str) -> tuple:
+def _comparison_key(config: RunSettings, factor: str) -> tuple:
     """The configuration without ``factor``, the schedule, and settings that the other fields make irrelevant."""
     values = config.to_dict()
     if config.labels != "energy":

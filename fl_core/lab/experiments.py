@@ -1,6 +1,6 @@
 """Experiments = sets of Training Lab runs that reproduce the claims of Chowers & Weiss (Tables 1–3, App. D).
 
-Each suite is data: named :class:`~fl_core.lab.runs.RunConfig` s that differ from the default run in one factor
+Each suite is data: named :class:`~fl_core.lab.runs.RunSettings` s that differ from the default run in one factor
 (seed, first-layer width, architecture, labels, frozen first layer, App. D.1 labels, App. D.2 input). The analyses
 in :mod:`fl_core.lab.claims` find the pairs that differ in exactly one factor and compare them.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from fl_core.backend import Progress, report, sub_progress
 from fl_core.errors import DataError
 from fl_core.io.images import BUNDLED
-from fl_core.lab.runs import Run, RunConfig, list_runs, load_run, train_run
+from fl_core.lab.runs import Run, RunSettings, list_runs, load_run, train_run
 from fl_core.settings import replace_settings
 
 RANDOM_LABEL_STEPS = 800
@@ -35,11 +35,11 @@ class SuiteRun:
     """One run of a suite: its name, configuration and whether its checkpoints ship as ``demo:`` models."""
 
     name: str
-    config: RunConfig
+    config: RunSettings
     demo: bool = False
 
 
-BASE = RunConfig()
+BASE = RunSettings()
 RANDOM = replace_settings(BASE, {"labels": "random", "steps": RANDOM_LABEL_STEPS})
 SUITES: dict[str, tuple[SuiteRun, ...]] = {
     "paper": (

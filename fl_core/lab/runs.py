@@ -42,7 +42,7 @@ from fl_core.io.layers import find_layer
 from fl_core.io.models import LoadedModel
 from fl_core.io.nets import NETS, build_net
 from fl_core.io.preprocessing import InputConfig
-from fl_core.lab.train import TrainConfig, TrainHistory, train_classifier
+from fl_core.lab.train import TrainHistory, TrainSettings, train_classifier
 from fl_core.lab.trainsets import LABEL_VARIANTS, LabelledSplit, TileScaling, crop_dataset, crops_pca, label_variant
 from fl_core.results import Result
 from fl_core.settings import replace_settings, setting, setting_value, settings_fields
@@ -51,7 +51,7 @@ RUN_FORMAT = "filterlens-run/1"
 SHIPPED_RUNS_DIR = ASSETS_DIR / "runs"
 KERNELS = (3, 5, 7)
 DERIVED_TRAIN_FIELDS = ("eval_every", "snapshot_steps")
-"""The :class:`TrainConfig` fields a run sets from its steps and snapshots (not options of a run)."""
+"""The :class:`TrainSettings` fields a run sets from its steps and snapshots (not options of a run)."""
 
 
 def user_runs_dir() -> Path:
@@ -62,7 +62,7 @@ def user_runs_dir() -> Path:
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class RunSettings:
     """Everything that defines a run (configs as data; JSON round trip with :meth:`to_dict` / :meth:`from_dict`).
 
     Attributes:
@@ -95,7 +95,7 @@ class RunConfig:
     label_component: int = setting(15, minimum=1)
     alpha: float = 1.0
     alpha_component: int = setting(4, minimum=1)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    train: TrainSettings = field(default_factory=TrainSettings)
     snapshots: int = setting(13, minimum=2)
 
     def __post_init__(self) -> None:
@@ -152,11 +152,11 @@ class RunConfig:
     def to_dict(self) -> dict:
         """The fields, ``train``'s flattened beside the others (the ``config`` of ``run.json``) without the two it
         derives."""
-        return {f.name: setting_value(self, f.name) for f in settings_fields(RunConfig)
+        return {f.name: setting_value(self, f.name) for f in settings_fields(RunSettings)
                 if f.name not in DERIVED_TRAIN_FIELDS}
 
     @classmethod
-    def from_dict(cls, data: dict) -> RunConfig:
+    def from_dict(cls, data: dict) -> RunSettings:
         """Read :meth:`to_dict` (flat keys, as every run folder stores them); unknown keys are ignored."""
         return replace_settings(cls(), {k: v for k, v in data.items() if k not in DERIVED_TRAIN_FIELDS})
 
@@ -167,7 +167,7 @@ class Run(Result):
 
     Attributes:
         name: the run's name (its folder name).
-        config: the :class:`RunConfig`.
+        config: the :class:`RunSettings`.
         history: loss/accuracy per evaluation and the first-layer snapshots.
         classes: class names of the labels trained on.
         input_config: preprocessing that turns a photo into this run's input (for ``demo:``/``weights:`` use).
@@ -180,7 +180,7 @@ class Run(Result):
     """
 
     name: str
-    config: RunConfig
+    config: RunSettings
     history: TrainHistory
     classes: tuple[str, ...]
     input_config: InputConfig
@@ -227,7 +227,7 @@ class Run(Result):
 # ------------------------------------------------------------------------------------------------- model building
 
 
-def resolve_config(config: RunConfig) -> RunConfig:
+def resolve_config(config: RunSettings) -> RunSettings:
     """The configuration with a timm net's own first-layer width and (square) kernel; small nets unchanged."""
     if not config.is_timm:
         return config
@@ -239,7 +239,7 @@ def resolve_config(config: RunConfig) -> RunConfig:
     return dataclasses.replace(config, width=conv.out_channels, first_kernel=conv.kernel_size[0])
 
 
-def build_run_model(config: RunConfig, num_classes: int) -> tuple[nn.Module, str, dict]:
+def build_run_model(config: RunSettings, num_classes: int) -> tuple[nn.Module, str, dict]:
     """``(model, first-layer module name, small-net kwargs)``, initialized from ``config.train.seed``."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.train.seed)
@@ -288,7 +288,7 @@ class RunInputs:
     reference_pca: PatchPCA | None
 
 
-def run_inputs(config: RunConfig) -> RunInputs:
+def run_inputs(config: RunSettings) -> RunInputs:
     """Crops, label variant, input map and patch PCA(s) of a configuration (PCAs cached across runs)."""
     data = crop_dataset(config.images, config.max_images, config.crops_per_image)
     key = (config.images, config.max_images, config.crops_per_image, config.first_kernel, config.patch_stride)
@@ -318,7 +318,7 @@ def _data_pca(images: str, max_images: int | None, crops_per_image: int | None, 
     return crops_pca(data, kernel, _input_map(data, base, alpha, component), stride=stride)
 
 
-def train_run(config: RunConfig, out: str | Path | None = None, *, name: str | None = None, device=None,
+def train_run(config: RunSettings, out: str | Path | None = None, *, name: str | None = None, device=None,
               save_checkpoints: bool = True, progress: Progress | None = None,
               should_stop: Callable[[], bool] | None = None,
               on_snapshot: Callable[[int, np.ndarray], None] | None = None) -> Run:
@@ -356,7 +356,7 @@ def train_run(config: RunConfig, out: str | Path | None = None, *, name: str | N
     return run
 
 
-def _provenance(config: RunConfig, data, labels, history: TrainHistory, device: torch.device,
+def _provenance(config: RunSettings, data, labels, history: TrainHistory, device: torch.device,
                 seconds: float) -> dict:
     counts = torch.bincount(labels.train_y, minlength=len(labels.classes))
     out = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
@@ -425,7 +425,7 @@ def load_run(folder: str | Path) -> Run:
         raise DataError(f"{folder} is not a readable run folder ({type(err).__name__}: {err}).") from err
     except FilterLensError as err:
         raise DataError(f"{folder}: {err}") from err
-    return Run(name=document["name"], config=RunConfig.from_dict(document["config"]),
+    return Run(name=document["name"], config=RunSettings.from_dict(document["config"]),
                history=TrainHistory.from_dict(document["history"], snapshots),
                classes=tuple(document["classes"]), input_config=InputConfig(**document["input_config"]),
                arch_kwargs=document.get("arch_kwargs", {}), first_layer=document["first_layer"],

@@ -1,10 +1,9 @@
 """Training small CNNs on in-memory data, with first-layer snapshots (demo checkpoints and the Training Lab).
 
-Defaults are the Training Lab's (``RunConfig`` embeds :class:`TrainConfig`): the authors' plain SGD (``momentum=0``),
-cross-entropy and no augmentation, with a larger step and fewer steps so a run finishes in CPU minutes. Training is
-deterministic under ``TrainConfig.seed`` on CPU (the model's initialization is the caller's: seed it before building
-the model).
-"""
+Defaults are the Training Lab's (``RunSettings`` embeds :class:`TrainSettings`): the authors' plain SGD
+(``momentum=0``), cross-entropy and no augmentation, with a larger step and fewer steps so a run finishes in CPU
+minutes. Training is deterministic under ``TrainSettings.seed`` on CPU (the model's initialization is the caller's: seed
+it before building the model)."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from fl_core.settings import setting
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainSettings:
     """Optimizer and schedule.
 
     Attributes:
@@ -70,7 +69,7 @@ class TrainHistory(Result):
     val_accuracy: list[float]
     seconds: float
     snapshots: dict[int, np.ndarray] = field(default_factory=dict)
-    config: TrainConfig = TrainConfig()
+    config: TrainSettings = TrainSettings()
     stopped_early: bool = False
 
     _private_fields = ("snapshots",)
@@ -91,7 +90,7 @@ class TrainHistory(Result):
         fields = {k: data[k] for k in ("steps", "train_loss", "train_accuracy", "val_loss", "val_accuracy")}
         return cls(**{k: [float("nan") if v is None else v for v in values] for k, values in fields.items()},
                    seconds=float(data.get("seconds", 0.0)), snapshots=dict(snapshots or {}),
-                   config=TrainConfig(**config), stopped_early=bool(data.get("stopped_early", False)))
+                   config=TrainSettings(**config), stopped_early=bool(data.get("stopped_early", False)))
 
 
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, prepare: Callable[[torch.Tensor], torch.Tensor],
@@ -104,7 +103,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, prepare: Callab
 
 def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
                      val_y: torch.Tensor, prepare: Callable[[torch.Tensor], torch.Tensor], first_layer: nn.Conv2d,
-                     config: TrainConfig = TrainConfig(), *, device=None, progress: Progress | None = None,
+                     config: TrainSettings = TrainSettings(), *, device=None, progress: Progress | None = None,
                      should_stop: Callable[[], bool] | None = None,
                      on_snapshot: Callable[[int, np.ndarray], None] | None = None) -> TrainHistory:
     """Train ``model`` in place with SGD + cross-entropy on mini-batches drawn without replacement per epoch.

@@ -23,12 +23,12 @@ import torch.nn.functional as F
 
 from fl_core.errors import DataError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
-from fl_core.io.crops import CropConfig, CropData, photo_crops
+from fl_core.io.crops import CropData, CropSettings, photo_crops
 from fl_core.io.images import BUNDLED, ImageSet, is_bundled, open_images
 
 LABEL_VARIANTS = ("true", "random", "energy")
 N_DECILES = 10
-BUNDLED_CROPS = CropConfig()
+BUNDLED_CROPS = CropSettings()
 """The bundled data set: 600 training crops per photo, 11 photos (the demo checkpoints' data)."""
 FOLDER_TRAIN_CROPS = 6600
 """Training crops of a folder data set when not given: about as many as the bundled one, spread over its images."""

@@ -21,7 +21,7 @@ from fl_core.lab.claims import (
     summarize_runs,
 )
 from fl_core.lab.experiments import SUITES, suite_runs
-from fl_core.lab.runs import Run, RunConfig
+from fl_core.lab.runs import Run, RunSettings
 from fl_core.lab.train import TrainHistory
 from fl_core.lab.trainsets import (
     EnergyDeciles,
@@ -176,7 +176,7 @@ def test_planted_trajectory_is_fitted_exactly_and_eta_t_grows(pca) -> None:
     assert len(frame) == 5 * pca.dim and set(frame.columns) >= {"step", "component", "profile_minus_init"}
 
 
-def fake_run(name: str, config: RunConfig, snapshots: dict[int, np.ndarray], pca: PatchPCA,
+def fake_run(name: str, config: RunSettings, snapshots: dict[int, np.ndarray], pca: PatchPCA,
              val_accuracy: float = 0.5, reference_pca: PatchPCA | None = None) -> Run:
     """A run with given snapshots and accuracy, without training."""
     history = TrainHistory(steps=[max(snapshots)], train_loss=[1.0], train_accuracy=[0.5], val_loss=[1.0],
@@ -186,7 +186,7 @@ def fake_run(name: str, config: RunConfig, snapshots: dict[int, np.ndarray], pca
 
 
 def test_claims_pair_runs_by_configuration_and_match_direct_correlations(pca) -> None:
-    base = RunConfig()
+    base = RunSettings()
     early, late = planted_snapshots(pca, [0.05], seed=0), planted_snapshots(pca, [0.05, 5.0], seed=1)
     runs = [fake_run("true_s0", base, early, pca, 0.80),
             fake_run("true_s1", replace_settings(base, {"seed": 1}), planted_snapshots(pca, [0.06], seed=2), pca),
@@ -233,6 +233,6 @@ def test_the_paper_suite_tests_every_claim(pca) -> None:
 def test_suites_move_to_other_data_and_scale_their_steps() -> None:
     runs = suite_runs("quick", images="/data/tree", max_images=50, steps_scale=0.5)
     assert {r.config.images for r in runs} == {"/data/tree"}
-    assert runs[0].config.train.steps == RunConfig().train.steps // 2
+    assert runs[0].config.train.steps == RunSettings().train.steps // 2
     with pytest.raises(DataError):
         suite_runs("nope")

@@ -22,19 +22,19 @@ from fl_core.lab.claims import run_trajectory
 from fl_core.lab.experiments import SUITES
 from fl_core.lab.runs import (
     SHIPPED_RUNS_DIR,
-    RunConfig,
+    RunSettings,
     list_runs,
     load_run,
     register_demo_runs,
     resolve_config,
     train_run,
 )
-from fl_core.lab.train import TrainConfig
+from fl_core.lab.train import TrainSettings
 from fl_core.settings import replace_settings
 from fl_ui.jobs import TrainingJob
 
-TINY = RunConfig(width=8, body_widths=(8, 8), crops_per_image=20, snapshots=4,
-                 train=TrainConfig(steps=30, batch_size=32, lr=0.5))
+TINY = RunSettings(width=8, body_widths=(8, 8), crops_per_image=20, snapshots=4,
+                 train=TrainSettings(steps=30, batch_size=32, lr=0.5))
 """A tiny net on 220 crops: seconds per run, and the first layer still moves decisively."""
 
 
@@ -147,7 +147,7 @@ def test_shipped_run_folders_read_back_the_optimizer_they_were_trained_with() ->
         assert run.config.train == run.history.config  # steps, lr, momentum, seed, … and the derived schedule
         assert json.loads(json.dumps(run.config.to_dict())) == stored  # the same flat keys and values
         assert run.config == suite[run.name]  # make_shipped_runs.py would resume it, not retrain it
-    assert (RunConfig().train.momentum, RunConfig().train.lr, RunConfig().train.steps) == (0.0, 0.2, 400)
+    assert (RunSettings().train.momentum, RunSettings().train.lr, RunSettings().train.steps) == (0.0, 0.2, 400)
 
 
 def test_run_configs_round_trip_through_their_flat_json() -> None:
@@ -155,7 +155,7 @@ def test_run_configs_round_trip_through_their_flat_json() -> None:
                                      "labels": "energy", "label_component": 2, "max_images": 7})
     document = json.loads(json.dumps(config.to_dict()))
     assert "train" not in document and {"seed", "momentum", "eval_every"} - set(document) == {"eval_every"}
-    assert RunConfig.from_dict({**document, "a_key_of_a_later_version": 1}) == config
+    assert RunSettings.from_dict({**document, "a_key_of_a_later_version": 1}) == config
     assert config.train.eval_every == 10 and config.train.snapshot_steps == config.snapshot_steps() == (0, 1, 5, 30)
     longer = replace_settings(config, {"steps": 400})
     assert longer.train.eval_every == 20 and longer.train.snapshot_steps[-1] == 400  # the schedule follows the steps
@@ -172,7 +172,7 @@ def test_timm_architectures_train_with_their_own_first_layer() -> None:
     with pytest.raises(ModelSpecError, match="32×32"):
         resolve_config(replace_settings(TINY, {"arch": "timm:inception_v3"}))
     with pytest.raises(ModelSpecError):
-        RunConfig(arch="timm:resnet18", alpha=2.0)
+        RunSettings(arch="timm:resnet18", alpha=2.0)
 
 
 def test_cli_trains_a_run_folder_and_reports_json(tmp_path, capsys) -> None:
@@ -196,12 +196,12 @@ def test_cli_keeps_every_documented_training_flag() -> None:
         "--width", "16", "--body-widths", "8", "12", "--first-kernel", "5", "--freeze-first", "--labels", "energy",
         "--label-component", "2", "--alpha", "1.0", "--alpha-component", "3", "--seed", "4", "--steps", "50",
         "--batch-size", "64", "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.001", "--snapshots", "5"])
-    assert config_from_args(args) == RunConfig(
+    assert config_from_args(args) == RunSettings(
         images="/data/tree", max_images=5, crops_per_image=20, arch="small_resnet", width=16, body_widths=(8, 12),
         first_kernel=5, labels="energy", label_component=2, alpha_component=3, snapshots=5,
-        train=TrainConfig(steps=50, batch_size=64, lr=0.1, momentum=0.9, weight_decay=0.001, seed=4,
+        train=TrainSettings(steps=50, batch_size=64, lr=0.1, momentum=0.9, weight_decay=0.001, seed=4,
                           freeze_first=True))
-    assert config_from_args(build_parser().parse_args(["train"])) == RunConfig()  # the defaults are the class's
+    assert config_from_args(build_parser().parse_args(["train"])) == RunSettings()  # the defaults are the class's
     for bad in (["--first-kernel", "4"], ["--labels", "nope"], ["--steps", "0"], ["--snapshots", "1"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["train", *bad])

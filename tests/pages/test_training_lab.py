@@ -9,8 +9,8 @@ import pytest
 
 from fl_core.cli import build_parser
 from fl_core.cli.train import cli_flags, config_from_args
-from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunConfig, list_runs, load_run, resolve_config
-from fl_core.lab.train import TrainConfig
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunSettings, list_runs, load_run, resolve_config
+from fl_core.lab.train import TrainSettings
 from fl_core.settings import replace_settings
 
 from ..conftest import page_app
@@ -89,19 +89,20 @@ def test_a_running_job_can_be_cancelled_from_the_page(runs_dir) -> None:
 
 
 def test_the_command_line_shown_for_a_run_gives_back_its_configuration() -> None:
-    configs = [RunConfig(), *(load_run(folder).config for folder in list_runs(SHIPPED_RUNS_DIR)),
-               RunConfig(images="/data/my photos", max_images=50, crops_per_image=20, arch="small_resnet", width=7,
+    configs = [RunSettings(), *(load_run(folder).config for folder in list_runs(SHIPPED_RUNS_DIR)),
+               RunSettings(images="/data/my photos", max_images=50, crops_per_image=20, arch="small_resnet", width=7,
                          body_widths=(), first_kernel=7, labels="energy", label_component=2, alpha=2.5,
-                         alpha_component=9, snapshots=3, train=TrainConfig(steps=123, batch_size=9, lr=0.3 / 7,
+                         alpha_component=9, snapshots=3, train=TrainSettings(steps=123, batch_size=9, lr=0.3 / 7,
                                                                            momentum=0.9, weight_decay=1e-5,
                                                                            seed=11, freeze_first=True)),
-               resolve_config(RunConfig(arch="timm:resnet10t"))]
+               resolve_config(RunSettings(arch="timm:resnet10t"))]
     parser = build_parser()
     for config in configs:
         flags = cli_flags(config)
         assert config_from_args(parser.parse_args(["train", *shlex.split(flags)])) == config, flags
-    assert cli_flags(RunConfig()) == ""  # defaults are left out
-    assert cli_flags(replace_settings(RunConfig(), {"labels": "random", "steps": 800})) == "--labels random --steps 800"
+    assert cli_flags(RunSettings()) == ""  # defaults are left out
+    flags = cli_flags(replace_settings(RunSettings(), {"labels": "random", "steps": 800}))
+    assert flags == "--labels random --steps 800"
 
 
 def test_a_run_shows_the_command_that_reproduces_it() -> None:
