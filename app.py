@@ -12,6 +12,7 @@ import streamlit as st
 
 from fl_ui.cache import start_workers
 from fl_ui.sidebar import render_sidebar
+from fl_ui.state import url_notices_above
 
 PAGES = (
     ("views/home.py", "Home", "🏠", ""),  # the default page is served at the root URL
@@ -31,4 +32,5 @@ navigation = st.navigation([st.Page(path, title=title, icon=icon, url_path=url, 
                             for i, (path, title, icon, url) in enumerate(PAGES)])
 start_workers()
 render_sidebar()
-navigation.run()
+with url_notices_above():
+    navigation.run()

@@ -127,16 +127,64 @@ def settings_fields(cls: type) -> list[SettingField]:
     return fields
 
 
-def _number(kind: type, field: SettingField):
-    """An argparse ``type`` that parses ``kind`` and checks the field's bounds."""
-    def parse(text: str):
-        value = kind(text)
-        low, high = field.minimum, field.maximum
+MAX_TEXT_LENGTH = 4096
+"""The longest text a setting takes from a URL or form (paths and specs are far shorter)."""
+
+
+def check_bounds(field: SettingField, value: Any) -> Any:
+    """``value`` if it lies within ``field``'s bounds and choices; else :class:`ValueError` naming the option."""
+    low, high = field.minimum, field.maximum
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{field.option} must be a finite number, not {value}")
         if (low is not None and value < low) or (high is not None and value > high):
             bound = f"lie in [{low}, {high}]" if low is not None and high is not None else (
                 f"be at least {low}" if low is not None else f"be at most {high}")
-            raise argparse.ArgumentTypeError(f"{field.option} must {bound}, not {text}")
-        return value
+            raise ValueError(f"{field.option} must {bound}, not {value}")
+    items = value if field.kind is tuple else (value,)
+    if field.choices is not None and any(item not in field.choices for item in items):
+        raise ValueError(f"{field.option} must be one of {', '.join(map(str, field.choices))}, not {value}")
+    return value
+
+
+def parse_scalar(kind: type, text: str) -> Any:
+    """One value of ``kind`` from text: ``1/0/true/false/yes/no/on/off`` for booleans, ``int``/``float``/``str``."""
+    if kind is bool:
+        lowered = text.strip().lower()
+        if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+            raise ValueError(f"not a yes/no value: {text!r}")
+        return lowered in ("1", "true", "yes", "on")
+    if "\x00" in text:
+        raise ValueError("a NUL character is not allowed")
+    if len(text) > MAX_TEXT_LENGTH:
+        raise ValueError(f"not a value: longer than {MAX_TEXT_LENGTH:,} characters")
+    return kind(text.strip()) if kind in (int, float) else kind(text)
+
+
+def parse_setting(field: SettingField, text: str) -> Any:
+    """``text`` (a URL or form value) as ``field``'s value, kind, bounds and choices checked: tuples are
+    comma-separated, ``none`` is ``None`` for optional fields. :class:`ValueError` says what is wrong."""
+    if field.optional and text.strip().lower() == "none":
+        return None
+    try:
+        if field.kind is tuple:
+            value: Any = tuple(parse_scalar(field.item, item) for item in text.split(",") if item.strip())
+        else:
+            value = parse_scalar(field.kind, text)
+    except ValueError as err:
+        raise ValueError(f"{field.option}: {err}" if str(err).startswith(("not", "a NUL")) else
+                         f"{field.option} must be {field.kind.__name__}, not {text!r}") from None
+    return check_bounds(field, value)
+
+
+def _number(kind: type, field: SettingField):
+    """An argparse ``type`` that parses ``kind`` and checks the field's bounds."""
+    def parse(text: str):
+        value = kind(text)  # a ValueError here is argparse's "invalid int value"
+        try:
+            return check_bounds(field, value)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
     parse.__name__ = kind.__name__
     return parse
 

@@ -4,11 +4,13 @@ widget come from the class, so a page never re-types them."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import streamlit as st
 
 from fl_core.settings import SettingField, replace_settings, setting_value, settings_fields
+from fl_ui.state import set_url_param, url_setting
 
 
 def setting_widget(field: SettingField, label: str, *, key: str, value: Any = None, container: Any = st,
@@ -36,19 +38,29 @@ def setting_widget(field: SettingField, label: str, *, key: str, value: Any = No
 
 
 def settings_widgets(cls: type, labels: Mapping[str, str], *, key: str, base: Any = None, container: Any = st,
-                     options: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
+                     options: Mapping[str, Mapping[str, Any]] | None = None, url: bool = False) -> Any:
     """Widgets for the fields named in ``labels`` (in that order, nested settings' fields by their own names), and the
     settings they give: ``base`` (default: ``cls()``) with those fields replaced.
 
     Args:
         labels: field name → widget label.
         key: prefix of the widgets' keys (``{key}_{field}``).
-        base: the settings the widgets start from (e.g. decoded from the URL).
-        options: per field, extra widget arguments.
+        base: the settings the widgets start from.
+        options: per field, extra widget arguments (``min_value``/``max_value`` narrow the field's bounds).
+        url: each widget starts from, and writes back to, the query parameter ``{key}_{field}`` (checked against
+            the field and the page's bounds; an invalid value falls back to ``base``'s with a notice).
     """
     base = cls() if base is None else base
     fields = {f.name: f for f in settings_fields(cls)}
-    values = {name: setting_widget(fields[name], label, key=f"{key}_{name}", value=setting_value(base, name),
-                                   container=container, **(options or {}).get(name, {}))
-              for name, label in labels.items()}
+    values = {}
+    for name, label in labels.items():
+        field, extra = fields[name], (options or {}).get(name, {})
+        start = setting_value(base, name)
+        if url:
+            narrowed = replace(field, minimum=extra.get("min_value", field.minimum),
+                               maximum=extra.get("max_value", field.maximum))
+            start = url_setting(f"{key}_{name}", narrowed, start)
+        values[name] = setting_widget(field, label, key=f"{key}_{name}", value=start, container=container, **extra)
+        if url:
+            set_url_param(f"{key}_{name}", values[name])
     return replace_settings(base, values)

@@ -3,16 +3,28 @@
 Query parameters: ``models`` (comma-separated model tokens), ``images``, ``device`` and page-specific keys.
 A model token is a spec string, optionally followed by ``|`` and preprocessing overrides, e.g.
 ``weights:/srv/uploads/ab12.pt|size=32;crop=1;mean=0.49/0.48/0.45;std=0.25/0.24/0.26``.
+
+The URL is untrusted input: page-specific values are read with :func:`url_param` / :func:`url_setting`, which parse
+them like the widget's value (kind, bounds, choices: :func:`fl_core.settings.parse_setting`) and fall back to the
+default with a notice naming the parameter (:func:`url_notices`, shown at the top of the page) when they do not
+parse; :func:`set_url_param` writes a widget's value back, so a copied URL restores the whole view.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import streamlit as st
 
 from fl_core.io.images import BUNDLED
 from fl_core.io.preprocessing import InputConfig, Overrides
+from fl_core.settings import SettingField, parse_setting
+
+T = TypeVar("T")
+NOTICES_KEY = "url_notices"
 
 DEFAULT_MODELS = ("demo:tiny_vgg", "demo:tiny_vgg_init")
 
@@ -69,11 +81,76 @@ def current_selection() -> Selection:
     return st.session_state.get("selection") or selection_from_url()
 
 
+def url_setting(key: str, field: SettingField, default: Any = None) -> Any:
+    """The query parameter ``key`` as ``field``'s value (kind, bounds and choices checked); ``default`` (the field's
+    own when ``None``) when it is absent, or when it does not parse, with a notice naming the parameter."""
+    default = field.default if default is None else default
+    raw = st.query_params.get(key)
+    if raw is None:
+        return default
+    try:
+        return parse_setting(field, raw)
+    except ValueError as err:
+        _notice(key, raw, str(err).replace(field.option, f"'{key}'"), default)
+        return default
+
+
+def url_param(key: str, default: T, *, choices: Sequence[Any] | None = None, minimum: float | None = None,
+              maximum: float | None = None) -> T:
+    """The query parameter ``key`` parsed like ``default`` (bool, int, float, str or a tuple of those), within
+    ``choices`` / ``[minimum, maximum]``; ``default`` when absent or invalid (:func:`url_setting`)."""
+    kind = type(default)
+    item = type(default[0]) if kind is tuple and default else (str if kind is tuple else None)
+    spec = SettingField(key, kind, item, False, default, "", tuple(choices) if choices is not None else None,
+                        minimum, maximum, key)
+    return url_setting(key, spec, default)
+
+
+def url_text(value: Any) -> str:
+    """A widget value as its query-parameter text: ``1``/``0`` for booleans, comma-separated tuples."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, tuple | list):
+        return ",".join(map(url_text, value))
+    return str(value)
+
+
+def set_url_param(key: str, value: Any) -> None:
+    """Write a widget's value into the query parameters (only when it changed: every write is a browser update)."""
+    text = url_text(value)
+    if st.query_params.get(key) != text:
+        st.query_params[key] = text
+
+
+def _notice(key: str, raw: str, reason: str, default: Any) -> None:
+    shown = raw if len(raw) <= 40 else raw[:40] + "…"
+    message = f"The link's value of '{key}' ({shown!r}) was not used: {reason}. Showing {url_text(default)!r}."
+    notices = st.session_state.setdefault(NOTICES_KEY, [])
+    if message not in notices:
+        notices.append(message)
+
+
+def url_notices() -> list[str]:
+    """The notices about URL values this run could not use (each said once), emptied as they are read."""
+    return st.session_state.pop(NOTICES_KEY, [])
+
+
+@contextlib.contextmanager
+def url_notices_above() -> Iterator[None]:
+    """Run a page inside; then show, above it, the URL values it could not use (:func:`url_notices`)."""
+    slot = st.container()
+    try:
+        yield
+    finally:
+        with slot:
+            for message in url_notices():
+                st.warning(message, icon="🔗")
+
+
 def page_param(key: str, default: str) -> str:
-    """A page-specific query parameter (e.g. the chosen layer)."""
-    return st.query_params.get(key, default)
+    """A page-specific text parameter (e.g. the chosen layer); prefer :func:`url_param` for typed values."""
+    return url_param(key, default)
 
 
 def set_page_param(key: str, value: str) -> None:
-    if st.query_params.get(key) != value:
-        st.query_params[key] = value
+    set_url_param(key, value)

@@ -17,9 +17,11 @@ def _page_with_sidebar(page: str) -> None:
     import runpy
 
     from fl_ui.sidebar import render_sidebar
+    from fl_ui.state import url_notices_above
 
     render_sidebar()
-    runpy.run_path(page, run_name="__main__")
+    with url_notices_above():
+        runpy.run_path(page, run_name="__main__")
 
 
 def page_app(page: str, timeout: float = 300, **query: str) -> AppTest:

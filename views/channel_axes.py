@@ -23,7 +23,7 @@ from fl_core.channelaxes.pruning import CRITERIA, PruningSettings
 from fl_ui.cache import get_model
 from fl_ui.channels import analysable_layers, channel_axes_result, data_source
 from fl_ui.forms import settings_widgets
-from fl_ui.state import current_selection, page_param, set_page_param
+from fl_ui.state import current_selection, page_param, set_page_param, set_url_param, url_param
 from fl_ui.widgets import downloads, heavy_result, plot_with_explanation, table_with_download, user_errors
 
 PAGE_PRUNING = PruningSettings(criteria=("local", "target", "l1", "bn_gamma", "random"), finetune_steps=0)
@@ -39,13 +39,6 @@ st.markdown(
     "then *test* removability directly: lesion it, let its peers stand in for it, prune.\n\n"
     "The paper's method section is not public: every definition here is this project's **proposed** one "
     "(reference: `channel_axes.md`).")
-
-
-def _int_param(key: str, default: int) -> int:
-    try:
-        return int(page_param(key, str(default)))
-    except ValueError:
-        return default
 
 
 selection = current_selection()
@@ -73,14 +66,15 @@ with user_errors():
 
     with st.expander("⚙ Analysis settings"):
         s1, s2, s3 = st.columns(3)
-        n_calibration = s1.number_input("Calibration images", 32, 20000, _int_param("axes_ncal", 256), step=32,
+        n_calibration = s1.number_input("Calibration images", 32, 20000, step=32,
+                                        value=url_param("axes_ncal", 256, minimum=32, maximum=20000),
                                         help="Statistics, peer regressions and the recovery fine-tune.")
-        n_evaluation = s2.number_input("Evaluation images", 16, 20000, _int_param("axes_neval", 128), step=16,
+        n_evaluation = s2.number_input("Evaluation images", 16, 20000, step=16,
+                                       value=url_param("axes_neval", 128, minimum=16, maximum=20000),
                                        help="Held-out images for lesions and pruning accuracy.")
         pruning = settings_widgets(
             PruningSettings, {"finetune_steps": "Recovery fine-tune steps"}, key="axes", container=s3,
-            base=replace(PAGE_PRUNING, finetune_steps=_int_param("axes_ft", PAGE_PRUNING.finetune_steps)),
-            options={"finetune_steps": {"max_value": 500, "step": 10}})
+            base=PAGE_PRUNING, options={"finetune_steps": {"max_value": 500, "step": 10}}, url=True)
         settings = settings_widgets(
             ChannelSettings, {"lesion_kinds": "Interventions"}, key="axes", base=ChannelSettings(layer=layer),
             options={"lesion_kinds": {"format_func": LESION_NAMES.get, "help": (
@@ -92,9 +86,8 @@ with user_errors():
         compare_init = st.checkbox("Compare with the initialization", value=bool(loaded.init_spec),
                                    disabled=not loaded.init_spec,
                                    help="Demo models know their initialization checkpoint.")
-    for key, value in (("axes_ncal", n_calibration), ("axes_neval", n_evaluation),
-                       ("axes_ft", pruning.finetune_steps)):
-        set_page_param(key, str(int(value)))
+    set_url_param("axes_ncal", int(n_calibration))
+    set_url_param("axes_neval", int(n_evaluation))
     settings = replace(settings, pruning=pruning if pruning.criteria else None)
 
     result = heavy_result("Channel axes", channel_axes_result, spec, overrides, source, int(n_calibration),

@@ -31,7 +31,7 @@ from fl_ui.masterkeys import (
     master_key_result,
     published_assignment,
 )
-from fl_ui.state import current_selection, page_param, set_page_param
+from fl_ui.state import current_selection, page_param, set_page_param, set_url_param, url_param
 from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors
 
 st.title("🗝️ Master keys")
@@ -66,8 +66,9 @@ with user_errors():
     c1, c2, c3, c4 = st.columns(4)
     sizes = list(bank.kernel_sizes)
     kernel = c1.selectbox("Kernel size", sizes, format_func=lambda s: f"{s}×{s} ({bank.kernel_sizes[s]:,} filters)")
-    k = c2.slider("Clusters k", 2, 16, int(page_param("k", str(MasterKeySettings.k))), help="The papers find 8.")
-    set_page_param("k", str(k))
+    k = c2.slider("Clusters k", 2, 16, url_param("k", MasterKeySettings.k, minimum=2, maximum=16),
+                  help="The papers find 8.")
+    set_url_param("k", k)
     tuned = settings_widgets(MasterKeySettings, {"restarts": "Restarts"}, key="mk", container=c3,
                              options={"restarts": {"max_value": 32}})
     tuned = settings_widgets(MasterKeySettings, {"seed": "Seed"}, key="mk", base=tuned, container=c4,
@@ -75,8 +76,8 @@ with user_errors():
     stage_labels = bank.stages
     chosen = st.multiselect("Stages", list(stage_labels), default=list(stage_labels), format_func=stage_labels.get)
     sweep = st.checkbox(f"Elbow / silhouette sweep over k = {DEFAULT_SWEEP[0]}…{DEFAULT_SWEEP[-1]}",
-                        value=page_param("sweep", "0") == "1")
-    set_page_param("sweep", "1" if sweep else "0")
+                        value=url_param("sweep", False))
+    set_url_param("sweep", sweep)
     if not chosen:
         st.info("Choose at least one stage.")
         st.stop()

@@ -67,14 +67,14 @@ def test_layer_choice_is_remembered_in_the_url() -> None:
 
 @pytest.mark.slow
 def test_choices_reach_the_job_as_one_settings_object_and_fine_tune_steps_are_remembered() -> None:
-    app = page_app(PAGE, axes_ft="3", **SMALL)
+    app = page_app(PAGE, axes_finetune_steps="3", **SMALL)
     app.run()
     assert_clean(app)
     assert app.number_input(key="axes_finetune_steps").value == 3
     app.multiselect(key="axes_lesion_kinds").set_value(["mean"])
     app.multiselect(key="axes_criteria").set_value([]).run()
     assert_clean(app)
-    assert app.query_params["axes_ft"] == "3"
+    assert app.query_params["axes_finetune_steps"] == "3"
     assert job_was_keyed_by(app, ChannelSettings(layer="features.14", lesion_kinds=("mean",)))  # no criteria: no curves
     assert not any(json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("Pruning")
                    for c in app.get("plotly_chart"))
