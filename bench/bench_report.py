@@ -55,7 +55,7 @@ def bench_case(name: str, spec: str, overrides: tuple, settings: ReportSettings,
     start = time.perf_counter()
     models = load_series([spec], overrides)
     loaded = time.perf_counter()
-    report = build_report(models, settings, device=device)
+    report = build_report(models, settings=settings, device=device)
     built = time.perf_counter()
     document = report_html(report)
     written = time.perf_counter()
@@ -78,7 +78,7 @@ def main() -> None:
     print(f"torch threads: {torch.get_num_threads()}, CPU cores: {os.cpu_count()}, device: {args.device}")
     settings = ReportSettings(images=args.images)
     with tempfile.TemporaryDirectory() as scratch:
-        build_report(load_series(["demo:tiny_vgg"]), ReportSettings(images=args.images, seeds=1), device=args.device)
+        build_report(load_series(["demo:tiny_vgg"]), args.images, seeds=1, device=args.device)
         for name in args.case or CASES:
             found = case_spec(name, Path(scratch))
             if found is None:

@@ -107,7 +107,7 @@ def main() -> None:
     swaps = [swap_filters(bank, method, stages=args.stages) for method in FIT_METHODS]
 
     def score(variants: int, share_prefix: bool = True):
-        return rescore(loaded, images, swaps[: variants - 1], device=device, batch_size=args.batch_size,
+        return rescore(loaded, images, swaps=swaps[: variants - 1], device=device, batch_size=args.batch_size,
                        workers=args.workers, share_prefix=share_prefix)
 
     measured = {v: best_time(lambda v=v: score(v), args.repeats, device) for v in args.variants}

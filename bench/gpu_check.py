@@ -94,7 +94,7 @@ class Inputs:
         self.demo = load_model("demo:tiny_vgg")
         self.resnet18 = load_model("timm:resnet18")
         self.convnext = load_model("timm:convnext_atto")
-        self.crops = channel_data("crops", self.demo, 64, 64, seed=0)
+        self.crops = channel_data(self.demo, "crops", 64, 64, seed=0)
         mobilenet = fixtures / "checkpoints" / "mobilenet_v2_imagenet.pt"
         sample = fixtures / "imagenet-sample"
         if mobilenet.is_file() and sample.is_dir():
@@ -145,7 +145,7 @@ def masterkey_values(inputs: Inputs, device: str) -> dict[str, np.ndarray]:
 
 
 def rescore_values(inputs: Inputs, device: str) -> dict[str, np.ndarray]:
-    result = rescore(inputs.scored, inputs.scored_images, [inputs.swap], device=device, batch_size=32)
+    result = rescore(inputs.scored, inputs.scored_images, swaps=[inputs.swap], device=device, batch_size=32)
     swap = result.swaps[0]
     values = {"swap agreement with the original": np.array([swap.agreement]),
               "swap KL(original ‖ swap) (nats)": np.array([swap.kl])}

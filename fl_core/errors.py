@@ -23,3 +23,7 @@ class DataError(FilterLensError):
 
 class AnalysisError(FilterLensError):
     """An analysis cannot run on the chosen model/layer (e.g. no depthwise convolution)."""
+
+
+class ArgumentError(FilterLensError, TypeError):
+    """A public function was called with an argument it cannot use; the message names the argument."""

@@ -111,9 +111,10 @@ def _kind(hint: Any) -> tuple[type, type | None, bool]:
 
 
 def settings_fields(cls: type) -> list[SettingField]:
-    """The fields of a settings dataclass, nested settings classes flattened in place (their fields follow on)."""
+    """The fields of a settings dataclass, nested settings classes flattened in place (their fields follow on); a
+    subclass's fields are documented by its own ``Attributes:`` and those of its bases."""
     hints = typing.get_type_hints(cls)
-    helps = attribute_help(cls)
+    helps = {name: text for klass in reversed(cls.__mro__) for name, text in attribute_help(klass).items()}
     fields: list[SettingField] = []
     for f in dataclasses.fields(cls):
         if dataclasses.is_dataclass(hints[f.name]):

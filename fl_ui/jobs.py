@@ -23,11 +23,9 @@ from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, ana
 from fl_core.io.images import open_images
 from fl_core.io.models import LoadedModel
 from fl_core.lab.runs import Run, RunSettings, resolve_config, run_inputs, train_run
-from fl_core.masterkeys.depthwise import depthwise_bank
-from fl_core.masterkeys.layersweep import LayerSweepResult, sweep_layers
+from fl_core.masterkeys.layersweep import LayerSweepResult, LayerSweepSettings, sweep_layers
 from fl_core.masterkeys.recovery import RecoverySettings
-from fl_core.masterkeys.rescore import RescoreResult, rescore
-from fl_core.masterkeys.swap import swap_filters
+from fl_core.masterkeys.rescore import RescoreResult, RescoreSettings, rescore
 from fl_core.report.build import Report, ReportSettings, build_report
 from fl_core.report.series import load_series
 from fl_ui.pool import Job, heavy_pool, publish, stop_requested, worker_model
@@ -62,7 +60,7 @@ def channel_axes_job(spec: str, overrides: tuple, source: str, n_calibration: in
     ``source``, split with the settings' seed (``compare_init``: against the model's initialization checkpoint)."""
     loaded = worker_model(spec, overrides)
     init = worker_model(loaded.init_spec) if compare_init and loaded.init_spec else None
-    data = channel_data(source, loaded, n_calibration, n_evaluation, seed=settings.axes.seed)
+    data = channel_data(loaded, source, n_calibration, n_evaluation, seed=settings.axes.seed)
     return analyze_channels(loaded, data, settings, init=init, device=device, progress=progress)
 
 
@@ -71,11 +69,10 @@ def rescore_job(spec: str, overrides: tuple, images: str, max_images: int, repla
                 recovery: RecoverySettings | None = None, progress: Progress | None = None) -> RescoreResult:
     """:func:`fl_core.masterkeys.rescore.rescore` of the original and each swap of its depthwise filters (each recovered
     on a calibration split first, with ``recovery``)."""
-    loaded = worker_model(spec, overrides)
-    bank = depthwise_bank(loaded)
-    swaps = [swap_filters(bank, name, stages=stages, k=k, seed=seed, device=device) for name in replacements]
-    return rescore(loaded, open_images(images, max_images), swaps, device=device, batch_size=batch_size,
-                   recovery=recovery, progress=progress)
+    settings = RescoreSettings(replacements=tuple(replacements), stages=stages, k=k, seed=seed,
+                               batch_size=batch_size, recovery=recovery)
+    return rescore(worker_model(spec, overrides), open_images(images, max_images), settings, device=device,
+                   progress=progress)
 
 
 def layer_sweep_job(spec: str, overrides: tuple, images: str, max_images: int, replacement: str,
@@ -83,8 +80,9 @@ def layer_sweep_job(spec: str, overrides: tuple, images: str, max_images: int, r
                     recovery: RecoverySettings | None = None, progress: Progress | None = None) -> LayerSweepResult:
     """:func:`fl_core.masterkeys.layersweep.sweep_layers`: each depthwise layer of the chosen stages swapped alone and
     zeroed alone."""
-    return sweep_layers(worker_model(spec, overrides), open_images(images, max_images), replacement, stages=stages,
-                        recovery=recovery, k=k, seed=seed, device=device, batch_size=batch_size,
+    settings = LayerSweepSettings(replacement=replacement, stages=stages, k=k, seed=seed, batch_size=batch_size,
+                                  recovery=recovery)
+    return sweep_layers(worker_model(spec, overrides), open_images(images, max_images), settings, device=device,
                         progress=progress)
 
 
@@ -97,7 +95,7 @@ def report_job(models: ModelKeys, stamps: tuple[str, ...], settings: ReportSetti
     or a checkpoint added to a folder gives a new report.
     """
     loaded = [m for spec, overrides in models for m in load_series([spec], overrides, load=worker_model)]
-    return build_report(loaded, settings, device=device, progress=progress)
+    return build_report(loaded, settings=settings, device=device, progress=progress)
 
 
 def training_job(config: RunSettings, folder: str, device, progress: Progress | None = None) -> Run:

@@ -81,7 +81,7 @@ def bank_description(spec: str) -> str | None:
 def master_key_result(spec: str, overrides: tuple, settings: MasterKeySettings, device: str,
                       progress: Progress | None = None) -> MasterKeyResult:
     """:func:`fl_core.masterkeys.clustering.analyze_master_keys` of one model."""
-    return analyze_master_keys(get_bank(spec, overrides), settings, device=device, progress=progress)
+    return analyze_master_keys(get_bank(spec, overrides), settings=settings, device=device, progress=progress)
 
 
 @memoize(max_entries=16)

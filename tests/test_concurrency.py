@@ -93,7 +93,7 @@ def test_concurrent_swaps_and_rescoring_never_leak_between_sessions(shared_mobil
     def session(i: int):
         shared = get_model(MOBILENET_SPEC, overrides)
         private = swapped_model(shared, swaps[i])
-        result = rescore(shared, sample_images, [swaps[i]], device="cpu", batch_size=8, workers=0)
+        result = rescore(shared, sample_images, swaps=[swaps[i]], device="cpu", batch_size=8, workers=0)
         mine = {key: private.get_parameter(key).detach().flatten(1) for key in swaps[i].weights}
         return shared, mine, result
 

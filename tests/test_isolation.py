@@ -70,12 +70,12 @@ def _energy(loaded, photos) -> np.ndarray:
 
 def _master_keys(loaded) -> tuple:
     bank = depthwise_bank(loaded)
-    result = analyze_master_keys(bank, MasterKeySettings(k=4, restarts=2, seed=0), device="cpu")
+    result = analyze_master_keys(bank, settings=MasterKeySettings(k=4, restarts=2, seed=0), device="cpu")
     return tuple(lay.stage for lay in bank.layers), tuple(c.size for c in result.clusters)
 
 
 def _channels(loaded) -> np.ndarray:
-    data = channel_data("crops", loaded, n_calibration=32, n_evaluation=16)
+    data = channel_data(loaded, "crops", n_calibration=32, n_evaluation=16)
     result = analyze_channels(loaded, data, ChannelSettings(layer=CHANNEL_LAYER, cluster_seeds=2, cluster_k=2,
                                                             lesion_kinds=("mean",)), device="cpu")
     return result.table[["input_capture", "lesion_dloss"]].to_numpy()

@@ -12,7 +12,7 @@
 5. the comparison of the axes: Spearman ρ, the ARI of their k-means groupings with a permutation null, and which
    axis predicts removability better (lesion Δloss and pruning AUC), optionally at initialization too.
 
-All definitions are the project's **proposed** ones (``shared/reference/channel_axes.md``); the paper's method
+All definitions are the project's **proposed** ones (docs/methods.md, "Channel axes"); the paper's method
 section is not public. Sign conventions: every *score* is an importance, higher = keep; Δloss > 0 = the
 intervention hurt.
 """
@@ -27,8 +27,9 @@ import pandas as pd
 import torch
 from scipy.stats import rankdata
 
+from fl_core.arguments import ModelLike, as_model, as_settings
 from fl_core.backend import Progress, report, resolve_device, sub_progress
-from fl_core.channelaxes.calibration import ChannelData
+from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman, spearman_matrix
 from fl_core.channelaxes.interventions import LESION_KINDS, ChannelInterventions, channel_interventions
 from fl_core.channelaxes.layerstats import (
@@ -42,7 +43,6 @@ from fl_core.channelaxes.pruning import PruningResult, PruningSettings, prune_cu
 from fl_core.channelaxes.site import ChannelSite, locate_site
 from fl_core.errors import AnalysisError
 from fl_core.io.layers import ConvLayer, find_layer
-from fl_core.io.models import LoadedModel
 from fl_core.results import Result, jsonable
 from fl_core.settings import setting
 
@@ -354,19 +354,26 @@ def layer_axes(model: torch.nn.Module, layer: str, data: ChannelData, settings: 
     return site, stats, local, channel_table(stats, local, target)
 
 
-def analyze_channels(loaded: LoadedModel, data: ChannelData, settings: ChannelSettings = ChannelSettings(), *,
-                     init: LoadedModel | None = None, device=None, progress: Progress | None = None
-                     ) -> ChannelAxesResult:
+def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, settings: ChannelSettings | None = None,
+                     *, init: ModelLike | None = None, device=None, progress: Progress | None = None,
+                     **setting_overrides) -> ChannelAxesResult:
     """Both axes, lesions, peer replacement and pruning curves of one conv layer, compared (module docstring).
 
     Args:
-        loaded: the model (never changed: the analysis works on private copies).
-        data: calibration and evaluation sets (:mod:`fl_core.channelaxes.calibration`).
-        settings: the layer, estimator choices, interventions and pruning protocol.
+        model: the model (a spec string, :class:`LoadedModel` or ``nn.Module``; never changed: the analysis works on
+            private copies).
+        data: calibration and evaluation sets (:func:`fl_core.channelaxes.calibration.channel_data`), or their source
+            (``"crops"``, the default, or a labelled ImageFolder tree: 256 + 256 images split with the axes' seed).
+        settings: the layer, estimator choices, interventions and pruning protocol; ``setting_overrides`` replace
+            fields (``layer=``, ``cluster_k=``, the axes' ``k=``, ``seed=``, ...).
         init: the same architecture at initialization, to compare the axes before training.
         device: where to run.
         progress: ``progress(fraction, message)``.
     """
+    loaded = as_model(model)
+    settings = as_settings(ChannelSettings, settings, setting_overrides)
+    data = as_channel_data(data, loaded, seed=settings.axes.seed)
+    init = None if init is None else as_model(init, "init")
     device = resolve_device(device)
     conv = find_layer(loaded, settings.layer)
     if len(data.calibration) < 2 * settings.axes.k:

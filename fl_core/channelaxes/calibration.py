@@ -1,4 +1,4 @@
-"""Labelled calibration and evaluation sets for channel analyses (``channel_axes.md``, "Calibration setup").
+"""Labelled calibration and evaluation sets for channel analyses (docs/methods.md, "Calibration and evaluation sets").
 
 Two sources:
 
@@ -18,12 +18,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fl_core.errors import DataError
+from fl_core.arguments import ModelLike, as_model
+from fl_core.errors import ArgumentError, DataError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.crops import CropData, CropSettings, photo_crops
 from fl_core.io.images import ImageSet, folder_images, is_bundled, iter_input_batches
@@ -175,9 +177,25 @@ def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int
                        seed=seed, warnings=warnings)
 
 
-def channel_data(source: str, loaded: LoadedModel, n_calibration: int = 256, n_evaluation: int = 256,
+def channel_data(model: ModelLike, source: str = CROPS, n_calibration: int = 256, n_evaluation: int = 256,
                  seed: int = 0) -> ChannelData:
-    """``"crops"`` (or the bundled photos' source: their labelled crops) or a labelled ImageFolder tree."""
+    """The labelled sets of a channel analysis of ``model``: ``"crops"`` (or the bundled photos' source: their
+    labelled crops) or a labelled ImageFolder tree, labels mapped onto the model's head."""
+    loaded = as_model(model)
+    if not isinstance(source, str | Path):
+        raise ArgumentError(f"source must be 'crops' or a labelled ImageFolder tree, not {type(source).__name__}.")
+    source = str(source)
     if source == CROPS or is_bundled(source):
         return crop_channel_data(loaded, n_calibration, n_evaluation, seed)
     return folder_channel_data(source, loaded, n_calibration, n_evaluation, seed)
+
+
+def as_channel_data(data: str | ChannelData | None, loaded: LoadedModel, seed: int = 0) -> ChannelData:
+    """``data`` of :func:`~fl_core.channelaxes.analysis.analyze_channels`: a :class:`ChannelData` as is, a source
+    string through :func:`channel_data` (default sizes, ``seed``), ``None``: the bundled crops."""
+    if isinstance(data, ChannelData):
+        return data
+    if data is None or isinstance(data, str | Path):
+        return channel_data(loaded, CROPS if data is None else str(data), seed=seed)
+    raise ArgumentError(f"data must be a source ('crops' or a labelled ImageFolder tree) or a ChannelData from "
+                        f"channel_data(model, source, ...), not {type(data).__name__}.")

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, progress) -> ChannelAxesResult:
     loaded = models[0]
     init_spec = args.init or (loaded.init_spec if args.compare_init else None)
     init = load_model(init_spec) if init_spec else None
-    data = channel_data(args.data, loaded, args.calibration, args.evaluation, seed=args.seed)
+    data = channel_data(loaded, args.data, args.calibration, args.evaluation, seed=args.seed)
     result = analyze_channels(loaded, data, channel_settings(args), init=init, device=args.device,
                               progress=progress)
     print_summary(result)

@@ -44,7 +44,7 @@ def settings_of(args: argparse.Namespace) -> MasterKeySettings:
 
 
 def run(args: argparse.Namespace, progress):
-    result = analyze_master_keys(single_model(args), settings_of(args), device=args.device, progress=progress)
+    result = analyze_master_keys(single_model(args), settings=settings_of(args), device=args.device, progress=progress)
     assignment = result.published_assignment
     print(f"{result.label}: {result.n_filters:,} {result.kernel_size}×{result.kernel_size} depthwise filters "
           f"({result.n_constant} constant), {result.k} clusters, mean |cos| to centroid {result.objective:.3f}")

@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, progress) -> Report:
     models = load_series(args.model, input_overrides(args))
-    result = build_report(models, settings_from_args(ReportSettings, args), device=args.device, progress=progress)
+    settings = settings_from_args(ReportSettings, args)
+    result = build_report(models, settings=settings, device=args.device, progress=progress)
     where = write_output(args.html, report_html(result), args.stdout)
     print(f"report of {result.models[-1]['label']} ({len(result.models)} checkpoint(s)) written to {where}")
     for name, title in PART_TITLES.items():

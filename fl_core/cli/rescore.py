@@ -31,12 +31,14 @@ from fl_core.io.images import open_images
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.distributed import distributed_session, rank_device
 from fl_core.masterkeys.fitting import FIT_METHODS
-from fl_core.masterkeys.kmeans import DEFAULT_K
-from fl_core.masterkeys.layersweep import sweep_layers
+from fl_core.masterkeys.layersweep import LayerSweepSettings, sweep_layers
 from fl_core.masterkeys.recovery import RecoverySettings
-from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, rescore
-from fl_core.masterkeys.swap import REPLACEMENTS, swap_filters
+from fl_core.masterkeys.rescore import RescoreSettings, rescore
+from fl_core.masterkeys.swap import REPLACEMENTS
 from fl_core.settings import add_settings_arguments, settings_from_args
+
+SET_BY_THE_COMMAND = ("layers", "stages", "recovery", "replacements", "replacement")
+"""Settings read from the repeatable ``--layer`` / ``--stage`` / ``--swap`` and the recovery group instead."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,16 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--swap", action="append", choices=list(REPLACEMENTS), default=None, metavar="REPLACEMENT",
                         help=f"replacement to score (repeatable; default: {' '.join(FIT_METHODS)}). "
                              + "; ".join(f"{k}: {v}" for k, v in REPLACEMENTS.items()))
-    parser.add_argument("--k", type=int, default=DEFAULT_K, help="clusters per kernel size for --swap centroid")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random and centroid swaps")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
-    parser.add_argument("--workers", type=int, default=None, help="DataLoader workers per process")
+    add_settings_arguments(parser, RescoreSettings, exclude=SET_BY_THE_COMMAND)
     parser.add_argument("--resume", default=None, metavar="PATH",
                         help="file of running sums: an interrupted run continues from it")
     parser.add_argument("--sweep", action="store_true",
                         help="per-layer sweep: swap (by the one --swap, default B) and zero each depthwise layer alone")
-    parser.add_argument("--no-shared-prefix", action="store_true",
-                        help="run every variant through the whole network (the same numbers, slower; for timing)")
     recovery = parser.add_argument_group("recovery (swap -> recover -> re-score; every score on the held-out images; "
                                          "on with --recover-steps, the random split seeded by --seed)")
     add_settings_arguments(recovery, RecoverySettings, defaults={"steps": None})
@@ -67,13 +64,12 @@ def run(args: argparse.Namespace, progress):
             progress, args.json, args.csv = None, None, None
         loaded = single_model(args)
         device = rank_device(args.device)
-        swaps = _swaps(loaded, args, device)
         images = open_images(args.images, args.max_images)
         if args.sweep:
             return _sweep(loaded, images, args, device, progress)
-        result = rescore(loaded, images, swaps, device=device, batch_size=args.batch_size, workers=args.workers,
-                         resume=args.resume, recovery=_recovery(args),
-                         share_prefix=not args.no_shared_prefix, progress=progress)
+        settings = settings_from_args(RescoreSettings, args, replacements=_replacements(loaded, args),
+                                      **_selection(args))
+        result = rescore(loaded, images, settings, resume=args.resume, device=device, progress=progress)
     if rank == 0:
         _print_summary(result)
     return result
@@ -84,13 +80,16 @@ def _recovery(args: argparse.Namespace) -> RecoverySettings | None:
     return None if args.steps is None else settings_from_args(RecoverySettings, args)
 
 
+def _selection(args: argparse.Namespace) -> dict:
+    """The settings the command reads from its own options: layers, stages and recovery."""
+    return {"layers": args.layer, "stages": args.stage, "recovery": _recovery(args)}
+
+
 def _sweep(loaded, images, args: argparse.Namespace, device, progress):
     if args.swap and len(args.swap) > 1:
         raise AnalysisError("--sweep swaps each layer by one replacement: give a single --swap.")
-    result = sweep_layers(loaded, images, (args.swap or ["B"])[0], layers=args.layer, stages=args.stage,
-                          recovery=_recovery(args), k=args.k, seed=args.seed, device=device,
-                          batch_size=args.batch_size, workers=args.workers,
-                          share_prefix=not args.no_shared_prefix, progress=progress)
+    settings = settings_from_args(LayerSweepSettings, args, replacement=(args.swap or ["B"])[0], **_selection(args))
+    result = sweep_layers(loaded, images, settings, device=device, progress=progress)
     print(f"{result.label}: each of {len(result.rows)} depthwise layers swapped by {result.replacement} / zeroed "
           f"alone, on {result.n_images} images in {result.seconds:.0f} s")
     _print_recovery(result.recovery)
@@ -104,17 +103,16 @@ def _sweep(loaded, images, args: argparse.Namespace, device, progress):
     return result
 
 
-def _swaps(loaded, args: argparse.Namespace, device) -> list:
-    """The requested swaps; none for a model without depthwise filters when no swap was asked for."""
+def _replacements(loaded, args: argparse.Namespace) -> tuple[str, ...]:
+    """The requested replacements; none for a model without depthwise filters when no swap was asked for."""
+    if args.swap:
+        return tuple(args.swap)
     try:
-        bank = depthwise_bank(loaded)
+        depthwise_bank(loaded)
     except AnalysisError:
-        if args.swap:
-            raise
         print(f"{loaded.label} has no depthwise filters: scoring the original model only.")
-        return []
-    return [swap_filters(bank, name, layers=args.layer, stages=args.stage, k=args.k, seed=args.seed, device=device)
-            for name in args.swap or FIT_METHODS]
+        return ()
+    return FIT_METHODS
 
 
 def _print_summary(result) -> None:

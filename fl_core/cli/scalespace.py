@@ -12,24 +12,23 @@ from __future__ import annotations
 import argparse
 
 from fl_core.cli import add_model_arguments, add_selection_arguments, single_model
-from fl_core.masterkeys.assignment import fit_model_master_keys
-from fl_core.masterkeys.fitting import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, fit_published_filters
+from fl_core.masterkeys.assignment import analyze_scale_space
+from fl_core.masterkeys.fitting import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, ScaleSpaceSettings
+from fl_core.settings import add_settings_arguments, settings_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser, required=False)
     add_selection_arguments(parser)
-    parser.add_argument("--method", choices=FIT_METHODS, default="B",
+    parser.add_argument("--method", choices=FIT_METHODS, default=ScaleSpaceSettings.method,
                         help="; ".join(f"{k}: {v}" for k, v in FIT_METHOD_DESCRIPTIONS.items()))
-    parser.add_argument("--kernel-size", type=int, default=None, help="with --model: k of the k×k filters")
+    add_settings_arguments(parser, ScaleSpaceSettings, exclude=("layers", "stages"))
 
 
 def run(args: argparse.Namespace, progress):
-    if args.model:
-        result = fit_model_master_keys(single_model(args), args.method, kernel_size=args.kernel_size,
-                                       layers=args.layer, stages=args.stage, device=args.device, progress=progress)
-    else:
-        result = fit_published_filters(args.method)
+    settings = settings_from_args(ScaleSpaceSettings, args, layers=args.layer, stages=args.stage)
+    result = analyze_scale_space(single_model(args) if args.model else None, settings=settings, device=args.device,
+                                 progress=progress)
     print(f"method {args.method} ({FIT_METHOD_DESCRIPTIONS[args.method]}) on {result.source}:")
     print(result.to_frame().round(4).to_string(index=False))
     return result

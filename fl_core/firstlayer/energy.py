@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fl_core.arguments import ModelLike, as_images, as_model, as_models, as_settings
 from fl_core.backend import Progress, report, resolve_device, sub_progress
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
@@ -431,22 +432,24 @@ def model_energy(loaded: LoadedModel, layer: ConvLayer, pca: PatchPCA, *, seeds:
                        filters=filters, pca_key=key)
 
 
-def analyze_energy(models: Sequence[LoadedModel], images: ImageSet, settings: EnergySettings = EnergySettings(), *,
-                   inits: Mapping[str, LoadedModel] | None = None, device=None,
-                   progress: Progress | None = None) -> EnergyResult:
+def analyze_energy(models: ModelLike | Sequence[ModelLike], data: str | ImageSet | None = None,
+                   settings: EnergySettings | None = None, *, inits: Mapping[str, ModelLike] | None = None,
+                   device=None, progress: Progress | None = None, **setting_overrides) -> EnergyResult:
     """Energy profiles of ``settings.layer`` (default: the first convolution) for each model, compared.
 
     Args:
-        models: loaded models (full or weights-only).
-        images: the image source for patch statistics.
-        settings: the layer and the random-init seeds.
+        models: one model or several (spec strings, loaded models or ``nn.Module`` objects; full or
+            weights-only).
+        data: the image source of the patch statistics (default: the bundled photos).
+        settings: the layer and the random-init seeds; ``setting_overrides`` (``layer=``, ``seeds=``) replace fields.
         inits: spec -> initialization checkpoint to subtract from that model's weights.
         device: where the patch statistics run.
         progress: ``progress(fraction, message)``.
     """
-    if not models:
-        raise AnalysisError("Pick at least one model.")
-    inits = inits or {}
+    models = as_models(models)
+    images = as_images(data)
+    settings = as_settings(EnergySettings, settings, setting_overrides)
+    inits = {spec: as_model(init, f"inits[{spec!r}]") for spec, init in (inits or {}).items()}
     pcas: dict[str, PatchPCA] = {}
     results = []
     for i, loaded in enumerate(models):

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from fl_core.arguments import ModelLike, as_images, as_models, as_settings
 from fl_core.backend import Progress, report, resolve_device, statistics_dtype, sub_progress
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.energy import random_init_banks
@@ -225,20 +226,22 @@ def input_correlation(batches: Iterable[torch.Tensor], max_lag: int, *, device=N
     return accumulator.correlation()
 
 
-def analyze_whitening(models: Sequence[LoadedModel], images: ImageSet,
-                      settings: WhiteningSettings = WhiteningSettings(), *, device=None,
-                      progress: Progress | None = None) -> WhiteningResult:
+def analyze_whitening(models: ModelLike | Sequence[ModelLike], data: str | ImageSet | None = None,
+                      settings: WhiteningSettings | None = None, *, device=None, progress: Progress | None = None,
+                      **setting_overrides) -> WhiteningResult:
     """C(δ)/C(0) of RGB, of each model's learned first layer, of random-init banks and of the ideal ZCA bank.
 
     Args:
-        models: loaded models (full or weights-only); their first convolutions are compared.
-        images: image source (each image at the model's scale, uncropped).
-        settings: the largest δ in pixels and the random-init seeds.
+        models: one model or several (spec strings, loaded models or ``nn.Module`` objects; full or
+            weights-only); their first convolutions are compared.
+        data: image source (each image at the model's scale, uncropped; default: the bundled photos).
+        settings: the largest δ in pixels and the random-init seeds; ``setting_overrides`` replace fields.
         device: where the statistics run.
         progress: ``progress(fraction, message)``.
     """
-    if not models:
-        raise AnalysisError("Pick at least one model.")
+    models = as_models(models)
+    images = as_images(data)
+    settings = as_settings(WhiteningSettings, settings, setting_overrides)
     max_distance, seeds = settings.max_distance, range(settings.seeds)
     layers = [find_layer(m, None) for m in models]
     max_kernel = max(max(lay.kernel_size) for lay in layers)

@@ -120,6 +120,27 @@ class LoadedModel:
         object.__setattr__(self, "conv_layers", layers)
         object.__setattr__(self, "notes", tuple(dict.fromkeys((*self.notes, *notes))))
 
+    @classmethod
+    def from_module(cls, module: nn.Module, input_config: InputConfig | None = None, *, name: str | None = None,
+                    class_names: tuple[str, ...] | None = None) -> LoadedModel:
+        """Analyse any PyTorch network: a private copy of ``module`` in eval mode (the module itself is never
+        changed), with the preprocessing it expects.
+
+        Args:
+            module: the network (any ``nn.Module`` with convolutions).
+            input_config: its input preprocessing (default: 224 px ImageNet evaluation, :class:`InputConfig`).
+            name: how results name it (spec ``module:NAME``; default: the class name).
+            class_names: names of its output classes, when known (accuracy on labelled trees maps by them).
+        """
+        if not isinstance(module, nn.Module):
+            raise ModelSpecError(f"from_module takes a torch.nn.Module, not {type(module).__name__}.")
+        if input_config is not None and not isinstance(input_config, InputConfig):
+            raise ModelSpecError(f"input_config must be an InputConfig, not {type(input_config).__name__}.")
+        model = copy.deepcopy(module).eval().requires_grad_(False)
+        name = name or type(module).__name__
+        return cls(spec=f"module:{name}", label=f"{name} (nn.Module)", model=model, state_dict=model.state_dict(),
+                   input_config=input_config or InputConfig(), class_names=class_names)
+
     @property
     def weights_only(self) -> bool:
         return self.model is None

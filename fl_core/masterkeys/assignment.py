@@ -1,6 +1,6 @@
 """Master keys: each depthwise filter assigned to the nearest of the 8 published master key filters, and a model's own
 per-key mean filters with their scale-space fits (Babaiee et al., arXiv:2401.14469 / 2509.11711;
-``shared/reference/master_keys.md``).
+docs/methods.md, "Master keys").
 
 **Assignment** (B.6, the authors' swap rule): k* = argmax_k |⟨y - ȳ, x_k⟩|, a = ⟨y, x_k*⟩, b = mean(y), with x_k the
 centred unit published 7×7 filters; for other kernel sizes the idealized models of a fitting method at that size
@@ -17,11 +17,19 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fl_core.arguments import ModelLike, as_model, as_settings, no_data
 from fl_core.backend import Progress, report
 from fl_core.errors import AnalysisError
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters, depthwise_bank
-from fl_core.masterkeys.fitting import FitMethod, ScaleSpaceResult, fit_filters, idealized_templates
+from fl_core.masterkeys.fitting import (
+    FitMethod,
+    ScaleSpaceResult,
+    ScaleSpaceSettings,
+    fit_filters,
+    fit_published_filters,
+    idealized_templates,
+)
 from fl_core.masterkeys.kmeans import centred_unit_vectors
 from fl_core.masterkeys.scalespace import (
     AffineTemplateFit,
@@ -180,3 +188,28 @@ def fit_model_master_keys(source: LoadedModel | DepthwiseBank, method: FitMethod
                                            f"filters, keys {', '.join(map(str, fittable))})")
     report(progress, 1.0, "scale-space fits done")
     return result
+
+
+def analyze_scale_space(model: ModelLike | DepthwiseBank | None = None, data: None = None,
+                        settings: ScaleSpaceSettings | None = None, *, device: str | torch.device | None = None,
+                        progress: Progress | None = None, **setting_overrides) -> ScaleSpaceResult:
+    """σ (and α) of the idealized model of each master key: of the 8 published filters (no ``model``), or of a
+    model's per-key mean filters (:func:`fit_model_master_keys`).
+
+    Args:
+        model: none (the published filters), a model (spec string, :class:`LoadedModel` or ``nn.Module``) or its
+            :class:`~fl_core.masterkeys.depthwise.DepthwiseBank`.
+        data: none: the filters are the data (the argument keeps the family's call shape).
+        settings: the fitting method and, for a model, which filters; ``setting_overrides`` replace fields
+            (``method="D1"``).
+        device, progress: as every analysis takes them (the grid searches run in NumPy).
+    """
+    no_data(data, "analyze_scale_space")
+    s = as_settings(ScaleSpaceSettings, settings, setting_overrides)
+    if model is None:
+        result = fit_published_filters(s.method)
+        report(progress, 1.0, "scale-space fits done")
+        return result
+    source = model if isinstance(model, DepthwiseBank) else as_model(model)
+    return fit_model_master_keys(source, s.method, kernel_size=s.kernel_size, layers=s.layers, stages=s.stages,
+                                 device=device, progress=progress)

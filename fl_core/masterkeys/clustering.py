@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fl_core.arguments import ModelLike, as_model, as_settings, no_data
 from fl_core.backend import Progress, report, sub_progress
-from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.assignment import (
     N_MASTER_KEYS,
     PublishedAssignment,
@@ -172,17 +172,23 @@ def _cluster_summaries(clustering: FilterClustering, assignment: np.ndarray, tem
     return tuple(summaries)
 
 
-def analyze_master_keys(source: LoadedModel | DepthwiseBank, settings: MasterKeySettings = MasterKeySettings(), *,
-                        device: str | torch.device | None = None, progress: Progress | None = None
-                        ) -> MasterKeyResult:
+def analyze_master_keys(model: ModelLike | DepthwiseBank, data: None = None, settings: MasterKeySettings | None = None,
+                        *, device: str | torch.device | None = None, progress: Progress | None = None,
+                        **setting_overrides) -> MasterKeyResult:
     """Extract, cluster and assign a model's depthwise filters of one kernel size.
 
     Args:
-        source: a loaded model (full or weights-only) or its :class:`~fl_core.masterkeys.depthwise.DepthwiseBank`.
-        settings: clusters, restarts, seed, which filters, the sweep and the templates' fitting method.
+        model: a model (spec string, :class:`LoadedModel` or ``nn.Module``; full or weights-only) or its
+            :class:`~fl_core.masterkeys.depthwise.DepthwiseBank`.
+        data: none: the filters are the data (the argument keeps the family's call shape).
+        settings: clusters, restarts, seed, which filters, the sweep and the templates' fitting method;
+            ``setting_overrides`` replace fields (``k=8``, ``stages=(2, 3)``, ...).
         device: where to cluster.
         progress: ``progress(fraction, message)``.
     """
+    no_data(data, "analyze_master_keys")
+    source = model if isinstance(model, DepthwiseBank) else as_model(model)
+    settings = as_settings(MasterKeySettings, settings, setting_overrides)
     s = settings
     bank = source if isinstance(source, DepthwiseBank) else depthwise_bank(source)
     chosen = bank.select(s.kernel_size, s.layers, s.stages)

@@ -13,21 +13,21 @@ KL needs no labels and is smooth where top-1 on a few hundred images is coarse.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
 from dataclasses import dataclass
 
 import pandas as pd
 import torch
 
+from fl_core.arguments import ModelLike, as_model, as_settings
 from fl_core.backend import Progress
 from fl_core.io.images import ImageSet
-from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.depthwise import depthwise_bank
-from fl_core.masterkeys.kmeans import DEFAULT_K
-from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
-from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, VariantScore, rescore
-from fl_core.masterkeys.swap import swap_filters
+from fl_core.masterkeys.recovery import RecoveryInfo
+from fl_core.masterkeys.rescore import RescoreSettings, ScoringSettings, VariantScore, rescore
+from fl_core.masterkeys.swap import REPLACEMENTS, swap_filters
 from fl_core.results import Result
+from fl_core.settings import setting
 
 ZERO = "zero"
 
@@ -102,30 +102,39 @@ class LayerSweepResult(Result):
         return pd.DataFrame(records)
 
 
-def sweep_layers(loaded: LoadedModel, images: ImageSet, replacement: str = "B", *, layers: Sequence[str] | None = None,
-                 stages: Sequence[int] | None = None, recovery: RecoverySettings | None = None, k: int = DEFAULT_K,
-                 seed: int = 0, device: str | torch.device | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-                 workers: int | None = None, share_prefix: bool = True,
-                 progress: Progress | None = None) -> LayerSweepResult:
+@dataclass(frozen=True)
+class LayerSweepSettings(ScoringSettings):
+    """What :func:`sweep_layers` swaps, layer by layer (the layers, stages, recovery and batching as in a re-score).
+
+    Attributes:
+        replacement: what each layer is swapped for (a key of :data:`fl_core.masterkeys.swap.REPLACEMENTS`).
+    """
+
+    replacement: str = setting("B", choices=tuple(REPLACEMENTS), flag="swap")
+
+
+def sweep_layers(model: ModelLike, data: str | ImageSet | None = None, settings: LayerSweepSettings | None = None, *,
+                 device: str | torch.device | None = None, progress: Progress | None = None,
+                 **setting_overrides) -> LayerSweepResult:
     """Swap, and zero, each chosen depthwise layer alone and score them all together (module docstring).
 
     Args:
-        loaded: a full model (never changed).
-        images: the images (an ImageFolder tree for accuracy).
-        replacement: a key of :data:`fl_core.masterkeys.swap.REPLACEMENTS`.
-        layers, stages: restrict the sweep to these layers / stages (default: every depthwise layer).
-        recovery: recover every variant first (:mod:`fl_core.masterkeys.recovery`; twice as many recoveries as layers).
-        k, seed: for ``centroid`` / ``random`` replacements.
-        device, batch_size, workers, share_prefix, progress: as in :func:`fl_core.masterkeys.rescore.rescore` (each
-            layer's variants run from that layer's block on).
+        model: a full model (spec string, :class:`LoadedModel` or ``nn.Module``; never changed).
+        data: the images (an ImageFolder tree for accuracy; default: the bundled photos).
+        settings: the replacement, which layers / stages, recovery (twice as many recoveries as layers), k and seed
+            of ``centroid`` / ``random`` replacements, batching; ``setting_overrides`` replace fields.
+        device, progress: as in :func:`fl_core.masterkeys.rescore.rescore` (each layer's variants run from that
+            layer's block on).
     """
+    loaded = as_model(model)
+    settings = as_settings(LayerSweepSettings, settings, setting_overrides)
     bank = depthwise_bank(loaded)
-    chosen = bank.chosen(layers, stages)
+    chosen = bank.chosen(settings.layers, settings.stages)
     swaps = [swap for layer in chosen for swap in (
-        swap_filters(bank, replacement, layers=[layer.name], k=k, seed=seed, device=device),
+        swap_filters(bank, settings.replacement, layers=[layer.name], k=settings.k, seed=settings.seed, device=device),
         swap_filters(bank, ZERO, layers=[layer.name]))]
-    result = rescore(loaded, images, swaps, device=device, batch_size=batch_size, workers=workers,
-                     recovery=recovery, share_prefix=share_prefix, progress=progress)
+    scoring = {f.name: getattr(settings, f.name) for f in dataclasses.fields(ScoringSettings)}
+    result = rescore(loaded, data, RescoreSettings(**scoring), swaps=swaps, device=device, progress=progress)
     rows = []
     for i, layer in enumerate(chosen):
         swapped, zeroed = result.swaps[2 * i], result.swaps[2 * i + 1]
@@ -135,6 +144,7 @@ def sweep_layers(loaded: LoadedModel, images: ImageSet, replacement: str = "B", 
             relative_error=swaps[2 * i].relative_error, swapped=swapped, zeroed=zeroed,
             theory_share=theory_share(swapped.kl, zeroed.kl),
             recovered_theory_share=theory_share(swapped.recovered.kl, zeroed.recovered.kl) if recovered else None))
-    return LayerSweepResult(spec=loaded.spec, label=loaded.label, replacement=replacement, images=result.images,
-                            n_images=result.n_images, top1=result.top1, top5=result.top5, loss=result.loss,
-                            rows=tuple(rows), recovery=result.recovery, seconds=result.seconds, device=result.device)
+    return LayerSweepResult(spec=loaded.spec, label=loaded.label, replacement=settings.replacement,
+                            images=result.images, n_images=result.n_images, top1=result.top1, top5=result.top5,
+                            loss=result.loss, rows=tuple(rows), recovery=result.recovery, seconds=result.seconds,
+                            device=result.device)

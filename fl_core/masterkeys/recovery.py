@@ -39,7 +39,7 @@ from fl_core.settings import setting
 
 
 @dataclass(frozen=True)
-class RecoverySettings(Result):
+class RecoverySettings:
     """The recovery protocol (module docstring).
 
     Attributes:

@@ -35,7 +35,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -44,25 +43,79 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
+from fl_core.arguments import ModelLike, as_images, as_model, as_settings
 from fl_core.backend import Progress, inference_autocast, report, statistics_dtype, sub_progress
-from fl_core.errors import AnalysisError
+from fl_core.errors import AnalysisError, ArgumentError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.images import ImageSet, TransformedImages, input_transform
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.batchnorm import fold_batchnorm, folded_patch
+from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.distributed import all_reduce_sums, distributed_rank, rank_device, shard_range
+from fl_core.masterkeys.fitting import FIT_METHODS
+from fl_core.masterkeys.kmeans import DEFAULT_K
 from fl_core.masterkeys.prefix import PROBE_IMAGES, PrefixPlan, changed_keys, full_forwards, plan_prefix_sharing
-from fl_core.masterkeys.swap import FilterSwap, parameter_patch
+from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
+from fl_core.masterkeys.swap import REPLACEMENTS, FilterSwap, parameter_patch, swap_filters
 from fl_core.results import Result
-
-if TYPE_CHECKING:
-    from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
+from fl_core.settings import setting
 
 log = logging.getLogger(__name__)
 
 ORIGINAL = "original"
 TALLY_COLUMNS = ("images", "labelled", "loss", "top1", "top5", "agreement", "kl")
 DEFAULT_BATCH_SIZE = 64
+
+
+# --------------------------------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class ScoringSettings:
+    """How swapped variants are made and scored (what :class:`RescoreSettings` and the layer sweep's settings share).
+
+    Attributes:
+        layers: depthwise layer names to swap (``None``: all).
+        stages: stage indices to swap, 0 = highest resolution (``None``: all).
+        k: clusters per kernel size of the ``centroid`` replacement.
+        seed: seed of the ``random`` and ``centroid`` replacements.
+        recovery: recover every swap on a calibration split first (:mod:`fl_core.masterkeys.recovery`; every variant
+            is then scored on the held-out rest); ``None``: score the swaps as they are.
+        batch_size: images per batch.
+        workers: DataLoader worker processes (``None``: CPU cores − 1, at most 8; none for a single batch).
+        share_prefix: run each variant only from its first changed module on (:mod:`fl_core.masterkeys.prefix`);
+            off: every variant runs the whole network (the same numbers, for timing).
+    """
+
+    layers: tuple[str, ...] | None = None
+    stages: tuple[int, ...] | None = None
+    k: int = setting(DEFAULT_K, minimum=1)
+    seed: int = setting(0, minimum=0)
+    recovery: RecoverySettings | None = None
+    batch_size: int = setting(DEFAULT_BATCH_SIZE, minimum=1)
+    workers: int | None = setting(None, minimum=0)
+    share_prefix: bool = setting(True, flag="shared-prefix")
+
+    def __post_init__(self) -> None:  # lists (e.g. from argparse) become tuples: the settings stay hashable
+        for name in ("layers", "stages"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+
+
+@dataclass(frozen=True)
+class RescoreSettings(ScoringSettings):
+    """What :func:`rescore` scores besides the original model.
+
+    Attributes:
+        replacements: one swap per replacement (keys of :data:`fl_core.masterkeys.swap.REPLACEMENTS`; default: the
+            six idealized-model methods; empty: the original alone).
+    """
+
+    replacements: tuple[str, ...] = setting(FIT_METHODS, choices=tuple(REPLACEMENTS), flag="swap")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "replacements", tuple(self.replacements))
 
 
 # ---------------------------------------------------------------------------------------------------- results
@@ -359,31 +412,36 @@ def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | No
                         computed_from=computed_from, **_scores(row, original))
 
 
-def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] = (), *,
-            device: str | torch.device | None = None, batch_size: int = DEFAULT_BATCH_SIZE, workers: int | None = None,
-            resume: str | Path | None = None, recovery: RecoverySettings | None = None,
-            share_prefix: bool = True, progress: Progress | None = None) -> RescoreResult:
+def rescore(model: ModelLike, data: str | ImageSet | None = None, settings: RescoreSettings | None = None, *,
+            swaps: Sequence[FilterSwap] | None = None, resume: str | Path | None = None,
+            device: str | torch.device | None = None, progress: Progress | None = None,
+            **setting_overrides) -> RescoreResult:
     """Score the original model and every swap on the same decoded images (module docstring).
 
     Args:
-        loaded: a full model (the cached one is never changed: a private copy is scored).
-        images: an ImageFolder tree (:attr:`~fl_core.io.images.ImageSet.labelled`: accuracy) or any image set
-            (agreement with the original only, e.g. the bundled photos, whose labels are photo names).
-        swaps: from :func:`fl_core.masterkeys.swap.swap_filters`.
-        device: where to run (under torchrun with CUDA: this rank's GPU).
-        batch_size: images per batch.
-        workers: DataLoader worker processes (default: CPU cores - 1, at most 8; none for a single batch).
+        model: a full model (spec string, :class:`LoadedModel` or ``nn.Module``; never changed: a private copy is
+            scored).
+        data: an ImageFolder tree (:attr:`~fl_core.io.images.ImageSet.labelled`: accuracy) or any image source
+            (agreement with the original only, e.g. the bundled photos, the default, whose labels are photo names).
+        settings: the swaps (replacements, layers, stages, k, seed), recovery and batching; ``setting_overrides``
+            replace fields (``replacements=("B",)``, ``batch_size=32``, ``recovery=RecoverySettings()``).
+        swaps: variants made by :func:`fl_core.masterkeys.swap.swap_filters`, scored instead of the settings' ones.
         resume: file of running sums; a rerun with the same inputs continues from it.
-        recovery: recover every swap on a calibration split first (:mod:`fl_core.masterkeys.recovery`); every variant is
-            then scored on the held-out rest, and each swap's score gains its ``recovered`` scores.
-        share_prefix: run each variant only from its first changed module on (:mod:`fl_core.masterkeys.prefix`);
-            ``False``: every variant runs the whole network (the same numbers, for timing).
+        device: where to run (under torchrun with CUDA: this rank's GPU).
         progress: ``progress(fraction, message)``.
 
     Raises:
-        AnalysisError: recovery under torchrun (it runs in one process).
+        AnalysisError: recovery under torchrun (it runs in one process); replacements for a model without depthwise
+            filters.
     """
+    if isinstance(settings, Sequence):
+        raise ArgumentError("settings must be a RescoreSettings (or None); pass FilterSwap variants as swaps=[...].")
+    loaded = as_model(model)
+    images = as_images(data)
+    settings = as_settings(RescoreSettings, settings, setting_overrides)
     device = rank_device(device)
+    swaps = variant_swaps(loaded, settings, settings.replacements, device) if swaps is None else list(swaps)
+    recovery = settings.recovery
     classes = images.classes if images.labelled else ()
     mapping = map_tree_classes(classes, loaded.num_classes, loaded.class_names)
     for warning in mapping.warnings:
@@ -401,8 +459,9 @@ def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] =
         names += [f"{s.replacement} recovered" for s in swaps]
         patches += recovered
     sums, resumed, seconds, plan = score_variants(model, patches, loaded, images, mapping.label_map, device=device,
-                                                  batch_size=batch_size, workers=workers, resume=resume, names=names,
-                                                  share_prefix=share_prefix, progress=scoring)
+                                                  batch_size=settings.batch_size, workers=settings.workers,
+                                                  resume=resume, names=names, share_prefix=settings.share_prefix,
+                                                  progress=scoring)
     original = _variant(ORIGINAL, sums[0], sums[0], None)
     scored = original.n_images - resumed
     variants = [_variant(s.replacement, row, sums[0], s.relative_error, plan.start_name(i))
@@ -418,6 +477,14 @@ def rescore(loaded: LoadedModel, images: ImageSet, swaps: Sequence[FilterSwap] =
         device=str(device), resumed_images=resumed, recovery=info, sharing=plan.notes)
 
 
+def variant_swaps(loaded: LoadedModel, settings: ScoringSettings, replacements: Sequence[str],
+                  device: torch.device | str | None) -> list[FilterSwap]:
+    """One swap per replacement of the settings' layers and stages (k and seed for ``centroid`` / ``random``)."""
+    if not replacements:
+        return []
+    bank = depthwise_bank(loaded)
+    return [swap_filters(bank, name, layers=settings.layers, stages=settings.stages, k=settings.k, seed=settings.seed,
+                         device=device) for name in replacements]
 
 
 def _recover(loaded: LoadedModel, swaps: Sequence[FilterSwap], images: ImageSet, settings: RecoverySettings,

@@ -17,14 +17,16 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from fl_core.arguments import ModelLike, as_models, as_settings
 from fl_core.backend import Progress, report, sub_progress
 from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels, default_channel_layer
 from fl_core.channelaxes.calibration import channel_data
-from fl_core.errors import AnalysisError, FilterLensError
+from fl_core.errors import AnalysisError, ArgumentError, FilterLensError
 from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy, pearson
 from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
 from fl_core.io.images import BUNDLED, ImageSet, open_images
@@ -306,21 +308,29 @@ def _layer_uses(loaded: LoadedModel, sections: _Sections, masterkeys: MasterKeyR
     return uses, reasons
 
 
-def build_report(models: Sequence[LoadedModel], settings: ReportSettings = ReportSettings(), *, device=None,
-                 progress: Progress | None = None) -> Report:
+def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = None,
+                 settings: ReportSettings | None = None, *, device=None, progress: Progress | None = None,
+                 **setting_overrides) -> Report:
     """Run every section on the checkpoints (in training order; the last is described in detail).
 
     Args:
-        models: one checkpoint, or the checkpoints of one run (:func:`fl_core.report.series.load_series`).
-        settings: what to compute.
+        models: one checkpoint, or the checkpoints of one run (:func:`fl_core.report.series.load_series`): spec
+            strings, loaded models or ``nn.Module`` objects.
+        data: the image source (``"bundled"``, a folder or an ImageFolder tree; default: ``settings.images``).
+        settings: what to compute; ``setting_overrides`` replace fields (``seeds=2``, ``k=8``).
         device: where the statistics run.
         progress: ``progress(fraction, message)``.
 
     Raises:
         FilterLensError: no model, or the image source cannot be opened; a section that does not apply is skipped.
     """
-    if not models:
-        raise AnalysisError("Pick at least one model for the report.")
+    models = as_models(models)
+    if data is not None:
+        if not isinstance(data, str | Path):
+            raise ArgumentError(f"data of a report is an image source string ('bundled', a folder or an ImageFolder "
+                                f"tree), not {type(data).__name__}: the report opens it for each section.")
+        setting_overrides = {**setting_overrides, "images": str(data)}
+    settings = as_settings(ReportSettings, settings, setting_overrides)
     final = models[-1]
     images = open_images(settings.images, settings.max_images)
     sections = _Sections()
@@ -337,7 +347,7 @@ def build_report(models: Sequence[LoadedModel], settings: ReportSettings = Repor
 
     report(progress, 0.55, "master keys")
     masterkeys = sections.run("masterkeys", lambda: analyze_master_keys(
-        depthwise_bank(final), MasterKeySettings(k=settings.k, restarts=settings.restarts, seed=settings.seed,
+        depthwise_bank(final), settings=MasterKeySettings(k=settings.k, restarts=settings.restarts, seed=settings.seed,
                                                  method=settings.method), device=device))
     scalespace = sections.run("masterkeys", lambda: fit_model_master_keys(depthwise_bank(final), settings.method)
                               ) if masterkeys is not None else None
@@ -352,11 +362,11 @@ def build_report(models: Sequence[LoadedModel], settings: ReportSettings = Repor
     else:
         report(progress, 0.7, "accuracy")
         accuracy = sections.run("accuracy", lambda: rescore(
-            final, open_images(settings.images, settings.max_eval_images), (), device=device,
+            final, open_images(settings.images, settings.max_eval_images), replacements=(), device=device,
             progress=sub_progress(progress, 0.7, 0.8)))
         layer = settings.channel_layer or default_channel_layer(conv_inventory(final))
         channels = sections.run("channels", lambda: analyze_channels(
-            final, channel_data(settings.images, final, settings.n_calibration, settings.n_evaluation,
+            final, channel_data(final, settings.images, settings.n_calibration, settings.n_evaluation,
                                 seed=settings.seed), dataclasses.replace(SUMMARY_CHANNEL_SETTINGS, layer=layer),
             device=device, progress=sub_progress(progress, 0.8, 0.95)))
 

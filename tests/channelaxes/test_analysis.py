@@ -40,7 +40,7 @@ def ols_r2(target: np.ndarray, predictors: np.ndarray) -> float:
 def test_capture_and_peer_r2_identities_on_a_real_pass(demo) -> None:
     loaded = demo[0]
     model = loaded.copy_model()
-    data = channel_data("crops", loaded, n_calibration=24, n_evaluation=8)
+    data = channel_data(loaded, "crops", n_calibration=24, n_evaluation=8)
     site = locate_site(model, "features.4", data.calibration.head(1)[0])
     stats = collect_layer_statistics(model, site, data.calibration, device=CPU, batch_size=10)
     local = local_axis(stats, AxisSettings(shrinkage=0.0))
@@ -112,7 +112,7 @@ def test_a_channel_that_alone_carries_the_label_is_informative_and_lesion_sensit
 def test_demo_analysis_contract_and_the_cached_model_is_untouched(demo) -> None:
     loaded, init = demo
     before = {k: v.clone() for k, v in loaded.state_dict.items()}
-    data = channel_data("crops", loaded, n_calibration=96, n_evaluation=48)
+    data = channel_data(loaded, "crops", n_calibration=96, n_evaluation=48)
     pruning = PruningSettings(criteria=("local", "target", "l1", "bn_gamma", "taylor", "random"),
                               fractions=(0.25, 0.5), finetune_steps=2, finetune_batch=16)
     progress = []
@@ -178,7 +178,7 @@ def test_labelled_inputs_stream_and_materialize(tmp_path, demo) -> None:
 
 @pytest.mark.slow
 def test_real_squeezenet_fire_module_on_the_imagenet_sample(squeezenet, imagenet_sample) -> None:
-    data = channel_data(str(imagenet_sample), squeezenet, n_calibration=32, n_evaluation=12, seed=0)
+    data = channel_data(squeezenet, str(imagenet_sample), n_calibration=32, n_evaluation=12, seed=0)
     assert data.warnings == ()  # all 1000 wnids: sorted folders are the canonical class order
     pruning = PruningSettings(criteria=("local", "target", "l1"), fractions=(0.25, 0.5), finetune_steps=0)
     settings = ChannelSettings(layer="features.12.squeeze", cluster_seeds=3, lesion_kinds=("mean", "replace"),

@@ -187,7 +187,7 @@ def test_published_filters_planted_in_a_network_are_found_and_assigned_to_themse
     planted = np.concatenate([published, published]) * rng.choice([-1, 1], (16, 1, 1)) * rng.uniform(
         0.1, 3, (16, 1, 1)) + rng.normal(0, 0.2, (16, 1, 1))
     loaded = tiny_loaded(torch.tensor(planted, dtype=torch.float32))
-    result = analyze_master_keys(loaded, MasterKeySettings(k=8, kernel_size=7, restarts=4, seed=0))
+    result = analyze_master_keys(loaded, settings=MasterKeySettings(k=8, kernel_size=7, restarts=4, seed=0))
     assignment = result.published_assignment
     np.testing.assert_array_equal(assignment.counts, [2] * 8)
     np.testing.assert_array_equal(assignment.fit.assignment, np.tile(np.arange(8), 2))
@@ -213,7 +213,7 @@ def test_tiny_network_layers_stages_and_kernel_sizes():
 
 
 def test_mobilenet_extraction_stages_and_assignment(mobilenet):
-    result = analyze_master_keys(mobilenet, MasterKeySettings(restarts=2, seed=0))
+    result = analyze_master_keys(mobilenet, settings=MasterKeySettings(restarts=2, seed=0))
     assignment = result.published_assignment
     assert result.kernel_size == 3 and result.n_filters == 7136 and len(result.layer_statistics) == 17
     assert assignment.stages == ("stage 0 (112×112)", "stage 1 (56×56)", "stage 2 (28×28)", "stage 3 (14×14)",
@@ -311,10 +311,10 @@ def test_masterkeys_command_line_gives_the_settings_and_the_settings_are_a_cache
 def test_analysis_follows_its_settings_and_fitting_model_keys_reports_progress():
     loaded = tiny_loaded()
     settings = MasterKeySettings(k=3, restarts=2, seed=4, kernel_size=3, sweep=(2, 3))
-    result = analyze_master_keys(loaded, settings, device="cpu")
+    result = analyze_master_keys(loaded, settings=settings, device="cpu")
     assert (result.k, result.seed, result.restarts, result.kernel_size) == (3, 4, 2, 3)
     assert result.sweep is not None and result.sweep.ks == (2, 3) and len(result.clusters) == 3
-    assert result.objective == analyze_master_keys(loaded, settings).objective  # seeded
+    assert result.objective == analyze_master_keys(loaded, settings=settings).objective  # seeded
     seen = []
     fit_model_master_keys(loaded, "B", kernel_size=7, progress=lambda f, m: seen.append(f))
     assert seen[0] == 0.0 and seen[-1] == 1.0

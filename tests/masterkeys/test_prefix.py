@@ -28,7 +28,7 @@ def scores(result) -> list[tuple]:
 
 def both_ways(loaded: LoadedModel, swaps, images=None, batch_size: int = 2):
     images = images or bundled_images().subset(range(5))
-    return [rescore(loaded, images, swaps, batch_size=batch_size, workers=0, share_prefix=share)
+    return [rescore(loaded, images, swaps=swaps, batch_size=batch_size, workers=0, share_prefix=share)
             for share in (True, False)]
 
 

@@ -165,8 +165,8 @@ def test_recovered_swaps_score_better_on_held_out_images_and_keep_stays_the_orig
     loaded, images = planted_world()
     bank = depthwise_bank(loaded)
     settings = RecoverySettings(steps=20, calibration=60, batch=16, seed=2)
-    result = rescore(loaded, images, [swap_filters(bank, "B"), swap_filters(bank, "keep")], batch_size=64, workers=0,
-                     recovery=settings)
+    result = rescore(loaded, images, swaps=[swap_filters(bank, "B"), swap_filters(bank, "keep")], batch_size=64,
+                     workers=0, recovery=settings)
     swapped, kept = result.swaps
     assert result.n_images == 60 and result.recovery.n_held_out == 60 and result.recovery.n_calibration == 60
     assert result.recovery.settings.seed == 2 and result.recovery.frozen == (2, 2)
@@ -201,14 +201,14 @@ def test_zeroing_one_depthwise_layer_is_that_lesion_exactly():
     with torch.no_grad():
         lesioned.dw2.weight.zero_()
     loss, kl = plain_scores(lesioned, loaded.model, images)
-    scored = rescore(loaded, images, [zero], batch_size=64, workers=0).swaps[0]
+    scored = rescore(loaded, images, swaps=[zero], batch_size=64, workers=0).swaps[0]
     assert scored.loss == pytest.approx(loss, rel=1e-4) and scored.kl == pytest.approx(kl, rel=1e-3, abs=1e-6)
 
 
 def test_the_sweep_has_one_row_per_depthwise_layer_and_the_theory_share_of_its_kl():
     loaded, images = planted_world(n=40)
     bank = depthwise_bank(loaded)
-    sweep = sweep_layers(loaded, images, "B", batch_size=64, workers=0)
+    sweep = sweep_layers(loaded, images, replacement="B", batch_size=64, workers=0)
     frame = sweep.to_frame()
     assert list(frame["layer"]) == [layer.name for layer in bank.layers] == ["dw1", "dw2"]
     assert {"swapped_top1", "zeroed_top1", "swapped_kl", "zeroed_kl", "theory_share"} <= set(frame)
@@ -235,7 +235,7 @@ def test_recovery_and_the_sweep_never_touch_the_cached_model():
     loaded, images = planted_world(n=40, folded=True)
     before = snapshot(loaded)
     settings = RecoverySettings(steps=3, calibration=20, lr=0.01, batch=8)
-    swept = sweep_layers(loaded, images, "B", recovery=settings, batch_size=64, workers=0)
+    swept = sweep_layers(loaded, images, replacement="B", recovery=settings, batch_size=64, workers=0)
     assert all(row.swapped.recovered is not None and row.recovered_theory_share is not None for row in swept.rows)
     assert swept.n_images == 20
     for key, tensor in loaded.model.state_dict().items():
@@ -275,8 +275,8 @@ def test_matching_the_batchnorm_statistics_recovers_the_real_mobilenet_swapped_b
 
     loaded = readme_preprocessing(mobilenet)
     settings = RecoverySettings(steps=0, calibration=32, batch=16)
-    result = rescore(loaded, folder_images(imagenet_sample, limit=64), [swap_filters(depthwise_bank(loaded), "B")],
-                     batch_size=32, workers=0, recovery=settings)
+    result = rescore(loaded, folder_images(imagenet_sample, limit=64),
+                     swaps=[swap_filters(depthwise_bank(loaded), "B")], batch_size=32, workers=0, recovery=settings)
     swapped = result.swaps[0]
     assert result.n_images == 32 and result.recovery.batchnorm_layers == 52 and result.recovery.frozen == (17,)
     assert result.top1 >= 0.6 and swapped.top1 <= 0.15  # 78.1 % and 4.0 % on 744 held-out images (docs/results.md)

@@ -36,7 +36,7 @@ def readme_preprocessing(loaded):
 @pytest.mark.slow
 def test_squeezenet_matches_a_plain_torchvision_loop(squeezenet, imagenet_sample):
     images = folder_images(imagenet_sample, limit=24)
-    result = rescore(squeezenet, images, batch_size=24, workers=0)
+    result = rescore(squeezenet, images, replacements=(), batch_size=24, workers=0)
     assert result.n_images == 24 and "wnids" in result.classes and not result.warnings
     normalize = transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
     tree = torchvision.datasets.ImageFolder(imagenet_sample, transforms.Compose(
@@ -61,7 +61,7 @@ def test_mobilenet_original_vs_every_swap(mobilenet, imagenet_sample):
     bank = depthwise_bank(loaded)
     names = ["A", "B", "C1", "C2", "D1", "D2", "random", "keep"]
     swaps = [swap_filters(bank, name) for name in names]
-    result = rescore(loaded, folder_images(imagenet_sample, limit=8), swaps, batch_size=8, workers=0)
+    result = rescore(loaded, folder_images(imagenet_sample, limit=8), swaps=swaps, batch_size=8, workers=0)
     scores = {s.method: s for s in result.swaps}
     assert result.n_images == 8 and result.top1 >= 0.6  # README: 78.7 % on all 1000 images
     assert scores["keep"].top1 == result.top1 and scores["keep"].loss == pytest.approx(result.loss, rel=1e-9)
@@ -134,7 +134,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path):
     loaded = tiny_loaded(seed=6)
     images = folder_images(tiny_tree(tmp_path / "tree"))
     swaps = [swap_filters(depthwise_bank(loaded), name) for name in ("B", "random")]
-    uninterrupted = rescore(loaded, images, swaps, batch_size=2, workers=0)
+    uninterrupted = rescore(loaded, images, swaps=swaps, batch_size=2, workers=0)
     assert uninterrupted.classes.startswith("Folders are mapped to the model's classes by name")
     calls = []
 
@@ -145,24 +145,24 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path):
 
     resume = tmp_path / "sums.json"
     with pytest.raises(KeyboardInterrupt):
-        rescore(loaded, images, swaps, batch_size=2, workers=0, resume=resume, progress=stop_after_two_batches)
+        rescore(loaded, images, swaps=swaps, batch_size=2, workers=0, resume=resume, progress=stop_after_two_batches)
     assert json.loads(resume.read_text())["done"] == 4 and "ETA" in calls[0]
-    resumed = rescore(loaded, images, swaps, batch_size=2, workers=0, resume=resume)
+    resumed = rescore(loaded, images, swaps=swaps, batch_size=2, workers=0, resume=resume)
     assert resumed.resumed_images == 4
     for key in ("n_images", "top1", "top5", "loss"):
         assert getattr(resumed, key) == pytest.approx(getattr(uninterrupted, key), rel=1e-12)
     for a, b in zip(resumed.swaps, uninterrupted.swaps):
         assert a.method == b.method and a.n_images == b.n_images == 8
         assert (a.top1, a.top5, a.loss, a.agreement, a.kl) == pytest.approx((b.top1, b.top5, b.loss, b.agreement, b.kl))
-    assert rescore(loaded, images, swaps, batch_size=2, workers=0, resume=resume).resumed_images == 8
+    assert rescore(loaded, images, swaps=swaps, batch_size=2, workers=0, resume=resume).resumed_images == 8
     other = [swap_filters(depthwise_bank(loaded), "random", seed=9)]  # other weights: the file is not reused
-    assert rescore(loaded, images, other, batch_size=2, workers=0, resume=resume).resumed_images == 0
+    assert rescore(loaded, images, swaps=other, batch_size=2, workers=0, resume=resume).resumed_images == 0
 
 
 def test_unlabelled_photos_give_agreement_only():
     loaded = tiny_loaded(seed=7)
     swaps = [swap_filters(depthwise_bank(loaded), name) for name in ("keep", "random")]
-    result = rescore(loaded, bundled_images(), swaps, batch_size=4, workers=0)
+    result = rescore(loaded, bundled_images(), swaps=swaps, batch_size=4, workers=0)
     assert result.top1 is None and result.loss is None and "unlabelled" in result.classes
     keep, random = result.swaps
     assert keep.agreement == 1.0 and keep.kl == 0.0 and keep.top1 is None

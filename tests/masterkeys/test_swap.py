@@ -31,7 +31,7 @@ def test_swaps_never_touch_the_cached_model(mobilenet):
     swaps = [swap_filters(bank, name, stages=[4]) for name in ("B", "centroid", "random")]
     copy = swapped_model(mobilenet, swaps[0])
     small = dataclasses.replace(mobilenet, input_config=mobilenet.input_config.with_overrides(input_size=64))
-    rescore(small, bundled_images(["chelsea", "coffee"]), swaps, batch_size=2)
+    rescore(small, bundled_images(["chelsea", "coffee"]), swaps=swaps, batch_size=2)
     for key, tensor in mobilenet.model.state_dict().items():
         assert torch.equal(tensor, before[key]), key
         assert tensor.data_ptr() == pointers[key], key

@@ -214,7 +214,7 @@ def test_a_runnable_model_on_labelled_images_gets_accuracy_and_channel_axes(tmp_
             left, top = rng.integers(0, image.size[0] - side), rng.integers(0, image.size[1] - side)
             image.crop((left, top, left + side, top + side)).save(tmp_path / name / f"{j}.png")
     settings = ReportSettings(images=str(tmp_path), seeds=2, max_distance=10, n_calibration=16, n_evaluation=16)
-    report = build_report([loaded], settings)
+    report = build_report([loaded], settings=settings)
     assert "accuracy" not in report.skipped and "channels" not in report.skipped, report.skipped
     assert report.accuracy.n_images == 40 and report.accuracy.top1 > 1 / 11  # above chance on its own photos
     assert report.channels.layer == "features.14"  # the last non-depthwise conv with at most 256 channels
@@ -256,7 +256,7 @@ def test_the_real_mobilenet_on_the_imagenet_sample_gets_every_section_but_the_tr
                                                                                         imagenet_sample) -> None:
     settings = ReportSettings(images=str(imagenet_sample), max_images=6, seeds=2, max_eval_images=24,
                               n_calibration=16, n_evaluation=16)
-    report = build_report([mobilenet], settings)
+    report = build_report([mobilenet], settings=settings)
     assert set(report.skipped) == {"trajectory"}, report.skipped
     assert report.accuracy.n_images == 24 and report.accuracy.top1 >= 0.5  # a trained ImageNet model
     assert report.masterkeys.n_filters == 7136 and report.masterkeys.kernel_size == 3  # 17 depthwise 3×3 layers

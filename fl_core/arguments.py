@@ -1,0 +1,103 @@
+"""What the public entry points accept, made into what they compute on; misuse raises an :class:`ArgumentError`
+that names the argument.
+
+Every family has one call shape, ``analyze_<family>(models_or_model, data=None, settings=None, *, device=None,
+progress=None, **setting_overrides)``:
+
+* a model is a spec string (``"demo:squeezenet1_0"``), a :class:`~fl_core.io.models.LoadedModel` or an ``nn.Module``
+  (:meth:`LoadedModel.from_module <fl_core.io.models.LoadedModel.from_module>`, default preprocessing);
+* data is an image source string (``"bundled"``, a folder) or an :class:`~fl_core.io.images.ImageSet`;
+* settings is the family's frozen settings object (``None``: its defaults), and keywords named like its fields
+  (nested settings' fields too) override it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from torch import nn
+
+from fl_core.errors import ArgumentError
+from fl_core.io.images import BUNDLED, ImageSet, open_images
+from fl_core.io.models import LoadedModel, load_model
+from fl_core.settings import replace_settings, settings_fields
+
+S = TypeVar("S")
+ModelLike = str | LoadedModel | nn.Module
+"""What a model argument takes: a spec string, a loaded model or a PyTorch module."""
+
+_MODEL_FORMS = "a model spec string (e.g. 'demo:squeezenet1_0'), a LoadedModel or a torch.nn.Module"
+
+
+def _kind(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"[:80] if isinstance(value, str | int | float) else type(value).__name__
+
+
+def as_model(value: Any, argument: str = "model") -> LoadedModel:
+    """One model from a spec string, a :class:`LoadedModel` or an ``nn.Module``."""
+    if isinstance(value, LoadedModel):
+        return value
+    if isinstance(value, str):
+        return load_model(value)
+    if isinstance(value, nn.Module):
+        return LoadedModel.from_module(value)
+    if isinstance(value, Sequence | set):
+        raise ArgumentError(f"{argument} takes one model, not a {type(value).__name__} of {len(value)}: call once "
+                            "per model.")
+    raise ArgumentError(f"{argument} must be {_MODEL_FORMS}, not {_kind(value)}.")
+
+
+def as_models(value: Any, argument: str = "models") -> list[LoadedModel]:
+    """One or several models (a single model or a list of them), each as :func:`as_model` takes it; their specs must
+    differ (results are keyed by spec)."""
+    items = list(value) if isinstance(value, Sequence | set) and not isinstance(value, str) else [value]
+    if not items:
+        raise ArgumentError(f"{argument} is empty: give at least one model ({_MODEL_FORMS}).")
+    models = [as_model(item, f"{argument}[{i}]") for i, item in enumerate(items)]
+    specs = [m.spec for m in models]
+    repeated = sorted({s for s in specs if specs.count(s) > 1})
+    if repeated:
+        raise ArgumentError(f"{argument} names {', '.join(repeated)} more than once; results are keyed by spec, so "
+                            "give each nn.Module its own name: LoadedModel.from_module(module, name=...).")
+    return models
+
+
+def as_images(data: Any, argument: str = "data") -> ImageSet:
+    """An image set from a source string (``"bundled"``, a folder, an ImageFolder tree) or an :class:`ImageSet`;
+    ``None``: the bundled photos."""
+    if data is None:
+        return open_images(BUNDLED)
+    if isinstance(data, ImageSet):
+        return data
+    if isinstance(data, str | Path):
+        return open_images(str(data))
+    raise ArgumentError(f"{argument} must be an image source ('bundled', a folder or an ImageFolder tree) or an "
+                        f"ImageSet, not {_kind(data)}.")
+
+
+def as_settings(cls: type[S], settings: Any, overrides: Mapping[str, Any], argument: str = "settings") -> S:
+    """``settings`` (``None``: ``cls()``) with the keyword ``overrides`` applied, nested settings' fields included.
+
+    Raises:
+        ArgumentError: ``settings`` is not a ``cls``, or an override names no field of it.
+    """
+    if settings is None:
+        settings = cls()
+    elif not isinstance(settings, cls):
+        raise ArgumentError(f"{argument} must be a {cls.__name__} (or None for its defaults), not {_kind(settings)}.")
+    known = {f.name for f in settings_fields(cls)} | {f.name for f in dataclasses.fields(cls)}
+    unknown = [name for name in overrides if name not in known]
+    if unknown:
+        raise ArgumentError(f"{', '.join(map(repr, unknown))}: no such setting of {cls.__name__}; its settings are "
+                            f"{', '.join(sorted(known))}.")
+    return replace_settings(settings, overrides) if overrides else settings
+
+
+def no_data(data: Any, function: str, argument: str = "data") -> None:
+    """Refuse ``data`` for an analysis of the weights alone (the filters are its data)."""
+    if data is not None:
+        raise ArgumentError(f"{function} analyses the weights alone and takes no {argument} (got {_kind(data)}); "
+                            "pass settings by keyword: settings=... or k=8.")
