@@ -1,14 +1,22 @@
-"""Shared behaviour of analysis results: frozen dataclasses with ``to_dict()`` (JSON-safe) and ``to_frame()``."""
+"""Shared behaviour of analysis results: frozen dataclasses with ``to_dict()`` (JSON-safe), ``to_frame()`` and
+``plot(kind)`` (a plotly figure drawn by the family's own figure function, plotly imported on first use)."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
+
+from fl_core.errors import AnalysisError, ArgumentError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import plotly.graph_objects as go
 
 
 def jsonable(value: Any) -> Any:
@@ -36,13 +44,16 @@ def jsonable(value: Any) -> Any:
 
 
 class Result:
-    """Mixin for frozen dataclass results (tabular ones add ``to_frame() -> pandas.DataFrame``).
+    """Mixin for frozen dataclass results.
 
     Subclasses list fields that should not be serialised (large arrays kept for plotting, such as images) in
-    ``_private_fields``.
+    ``_private_fields``, and the figures that draw them in ``_figures``: kind -> ``"module:function"`` of the family's
+    ``plots`` module (the first kind is the default). The function is called with :meth:`figure_inputs` (the result
+    itself, unless a subclass hands over a part of it) and the keywords given to :meth:`plot`.
     """
 
     _private_fields: tuple[str, ...] = ()
+    _figures: ClassVar[dict[str, str]] = {}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict of every public field."""
@@ -55,3 +66,30 @@ class Result:
     def to_json(self, indent: int | None = 2) -> str:
         """``to_dict()`` as a JSON string."""
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The result as a table: the serialised fields in one row (tabular results override this)."""
+        import pandas as pd
+
+        return pd.json_normalize(self.to_dict())
+
+    @classmethod
+    def plot_kinds(cls) -> tuple[str, ...]:
+        """The figures :meth:`plot` draws, the default first."""
+        return tuple(cls._figures)
+
+    def figure_inputs(self, kind: str) -> tuple[Any, ...]:
+        """The positional arguments of the figure function of ``kind`` (default: the result itself)."""
+        return (self,)
+
+    def plot(self, kind: str | None = None, **kwargs: Any) -> go.Figure:
+        """A plotly figure of this result (``kind``: one of :meth:`plot_kinds`, default the first); ``kwargs`` go to
+        the family's figure function (e.g. ``log_y=False`` for an energy profile)."""
+        kinds = self.plot_kinds()
+        if not kinds:
+            raise AnalysisError(f"{type(self).__name__} has no figure; its numbers are in to_frame() and to_dict().")
+        kind = kinds[0] if kind is None else kind
+        if kind not in kinds:
+            raise ArgumentError(f"kind {kind!r}: {type(self).__name__} draws {', '.join(map(repr, kinds))}.")
+        module, function = self._figures[kind].split(":")
+        return getattr(importlib.import_module(module), function)(*self.figure_inputs(kind), **kwargs)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -268,6 +269,22 @@ class ChannelAxesResult(Result):
     timings: dict[str, float] = field(default_factory=dict)
 
     _private_fields = ("table", "filters", "interventions", "pruning", "axes", "init_axes")
+
+    _figures: ClassVar[dict[str, str]] = {
+        "axes": "fl_core.channelaxes.plots:axes_scatter_figure",
+        "lesions": "fl_core.channelaxes.plots:lesion_bars_figure",
+        "peers": "fl_core.channelaxes.plots:peer_support_figure",
+        "correlations": "fl_core.channelaxes.plots:metric_correlation_figure",
+        "filter": "fl_core.channelaxes.plots:filter_figure",
+        "pruning": "fl_core.channelaxes.plots:pruning_curves_figure",
+    }
+
+    def figure_inputs(self, kind: str) -> tuple:
+        if kind != "pruning":
+            return (self,)
+        if self.pruning is None:
+            raise AnalysisError("No pruning curves were computed: run the analysis with pruning=PruningSettings().")
+        return (self.pruning,)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per channel."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -321,6 +322,8 @@ class PruningResult(Result):
     notes: list[str] = field(default_factory=list)
 
     _private_fields = ("scores",)
+
+    _figures: ClassVar[dict[str, str]] = {"curves": "fl_core.channelaxes.plots:pruning_curves_figure"}
 
     def curves_dict(self) -> dict[str, dict]:
         """``{criterion: {flops_removed, accuracy, auc, ...}}`` (the DESIGN.md ``pruning`` JSON key)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -329,6 +330,8 @@ class ModelEnergy(Result):
 
     _private_fields = ("filters",)
 
+    _figures: ClassVar[dict[str, str]] = {"filters": "fl_core.firstlayer.plots:filters_figure"}
+
     def to_dict(self) -> dict:
         out = super().to_dict()
         out["random_init"] = {k: v for k, v in out["random_init"].items() if not k.startswith("profile_")}
@@ -356,6 +359,13 @@ class EnergyResult(Result):
     pcas: dict[str, PatchPCA]
 
     _private_fields = ("pcas",)
+
+    _figures: ClassVar[dict[str, str]] = {
+        "profile": "fl_core.firstlayer.plots:profile_figure",
+        "spectrum": "fl_core.firstlayer.plots:spectrum_figure",
+        "correlation": "fl_core.firstlayer.plots:correlation_figure",
+        "components": "fl_core.firstlayer.plots:components_figure",
+    }
 
     def to_frame(self) -> pd.DataFrame:
         """Long table: one row per (model, component) with λ, e_i, the theory θ_i (max-normalized), the fitted

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -198,6 +199,8 @@ class WhiteningResult(Result):
     labels: dict[str, str]
     seeds: tuple[int, ...]
     images: str
+
+    _figures: ClassVar[dict[str, str]] = {"autocorrelation": "fl_core.firstlayer.plots:autocorrelation_figure"}
 
     def to_frame(self) -> pd.DataFrame:
         frame = pd.DataFrame({"distance": self.distances, **self.curves})

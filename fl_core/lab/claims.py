@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -70,6 +71,11 @@ class Trajectory(Result):
     vs_init: np.ndarray
     eta_t_trend: float
     reference_r: np.ndarray | None = None
+
+    _figures: ClassVar[dict[str, str]] = {
+        "profiles": "fl_core.lab.plots:trajectory_figure",
+        "fit": "fl_core.lab.plots:fit_over_steps_figure",
+    }
 
     def to_frame(self) -> pd.DataFrame:
         """Long table: one row per (step, component)."""
@@ -149,6 +155,8 @@ class RunCorrelations(Result):
     matrix: np.ndarray
     raw_matrix: np.ndarray
     basis: str
+
+    _figures: ClassVar[dict[str, str]] = {"correlation": "fl_core.lab.plots:run_correlation_figure"}
 
     def to_frame(self, raw: bool = False) -> pd.DataFrame:
         return pd.DataFrame(self.raw_matrix if raw else self.matrix, index=self.names, columns=self.names)
@@ -271,6 +279,8 @@ class ClaimSummary(Result):
 
     claims: tuple[ClaimCheck, ...]
     runs: tuple[str, ...]
+
+    _figures: ClassVar[dict[str, str]] = {"claims": "fl_core.lab.plots:claims_figure"}
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([{"claim": c.claim, "source": c.source, "paper": c.paper,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -192,6 +193,11 @@ class Run(Result):
     path: str | None = None
 
     _private_fields = ("reference_pca",)
+
+    _figures: ClassVar[dict[str, str]] = {"training": "fl_core.lab.plots:training_curves_figure"}
+
+    def figure_inputs(self, kind: str) -> tuple:
+        return ([self],)
 
     @property
     def snapshots(self) -> dict[int, np.ndarray]:

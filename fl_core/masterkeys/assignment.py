@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -84,6 +85,11 @@ class PublishedAssignment(Result):
     fit: AffineTemplateFit
 
     _private_fields = ("fit",)
+
+    _figures: ClassVar[dict[str, str]] = {
+        "stages": "fl_core.masterkeys.plots:stage_counts_figure",
+        "layers": "fl_core.masterkeys.plots:layer_counts_figure",
+    }
 
     def to_frame(self) -> pd.DataFrame:
         """Counts per layer: one row per layer, columns ``key_1`` … ``key_8``."""

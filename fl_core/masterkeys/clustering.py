@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,7 @@ import torch
 
 from fl_core.arguments import ModelLike, as_model, as_settings, no_data
 from fl_core.backend import Progress, report, sub_progress
+from fl_core.errors import AnalysisError
 from fl_core.masterkeys.assignment import (
     N_MASTER_KEYS,
     PublishedAssignment,
@@ -138,6 +140,24 @@ class MasterKeyResult(Result):
     templates: np.ndarray
 
     _private_fields = ("filters", "labels", "cosine", "layer_index", "templates")
+
+    _figures: ClassVar[dict[str, str]] = {
+        "centroids": "fl_core.masterkeys.plots:centroids_vs_keys_figure",
+        "composition": "fl_core.masterkeys.plots:composition_figure",
+        "members": "fl_core.masterkeys.plots:members_figure",
+        "stages": "fl_core.masterkeys.plots:stage_counts_figure",
+        "layers": "fl_core.masterkeys.plots:layer_counts_figure",
+        "sweep": "fl_core.masterkeys.plots:sweep_figure",
+    }
+
+    def figure_inputs(self, kind: str) -> tuple:
+        if kind in ("stages", "layers"):
+            return (self.published_assignment,)
+        if kind == "sweep":
+            if self.sweep is None:
+                raise AnalysisError("No sweep over k was run: analyse with sweep=(2, 4, 8, 12) to draw it.")
+            return (self.sweep,)
+        return (self,)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per cluster: size, share, tightness, nearest master key and its cosine, composition."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
@@ -231,6 +231,14 @@ class ScaleSpaceResult(Result):
     method: str
     filters: tuple[ScaleFit, ...]
     source: str = "the 8 published filters"
+
+    _figures: ClassVar[dict[str, str]] = {
+        "sigma": "fl_core.masterkeys.plots:sigma_by_method_figure",
+        "models": "fl_core.masterkeys.plots:models_figure",
+    }
+
+    def figure_inputs(self, kind: str) -> tuple:
+        return ({self.method: self},) if kind == "sigma" else (self.models(), self)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per filter: index, method, sigma_x, sigma_y, alpha, cosine_similarity, residual_l2."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pandas as pd
 import torch
@@ -87,6 +88,8 @@ class LayerSweepResult(Result):
     recovery: RecoveryInfo | None
     seconds: float
     device: str
+
+    _figures: ClassVar[dict[str, str]] = {"layers": "fl_core.masterkeys.plots:layer_sweep_figure"}
 
     def to_frame(self) -> pd.DataFrame:
         """One row per depthwise layer: the layer, then ``swapped_*`` and ``zeroed_*`` scores (``*_recovered_*``

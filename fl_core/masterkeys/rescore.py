@@ -35,6 +35,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -219,6 +220,8 @@ class RescoreResult(Result):
     resumed_images: int
     recovery: RecoveryInfo | None = None
     sharing: tuple[str, ...] = ()
+
+    _figures: ClassVar[dict[str, str]] = {"scores": "fl_core.masterkeys.plots:scores_figure"}
 
     def to_frame(self) -> pd.DataFrame:
         """One row per variant (the original first) with Δ top-1, agreement, KL, reconstruction error and, when

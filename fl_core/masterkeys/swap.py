@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -85,6 +86,11 @@ class FilterSwap(Result):
     weights: Mapping[str, torch.Tensor]
 
     _private_fields = ("weights",)
+
+    _figures: ClassVar[dict[str, str]] = {"reconstruction": "fl_core.masterkeys.plots:reconstruction_figure"}
+
+    def figure_inputs(self, kind: str) -> tuple:
+        return ([self],)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per swapped layer."""

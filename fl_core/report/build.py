@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -41,6 +42,9 @@ from fl_core.report.weightstats import WeightStatistics, weight_statistics
 from fl_core.results import Result
 from fl_core.settings import setting
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
 SECTIONS = {
     "loaded": "What was loaded",
     "energy": "First-layer energy profile",
@@ -52,6 +56,8 @@ SECTIONS = {
 }
 """Section id -> title, in report order."""
 PART_TITLES = {**SECTIONS, "channels": "Channel axes"}
+FIGURE_PARTS = ("energy", "whitening", "masterkeys", "scalespace", "weights", "accuracy", "channels", "trajectory")
+"""The report's parts whose results draw figures (:meth:`Report.plot`), in report order."""
 SUMMARY_CHANNEL_SETTINGS = ChannelSettings(lesion_kinds=())
 """The report's channel-axes summary: both axes and their agreement, without the per-channel lesions (one forward
 pass of the evaluation set per channel and kind: minutes on a CPU); the Channel Axes page runs those."""
@@ -127,6 +133,12 @@ class CheckpointTrajectory(Result):
     masterkey_counts: np.ndarray | None
     masterkey_templates: str | None
 
+    _figures: ClassVar[dict[str, str]] = {
+        "profiles": "fl_core.report.plots:trajectory_profiles_figure",
+        "summary": "fl_core.report.plots:trajectory_summary_figure",
+        "keys": "fl_core.report.plots:trajectory_keys_figure",
+    }
+
     def to_frame(self) -> pd.DataFrame:
         """One row per checkpoint: every number of its theory fit, the random-init r, whitening, master keys."""
         fits = pd.DataFrame([dict(scalar_rows(fit)) for fit in self.fits])
@@ -178,6 +190,23 @@ class Report(Result):
         if self.weights is None:
             return layers
         return layers.merge(self.weights.to_frame().drop(columns=["kind"]), on="layer", how="left")
+
+    @classmethod
+    def plot_kinds(cls) -> tuple[str, ...]:
+        """The sections whose result draws a figure."""
+        return FIGURE_PARTS
+
+    def plot(self, kind: str | None = None, **kwargs) -> go.Figure:
+        """The default figure of one section's result (``kind``: a name of :data:`FIGURE_PARTS`, default the first
+        that ran); ``report.energy.plot("spectrum")`` draws a section's other figures."""
+        ran = [name for name in FIGURE_PARTS if getattr(self, name) is not None]
+        kind = kind or (ran[0] if ran else FIGURE_PARTS[0])
+        if kind not in FIGURE_PARTS:
+            raise ArgumentError(f"kind {kind!r}: a report draws the figures of {', '.join(map(repr, FIGURE_PARTS))}.")
+        part = getattr(self, kind)
+        if part is None:
+            raise AnalysisError(f"The report skipped {kind}: {self.skipped.get(kind, 'it does not apply')}")
+        return part.plot(**kwargs)
 
 
 def scalar_rows(data: Mapping, prefix: str = "") -> Iterator[tuple[str, object]]:

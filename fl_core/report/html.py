@@ -1,9 +1,10 @@
 """The checkpoint report as ONE self-contained HTML file that opens offline.
 
-plotly.js is inlined exactly once (one ``<script>`` from :func:`plotly.offline.get_plotlyjs`); every figure is a
-``fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False)`` fragment; styles are inline and
-nothing is fetched (no CDN, fonts or MathJax). The report's ``to_dict()`` is embedded too
-(``<script type="application/json" id="filterlens-report">``), so the file carries its own numbers.
+plotly.js is inlined exactly once (one ``<script>`` from :func:`plotly.offline.get_plotlyjs`); every figure is drawn by
+its result's ``plot()`` (the same call a notebook makes) and written as a ``fig.to_html(full_html=False,
+include_plotlyjs=False, include_mathjax=False)`` fragment; styles are inline and nothing is fetched (no CDN, fonts
+or MathJax). The report's ``to_dict()`` is embedded too (``<script type="application/json"
+id="filterlens-report">``), so the file carries its own numbers.
 """
 
 from __future__ import annotations
@@ -18,22 +19,9 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from fl_core import __version__
-from fl_core.channelaxes.plots import axes_scatter_figure
-from fl_core.firstlayer.plots import (
-    REFERENCE_NAMES,
-    autocorrelation_figure,
-    filters_figure,
-    profile_figure,
-    spectrum_figure,
-)
-from fl_core.masterkeys.plots import KEY_NAMES, centroids_vs_keys_figure, sigma_by_method_figure, stage_counts_figure
+from fl_core.firstlayer.plots import REFERENCE_NAMES
+from fl_core.masterkeys.plots import KEY_NAMES
 from fl_core.report.build import PART_TITLES, SECTIONS, Report, scalar_rows
-from fl_core.report.plots import (
-    trajectory_keys_figure,
-    trajectory_profiles_figure,
-    trajectory_summary_figure,
-    weight_norms_figure,
-)
 
 HOW_TO_READ = {
     "loaded": "The first table says which files were analysed: a weights-only file has no architecture, so only "
@@ -157,8 +145,8 @@ def energy_section(report: Report) -> str:
                                                             if k != "seeds"}}
     intro = (f"{model.n_filters} filters of {model.layer} on {energy.n_patches:,} patches from {energy.images}; "
              f"random-init band over {len(model.random_init.seeds)} seeds.")
-    return (paragraph(intro) + quantities_table(numbers, QUANTITY_LABELS) + figure_fragment(profile_figure(energy))
-            + figure_fragment(spectrum_figure(energy)) + figure_fragment(filters_figure(model)))
+    return (paragraph(intro) + quantities_table(numbers, QUANTITY_LABELS) + figure_fragment(energy.plot("profile"))
+            + figure_fragment(energy.plot("spectrum")) + figure_fragment(model.plot("filters")))
 
 
 def whitening_section(report: Report) -> str:
@@ -166,7 +154,7 @@ def whitening_section(report: Report) -> str:
     distance = min(report.settings.trajectory_distance, int(whitening.distances[-1]))
     values = pd.DataFrame([{"curve": REFERENCE_NAMES.get(name) or f"learned: {whitening.labels.get(name, name)}",
                             f"C({distance})/C(0)": value} for name, value in whitening.at(distance).items()])
-    return figure_fragment(autocorrelation_figure(whitening)) + table_html(values)
+    return figure_fragment(whitening.plot("autocorrelation")) + table_html(values)
 
 
 def masterkeys_section(report: Report) -> str:
@@ -177,12 +165,12 @@ def masterkeys_section(report: Report) -> str:
              "to their centroid.")
     counts = pd.DataFrame({"master key": list(KEY_NAMES), "filters": assignment.counts,
                            "mean |cos|": assignment.mean_abs_cosine})
-    out = (paragraph(intro) + table_html(counts) + figure_fragment(stage_counts_figure(assignment))
-           + figure_fragment(centroids_vs_keys_figure(keys)))
+    out = (paragraph(intro) + table_html(counts) + figure_fragment(keys.plot("stages"))
+           + figure_fragment(keys.plot("centroids")))
     if report.scalespace is not None:
         out += (paragraph(f"Scale-space fit (method {report.scalespace.method}) of {report.scalespace.source}.")
                 + table_html(report.scalespace.to_frame())
-                + figure_fragment(sigma_by_method_figure({report.scalespace.method: report.scalespace})))
+                + figure_fragment(report.scalespace.plot("sigma")))
     return out
 
 
@@ -193,7 +181,7 @@ def weights_section(report: Report) -> str:
              f"filters (peer R² ≥ {stats.duplicate_r2}), {totals['copies']} copies of a single peer, "
              f"{totals['non_finite']} non-finite weights. Duplicates are not reported (—) where a layer has at "
              "least as many peers as a filter has values: its peers then reconstruct any filter.")
-    return paragraph(intro) + figure_fragment(weight_norms_figure(stats)) + table_html(stats.to_frame())
+    return paragraph(intro) + figure_fragment(stats.plot("norms")) + table_html(stats.to_frame())
 
 
 def accuracy_section(report: Report) -> str:
@@ -204,15 +192,15 @@ def accuracy_section(report: Report) -> str:
                                  "classes": acc.classes})
     if report.channels is not None:
         out += (paragraph(f"Channel axes of {report.channels.layer} ({report.channels.data}).")
-                + table_html(report.channels.summary_frame()) + figure_fragment(axes_scatter_figure(report.channels)))
+                + table_html(report.channels.summary_frame()) + figure_fragment(report.channels.plot("axes")))
     return out
 
 
 def trajectory_section(report: Report) -> str:
     traj = report.trajectory
-    out = figure_fragment(trajectory_profiles_figure(traj)) + figure_fragment(trajectory_summary_figure(traj))
+    out = figure_fragment(traj.plot("profiles")) + figure_fragment(traj.plot("summary"))
     if traj.masterkey_counts is not None:
-        out += figure_fragment(trajectory_keys_figure(traj))
+        out += figure_fragment(traj.plot("keys"))
     return out + table_html(traj.to_frame())
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pandas as pd
 import torch
@@ -130,6 +131,8 @@ class WeightStatistics(Result):
     layers: tuple[LayerWeightStatistics, ...]
     dead_tolerance: float = DEAD_TOLERANCE
     duplicate_r2: float = DUPLICATE_R2
+
+    _figures: ClassVar[dict[str, str]] = {"norms": "fl_core.report.plots:weight_norms_figure"}
 
     def to_frame(self) -> pd.DataFrame:
         """One row per convolution."""
