@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 PUBLIC_API: dict[str, tuple[str, ...]] = {
     "fl_core.errors": ("FilterLensError", "ModelSpecError", "CheckpointError", "WeightsUnavailableError", "DataError",

@@ -1,0 +1,71 @@
+"""FilterLens as an installed library: a wheel built from the checkout and imported from outside it has its demo
+models, shipped runs, console script, licence files and type marker."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "NOTICE", "fl_core", "fl_ui")
+"""What the wheel is built from (copied, so the build leaves nothing in the checkout)."""
+
+
+def test_dependencies_have_lower_bounds_that_the_pins_satisfy():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    pins = dict(line.split("==") for line in (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines()
+                if "==" in line and not line.startswith("#"))
+    declared = project["dependencies"] + project["optional-dependencies"]["app"]
+    for requirement in declared:
+        name, bound = requirement.split(">=")
+        assert name in pins, f"{name} is declared but not pinned in requirements.txt"
+        pinned = tuple(int(part) for part in pins[name].split(".")[:2])
+        assert pinned >= tuple(int(part) for part in bound.split(".")[:2]), requirement
+    assert {name.lower() for name in pins} == {r.split(">=")[0].lower() for r in declared}
+    assert project["scripts"]["filterlens"] == "fl_core.cli:main"
+
+
+@pytest.mark.slow
+def test_the_wheel_works_outside_the_checkout(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in SOURCES:
+        copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy2
+        copy(REPO / name, source / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                            if (REPO / name).is_dir() else {}))
+    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)], check=True,
+                   cwd=tmp_path, timeout=600)
+    wheel = next(wheels.glob("filterlens-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "fl_core/py.typed" in names and "fl_core/assets/demo/manifest.json" in names
+    licences = {Path(n).name for n in names if ".dist-info/licenses/" in n}
+    assert {"LICENSE", "NOTICE", "ATTRIBUTION.md"} <= licences
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, timeout=600)
+
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    code = ("import fl_core, sys\n"
+            "print(fl_core.__file__)\n"
+            "m = fl_core.load_model('demo:squeezenet1_0')\n"
+            "print(m.label, len(m.conv_layers))\n"
+            "from fl_core.lab.runs import SHIPPED_RUNS_DIR, list_runs, load_run\n"
+            "runs = list_runs(SHIPPED_RUNS_DIR)\n"
+            "print(len(runs), load_run(runs[0]).name)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         check=True, timeout=600).stdout.splitlines()
+    assert Path(out[0]).is_relative_to(site)
+    assert out[1].startswith("squeezenet1_0") and int(out[1].split()[-1]) == 26
+    assert int(out[2].split()[0]) >= 10 and out[2].split()[1].startswith("lab_")  # the shipped Training Lab runs
+    script = site / "bin" / "filterlens"
+    assert script.exists()
+    shown = subprocess.run([sys.executable, str(script), "scalespace", "--method", "B", "--json", "-", "--quiet"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=600)
+    assert '"method": "B"' in shown.stdout
