@@ -1,7 +1,8 @@
 """Shared fixtures: tiny deterministic models, the demo checkpoints, and the real third-party fixtures.
 
-Real fixtures live in ``../shared/fixtures`` next to the checkout (``FL_FIXTURES`` overrides the location); tests
-that use them skip with a clear reason when the folder is absent.
+Real fixtures live in ``../shared/fixtures`` next to the checkout (``FL_FIXTURES`` overrides the location). Tests
+that use them go through :func:`require_fixture`: outside CI they skip with a clear reason when a fixture is absent;
+with ``CI=true`` (:func:`fixtures_required`) they fail instead, so a green CI run always includes the real-data checks.
 """
 
 from __future__ import annotations
@@ -28,36 +29,45 @@ RESNET20_SPEC = f"weights:{CHECKPOINTS / 'resnet20_cifar10.th'}"
 RESNET20_OVERRIDES = {"input_size": 32, "crop_pct": 1.0}
 
 
-def _require(path: Path) -> Path:
+def fixtures_required() -> bool:
+    """True under CI (``CI=true``): a missing real fixture is then a failure, not a skip."""
+    return os.environ.get("CI", "").lower() in ("true", "1")
+
+
+def require_fixture(path: Path) -> Path:
+    """``path`` when the real fixture exists; otherwise skip (locally) or fail (under CI) with the reason."""
     if not path.exists():
-        pytest.skip(f"real fixture {path} is absent (set FL_FIXTURES or place ../shared/fixtures next to the repo)")
+        reason = f"real fixture {path} is absent (set FL_FIXTURES or place ../shared/fixtures next to the repo)"
+        if fixtures_required():
+            pytest.fail(f"{reason}; CI=true requires the real fixtures")
+        pytest.skip(reason)
     return path
 
 
 @pytest.fixture(scope="session")
 def imagenet_sample() -> Path:
     """The 1000-image, one-per-class ImageNet sample tree (ImageFolder layout)."""
-    return _require(IMAGENET_SAMPLE)
+    return require_fixture(IMAGENET_SAMPLE)
 
 
 @pytest.fixture(scope="session")
 def squeezenet():
     """Real SqueezeNet 1.0 ImageNet weights as ``torchvision:squeezenet1_0=PATH``."""
-    _require(CHECKPOINTS / "squeezenet1_0_imagenet.pt")
+    require_fixture(CHECKPOINTS / "squeezenet1_0_imagenet.pt")
     return load_model(SQUEEZENET_SPEC)
 
 
 @pytest.fixture(scope="session")
 def mobilenet():
     """Real ImageNet MobileNetV2 (17 depthwise 3×3 layers), preprocessing mean/std 0.5 as its README says."""
-    _require(CHECKPOINTS / "mobilenet_v2_imagenet.pt")
+    require_fixture(CHECKPOINTS / "mobilenet_v2_imagenet.pt")
     return load_model(MOBILENET_SPEC, input_overrides=MOBILENET_OVERRIDES)
 
 
 @pytest.fixture(scope="session")
 def resnet20():
     """Real CIFAR-10 ResNet-20 (akamaster) loaded weights-only, 32-px input."""
-    _require(CHECKPOINTS / "resnet20_cifar10.th")
+    require_fixture(CHECKPOINTS / "resnet20_cifar10.th")
     return load_model(RESNET20_SPEC, input_overrides=RESNET20_OVERRIDES)
 
 

@@ -41,7 +41,7 @@ from fl_core.io.images import MAX_ASPECT_RATIO, decode_rgb, save_uploaded_images
 from fl_core.io.models import load_model
 from fl_core.io.preprocessing import InputConfig
 
-from .conftest import CHECKPOINTS, REPO
+from .conftest import CHECKPOINTS, REPO, require_fixture
 
 REFUSAL_SECONDS = 5.0
 """Most a refusal may take, measured inside the process (imports excluded)."""
@@ -616,8 +616,7 @@ def test_a_mix_of_nested_keys_finds_the_tensors(tmp_path: Path) -> None:
 def test_real_checkpoints_still_load() -> None:
     expected = {"resnet20_cifar10.th": 97, "mobilenet_v2_imagenet.pt": 314, "squeezenet1_0_imagenet.pt": 52}
     for name, count in expected.items():
-        if not (CHECKPOINTS / name).exists():
-            pytest.skip(f"real fixture {CHECKPOINTS / name} is absent")
+        require_fixture(CHECKPOINTS / name)
         assert len(load_state_dict(CHECKPOINTS / name).tensors) == count, name
     for demo in ("tiny_vgg", "tiny_vgg_init"):
         assert load_state_dict(DEMO_DIR / f"{demo}.safetensors").tensors

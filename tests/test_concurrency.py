@@ -31,7 +31,7 @@ from fl_ui.cache import get_model
 from fl_ui.testing import page_app
 
 from .app_pages import app_pages
-from .conftest import CHECKPOINTS, MOBILENET_OVERRIDES, MOBILENET_SPEC, REPO
+from .conftest import CHECKPOINTS, MOBILENET_OVERRIDES, MOBILENET_SPEC, REPO, require_fixture
 
 SESSIONS = 4
 SMALL_INPUT = {**MOBILENET_OVERRIDES, "input_size": 64, "crop_pct": 1.0}
@@ -70,8 +70,7 @@ def scores(result) -> list[tuple]:
 @pytest.fixture(scope="module")
 def shared_mobilenet():
     """The real ImageNet MobileNetV2 through the app's own shared cache (``fl_ui.cache.get_model``)."""
-    if not (CHECKPOINTS / "mobilenet_v2_imagenet.pt").exists():
-        pytest.skip(f"real fixture {CHECKPOINTS} is absent")
+    require_fixture(CHECKPOINTS / "mobilenet_v2_imagenet.pt")
     overrides = tuple(sorted(SMALL_INPUT.items()))
     return get_model(MOBILENET_SPEC, overrides), overrides
 
@@ -157,9 +156,7 @@ def _session(**query: str) -> AppTest:
 @pytest.mark.slow
 def test_sessions_keep_their_own_selection_and_uploads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two browser sessions: one user's upload and model choice never appear in the other's sidebar."""
-    checkpoint = CHECKPOINTS / "resnet20_cifar10.th"
-    if not checkpoint.exists():
-        pytest.skip(f"real fixture {checkpoint} is absent")
+    checkpoint = require_fixture(CHECKPOINTS / "resnet20_cifar10.th")
     monkeypatch.setenv("FL_UPLOAD_DIR", str(tmp_path / "uploads"))
     monkeypatch.chdir(REPO)
     alice, bob = _session(models="demo:tiny_vgg"), _session()

@@ -113,3 +113,16 @@ def test_the_public_api_resolves_lazily_and_every_analysis_has_the_family_shape(
         assert "settings" in params, name
         for keyword in ("device", "progress"):
             assert params[keyword].kind is inspect.Parameter.KEYWORD_ONLY, (name, keyword)
+
+
+def test_a_missing_real_fixture_skips_locally_and_fails_under_ci(tmp_path, monkeypatch):
+    from tests.conftest import require_fixture
+
+    missing = tmp_path / "absent.pt"
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="absent"):
+        require_fixture(missing)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true requires the real fixtures"):
+        require_fixture(missing)
+    assert require_fixture(tmp_path) == tmp_path  # present: returned as is, CI or not

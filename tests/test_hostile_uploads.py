@@ -38,7 +38,7 @@ from fl_ui.testing import page_app
 
 from . import test_bounded_inputs as bounded
 from .app_pages import app_pages
-from .conftest import CHECKPOINTS, REPO
+from .conftest import CHECKPOINTS, REPO, require_fixture
 
 CAP_MB = 2
 """The size cap used throughout (``FL_MAX_CHECKPOINT_MB`` / ``max_bytes``): above the 1.1 MB demo checkpoints."""
@@ -434,9 +434,7 @@ def test_a_shared_server_refuses_paths_outside_its_data_roots(tmp_path: Path, mo
                                                               ) -> None:
     """Hostile links and typed paths: with ``FL_DATA_ROOTS`` set, server files outside it, and the upload folder's
     listing (other users' uploads), are refused; the shared data folder still works."""
-    real = CHECKPOINTS / "resnet20_cifar10.th"
-    if not real.exists():
-        pytest.skip(f"real fixture {real} is absent")
+    real = require_fixture(CHECKPOINTS / "resnet20_cifar10.th")
     shared, uploads = tmp_path / "imagenet", tmp_path / "uploads"
     (shared / "n01440764").mkdir(parents=True)
     (shared / "n01440764" / "fish.png").write_bytes(_png(40))

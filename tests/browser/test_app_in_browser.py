@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ..app_pages import app_pages
-from ..conftest import CHECKPOINTS
+from ..conftest import CHECKPOINTS, require_fixture
 from ..test_hostile_uploads import CORPUS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -129,9 +129,7 @@ def test_pick_the_demo_model_and_visit_every_page(page, app_url: str, artifacts:
 
 def test_upload_checkpoints_through_the_file_chooser(page, app_url: str, artifacts: Path, upload_dir: Path,
                                                     tmp_path: Path) -> None:
-    real = CHECKPOINTS / "resnet20_cifar10.th"
-    if not real.exists():
-        pytest.skip(f"real fixture {real} is absent")
+    real = require_fixture(CHECKPOINTS / "resnet20_cifar10.th")
     page.goto(f"{app_url}/?models=demo:tiny_vgg")
     settle(page)
     before = len(drawn_plots(page, at_least=2))  # Home draws the energy profiles and the whitening curves
