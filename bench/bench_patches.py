@@ -145,7 +145,7 @@ def main() -> None:
           f"kernel {args.kernel}×{args.kernel}×3 (D = {3 * args.kernel**2}), images {args.size}²")
     print(scaling_table(COLUMNS, [row(n, args) for n in args.images]))
     print(scaling_note(args.repeats, "images"))
-    print("targets: stream/gemm ≤ 1.5 at 10⁵-10⁶ patches (DESIGN: ≤ 2), authors/stream ≥ 5, stream MiB flat "
+    print("targets: stream/gemm ≤ 1.5 at 10⁵-10⁶ patches (docs/results.md: ≤ 2), authors/stream ≥ 5, stream MiB flat "
           "(exponent ≈ 0)")
 
 

@@ -6,8 +6,8 @@ Hostile inputs: every entry of ``tests/test_bounded_inputs.py::HOSTILE`` (images
 costly to open) is built in a temporary folder and met by the command a user would run (``python -m fl_core
 inspect|energy ...``) in a fresh process. Per input: its class, file size, the process's peak RSS while refusing
 (Linux ``VmHWM``, reset once the CLI's imports are done), what the refusal added to the RSS after the imports, the
-refusal's own seconds and the whole process's, the exit code and the first words of the message. Target (DESIGN.md,
-"Shared server"): every hostile input refused in a few seconds and < 1 GB.
+refusal's own seconds and the whole process's, the exit code and the first words of the message. Target
+(docs/results.md, "Shared server"): every hostile input refused in a few seconds and < 1 GB.
 
 Legitimate loads: checkpoints of one big tensor (the worst case for temporaries) of ``--legit-mb`` MB, as safetensors
 float16 and float32 and as a torch ``.pt``; the peak RSS that ``load_state_dict`` adds, as a multiple of the file.

@@ -6,8 +6,9 @@ point is also timed with every variant running the whole network (``share_prefix
 
 Prints images/s of both loops; one table row per number of variants — seconds, seconds per variant, seconds per
 variant added to the original alone, and the first two against one plain evaluation — with the growth exponent of
-time with the variants as the last row; two ratios (DESIGN targets: throughput ratio ≥ 1; 1 + 6 variants ≤ 3× one
-plain evaluation); and the decode-only rate that bounds them. Times are the least of ``--repeats`` runs. Example:
+time with the variants as the last row; two ratios (targets in docs/results.md: throughput ratio ≥ 1; 1 + 6 variants
+≤ 3× one plain evaluation); and the decode-only rate that bounds them. Times are the least of ``--repeats`` runs.
+Example:
 
     python bench/bench_rescore.py --model torchvision:mobilenet_v2=mobilenet_v2_imagenet.pt --mean .5 .5 .5 \\
         --std .5 .5 .5 --crop-pct 0.875 --images ../shared/fixtures/imagenet-sample --max-images 200

@@ -7,7 +7,7 @@ Starts a real server on a free loopback port (``python -m fl_ui.serve``, the Doc
 which runs as a heavy job), then lets ``--sessions`` browser sessions (Debian's Chromium via Playwright, one context
 each) open the app once and go through every page with the sidebar's links, while a poller asks
 ``/_stcore/health`` every 0.2 s. Prints the health latencies (p50/p95/p99/max) and the page visits. Target
-(DESIGN.md): p99 < 1 s, max < 2 s. The browsers run at the lowest CPU priority (:data:`BROWSER_NICENESS`): they
+(docs/results.md): p99 < 1 s, max < 2 s. The browsers run at the lowest CPU priority (:data:`BROWSER_NICENESS`): they
 stand in for the students' machines, not for work of the server. ``--repo`` runs another checkout's app (e.g. a
 ``git worktree`` of an older commit) for a before/after comparison. Nothing leaves the loopback interface; every
 loop is bounded in time.

@@ -1,4 +1,5 @@
-"""The command line: JSON keys scripts rely on (DESIGN.md), CSV output, one-line errors with exit status 2."""
+"""The command line: JSON keys scripts rely on (docs/cli.md, "JSON output"), CSV output, one-line errors with exit
+status 2."""
 
 from __future__ import annotations
 

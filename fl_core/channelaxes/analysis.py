@@ -291,7 +291,8 @@ class ChannelAxesResult(Result):
         return self.table
 
     def to_dict(self) -> dict:
-        """JSON-safe result with the DESIGN.md keys (``layer``, ``channels``, ``spearman``, ``ari``, ``pruning``)."""
+        """JSON-safe result with the keys of docs/cli.md, "JSON output" (``layer``, ``channels``, ``spearman``, ``ari``,
+        ``pruning``)."""
         out = super().to_dict()
         agreement = self.axes.agreement
         out.update({

@@ -1,6 +1,6 @@
 """Comparing the local and target axes: rank correlation, cluster agreement, pruning AUC.
 
-Section numbers (§6, §7) refer to ``shared/reference/channel_axes.md``.
+Section numbers (§6, §7) refer to docs/methods.md, "Channel axes".
 
 These work on per-channel scores (C values per layer), so they run on CPU in numpy / scipy. The
 protocol (features, k-means with k = 4, ARI with a permutation null, AUC normalization) is the project's
@@ -112,7 +112,7 @@ def axis_clusters(features: ArrayLike, k: int = 4, n_init: int = 20, seed: int =
 
 @dataclass(frozen=True)
 class AxesAgreement(Result):
-    """Agreement of the channel groupings induced by the two axes (proposed, ``channel_axes.md`` §7).
+    """Agreement of the channel groupings induced by the two axes (proposed, docs/methods.md §7).
 
     Attributes:
         ari_median: median over seeds of the ARI between local-axis and target-axis k-means labels.

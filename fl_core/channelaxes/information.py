@@ -1,6 +1,6 @@
 """Target-axis estimators of the two-axis view: Gaussian/copula MI, MMI PID, target-excess.
 
-Section numbers (§) refer to ``shared/reference/channel_axes.md``.
+Section numbers (§) refer to docs/methods.md, "Channel axes".
 
 Inputs are per-image values: pooled channel activations ``x (N, C)`` and a scalar target ``m (N,)`` such as
 the true-class logit margin (:func:`logit_margin`). Every Gaussian quantity is a function of the joint
@@ -299,7 +299,7 @@ def triplet_synergy(
 
 
 def logit_margin(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """True-class logit margin ``m(n) = z_{y_n} − max_{k≠y_n} z_k`` (notation section of ``channel_axes.md``).
+    """True-class logit margin ``m(n) = z_{y_n} − max_{k≠y_n} z_k`` (docs/methods.md, "Where a channel lives").
 
     Args:
         logits: ``(N, K)``, K ≥ 2.

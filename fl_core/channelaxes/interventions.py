@@ -1,4 +1,4 @@
-"""Lesions and peer replacement of a conv layer's channels (``channel_axes.md`` §5, proposed protocol).
+"""Lesions and peer replacement of a conv layer's channels (docs/methods.md §5, proposed protocol).
 
 **Site.** Channels are intervened on where the next layers read them, the post-BN-activation ``a_i`` of
 :mod:`fl_core.channelaxes.site`.

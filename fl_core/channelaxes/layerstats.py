@@ -1,6 +1,6 @@
 """One streaming pass over the calibration set per layer, and the two axes computed from it.
 
-Section numbers (§) refer to ``shared/reference/channel_axes.md``; every definition there is the project's
+Section numbers (§) refer to docs/methods.md, "Channel axes"; every definition there is the project's
 **proposed** one. The pass hooks three places of a private copy of the network (float64 accumulators on the device,
 memory independent of the number of images except the per-image values the copula ranks need):
 

@@ -1,6 +1,6 @@
 """Per-channel statistics of a layer for the local axis of the two-axis view.
 
-Section numbers (§1, §2, §4) refer to ``shared/reference/channel_axes.md``.
+Section numbers (§1, §2, §4) refer to docs/methods.md, "Channel axes".
 
 Everything here is pure tensor maths: activations come in as tensors, numbers go out as tensors (float64 where
 the device supports it) on the device the inputs live on. Hooks and model loading live elsewhere.
@@ -184,7 +184,7 @@ def _as_moments(activations: torch.Tensor | ChannelMoments) -> ChannelMoments:
 
 @dataclass(frozen=True)
 class InputCapture(Result):
-    """Input capture I_X per output channel (proposed definition, ``channel_axes.md`` §1).
+    """Input capture I_X per output channel (proposed definition, docs/methods.md §1).
 
     Attributes:
         raw: ``w_iᵀ Σ_X w_i`` = variance of the pre-bias conv output.
@@ -200,7 +200,7 @@ class InputCapture(Result):
 def input_capture(
     weight: torch.Tensor, output_variance: torch.Tensor, input_trace: float | torch.Tensor
 ) -> InputCapture:
-    """Proposed input capture I_X (``channel_axes.md`` §1) from the conv weight and its output variance.
+    """Proposed input capture I_X (docs/methods.md §1) from the conv weight and its output variance.
 
     Uses the identity ``w_iᵀ Σ_X w_i = Var_{n,p}[u_i(n,p)]`` (u = conv output before bias, Σ_X = covariance of
     the zero-padded im2col patches), so Σ_X itself is never formed.
@@ -244,7 +244,7 @@ def top_peers(corr: torch.Tensor, k: int = 8) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class PeerOverlap(Result):
-    """Peer overlap R_X per channel (proposed, ``channel_axes.md`` §2), diagonal excluded.
+    """Peer overlap R_X per channel (proposed, docs/methods.md §2), diagonal excluded.
 
     Attributes:
         mean_abs: ``R̄_X(i) = Σ_{j≠i} |ρ_ij| / (C − 1)`` (primary).
@@ -260,7 +260,7 @@ class PeerOverlap(Result):
 
 
 def peer_overlap(corr: torch.Tensor, k: int = 8) -> PeerOverlap:
-    """Proposed peer overlap (``channel_axes.md`` §2) from a ``(C, C)`` correlation matrix."""
+    """Proposed peer overlap (docs/methods.md §2) from a ``(C, C)`` correlation matrix."""
     n_channels = corr.shape[0]
     peers = top_peers(corr, k)
     strength = corr.abs()
@@ -324,7 +324,7 @@ def ridge_peer_coefficients(
 
 @dataclass(frozen=True)
 class PeerReconstruction(Result):
-    """Held-out top-k peer reconstruction (proposed, ``channel_axes.md`` §4).
+    """Held-out top-k peer reconstruction (proposed, docs/methods.md §4).
 
     Attributes:
         r2: held-out R² per channel (NaN for a channel constant on the test half).

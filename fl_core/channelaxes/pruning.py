@@ -1,5 +1,5 @@
 """Structured pruning of one conv layer's channels by each criterion: accuracy vs FLOPs removed, with and without a
-short recovery fine-tune, and the area under each curve (``channel_axes.md`` §6).
+short recovery fine-tune, and the area under each curve (docs/methods.md §6).
 
 * **Removal is physical.** Torch-Pruning's DepGraph (``tp.DependencyGraph``) finds every coupled tensor (the
   conv's outputs, its BatchNorm, the readers' input channels, concatenations, residual partners); the graph is built
@@ -326,7 +326,7 @@ class PruningResult(Result):
     _figures: ClassVar[dict[str, str]] = {"curves": "fl_core.channelaxes.plots:pruning_curves_figure"}
 
     def curves_dict(self) -> dict[str, dict]:
-        """``{criterion: {flops_removed, accuracy, auc, ...}}`` (the DESIGN.md ``pruning`` JSON key)."""
+        """``{criterion: {flops_removed, accuracy, auc, ...}}`` (the ``pruning`` key of docs/cli.md, "JSON output")."""
         return {name: curve.to_dict() for name, curve in self.curves.items()}
 
 

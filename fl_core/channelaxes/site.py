@@ -1,4 +1,4 @@
-"""Where a conv layer's channels are observed and intervened on (``channel_axes.md`` §5): the site.
+"""Where a conv layer's channels are observed and intervened on (docs/methods.md, "Where a channel lives"): the site.
 
 A channel is intervened on where the next layers read it: the output of the per-channel chain that follows the conv
 (BatchNorm, activation, dropout, identity), i.e. the post-BN-activation ``a_i`` (:func:`locate_site`). A ResNet

@@ -1,6 +1,6 @@
 """Safe reading of untrusted checkpoint files into a plain ``{name: tensor}`` state dict.
 
-Rules (DESIGN.md, "Safe loading"):
+Rules (README.md, "Models": checkpoints are untrusted):
 
 * ``torch.load(..., weights_only=True)`` always; a file whose unpickling would build arbitrary Python objects is
   refused and nothing from it runs. There is no fallback to full unpickling.

@@ -1,6 +1,6 @@
 """Model spec strings -> loaded models (or weights-only state dicts) with their input preprocessing.
 
-Spec forms (DESIGN.md, "Model spec strings"):
+Spec forms (README.md, "Models"):
 
 =================================  ==============================================================================
 ``timm:NAME`` / ``torchvision:NAME``  registry architecture, random init from seed 0 (the same network in every

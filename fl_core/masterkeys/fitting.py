@@ -1,6 +1,6 @@
 """Scale (σ) estimation for the idealized master-key-filter models: fitting methods A-D of B.5.
 
-Reference: ``shared/reference/master_keys.md`` section B.5 (Lindeberg, Babaiee & Kiasari, arXiv:2509.12746).
+Reference: docs/methods.md, "Fitting methods A–D2" (B.5; Lindeberg, Babaiee & Kiasari, arXiv:2509.12746).
 Method names follow ``modify_dwconvs_initial.py --method``:
 
 - ``A``: continuous variance transfer, σ = √(2V_w) (smoothing axis) or √(2V_w/3) (differentiated axis).

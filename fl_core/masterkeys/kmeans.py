@@ -1,5 +1,5 @@
 """Sign- and scale-invariant clustering of filters, and the elbow / silhouette view for choosing k (Babaiee et al.,
-arXiv:2401.14469 / 2509.11711; ``shared/reference/master_keys.md``).
+arXiv:2401.14469 / 2509.11711; docs/methods.md, "Master keys").
 
 * **Clustering** (*proposed*: the papers cluster with a 1-D autoencoder, A.1). Each filter y becomes its centred
   unit vector x = (y - ȳ)/‖y - ȳ‖, so sign, scale and DC offset do not matter, and the similarity to a centroid c

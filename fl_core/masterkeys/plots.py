@@ -21,7 +21,7 @@ from fl_core.masterkeys.rescore import RescoreResult
 from fl_core.masterkeys.swap import FilterSwap
 
 KEY_NAMES = ("1 δy₊T", "2 δx₋T", "3 δy₋T", "4 δx₊T", "5 δxT", "6 δyT", "7 δ−α∇²T", "8 T")
-"""Short names of the 8 master keys by their idealized model (master_keys.md B.2)."""
+"""Short names of the 8 master keys by their idealized model (docs/methods.md B.2)."""
 
 
 def filter_grid_figure(filters: np.ndarray, titles: Sequence[str], title: str, rows: int = 1,

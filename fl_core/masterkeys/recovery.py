@@ -1,8 +1,8 @@
 """Swap → recover → re-score, the papers' protocol: idealized depthwise filters frozen, the rest of the network trained.
 
 Babaiee et al. train networks whose depthwise filters are frozen master keys, and Lindeberg et al. write the idealized
-filters into a checkpoint and fine-tune it with the depthwise layers frozen (``master_keys.md``, "Rescore by
-fine-tuning"). Scoring a swapped network without that step measures something else: every layer's small error
+filters into a checkpoint and fine-tune it with the depthwise layers frozen (docs/methods.md, "Recovery
+protocol"). Scoring a swapped network without that step measures something else: every layer's small error
 compounds (MobileNetV2 with all depthwise layers swapped by method B falls from 78.7 % to 3.8 % top-1). Here, on a
 private copy of each swapped network:
 

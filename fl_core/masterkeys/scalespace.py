@@ -1,6 +1,6 @@
 """Discrete scale-space primitives and the idealized models of the 8 master key filters.
 
-Implements sections B.1-B.4 and B.6 (template assignment) of ``shared/reference/master_keys.md``
+Implements sections B.1-B.4 and B.6 (template assignment) of docs/methods.md, "Scale-space models"
 (Lindeberg, Babaiee & Kiasari, arXiv:2509.12746 / JMIV 2026; filters of Babaiee et al., arXiv:2509.11711).
 
 Coordinate convention (Lindeberg's): a ``(k, k)`` array with ``N = (k - 1) / 2`` has its origin at the centre,

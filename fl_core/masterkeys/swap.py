@@ -4,7 +4,7 @@ Replacements, by name (the same names appear in results, on the command line and
 
 * ``A``, ``B``, ``C1``, ``C2``, ``D1``, ``D2``: the idealized model of the filter's master key for that fitting
   method, y ← a·x_k + b, with x_k the centred unit template at the filter's size, k = argmax_k |⟨y - ȳ, x_k⟩|,
-  a = ⟨y, x_k⟩, b = mean(y) (the authors' rule, master_keys.md B.6; σ fitted to the published filters, B.5).
+  a = ⟨y, x_k⟩, b = mean(y) (the authors' rule, docs/methods.md B.6; σ fitted to the published filters, B.5).
 * ``centroid``: the same affine rule with the filter's own cluster centroids (sign-invariant clusters of the
   swapped filters of each kernel size, :func:`fl_core.masterkeys.kmeans.cluster_filters`).
 * ``random``: a baseline, a Gaussian random filter rescaled to the same L2 norm ‖y‖.

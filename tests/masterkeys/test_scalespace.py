@@ -1,4 +1,4 @@
-"""Tests of fl_core.masterkeys.scalespace and fl_core.masterkeys.fitting against shared/reference/master_keys.md.
+"""Tests of fl_core.masterkeys.scalespace and fl_core.masterkeys.fitting against docs/methods.md, "Scale-space models".
 
 Oracle: pyscsp (Lindeberg's own package, a test dependency) for the discrete Gaussian, its central-difference
 derivative approximations, the separable models and the spatial moments, at several σ to ~1e-13.
