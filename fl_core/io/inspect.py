@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pandas as pd
 
+from fl_core.arguments import ModelLike, as_models
 from fl_core.io.layers import conv_inventory, inventory_frame
-from fl_core.io.models import LoadedModel
 from fl_core.results import Result
 
 
@@ -18,6 +19,8 @@ class InspectResult(Result):
     (``layers``: one record per convolution, :func:`~fl_core.io.layers.inventory_frame`)."""
 
     models: list[dict]
+
+    _figures: ClassVar[dict[str, str]] = {"convolutions": "fl_core.io.plots:convolutions_figure"}
 
     def to_frame(self) -> pd.DataFrame:
         """Every model's convolutions, one row each, with the model's ``spec``."""
@@ -32,7 +35,8 @@ class InspectResult(Result):
                                        f"{m['input_config']['crop_pct']:.3g}"} for m in self.models])
 
 
-def inspect_models(models: Sequence[LoadedModel]) -> InspectResult:
-    """The description and convolution table of each model."""
+def inspect_models(models: ModelLike | Sequence[ModelLike]) -> InspectResult:
+    """The description and convolution table of each model (spec strings, loaded models or ``nn.Module`` objects)."""
+    models = as_models(models)
     return InspectResult(models=[{**loaded.describe(), "layers": inventory_frame(conv_inventory(loaded)).to_dict(
         orient="records")} for loaded in models])
