@@ -37,6 +37,8 @@ COMMANDS: dict[str, str] = {
     "report": "one self-contained offline HTML report of a checkpoint or of a run's checkpoints (--html PATH)",
 }
 
+CONSOLE_SCRIPT = "filterlens"
+"""The installed command (pyproject's ``[project.scripts]``): the same commands as ``python -m fl_core``."""
 STDOUT = Path("-")
 """The output path that means the standard output."""
 FILE_OUTPUTS = ("json", "csv", "html")
@@ -44,7 +46,8 @@ FILE_OUTPUTS = ("json", "csv", "html")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m fl_core", description="FilterLens analyses without a browser.")
+    prog = CONSOLE_SCRIPT if Path(sys.argv[0]).name == CONSOLE_SCRIPT else "python -m fl_core"
+    parser = argparse.ArgumentParser(prog=prog, description="FilterLens analyses without a browser.")
     parser.add_argument("--version", action="version", version=f"FilterLens {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="ANALYSIS")
     for name, help_text in COMMANDS.items():
