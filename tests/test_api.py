@@ -124,3 +124,12 @@ def test_settings_are_plain_data_not_results():
     assert not issubclass(RecoverySettings, Result)
     assert RescoreSettings(replacements=["B"], stages=[1]).replacements == ("B",)  # hashable: a cache key
     hash(RescoreSettings(recovery=RecoverySettings()))
+
+
+def test_banks_and_swaps_take_any_model_form():
+    from fl_core import depthwise_bank, swap_filters
+
+    swap = swap_filters(BANK, "B")  # a spec where a DepthwiseBank goes
+    assert swap.relative_error == swap_filters(depthwise_bank(BANK), "B").relative_error
+    with pytest.raises(FilterLensError, match=r"Sequential \(nn.Module\) has no depthwise convolution"):
+        depthwise_bank(small_net())

@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from fl_core.arguments import ModelLike, as_model
 from fl_core.errors import AnalysisError
 from fl_core.io.layers import conv_inventory
 from fl_core.io.models import LoadedModel
@@ -134,12 +135,14 @@ class DepthwiseBank:
         return stacked, layer_index
 
 
-def depthwise_bank(loaded: LoadedModel) -> DepthwiseBank:
-    """Extract every depthwise filter of a model or weights-only file (module docstring).
+def depthwise_bank(model: ModelLike) -> DepthwiseBank:
+    """Extract every depthwise filter of a model or weights-only file (a spec string, :class:`LoadedModel` or
+    ``nn.Module``; module docstring).
 
     Raises:
         AnalysisError: the model has no depthwise convolution with a square odd kernel ≥ 3.
     """
+    loaded = as_model(model)
     found = _model_depthwise(loaded.model) if loaded.model is not None else _weights_depthwise(loaded)
     probed = [lay for lay in conv_inventory(loaded) if lay.output_size is not None]
     resolutions = {lay.name: lay.output_size for lay in probed}

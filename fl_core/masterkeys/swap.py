@@ -27,8 +27,9 @@ import pandas as pd
 import torch
 from torch import nn
 
+from fl_core.arguments import ModelLike
 from fl_core.io.models import LoadedModel
-from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters
+from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters, depthwise_bank
 from fl_core.masterkeys.fitting import FIT_METHOD_DESCRIPTIONS, idealized_templates
 from fl_core.masterkeys.kmeans import DEFAULT_K, cluster_filters
 from fl_core.masterkeys.scalespace import affine_fit_to_templates, centred_cosine
@@ -130,13 +131,13 @@ def _layer_errors(layers: Sequence[DepthwiseLayer], original: np.ndarray, replac
     return rows
 
 
-def swap_filters(bank: DepthwiseBank, replacement: str, *, layers: Sequence[str] | None = None,
+def swap_filters(bank: DepthwiseBank | ModelLike, replacement: str, *, layers: Sequence[str] | None = None,
                  stages: Sequence[int] | None = None, k: int = DEFAULT_K, seed: int = 0,
                  device: str | torch.device | None = None) -> FilterSwap:
     """Replace the depthwise filters of the chosen layers (default: all) of every kernel size.
 
     Args:
-        bank: the model's depthwise filters (:func:`fl_core.masterkeys.depthwise.depthwise_bank`).
+        bank: the model's depthwise filters (:func:`fl_core.masterkeys.depthwise.depthwise_bank`), or the model.
         replacement: a key of :data:`REPLACEMENTS`.
         layers, stages: restrict the swap to these layer names / stage indices.
         k: clusters per kernel size for ``centroid``.
@@ -148,6 +149,7 @@ def swap_filters(bank: DepthwiseBank, replacement: str, *, layers: Sequence[str]
     """
     if replacement not in REPLACEMENTS:
         raise ValueError(f"Unknown replacement {replacement!r}; choose one of {', '.join(REPLACEMENTS)}.")
+    bank = bank if isinstance(bank, DepthwiseBank) else depthwise_bank(bank)
     chosen = bank.chosen(layers, stages)
     weights: dict[str, torch.Tensor] = {}
     swaps: list[LayerSwap] = []
