@@ -26,8 +26,8 @@ from fl_ui.forms import settings_widgets
 from fl_ui.state import current_selection, page_param, set_page_param, set_url_param, url_param
 from fl_ui.widgets import downloads, heavy_result, plot_with_explanation, table_with_download, user_errors
 
+# The page's pruning protocol before any choice: fewer criteria and no fine-tune, so the first view comes quickly.
 PAGE_PRUNING = PruningSettings(criteria=("local", "target", "l1", "bn_gamma", "random"), finetune_steps=0)
-"""The page's pruning protocol before any choice: fewer criteria and no fine-tune, so the first view comes quickly."""
 LESION_NAMES = {"mean": "mean-ablation", "zero": "zero-ablation", "replace": "peer replacement"}
 
 st.title("🧭 Channel Axes")

@@ -26,10 +26,10 @@ from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import heavy_result, plot_with_explanation, table_with_download, user_errors
 
 DEFAULT_REPLACEMENTS = ("B", "centroid", "random")
+# The recovery settings the page offers: field, label and the page's bounds.
 RECOVERY_WIDGETS = (("steps", "Distillation steps", {"max_value": 5000}),
                     ("calibration", "Calibration images", {"min_value": 2, "max_value": 5000}),
                     ("lr", "Step size", {"min_value": 1e-5, "max_value": 1.0, "format": "%.4f"}))
-"""The recovery settings the page offers: field, label and the page's bounds."""
 
 st.title("🔁 Swap & re-score")
 st.markdown(
