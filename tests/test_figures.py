@@ -6,7 +6,21 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from fl_core.figures import diverging_rgb, figure_html, filter_rgb, heatmap_figure, tile_mosaic, tiles_figure
+from fl_core.figures import (
+    MAX_LOG_TICKS,
+    diverging_rgb,
+    figure_html,
+    filter_rgb,
+    heatmap_figure,
+    log_axis,
+    log_tick_text,
+    log_ticks,
+    tile_mosaic,
+    tiles_figure,
+)
+
+from .conftest import REPO
+from .figure_gallery import axes, axis_values, gallery
 
 
 def test_diverging_colours_are_white_at_zero_red_positive_blue_negative_and_clipped():
@@ -62,3 +76,78 @@ def test_a_figure_downloads_as_one_offline_html_file():
     html = figure_html(go.Figure(go.Scatter(x=[1, 2], y=[3, 4])))
     assert html.lstrip().lower().startswith("<!doctype html>") and "Plotly.newPlot" in html
     assert "<script src=" not in html and len(html) > 1_000_000  # plotly.js inlined, no network needed
+
+
+@pytest.mark.parametrize(("value", "text"), [(1e-3, "0.001"), (0.02, "0.02"), (1.0, "1"), (500.0, "500"),
+                                             (2.5, "2.5"), (10_000.0, "10000"), (1e-5, "10⁻⁵"), (2e6, "2×10⁶"),
+                                             (0.30000000000000004, "0.3")])
+def test_log_tick_labels_read_as_numbers(value: float, text: str) -> None:
+    assert log_tick_text(value) == text
+
+
+def test_log_ticks_are_decades_or_1_2_5_steps_with_at_least_three_on_the_data() -> None:
+    assert log_ticks(1e-3, 1.0) == [1e-3, 1e-2, 0.1, 1.0]
+    assert log_ticks(0.012, 0.9) == [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0]  # two decades: 1-2-5
+    assert sum(1.5 <= t <= 2.5 for t in log_ticks(1.5, 2.5)) >= 3  # less than ×2: even steps
+    wide = log_ticks(1e-12, 1e6)
+    assert len(wide) <= MAX_LOG_TICKS and all(np.log10(t) == round(np.log10(t)) for t in wide)
+    for low, high in ((0.3, 0.9), (7.0, 11.0), (2e-7, 3e-4), (0.45, 0.55)):
+        assert sum(low <= t <= high for t in log_ticks(low, high)) >= 3, (low, high)
+
+
+def test_a_log_axis_spans_only_the_positive_finite_values() -> None:
+    axis = log_axis([0.0, -1.0, np.nan, 0.01, 10.0], title="t")
+    assert axis["type"] == "log" and axis["title"] == "t" and axis["tickvals"] == [0.01, 0.1, 1.0, 10.0]
+    assert axis["ticktext"] == ["0.01", "0.1", "1", "10"]
+
+
+def test_every_log_axis_of_the_library_is_set_by_the_shared_helper() -> None:
+    for path in (REPO / "fl_core").rglob("*.py"):
+        if path.name != "figures.py":
+            text = path.read_text(encoding="utf-8").replace(" ", "")
+            assert 'type="log"' not in text and "type='log'" not in text and '"type":"log"' not in text, path
+
+
+@pytest.mark.slow
+def test_every_log_axis_of_every_figure_has_readable_ticks_on_its_data() -> None:
+    checked = []
+    for name, fig in gallery().items():
+        for axis_name, axis in axes(fig).items():
+            if axis.type != "log":
+                continue
+            checked.append(f"{name}.{axis_name}")
+            assert axis.tickmode == "array" and list(axis.ticktext) == [log_tick_text(v) for v in axis.tickvals], name
+            if axis.range is not None:
+                low, high = 10.0 ** np.asarray(axis.range)
+            else:
+                shown = axis_values(fig, axis_name)
+                low, high = shown[shown > 0].min(), shown.max()
+            assert sum(low <= v <= high for v in axis.tickvals) >= 2, (name, axis_name, low, high, axis.tickvals)
+    assert {"firstlayer.profile.yaxis", "report.weight_norms.yaxis", "lab.fit_over_steps.xaxis",
+            "channelaxes.axes_scatter.xaxis"} <= set(checked)
+
+
+def test_activation_maps_of_a_landscape_image_stay_landscape_in_cells_shaped_like_it() -> None:
+    from fl_core.firstlayer.plots import activation_maps_figure
+
+    rng = np.random.default_rng(0)
+    image, maps = rng.integers(0, 255, (20, 40, 3), dtype=np.uint8), rng.standard_normal((7, 18, 38))
+    fig = activation_maps_figure(image, maps, "wide")
+    heatmaps = [trace for trace in fig.data if isinstance(trace, go.Heatmap)]
+    assert len(heatmaps) == 7 and all(np.asarray(h.z).shape == (18, 38) for h in heatmaps)  # rows = image rows
+    for name, axis in axes(fig).items():
+        if name.startswith("yaxis"):
+            assert axis.scaleanchor == "x" + name[5:] and axis.autorange == "reversed", name  # square pixels
+    tall = activation_maps_figure(image.transpose(1, 0, 2), maps.transpose(0, 2, 1), "tall")
+    assert tall.layout.height > 2 * fig.layout.height - 200  # rows as tall as the image is
+
+
+def test_the_maps_of_the_landscape_coffee_photo_are_landscape(demo) -> None:
+    from fl_core.firstlayer.whitening import activation_maps
+    from fl_core.io.images import bundled_images
+
+    photo = bundled_images(["coffee"])
+    assert photo.image(0).size == (600, 400)
+    maps = activation_maps(demo[0], photo.image(0), "coffee")
+    height, width = maps.maps.shape[1:]
+    assert maps.image.shape[:2] == (height + 2, width + 2) and width / height == pytest.approx(1.5, abs=0.03)

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from fl_core.channelaxes.analysis import ChannelAxesResult
 from fl_core.channelaxes.pruning import CRITERIA, PruningResult
-from fl_core.figures import color, heatmap_figure, tiles_figure
+from fl_core.figures import color, heatmap_figure, log_axis, tiles_figure
 
 METRIC_LABELS = {
     "input_capture": "input capture I_X (normalized)",
@@ -87,7 +87,7 @@ def axes_scatter_figure(result: ChannelAxesResult, x: str = "input_capture", y: 
                       f"(Spearman ρ = {result.axes.spearman:.2f})", xaxis_title=label(x), yaxis_title=label(y),
                       height=480, **LAYOUT)
     if log_x and (table[x] > 0).all():
-        fig.update_xaxes(type="log")
+        fig.update_xaxes(**log_axis(table[x]))
     return fig
 
 

@@ -7,10 +7,20 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from fl_core.figures import REFERENCE_COLORS, color, heatmap_figure, tiles_figure
+from fl_core.figures import (
+    REFERENCE_COLORS,
+    color,
+    heatmap_figure,
+    log_axis,
+    square_pixels,
+    tiles_figure,
+    trace_values,
+)
 from fl_core.firstlayer.energy import EnergyResult, ModelEnergy
 from fl_core.firstlayer.whitening import WhiteningResult
 
+ACTIVATION_MAPS_WIDTH = 1000
+"""The width (px) activation-map figures are laid out for: their height follows the image's aspect ratio."""
 LOG_FLOOR = 1e-3
 """On a log axis the fitted curve a + b·θ is drawn no lower than this (an affine map can reach 0 or below)."""
 
@@ -40,7 +50,7 @@ def profile_figure(result: EnergyResult, log_y: bool = True, show_theory: bool =
                       yaxis_title="energy e_i (max-normalized)", height=460, legend=dict(orientation="h", y=-0.2),
                       margin=dict(l=10, r=10, t=50, b=10))
     if log_y:
-        fig.update_yaxes(type="log")
+        fig.update_yaxes(**log_axis(trace_values(fig)))
     return fig
 
 
@@ -71,7 +81,7 @@ def spectrum_figure(result: EnergyResult) -> go.Figure:
                                line=dict(color=REFERENCE_COLORS["rgb"]), name="λ_i"))
     fig.update_layout(title="Patch spectrum: standard deviation along each PCA component", height=300,
                       xaxis_title="PCA component", yaxis_title="λ_i (patch std)", margin=dict(l=10, r=10, t=50, b=10))
-    fig.update_yaxes(type="log")
+    fig.update_yaxes(**log_axis(result.lambdas))
     return fig
 
 
@@ -118,20 +128,24 @@ def autocorrelation_figure(result: WhiteningResult) -> go.Figure:
     return fig
 
 
-def activation_maps_figure(image: np.ndarray, maps: np.ndarray, title: str, count: int = 16) -> go.Figure:
-    """The input image and the first ``count`` linear response maps (K, H, W), each on its own symmetric scale."""
+def activation_maps_figure(image: np.ndarray, maps: np.ndarray, title: str, count: int = 16,
+                           width: int = ACTIVATION_MAPS_WIDTH) -> go.Figure:
+    """The input image and the first ``count`` linear response maps (K, H, W), each on its own symmetric scale
+    ±(99th percentile of |y_k|: a few extreme pixels would leave the rest white), in cells shaped like the image
+    (square pixels, row 0 at the top) for a figure about ``width`` px wide."""
     count = min(count, len(maps))
     cols = min(count + 1, 6)
     rows = int(np.ceil((count + 1) / cols))
-    fig = make_subplots(rows=rows, cols=cols, horizontal_spacing=0.01, vertical_spacing=0.03,
+    fig = make_subplots(rows=rows, cols=cols, horizontal_spacing=0.01, vertical_spacing=0.3 / rows,
                         subplot_titles=["input", *[f"filter {k}" for k in range(count)]])
     fig.add_trace(go.Image(z=image), row=1, col=1)
     for k in range(count):
         r, c = divmod(k + 1, cols)
-        limit = float(np.abs(maps[k]).max()) or 1.0
+        limit = float(np.percentile(np.abs(maps[k]), 99)) or float(np.abs(maps[k]).max()) or 1.0
         fig.add_trace(go.Heatmap(z=maps[k], colorscale="RdBu_r", zmin=-limit, zmax=limit, showscale=False,
-                                 hovertemplate="%{z:.3f}<extra></extra>"), row=r + 1, col=c + 1)
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False, autorange="reversed")
-    fig.update_layout(title=title, height=180 * rows + 60, margin=dict(l=10, r=10, t=60, b=10))
+                                 hovertemplate="x %{x}, y %{y}: %{z:.3f}<extra>filter " + str(k) + "</extra>"),
+                      row=r + 1, col=c + 1)
+    square_pixels(fig)
+    cell_height = width / cols * image.shape[0] / image.shape[1]
+    fig.update_layout(title=title, height=round(rows * (cell_height + 30) + 70), margin=dict(l=10, r=10, t=60, b=10))
     return fig

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from fl_core.figures import REFERENCE_COLORS, color, heatmap_figure
+from fl_core.figures import REFERENCE_COLORS, color, heatmap_figure, log_axis
 from fl_core.lab.claims import ClaimSummary, RunCorrelations, Trajectory
 from fl_core.lab.runs import Run
 
@@ -60,7 +60,7 @@ def trajectory_figure(traj: Trajectory, subtract_init: bool = True, start: int |
                       sliders=[dict(active=start, steps=steps, currentvalue=dict(prefix="step ", xanchor="right"),
                                     x=0.16, len=0.84,
                                     y=-0.2, yanchor="top", pad=dict(t=10))])
-    fig.update_yaxes(type="log", range=[np.log10(MIN_ENERGY), 0.1])
+    fig.update_yaxes(**log_axis([MIN_ENERGY, 10 ** 0.1], range=[np.log10(MIN_ENERGY), 0.1]))
     return fig
 
 
@@ -83,9 +83,9 @@ def fit_over_steps_figure(traj: Trajectory) -> go.Figure:
                              line=dict(color=color(1))), secondary_y=True)
     fig.update_layout(title=f"Theory fit over training (Spearman ρ(step, ηt) = {traj.eta_t_trend:+.2f})",
                       height=400, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.25))
-    fig.update_xaxes(title_text="SGD step", type="log")
+    fig.update_xaxes(title_text="SGD step", **log_axis(x))
     fig.update_yaxes(title_text="Pearson r", range=[-1.05, 1.05], secondary_y=False)
-    fig.update_yaxes(title_text="ηt (units of 1/λ²)", type="log", secondary_y=True)
+    fig.update_yaxes(title_text="ηt (units of 1/λ²)", secondary_y=True, **log_axis(traj.eta_t[moving]))
     return fig
 
 

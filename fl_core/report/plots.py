@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from fl_core.figures import REFERENCE_COLORS, color
+from fl_core.figures import REFERENCE_COLORS, color, log_axis
 from fl_core.firstlayer.plots import REFERENCE_NAMES
 from fl_core.masterkeys.plots import KEY_NAMES
 from fl_core.report.build import CheckpointTrajectory
@@ -33,7 +33,7 @@ def weight_norms_figure(stats: WeightStatistics) -> go.Figure:
                                         ("copies", "copies of one peer (|cos| ≈ 1)"))):
         fig.add_trace(go.Bar(x=frame["layer"], y=frame[column].fillna(0), name=name, marker_color=color(i + 1)),
                       row=2, col=1)
-    fig.update_yaxes(title_text="filter norm ‖w‖", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="filter norm ‖w‖", row=1, col=1, **log_axis(frame[["norm_min", "norm_max"]]))
     fig.update_yaxes(title_text="filters", row=2, col=1)
     fig.update_xaxes(tickangle=45, row=2, col=1)
     fig.update_layout(title=dict(text=f"{stats.label}: filter norms and dead or duplicate filters per convolution",
@@ -75,7 +75,7 @@ def trajectory_profiles_figure(traj: CheckpointTrajectory) -> go.Figure:
                                     yanchor="top", pad=dict(t=10))])
     values = np.concatenate([traj.profiles.ravel(), traj.theory.ravel()])
     floor = max(MIN_ENERGY, 0.8 * float(np.min(values[values > 0], initial=1.0)))
-    fig.update_yaxes(type="log", range=[np.log10(floor), 0.1])  # one range for every checkpoint
+    fig.update_yaxes(**log_axis([floor, 10 ** 0.1], range=[np.log10(floor), 0.1]))  # one range for every checkpoint
     return fig
 
 
@@ -103,7 +103,7 @@ def trajectory_summary_figure(traj: CheckpointTrajectory) -> go.Figure:
         for name, value in traj.whitening_reference.items():
             fig.add_trace(go.Scatter(x=x, y=[value] * len(x), mode="lines", name=REFERENCE_NAMES[name],
                                      line=dict(color=REFERENCE_COLORS[name], dash="dash", width=1)), row=3, col=1)
-    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(row=1, col=1, **log_axis(traj.eta_t))
     fig.update_yaxes(range=[-1.05, 1.05], row=2, col=1)
     fig.update_layout(title="The first layer over the checkpoints", height=260 * rows, showlegend=True,
                       margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.08))
