@@ -40,7 +40,7 @@ def report_figures() -> dict[str, go.Figure]:
     from fl_core.report.build import ReportSettings, build_report
 
     report = build_report([load_model("demo:tiny_vgg_init"), load_model("demo:tiny_vgg")],
-                          ReportSettings(max_images=2, **SMALL))
+                          settings=ReportSettings(max_images=2, **SMALL))
     return {"weight_norms": plots.weight_norms_figure(report.weights),
             "trajectory_profiles": plots.trajectory_profiles_figure(report.trajectory),
             "trajectory_summary": plots.trajectory_summary_figure(report.trajectory)}
@@ -77,14 +77,12 @@ def channel_axes_figures() -> dict[str, go.Figure]:
 
 @functools.cache
 def master_key_figures() -> dict[str, go.Figure]:
-    from fl_core.io.models import load_model
     from fl_core.masterkeys import plots
     from fl_core.masterkeys.clustering import MasterKeySettings, analyze_master_keys
     from fl_core.masterkeys.fitting import FIT_METHODS, fit_published_filters
     from fl_core.masterkeys.scalespace import load_published_filters
 
-    settings = MasterKeySettings(restarts=2, sweep=(2, 3, 4))
-    result = analyze_master_keys(load_model("demo:ppocrv6_det_small_dw7"), settings)
+    result = analyze_master_keys("demo:ppocrv6_det_small_dw7", settings=MasterKeySettings(restarts=2, sweep=(2, 3, 4)))
     published = load_published_filters()
     fits = {method: fit_published_filters(method) for method in FIT_METHODS[:3]}
     fit = fits["B"]
