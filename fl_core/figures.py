@@ -6,15 +6,41 @@ Each family holds its own figures beside its analyses (``fl_core.firstlayer.plot
 
 from __future__ import annotations
 
+import math
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 from numpy.typing import ArrayLike
+from plotly.subplots import make_subplots
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22")
 REFERENCE_COLORS = {"rgb": "#444444", "zca": "#000000", "random": "#999999", "theory": "#000000"}
+
+NARROW_FIGURE_PX = 520
+"""The narrowest a figure is drawn: beside its explanation on a 1024×768 projector with the sidebar open. Titles wrap,
+legends and tiles are sized for it; a wider screen only adds room."""
+TITLE_CHARS = 58
+"""Characters of a title line (17-px font) on a :data:`NARROW_FIGURE_PX` figure."""
+TITLE_LINE_PX = 24
+LEGEND_ROW_PX = 22
+LEGEND_CHAR_PX = 7.0
+LEGEND_SYMBOL_PX = 50
+TICK_CHAR_PX = 7.0
+"""Estimated widths (12-px font) from which :func:`readable` sizes legends and tick labels, rounded up."""
+LEGEND_FREE = ("heatmap", "image", "contour", "surface")
+"""Trace types plotly leaves out of the legend unless asked."""
+MIN_TILE_PX = 48
+"""Filter tiles are at least this wide on a :data:`NARROW_FIGURE_PX` figure: a 3×3 kernel's weights are 16-px
+squares."""
+TILE_GAP = 0.15
+"""Gap between tiles, as a fraction of a tile."""
+HEATMAP_TILE_CELLS = 10
+"""Cells per tile side, at least, of a heatmap mosaic (a kernel's weights subdivided, so the gaps can be thin)."""
+COLORBAR_PX = 80
+TILE_FIGURE_MARGIN_PX = 70
 
 
 def color(index: int) -> str:
@@ -84,6 +110,84 @@ def log_axis(values: ArrayLike, **axis: object) -> dict:
     return dict(type="log", tickmode="array", tickvals=ticks, ticktext=[log_tick_text(t) for t in ticks], **axis)
 
 
+def title_lines(text: str, chars: int = TITLE_CHARS) -> list[str]:
+    """A title as lines of at most ``chars`` characters (its own ``<br>`` breaks kept): plotly cuts a long title at
+    the figure's edge instead of wrapping it."""
+    return [line for part in text.split("<br>") for line in (textwrap.wrap(part, chars) or [""])]
+
+
+def legend_entries(fig: go.Figure) -> list[str]:
+    """The names plotly lists in the figure's legend (none when it draws no legend)."""
+    names = [trace.name or "" for trace in fig.data if trace.type not in ("image",) and (
+        trace.showlegend is True or (trace.showlegend is None and trace.type not in LEGEND_FREE))]
+    shown = fig.layout.showlegend is True or (fig.layout.showlegend is None and len(names) >= 2)
+    return names if shown else []
+
+
+def legend_px(fig: go.Figure, width: int = NARROW_FIGURE_PX) -> int:
+    """Height of the figure's horizontal legend when its entries are packed row by row into ``width`` pixels."""
+    rows, used = 0, width
+    for name in legend_entries(fig):
+        entry = LEGEND_SYMBOL_PX + LEGEND_CHAR_PX * len(name)
+        rows, used = (rows + 1, entry) if used + entry > width else (rows, used + entry)
+    return rows * LEGEND_ROW_PX + (10 if rows else 0)
+
+
+def x_axis_px(fig: go.Figure, width: int = NARROW_FIGURE_PX) -> int:
+    """Height below the plot that the x axes' tick labels and title take. Category labels that do not fit side by
+    side in ``width`` are turned to 45° (set here, so the estimate holds whatever plotly would choose)."""
+    shown = [axis for name, axis in fig.layout.to_plotly_json().items() if name.startswith("xaxis")
+             and axis.get("visible", True) and axis.get("showticklabels", True)]
+    if fig.data and not shown and not any(name.startswith("xaxis") for name in fig.layout.to_plotly_json()):
+        shown = [{}]
+    if not shown:
+        return 0
+    categories = {str(v) for trace in fig.data if trace.type not in LEGEND_FREE and trace.x is not None
+                  for v in trace.x if isinstance(v, str)} | {str(v) for axis in shown for v in axis.get("ticktext", ())}
+    longest = max(map(len, categories), default=4)
+    angle = max((abs(axis.get("tickangle", 0) or 0) for axis in shown), default=0)
+    if not angle and categories and len(categories) * (longest + 1) * TICK_CHAR_PX > width:
+        angle = 45
+        fig.update_xaxes(tickangle=-45)
+    ticks = 22 + longest * TICK_CHAR_PX * math.sin(math.radians(angle))
+    titled = any((axis.get("title") or {}).get("text") for axis in shown)
+    return round(ticks + (28 if titled else 0) + 6)
+
+
+def subplot_titles_px(fig: go.Figure) -> int:
+    """Height the top row's subplot titles (annotations at the top of the plot area) take above it."""
+    top = [a for a in fig.layout.annotations if a.yref == "paper" and (a.y or 0) >= 0.98 and a.yanchor == "bottom"]
+    return max((((a.text or "").count("<br>") + 1) * round(1.35 * (a.font.size or 16)) for a in top), default=0)
+
+
+def readable(fig: go.Figure) -> go.Figure:
+    """Lay ``fig`` out for a :data:`NARROW_FIGURE_PX`-wide projector column and return it: the title wrapped into
+    :func:`title_lines` at the top, the legend horizontal below the x axis' labels and title (above the plot when a
+    slider or buttons sit below it), and the figure made taller by what these need, so that the plot area keeps the
+    height the figure asked for (its height less its margins) however many models the legend lists.
+
+    Every figure function ends with it; applying it twice changes nothing.
+    """
+    layout = fig.layout
+    top, bottom = (layout.margin.t if layout.margin.t is not None else 100,
+                   layout.margin.b if layout.margin.b is not None else 80)
+    plot_px = max((layout.height or 450) - top - bottom, 100)
+    lines = title_lines(layout.title.text or "")
+    title_px = (TITLE_LINE_PX * len(lines) + 22 if any(lines) else 10) + subplot_titles_px(fig)
+    entries_px = legend_px(fig)
+    if layout.sliders or layout.updatemenus:
+        top, legend = title_px + entries_px, dict(y=1 + 6 / plot_px, yanchor="bottom")
+    else:
+        axis_px = x_axis_px(fig)
+        top, bottom = title_px, max(axis_px + entries_px + 10, 10)
+        legend = dict(y=-axis_px / plot_px, yanchor="top")
+    fig.update_layout(title=dict(text="<br>".join(lines), y=1, yref="container", yanchor="top", pad=dict(t=12)),
+                      height=top + plot_px + bottom, margin=dict(t=top, b=bottom))
+    if entries_px:
+        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", **legend))
+    return fig
+
+
 def trace_values(fig: go.Figure, axis: str = "y") -> np.ndarray:
     """Every number a figure's traces put on their ``x`` or ``y`` coordinate (what a one-axis figure's
     :func:`log_axis` spans)."""
@@ -119,30 +223,99 @@ def filter_rgb(filt: np.ndarray) -> np.ndarray:
     return diverging_rgb(filt.mean(axis=0) / (float(np.abs(filt.mean(axis=0)).max()) or 1.0))
 
 
-def tile_mosaic(filters: np.ndarray, ncols: int | None = None, pad: int = 1, upsample: int = 1) -> np.ndarray:
-    """Filters (N, C, kh, kw) -> one (H, W, 3) uint8 mosaic, each tile normalized on its own, white gaps."""
-    filters = np.asarray(filters, dtype=np.float64)
-    n, _, kh, kw = filters.shape
-    ncols = ncols or int(np.ceil(np.sqrt(n)))
+def _mosaic(tiles: np.ndarray, ncols: int, pad: int, fill: float) -> np.ndarray:
+    """Tiles (N, th, tw, D) placed row by row in ``ncols`` columns with ``pad`` pixels of ``fill`` around each."""
+    n, th, tw, depth = tiles.shape
     nrows = int(np.ceil(n / ncols))
-    th, tw = kh * upsample, kw * upsample
-    mosaic = np.ones((nrows * (th + pad) + pad, ncols * (tw + pad) + pad, 3))
-    for i, filt in enumerate(filters):
+    mosaic = np.full((nrows * (th + pad) + pad, ncols * (tw + pad) + pad, depth), fill, dtype=np.float64)
+    for i, tile in enumerate(tiles):
         r, c = divmod(i, ncols)
-        tile = np.kron(filter_rgb(filt), np.ones((upsample, upsample, 1)))
         mosaic[pad + r * (th + pad): pad + r * (th + pad) + th, pad + c * (tw + pad): pad + c * (tw + pad) + tw] = tile
-    return (np.clip(mosaic, 0, 1) * 255).round().astype(np.uint8)
+    return mosaic
 
 
-def tiles_figure(filters: np.ndarray, title: str, ncols: int | None = None, height: int = 360) -> go.Figure:
-    """A figure showing filters as image tiles (upsampled so small kernels stay visible)."""
-    kernel = max(filters.shape[-2:])
-    upsample = max(1, 24 // kernel)
-    fig = go.Figure(go.Image(z=tile_mosaic(filters, ncols=ncols, upsample=upsample), hoverinfo="skip"))
-    fig.update_layout(title=title, height=height, margin=dict(l=10, r=10, t=40, b=10))
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    return fig
+def _upsampled(tiles: np.ndarray, upsample: int) -> np.ndarray:
+    return np.kron(tiles, np.ones((1, upsample, upsample, 1)))
+
+
+def tile_mosaic(filters: np.ndarray, ncols: int | None = None, pad: int = 1, upsample: int = 1) -> np.ndarray:
+    """Filters (N, C, kh, kw) -> one (H, W, 3) uint8 mosaic (:func:`filter_rgb` of each, so each tile is normalized
+    on its own), white gaps of ``pad`` pixels."""
+    filters = np.asarray(filters, dtype=np.float64)
+    ncols = ncols or int(np.ceil(np.sqrt(len(filters))))
+    tiles = _upsampled(np.stack([filter_rgb(f) for f in filters]), upsample)
+    return (np.clip(_mosaic(tiles, ncols, pad, 1.0), 0, 1) * 255).round().astype(np.uint8)
+
+
+def tile_values(filters: np.ndarray, ncols: int, pad: int = 1, upsample: int = 1) -> np.ndarray:
+    """Filters (N, C, kh, kw) -> one (H, W) float mosaic of each filter's channel mean divided by its largest
+    |value| (so in [-1, 1]), NaN in the gaps (drawn blank by a heatmap)."""
+    means = np.asarray(filters, dtype=np.float64).mean(axis=1)
+    scale = np.abs(means).reshape(len(means), -1).max(axis=1)
+    tiles = _upsampled((means / np.where(scale > 0, scale, 1.0)[:, None, None])[..., None], upsample)
+    return _mosaic(tiles, ncols, pad, np.nan)[..., 0]
+
+
+def tile_columns(count: int, width: int = NARROW_FIGURE_PX) -> int:
+    """How many tiles of at least :data:`MIN_TILE_PX` (and their gaps) fit side by side in ``width`` pixels."""
+    return int(min(count, max(1, width // (MIN_TILE_PX * (1 + TILE_GAP)))))
+
+
+def tiles_figure(filters: np.ndarray, title: str, ncols: int | None = None, labels: Sequence[str] | None = None,
+                 width: int = NARROW_FIGURE_PX) -> go.Figure:
+    """Filters (N, C, kh, kw) as a grid of tiles at least :data:`MIN_TILE_PX` wide on a ``width``-px figure, with
+    gaps of :data:`TILE_GAP` of a tile, each normalized to its own largest |w|: 3-channel filters as colour
+    (:func:`filter_rgb`, grey = 0), others as their channel mean in blue-white-red with a colour bar
+    (:func:`tile_values`). Hovering a tile names it (``labels``, default "filter i"); tiles run row by row."""
+    filters = np.asarray(filters, dtype=np.float64)
+    n, channels, kh, kw = filters.shape
+    rgb = channels == 3
+    shown = width - (0 if rgb else COLORBAR_PX)
+    ncols = ncols or tile_columns(n, shown)
+    upsample = int(np.ceil(MIN_TILE_PX / max(kh, kw))) if rgb else int(np.ceil(HEATMAP_TILE_CELLS / max(kh, kw)))
+    pad = max(1, round(TILE_GAP * max(kh, kw) * upsample))
+    if rgb:
+        mosaic = tile_mosaic(filters, ncols=ncols, pad=pad, upsample=upsample)
+        picture = go.Image(z=mosaic, hoverinfo="skip")
+    else:
+        mosaic = tile_values(filters, ncols, pad, upsample)
+        picture = go.Heatmap(z=mosaic, zmin=-1, zmax=1, colorscale="RdBu_r", hoverinfo="skip",
+                             colorbar=dict(title=dict(text="w / max |w|", side="right"), thickness=12))
+    th, tw = kh * upsample, kw * upsample
+    rows, cols = np.divmod(np.arange(n), ncols)
+    names = list(labels) if labels is not None else [f"filter {i}" for i in range(n)]
+    centres = go.Scatter(x=pad + cols * (tw + pad) + (tw - 1) / 2, y=pad + rows * (th + pad) + (th - 1) / 2,
+                         mode="markers", marker=dict(size=max(tw, th), opacity=0, symbol="square"), text=names,
+                         hovertemplate="%{text}<extra></extra>", showlegend=False)
+    fig = go.Figure([picture, centres])
+    square_pixels(fig)
+    fig.update_layout(title=title, height=round(TILE_FIGURE_MARGIN_PX + shown * mosaic.shape[0] / mosaic.shape[1]),
+                      margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white")
+    return readable(fig)
+
+
+def filter_zoom_figure(filt: np.ndarray, title: str) -> go.Figure:
+    """One filter (C, kh, kw) large: each channel as a heatmap of its weights (R, G, B for colour filters; at most 8
+    channels), values written in the cells up to 7×7, one symmetric colour scale with its colour bar (weights as
+    stored)."""
+    filt = np.asarray(filt, dtype=np.float64)
+    names = ["red", "green", "blue"] if len(filt) == 3 else [f"channel {c}" for c in range(len(filt))] if len(
+        filt) > 1 else [""]
+    shown = filt[:8]
+    bound = float(np.abs(shown).max()) or 1.0
+    fig = make_subplots(rows=1, cols=len(shown), subplot_titles=names[:8], horizontal_spacing=0.03)
+    write = filt.shape[-1] * filt.shape[-2] <= 49
+    for c, channel in enumerate(shown):
+        fig.add_trace(go.Heatmap(z=channel, zmin=-bound, zmax=bound, colorscale="RdBu_r", showscale=c == 0,
+                                 colorbar=dict(title=dict(text="weight", side="right"), thickness=12),
+                                 text=np.vectorize(lambda v: f"{v:.2f}")(channel) if write else None,
+                                 texttemplate="%{text}" if write else None,
+                                 hovertemplate="row %{y}, col %{x}: %{z:.4f}<extra>" + names[c] + "</extra>"),
+                      row=1, col=c + 1)
+    square_pixels(fig)
+    fig.update_layout(title=title, height=round(TILE_FIGURE_MARGIN_PX + (NARROW_FIGURE_PX - COLORBAR_PX) / len(shown)),
+                      margin=dict(l=10, r=10, t=60, b=10), plot_bgcolor="white")
+    return readable(fig)
 
 
 def heatmap_figure(matrix: np.ndarray, labels: Sequence[str], title: str, zmin: float = -1.0, zmax: float = 1.0,
@@ -154,7 +327,7 @@ def heatmap_figure(matrix: np.ndarray, labels: Sequence[str], title: str, zmin: 
                                hovertemplate="%{y}<br>%{x}<br>r = %{z:.3f}<extra></extra>"))
     fig.update_layout(title=title, height=max(300, 80 + 60 * len(labels)), margin=dict(l=10, r=10, t=40, b=10))
     fig.update_yaxes(autorange="reversed")
-    return fig
+    return readable(fig)
 
 
 def figure_html(fig: go.Figure) -> str:

@@ -14,16 +14,25 @@ SMALL = dict(seeds=3)
 
 
 @functools.cache
+def small_energy():
+    """Energy profiles of the tiny demo and its initialization on two bundled photos."""
+    from fl_core.firstlayer.energy import EnergySettings, analyze_energy
+    from fl_core.io.images import bundled_images
+
+    return analyze_energy(["demo:tiny_vgg", "demo:tiny_vgg_init"], bundled_images(["chelsea", "coffee"]),
+                          EnergySettings(**SMALL))
+
+
+@functools.cache
 def first_layer_figures() -> dict[str, go.Figure]:
     from fl_core.firstlayer import plots
-    from fl_core.firstlayer.energy import EnergySettings, analyze_energy
     from fl_core.firstlayer.whitening import WhiteningSettings, activation_maps, analyze_whitening
     from fl_core.io.images import bundled_images
     from fl_core.io.models import load_model
 
     models = [load_model("demo:tiny_vgg"), load_model("demo:tiny_vgg_init")]
     photos = bundled_images(["chelsea", "coffee"])
-    energy = analyze_energy(models, photos, EnergySettings(**SMALL))
+    energy = small_energy()
     whitening = analyze_whitening(models, photos, WhiteningSettings(**SMALL))
     maps = activation_maps(models[0], photos.image(0), photos.names[0])  # coffee: landscape
     return {"profile": plots.profile_figure(energy), "profile_linear": plots.profile_figure(energy, log_y=False),

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import ast
+from dataclasses import replace
+
 import numpy as np
 import plotly.graph_objects as go
 import pytest
 
 from fl_core.figures import (
     MAX_LOG_TICKS,
+    MIN_TILE_PX,
+    NARROW_FIGURE_PX,
+    TILE_GAP,
+    TITLE_CHARS,
     diverging_rgb,
     figure_html,
     filter_rgb,
+    filter_zoom_figure,
     heatmap_figure,
     log_axis,
     log_tick_text,
     log_ticks,
+    readable,
+    tile_columns,
     tile_mosaic,
     tiles_figure,
 )
@@ -56,11 +66,38 @@ def test_the_mosaic_places_every_filter_in_its_own_normalized_tile_with_white_ga
     assert big.shape == (4 * 3 + 2, 5 * (4 * 3 + 1) + 1, 3)
 
 
-def test_tiles_are_drawn_large_enough_to_see_small_kernels():
-    fig = tiles_figure(np.ones((4, 3, 3, 3)), "four filters")
-    image = fig.data[0]
-    assert isinstance(image, go.Image) and fig.layout.title.text == "four filters"
-    assert np.asarray(image.z).shape[0] >= 2 * 24  # 3×3 kernels upsampled 8×
+def test_tiles_are_drawn_large_enough_to_see_a_3x3_kernel_with_gaps_and_name_themselves_on_hover():
+    fig = tiles_figure(np.ones((64, 3, 3, 3)), "64 filters")
+    image, centres = fig.data
+    assert isinstance(image, go.Image) and fig.layout.title.text == "64 filters"
+    mosaic = np.asarray(image.z)
+    columns = tile_columns(64)
+    tile = MIN_TILE_PX + round(TILE_GAP * MIN_TILE_PX)  # one tile and its gap, in mosaic pixels
+    assert mosaic.shape[1] == columns * tile + round(TILE_GAP * MIN_TILE_PX)
+    assert columns * tile <= NARROW_FIGURE_PX  # so each tile is drawn at least MIN_TILE_PX wide on a projector
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    assert plot_px >= NARROW_FIGURE_PX * mosaic.shape[0] / mosaic.shape[1]  # tall enough not to shrink them
+    assert list(centres.text[:2]) == ["filter 0", "filter 1"] and len(centres.x) == 64
+
+
+def test_single_channel_tiles_are_a_heatmap_with_blank_gaps_and_a_colour_bar():
+    filters = np.zeros((5, 1, 3, 3))
+    filters[:, 0, 1, 1] = [1, -2, 3, -4, 5]
+    fig = tiles_figure(filters, "depthwise", labels=list("abcde"))
+    heat = fig.data[0]
+    assert isinstance(heat, go.Heatmap) and heat.colorbar.title.text == "w / max |w|"
+    values = np.asarray(heat.z, dtype=float)
+    assert np.isnan(values[0]).all() and np.nanmax(values) == 1 and np.nanmin(values) == -1  # each tile on its own
+    assert list(fig.data[1].text) == list("abcde")
+
+
+def test_a_zoomed_filter_shows_each_colour_channel_with_its_weights_and_one_colour_bar():
+    filt = np.arange(27, dtype=float).reshape(3, 3, 3) - 13
+    fig = filter_zoom_figure(filt, "filter 4")
+    assert [a.text for a in fig.layout.annotations] == ["red", "green", "blue"]
+    assert [t.showscale for t in fig.data] == [True, False, False]
+    assert all(t.zmax == 13 and t.zmin == -13 for t in fig.data)  # one symmetric scale
+    assert fig.data[2].text[2][2] == "13.00"
 
 
 def test_a_heatmap_labels_its_cells_and_leaves_missing_values_blank():
@@ -151,3 +188,54 @@ def test_the_maps_of_the_landscape_coffee_photo_are_landscape(demo) -> None:
     maps = activation_maps(demo[0], photo.image(0), "coffee")
     height, width = maps.maps.shape[1:]
     assert maps.image.shape[:2] == (height + 2, width + 2) and width / height == pytest.approx(1.5, abs=0.03)
+
+
+def figure_functions() -> list[tuple[str, ast.FunctionDef]]:
+    """Every public function that builds a figure: ``*_figure`` in fl_core/figures.py and every family's plots.py."""
+    paths = [REPO / "fl_core" / "figures.py", *sorted((REPO / "fl_core").glob("*/plots.py"))]
+    return [(f"{path.parent.name}/{path.name}:{node.name}", node) for path in paths
+            for node in ast.parse(path.read_text(encoding="utf-8")).body
+            if isinstance(node, ast.FunctionDef) and node.name.endswith("_figure") and not node.name.startswith("_")]
+
+
+def test_every_figure_function_returns_a_figure_laid_out_by_readable() -> None:
+    functions = figure_functions()
+    assert len(functions) > 30
+    names = {node.name for _, node in functions}
+    for where, node in functions:
+        for ret in (n for n in ast.walk(node) if isinstance(n, ast.Return)):
+            call = ret.value
+            callee = getattr(getattr(call, "func", None), "id", None)
+            assert callee == "readable" or callee in names, f"{where} returns {ast.unparse(call)[:60]}"
+
+
+def _energy_with(count: int):
+    from .figure_gallery import small_energy
+
+    energy = small_energy()
+    models = tuple(replace(energy.models[i % len(energy.models)], label=f"a model with a long name {i + 1}")
+                   for i in range(count))
+    return replace(energy, models=models)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("count", [1, 5, 8])
+def test_one_to_eight_models_keep_the_profile_plot_area_and_put_the_legend_below_the_axis_title(count: int) -> None:
+    from fl_core.firstlayer.plots import profile_figure
+
+    fig = profile_figure(_energy_with(count))
+    layout = fig.layout
+    plot_px = layout.height - layout.margin.t - layout.margin.b
+    assert plot_px == 460 - 50 - 10  # what the figure asks for, however many models
+    entries = 2 * count + 1  # each model and its theory fit, and the random-init band
+    assert layout.margin.b >= 60 + 22 * entries // 2  # the legend's rows below the axis title
+    assert layout.legend.yanchor == "top" and layout.legend.y * plot_px <= -50  # below the tick labels and title
+
+
+def test_a_long_title_wraps_instead_of_running_off_the_figure() -> None:
+    title = "Lesion and peer replacement: Δ cross-entropy on held-out images (the 64 channels with the largest lesion"
+    fig = readable(go.Figure(go.Bar(x=["a"], y=[1]), layout=dict(title=title, height=400)))
+    lines = fig.layout.title.text.split("<br>")
+    assert len(lines) == 2 and all(len(line) <= TITLE_CHARS for line in lines) and " ".join(lines) == title
+    assert readable(fig).layout.to_plotly_json() == fig.layout.to_plotly_json()  # idempotent
+    assert fig.layout.margin.t >= 2 * 24

@@ -66,7 +66,7 @@ def test_energy_and_scale_space_draw_their_figures(photos):
         assert isinstance(energy.plot(kind), go.Figure), kind
     profile = energy.plot(log_y=False)  # keywords reach the figure function
     assert profile.layout.yaxis.type != "log"
-    assert len(energy.models[0].plot().data) == 1  # a model's filter tiles
+    assert isinstance(energy.models[0].plot().data[0], go.Image)  # a model's filter tiles
     fits = analyze_scale_space(method="C2")
     assert "C2" in {trace.legendgroup for trace in fits.plot("sigma").data}
     assert len(fits.plot("models").layout.annotations) == 8

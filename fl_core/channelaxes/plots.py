@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from fl_core.channelaxes.analysis import ChannelAxesResult
 from fl_core.channelaxes.pruning import CRITERIA, PruningResult
-from fl_core.figures import color, heatmap_figure, log_axis, tiles_figure
+from fl_core.figures import color, filter_zoom_figure, heatmap_figure, log_axis, readable, tiles_figure
 
 METRIC_LABELS = {
     "input_capture": "input capture I_X (normalized)",
@@ -88,7 +88,7 @@ def axes_scatter_figure(result: ChannelAxesResult, x: str = "input_capture", y: 
                       height=480, **LAYOUT)
     if log_x and (table[x] > 0).all():
         fig.update_xaxes(**log_axis(table[x]))
-    return fig
+    return readable(fig)
 
 
 def lesion_bars_figure(result: ChannelAxesResult, limit: int = 64) -> go.Figure:
@@ -104,9 +104,9 @@ def lesion_bars_figure(result: ChannelAxesResult, limit: int = 64) -> go.Figure:
     shown = f"the {len(table)} channels with the largest lesion effect" if len(result.table) > limit else "all channels"
     fig.update_layout(title=f"Lesion and peer replacement: Δ cross-entropy on held-out images ({shown})",
                       xaxis_title="channel", yaxis_title="Δloss (nats; > 0 = hurts)", barmode="group", height=380,
-                      legend=dict(orientation="h", y=-0.25), **LAYOUT)
+                      **LAYOUT)
     fig.update_xaxes(type="category")
-    return fig
+    return readable(fig)
 
 
 def peer_support_figure(result: ChannelAxesResult) -> go.Figure:
@@ -127,7 +127,7 @@ def peer_support_figure(result: ChannelAxesResult) -> go.Figure:
     fig.update_layout(title="Peer support: how much of a lesion the peers' reconstruction recovers",
                       xaxis_title="Δloss, mean-ablation", yaxis_title="Δloss, peer replacement", height=420,
                       showlegend=False, **LAYOUT)
-    return fig
+    return readable(fig)
 
 
 def _criterion_color(name: str, counters: dict[str, int]) -> str:
@@ -158,8 +158,8 @@ def pruning_curves_figure(pruning: PruningResult, finetuned: bool = False) -> go
     state = f"after a {pruning.settings.finetune_steps}-step recovery fine-tune" if finetuned else "no fine-tune"
     fig.update_layout(title=f"Pruning {pruning.layer}: accuracy vs FLOPs removed ({state})",
                       xaxis_title="MACs removed (% of the whole network)", yaxis_title="top-1 accuracy (%)",
-                      height=440, legend=dict(orientation="h", y=-0.25), **LAYOUT)
-    return fig
+                      height=440, **LAYOUT)
+    return readable(fig)
 
 
 def metric_correlation_figure(result: ChannelAxesResult) -> go.Figure:
@@ -177,11 +177,12 @@ def filter_figure(result: ChannelAxesResult, channel: int) -> go.Figure:
                                hovertemplate="input %{x}<br>w = %{y:.4f}<extra></extra>"))
         fig.update_layout(title=f"Channel {channel}: 1×1 weights over its {len(weight)} inputs", height=300,
                           xaxis_title="input channel", yaxis_title="weight", **LAYOUT)
-        return fig
+        return readable(fig)
     if len(weight) == 3:
-        return tiles_figure(weight[None], f"Channel {channel}: RGB filter", height=300)
+        return filter_zoom_figure(weight, f"Channel {channel}: RGB filter")
     return tiles_figure(weight[:64, None], f"Channel {channel}: its kernel on each of "
-                        f"{min(len(weight), 64)} input channels (red +, blue −)", height=360)
+                        f"{min(len(weight), 64)} input channels (red +, blue −)",
+                        labels=[f"input {i}" for i in range(min(len(weight), 64))])
 
 
 def summary_table(result: ChannelAxesResult) -> pd.DataFrame:

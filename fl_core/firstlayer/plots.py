@@ -12,6 +12,7 @@ from fl_core.figures import (
     color,
     heatmap_figure,
     log_axis,
+    readable,
     square_pixels,
     tiles_figure,
     trace_values,
@@ -47,11 +48,11 @@ def profile_figure(result: EnergyResult, log_y: bool = True, show_theory: bool =
             fig.add_trace(_theory_trace(m, x, color(i), log_y))
     fig.update_layout(title="Energy profile: RMS projection of the filters on each patch PCA component",
                       xaxis_title="PCA component (1 = largest variance, low spatial frequency)",
-                      yaxis_title="energy e_i (max-normalized)", height=460, legend=dict(orientation="h", y=-0.2),
+                      yaxis_title="energy e_i (max-normalized)", height=460,
                       margin=dict(l=10, r=10, t=50, b=10))
     if log_y:
         fig.update_yaxes(**log_axis(trace_values(fig)))
-    return fig
+    return readable(fig)
 
 
 def _theory_trace(m: ModelEnergy, x: np.ndarray, line_color: str, log_y: bool) -> go.Scatter:
@@ -82,7 +83,7 @@ def spectrum_figure(result: EnergyResult) -> go.Figure:
     fig.update_layout(title="Patch spectrum: standard deviation along each PCA component", height=300,
                       xaxis_title="PCA component", yaxis_title="λ_i (patch std)", margin=dict(l=10, r=10, t=50, b=10))
     fig.update_yaxes(**log_axis(result.lambdas))
-    return fig
+    return readable(fig)
 
 
 def correlation_figure(result: EnergyResult) -> go.Figure:
@@ -95,14 +96,14 @@ def components_figure(result: EnergyResult, key: str | None = None, count: int =
     """The first ``count`` patch PCA components as image tiles (grey = 0)."""
     pca = result.pcas[key or result.models[0].pca_key]
     return tiles_figure(pca.component_images()[:count], f"First {min(count, pca.dim)} patch PCA components "
-                        "(largest variance first)", ncols=min(16, count))
+                        "(largest variance first)", labels=[f"component {i + 1}" for i in range(min(count, pca.dim))])
 
 
 def filters_figure(model: ModelEnergy, count: int = 64) -> go.Figure:
     """A model's filters as image tiles (after init subtraction when it was applied)."""
     title = f"{model.label}: {model.n_filters} filters at {model.layer}" + (" minus init" if model.init_subtracted
                                                                               else "")
-    return tiles_figure(model.filters[:count], title, ncols=min(16, count))
+    return tiles_figure(model.filters[:count], title)
 
 
 REFERENCE_NAMES = {"rgb": "RGB input", "random": "random-init filters", "zca": "ideal ZCA whitening bank"}
@@ -124,8 +125,8 @@ def autocorrelation_figure(result: WhiteningResult) -> go.Figure:
                                  name=f"learned: {label}", line=dict(color=color(i))))
     fig.update_layout(title="Spatial autocorrelation of the first-layer responses",
                       xaxis_title="distance δ (pixels)", yaxis_title="C(δ) / C(0)", height=460,
-                      legend=dict(orientation="h", y=-0.2), margin=dict(l=10, r=10, t=50, b=10))
-    return fig
+                      margin=dict(l=10, r=10, t=50, b=10))
+    return readable(fig)
 
 
 def activation_maps_figure(image: np.ndarray, maps: np.ndarray, title: str, count: int = 16,
@@ -148,4 +149,4 @@ def activation_maps_figure(image: np.ndarray, maps: np.ndarray, title: str, coun
     square_pixels(fig)
     cell_height = width / cols * image.shape[0] / image.shape[1]
     fig.update_layout(title=title, height=round(rows * (cell_height + 30) + 70), margin=dict(l=10, r=10, t=60, b=10))
-    return fig
+    return readable(fig)

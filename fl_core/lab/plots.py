@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from fl_core.figures import REFERENCE_COLORS, color, heatmap_figure, log_axis
+from fl_core.figures import REFERENCE_COLORS, color, heatmap_figure, log_axis, readable
 from fl_core.lab.claims import ClaimSummary, RunCorrelations, Trajectory
 from fl_core.lab.runs import Run
 
@@ -54,14 +54,13 @@ def trajectory_figure(traj: Trajectory, subtract_init: bool = True, start: int |
     pause = dict(label="❚❚", method="animate", args=[[None], dict(mode="immediate", frame=dict(duration=0))])
     fig.update_layout(title=_step_title(traj, start), height=540, margin=dict(l=10, r=10, t=90, b=10),
                       xaxis_title="PCA component (1 = largest variance)", yaxis_title="energy e_i (max-normalized)",
-                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
                       updatemenus=[dict(type="buttons", buttons=[play, pause], x=0, y=-0.2, xanchor="left",
                                         yanchor="top", direction="left", showactive=False, pad=dict(t=10))],
                       sliders=[dict(active=start, steps=steps, currentvalue=dict(prefix="step ", xanchor="right"),
                                     x=0.16, len=0.84,
                                     y=-0.2, yanchor="top", pad=dict(t=10))])
     fig.update_yaxes(**log_axis([MIN_ENERGY, 10 ** 0.1], range=[np.log10(MIN_ENERGY), 0.1]))
-    return fig
+    return readable(fig)
 
 
 def fit_over_steps_figure(traj: Trajectory) -> go.Figure:
@@ -82,11 +81,11 @@ def fit_over_steps_figure(traj: Trajectory) -> go.Figure:
     fig.add_trace(go.Scatter(x=x, y=traj.eta_t[moving], mode="lines+markers", name="fitted ηt (w_t − w_0)",
                              line=dict(color=color(1))), secondary_y=True)
     fig.update_layout(title=f"Theory fit over training (Spearman ρ(step, ηt) = {traj.eta_t_trend:+.2f})",
-                      height=400, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.25))
+                      height=400, margin=dict(l=10, r=10, t=50, b=10))
     fig.update_xaxes(title_text="SGD step", **log_axis(x))
     fig.update_yaxes(title_text="Pearson r", range=[-1.05, 1.05], secondary_y=False)
     fig.update_yaxes(title_text="ηt (units of 1/λ²)", secondary_y=True, **log_axis(traj.eta_t[moving]))
-    return fig
+    return readable(fig)
 
 
 def training_curves_figure(runs: Sequence[Run]) -> go.Figure:
@@ -107,8 +106,8 @@ def training_curves_figure(runs: Sequence[Run]) -> go.Figure:
                       annotation_text="chance", annotation_position="bottom right")
     fig.update_xaxes(title_text="SGD step")
     fig.update_yaxes(range=[0, 1.02], row=1, col=2)
-    fig.update_layout(height=380, margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.3))
-    return fig
+    fig.update_layout(height=380, margin=dict(l=10, r=10, t=40, b=10))
+    return readable(fig)
 
 
 def run_correlation_figure(corr: RunCorrelations, raw: bool = False) -> go.Figure:
@@ -136,7 +135,6 @@ def claims_figure(summary: ClaimSummary) -> go.Figure:
                                                                  line=dict(width=2))))
     fig.update_layout(title="Our runs against the paper", height=120 + 34 * len(rows),
                       margin=dict(l=10, r=10, t=50, b=10), xaxis=dict(title="value (Pearson r / Spearman ρ)",
-                                                                         range=[-1.05, 1.05]),
-                      legend=dict(orientation="h", y=-0.2))
+                                                                         range=[-1.05, 1.05]))
     fig.update_yaxes(autorange="reversed")
-    return fig
+    return readable(fig)

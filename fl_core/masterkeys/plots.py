@@ -11,7 +11,15 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from fl_core.figures import REFERENCE_COLORS, color, tiles_figure
+from fl_core.figures import (
+    COLORBAR_PX,
+    NARROW_FIGURE_PX,
+    REFERENCE_COLORS,
+    color,
+    readable,
+    square_pixels,
+    tiles_figure,
+)
 from fl_core.masterkeys.assignment import PublishedAssignment
 from fl_core.masterkeys.clustering import MasterKeyResult
 from fl_core.masterkeys.fitting import ScaleSpaceResult
@@ -20,35 +28,41 @@ from fl_core.masterkeys.layersweep import LayerSweepResult
 from fl_core.masterkeys.rescore import RescoreResult
 from fl_core.masterkeys.swap import FilterSwap
 
-KEY_NAMES = ("1 δy₊T", "2 δx₋T", "3 δy₋T", "4 δx₊T", "5 δxT", "6 δyT", "7 δ−α∇²T", "8 T")
-"""Short names of the 8 master keys by their idealized model (docs/methods.md B.2)."""
+KEY_NAMES = ("1 δy+ T", "2 δx− T", "3 δy− T", "4 δx+ T", "5 δx T", "6 δy T", "7 (δ − α∇²) T", "8 T")
+"""Short names of the 8 master keys by their idealized model (docs/methods.md B.2): half-pixel differences δx±, δy±
+(1–4), centred differences δx, δy (5–6), impulse minus α·Laplacian (7) and the discrete Gaussian T itself (8). The
+signs sit on the line, not as subscripts, so the names read at the 13-px size of subplot titles."""
+GRID_TITLE_PX = 13
+GRID_COLUMNS = 4
+"""Filter grids put at most this many filters in a row: on a 520-px projector column each is ~100 px, its title fits."""
 
 
-def filter_grid_figure(filters: np.ndarray, titles: Sequence[str], title: str, rows: int = 1,
-                       height: int | None = None, shared_scale: bool = False) -> go.Figure:
-    """Small k×k filters as heatmaps (red positive, blue negative, white 0), row 0 at the top as stored.
-
-    Each filter has its own symmetric colour scale, or one common scale with ``shared_scale``.
-    """
+def filter_grid_figure(filters: np.ndarray, titles: Sequence[str], title: str, columns: int = GRID_COLUMNS,
+                       shared_scale: bool = False) -> go.Figure:
+    """Small k×k filters as heatmaps (red positive, blue negative, white 0), row 0 at the top as stored, ``columns``
+    to a row with gaps and one colour bar: each filter divided by its own largest |w| (the bar reads w / max |w|),
+    or with ``shared_scale`` all on one scale (the bar reads the values). Hover shows the stored value."""
     filters = np.asarray(filters, dtype=float)
-    common = float(np.abs(filters).max()) or 1.0
-    cols = int(np.ceil(len(filters) / rows))
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), horizontal_spacing=0.02,
-                        vertical_spacing=0.12)
+    columns = min(columns, len(filters))
+    rows = int(np.ceil(len(filters) / columns))
+    largest = np.abs(filters).reshape(len(filters), -1).max(axis=1)
+    bounds = np.full(len(filters), largest.max() or 1.0) if shared_scale else np.where(largest > 0, largest, 1.0)
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=list(titles), horizontal_spacing=0.06,
+                        vertical_spacing=0.35 / rows)
+    bar = dict(title=dict(text="value" if shared_scale else "w / max |w|", side="right"), thickness=12)
     for i, filt in enumerate(filters):
-        bound = common if shared_scale else (float(np.abs(filt).max()) or 1.0)
-        fig.add_trace(go.Heatmap(z=filt, zmin=-bound, zmax=bound, zmid=0, colorscale="RdBu_r", showscale=False,
-                                 hovertemplate="row %{y}, col %{x}<br>%{z:.4f}<extra>" + titles[i] + "</extra>"),
-                      row=i // cols + 1, col=i % cols + 1)
-    fig.update_yaxes(autorange="reversed", scaleanchor="x", constrain="domain", showticklabels=False,
-                     showgrid=False, zeroline=False)
-    fig.update_xaxes(constrain="domain", showticklabels=False, showgrid=False, zeroline=False)
-    for axis in range(2, rows * cols + 1):
-        fig.layout[f"yaxis{axis}"].scaleanchor = f"x{axis}"
-    fig.update_annotations(font_size=11)
-    fig.update_layout(title=title, height=height or 60 + 170 * rows, margin=dict(l=10, r=10, t=70, b=10),
-                      plot_bgcolor="white")
-    return fig
+        scale = 1.0 if shared_scale else bounds[i]
+        fig.add_trace(go.Heatmap(z=filt / scale, zmin=-bounds[i] / scale, zmax=bounds[i] / scale, zmid=0,
+                                 customdata=filt, colorscale="RdBu_r", showscale=i == 0, colorbar=bar,
+                                 hovertemplate="row %{y}, col %{x}<br>%{customdata:.4f}<extra>" + titles[i]
+                                               + "</extra>"),
+                      row=i // columns + 1, col=i % columns + 1)
+    square_pixels(fig)
+    fig.update_annotations(font_size=GRID_TITLE_PX)
+    cell = (NARROW_FIGURE_PX - COLORBAR_PX) / columns
+    fig.update_layout(title=title, height=round(60 + rows * (cell + 3.5 * GRID_TITLE_PX)),
+                      margin=dict(l=10, r=10, t=60, b=10), plot_bgcolor="white")
+    return readable(fig)
 
 
 def key_filters_figure(filters: Mapping[int, np.ndarray] | np.ndarray,
@@ -59,15 +73,14 @@ def key_filters_figure(filters: Mapping[int, np.ndarray] | np.ndarray,
 
 
 def centroids_vs_keys_figure(result: MasterKeyResult) -> go.Figure:
-    """Top row: the cluster centroids; bottom row: the most similar master key, flipped to the centroid's sign."""
-    centroids = np.stack([c.centroid for c in result.clusters])
-    matched = np.stack([np.sign(c.master_key_cosine or 1.0) * result.templates[c.master_key - 1]
-                        for c in result.clusters])
-    titles = [f"cluster {i + 1} ({c.share:.0%})" for i, c in enumerate(result.clusters)]
-    titles += [f"key {c.master_key}, cos {c.master_key_cosine:+.2f}" for c in result.clusters]
-    return filter_grid_figure(np.concatenate([centroids, matched]), titles,
-                              f"{result.label}: {result.k} cluster centroids (top) and the nearest master key "
-                              "(bottom)", rows=2)
+    """Each cluster centroid (largest cluster first) beside the most similar master key, flipped to the centroid's
+    sign: two pairs to a row."""
+    pairs, titles = [], []
+    for i, c in enumerate(result.clusters):
+        pairs += [c.centroid, np.sign(c.master_key_cosine or 1.0) * result.templates[c.master_key - 1]]
+        titles += [f"cluster {i + 1} ({c.share:.0%})", f"≈ key {c.master_key}, cos {c.master_key_cosine:+.2f}"]
+    return filter_grid_figure(np.stack(pairs), titles, f"{result.label}: each of the {result.k} cluster centroids "
+                              "beside its nearest master key")
 
 
 def stage_counts_figure(assignment: PublishedAssignment) -> go.Figure:
@@ -82,8 +95,8 @@ def stage_counts_figure(assignment: PublishedAssignment) -> go.Figure:
                              + "</extra>"))
     fig.update_layout(barmode="stack", title="Which master key the filters of each stage are closest to",
                       yaxis_title="share of the stage's filters", yaxis_tickformat=".0%", height=420,
-                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.15))
-    return fig
+                      margin=dict(l=10, r=10, t=50, b=10))
+    return readable(fig)
 
 
 def assignment_comparison_figure(assignments: Mapping[str, PublishedAssignment]) -> go.Figure:
@@ -99,8 +112,8 @@ def assignment_comparison_figure(assignments: Mapping[str, PublishedAssignment])
     fig.add_hline(y=1 / len(KEY_NAMES), line=dict(color="#999999", dash="dot"), annotation_text="1/8")
     fig.update_layout(barmode="group", title="Which master key the filters are closest to, bank by bank",
                       yaxis_title="share of the bank's filters", yaxis_tickformat=".0%", height=420,
-                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.15))
-    return fig
+                      margin=dict(l=10, r=10, t=50, b=10))
+    return readable(fig)
 
 
 def layer_counts_figure(assignment: PublishedAssignment) -> go.Figure:
@@ -113,7 +126,7 @@ def layer_counts_figure(assignment: PublishedAssignment) -> go.Figure:
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(title="Master key shares per layer", height=max(300, 120 + 22 * len(assignment.layers)),
                       margin=dict(l=10, r=10, t=50, b=10))
-    return fig
+    return readable(fig)
 
 
 def composition_figure(result: MasterKeyResult) -> go.Figure:
@@ -126,7 +139,7 @@ def composition_figure(result: MasterKeyResult) -> go.Figure:
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(title="Cluster members by nearest master key", height=120 + 40 * len(labels),
                       margin=dict(l=10, r=10, t=50, b=10))
-    return fig
+    return readable(fig)
 
 
 def sweep_figure(sweep: ClusterSweep, chosen_k: int | None = None) -> go.Figure:
@@ -142,8 +155,8 @@ def sweep_figure(sweep: ClusterSweep, chosen_k: int | None = None) -> go.Figure:
     fig.update_yaxes(title="mean |cos| to centroid", secondary_y=False)
     fig.update_yaxes(title=f"silhouette ({sweep.sample_size} filters)", secondary_y=True)
     fig.update_layout(title="Choosing k: where the curve bends and the silhouette peaks", height=380,
-                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.2))
-    return fig
+                      margin=dict(l=10, r=10, t=50, b=10))
+    return readable(fig)
 
 
 def members_figure(result: MasterKeyResult, cluster: int, count: int = 48) -> go.Figure:
@@ -151,16 +164,16 @@ def members_figure(result: MasterKeyResult, cluster: int, count: int = 48) -> go
     members = result.members(cluster, count)
     return tiles_figure(members[:, None], f"Cluster {cluster + 1}: {len(members)} of its "
                         f"{result.clusters[cluster].size} filters (best fitting first, sign aligned)",
-                        ncols=min(16, max(len(members), 1)), height=300)
+                        labels=[f"member {i + 1}" for i in range(len(members))])
 
 
 def models_figure(models: np.ndarray, result: ScaleSpaceResult) -> go.Figure:
     """The 8 idealized models (rows top to bottom, y up) at the σ of one fitting method."""
-    titles = [f"{KEY_NAMES[fit.index - 1]}<br>σ=({fit.sigma_x:.2f}, {fit.sigma_y:.2f})"
-              + (f" α={fit.alpha:.2f}" if fit.alpha is not None else "") for fit in result.filters]
+    titles = [f"{KEY_NAMES[fit.index - 1]}<br>" + (f"σ={fit.sigma_x:.2f}, α={fit.alpha:.2f}" if fit.alpha is not None
+                                                   else f"σ=({fit.sigma_x:.2f}, {fit.sigma_y:.2f})")
+              for fit in result.filters]
     size = models.shape[-1]
-    return filter_grid_figure(models, titles, f"Idealized models, method {result.method}, {size}×{size}",
-                              height=260)
+    return filter_grid_figure(models, titles, f"Idealized models, method {result.method}, {size}×{size}")
 
 
 def sigma_by_method_figure(results: Mapping[str, ScaleSpaceResult]) -> go.Figure:
@@ -179,16 +192,14 @@ def sigma_by_method_figure(results: Mapping[str, ScaleSpaceResult]) -> go.Figure
                 hovertemplate="%{text}<br>σ" + axis + " = %{y:.3f}<extra>" + method + "</extra>"))
     fig.update_xaxes(tickvals=list(range(1, 9)), ticktext=list(KEY_NAMES), title="master key")
     fig.update_layout(title="Fitted scale σ of each master key, by method (filled: σx, open: σy)",
-                      yaxis_title="σ (pixels)", height=440, margin=dict(l=10, r=10, t=50, b=10),
-                      legend=dict(orientation="h", y=-0.25))
-    return fig
+                      yaxis_title="σ (pixels)", height=440, margin=dict(l=10, r=10, t=50, b=10))
+    return readable(fig)
 
 
 def model_vs_learned_figure(learned: np.ndarray, model: np.ndarray, title: str) -> go.Figure:
     """The normalised learned filter, the model and their difference, on one shared colour scale."""
     return filter_grid_figure(np.stack([learned, model, learned - model]),
-                              ["learned (normalised)", "model", "learned − model"], title, height=300,
-                              shared_scale=True)
+                              ["learned (normalised)", "model", "learned − model"], title, columns=3, shared_scale=True)
 
 
 def cross_section_figure(learned: np.ndarray, model: np.ndarray) -> go.Figure:
@@ -202,9 +213,8 @@ def cross_section_figure(learned: np.ndarray, model: np.ndarray) -> go.Figure:
         fig.add_trace(go.Scatter(x=positions, y=filt[::-1, centre], mode="lines+markers", name=f"{name}, along y",
                                  line=dict(color=color(1), dash=dash)))
     fig.update_layout(title="Cross-sections through the centre", xaxis_title="x or y (pixels, y upward)",
-                      yaxis_title="value (normalised)", height=340, margin=dict(l=10, r=10, t=50, b=10),
-                      legend=dict(orientation="h", y=-0.25))
-    return fig
+                      yaxis_title="value (normalised)", height=340, margin=dict(l=10, r=10, t=50, b=10))
+    return readable(fig)
 
 
 def _percent_labels(values, digits: int = 1) -> list[str]:
@@ -240,8 +250,8 @@ def scores_figure(result: RescoreResult) -> go.Figure:
         title, axis = (f"Same top-1 class as the original model ({result.n_images}{held_out} unlabelled images)",
                        "top-1 agreement")
     fig.update_layout(title=title, yaxis_title=axis, yaxis_tickformat=".0%", yaxis_range=[0, 1.08], barmode="group",
-                      height=420, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.2))
-    return fig
+                      height=420, margin=dict(l=10, r=10, t=50, b=10))
+    return readable(fig)
 
 
 def reconstruction_figure(swaps: Sequence[FilterSwap]) -> go.Figure:
@@ -254,9 +264,8 @@ def reconstruction_figure(swaps: Sequence[FilterSwap]) -> go.Figure:
                                  line=dict(color=color(i)),
                                  hovertemplate="%{x}<br>‖W−Ŵ‖/‖W‖ = %{y:.3f}<extra>" + swap.replacement + "</extra>"))
     fig.update_layout(title="How much each layer's filters change (depthwise layers in forward order)",
-                      yaxis_title="relative error ‖W − Ŵ‖ / ‖W‖", height=400, margin=dict(l=10, r=10, t=50, b=10),
-                      legend=dict(orientation="h", y=-0.35))
-    return fig
+                      yaxis_title="relative error ‖W − Ŵ‖ / ‖W‖", height=400, margin=dict(l=10, r=10, t=50, b=10))
+    return readable(fig)
 
 
 def layer_sweep_figure(sweep: LayerSweepResult) -> go.Figure:
@@ -282,5 +291,5 @@ def layer_sweep_figure(sweep: LayerSweepResult) -> go.Figure:
         f"same top-1 class as the original ({sweep.n_images} unlabelled images)"
     fig.update_layout(title=f"One depthwise layer at a time: {what}", yaxis_title="top-1" if labelled else
                       "top-1 agreement", yaxis_tickformat=".0%", yaxis_range=[0, 1.05], barmode="group", height=440,
-                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.35))
-    return fig
+                      margin=dict(l=10, r=10, t=50, b=10))
+    return readable(fig)

@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from fl_core.figures import REFERENCE_COLORS, color, log_axis
+from fl_core.figures import REFERENCE_COLORS, color, log_axis, readable
 from fl_core.firstlayer.plots import REFERENCE_NAMES
 from fl_core.masterkeys.plots import KEY_NAMES
 from fl_core.report.build import CheckpointTrajectory
@@ -17,10 +17,19 @@ MIN_ENERGY = 1e-3
 """Floor of the log axis of the profiles (a max-normalized profile rarely goes below it)."""
 
 
+FLAWS = (("dead", "dead filters"), ("duplicates", "duplicate filters (peer R² ≈ 1)"),
+         ("copies", "copies of one peer (|cos| ≈ 1)"))
+"""The per-layer counts of filters that do nothing or repeat a peer (:mod:`fl_core.report.weightstats`)."""
+
+
 def weight_norms_figure(stats: WeightStatistics) -> go.Figure:
-    """Per layer: the mean filter norm (whiskers: smallest and largest), and the dead and duplicate filters."""
+    """Per layer: the mean filter norm (whiskers: smallest and largest) and, below, the dead and duplicate filters
+    — a panel drawn only when some layer has any (the title says when none has)."""
     frame = stats.to_frame()
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.65, 0.35], vertical_spacing=0.05)
+    counts = frame[[column for column, _ in FLAWS]].fillna(0)
+    flawed = bool((counts.to_numpy() > 0).any())
+    fig = make_subplots(rows=2 if flawed else 1, cols=1, shared_xaxes=True,
+                        row_heights=[0.65, 0.35] if flawed else None, vertical_spacing=0.05)
     fig.add_trace(go.Scatter(
         x=frame["layer"], y=frame["norm_mean"], mode="markers", name="mean ‖w‖ (whiskers: min, max)",
         marker=dict(color=color(0), size=7),
@@ -29,18 +38,19 @@ def weight_norms_figure(stats: WeightStatistics) -> go.Figure:
         customdata=np.column_stack([frame["kind"], frame["filters"]]),
         hovertemplate="%{x} (%{customdata[0]}, %{customdata[1]} filters)<br>mean ‖w‖ = %{y:.4g}<extra></extra>"),
         row=1, col=1)
-    for i, (column, name) in enumerate((("dead", "dead filters"), ("duplicates", "duplicate filters (peer R² ≈ 1)"),
-                                        ("copies", "copies of one peer (|cos| ≈ 1)"))):
-        fig.add_trace(go.Bar(x=frame["layer"], y=frame[column].fillna(0), name=name, marker_color=color(i + 1)),
-                      row=2, col=1)
     fig.update_yaxes(title_text="filter norm ‖w‖", row=1, col=1, **log_axis(frame[["norm_min", "norm_max"]]))
-    fig.update_yaxes(title_text="filters", row=2, col=1)
-    fig.update_xaxes(tickangle=45, row=2, col=1)
-    fig.update_layout(title=dict(text=f"{stats.label}: filter norms and dead or duplicate filters per convolution",
-                                 y=0.98, yanchor="top"),
-                      height=600, barmode="group", margin=dict(l=10, r=10, t=110, b=10),
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
-    return fig
+    if flawed:
+        for i, (column, name) in enumerate(FLAWS):
+            fig.add_trace(go.Bar(x=frame["layer"], y=counts[column], name=name, marker_color=color(i + 1)),
+                          row=2, col=1)
+        fig.update_yaxes(title_text="filters", rangemode="tozero", tickformat="d", row=2, col=1)
+        title = f"{stats.label}: filter norms and dead or duplicate filters per convolution"
+    else:
+        title = f"{stats.label}: filter norms per convolution (no dead, duplicate or copied filters)"
+    fig.update_xaxes(tickangle=45, row=2 if flawed else 1, col=1)
+    fig.update_layout(title=title, height=600 if flawed else 420, barmode="group", showlegend=flawed,
+                      margin=dict(l=10, r=10, t=60, b=10))
+    return readable(fig)
 
 
 def _profile_traces(traj: CheckpointTrajectory, index: int) -> list[go.Scatter]:
@@ -70,13 +80,13 @@ def trajectory_profiles_figure(traj: CheckpointTrajectory) -> go.Figure:
     fig = go.Figure(data=_profile_traces(traj, last), frames=frames)
     fig.update_layout(title=f"Checkpoint {last + 1}/{last + 1}: {traj.labels[last]}", height=500,
                       xaxis_title="PCA component (1 = largest variance)", yaxis_title="energy e_i (max-normalized)",
-                      margin=dict(l=10, r=10, t=90, b=10), legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
+                      margin=dict(l=10, r=10, t=90, b=10),
                       sliders=[dict(active=last, steps=steps, currentvalue=dict(prefix="checkpoint "), y=-0.12,
                                     yanchor="top", pad=dict(t=10))])
     values = np.concatenate([traj.profiles.ravel(), traj.theory.ravel()])
     floor = max(MIN_ENERGY, 0.8 * float(np.min(values[values > 0], initial=1.0)))
     fig.update_yaxes(**log_axis([floor, 10 ** 0.1], range=[np.log10(floor), 0.1]))  # one range for every checkpoint
-    return fig
+    return readable(fig)
 
 
 def trajectory_summary_figure(traj: CheckpointTrajectory) -> go.Figure:
@@ -106,8 +116,8 @@ def trajectory_summary_figure(traj: CheckpointTrajectory) -> go.Figure:
     fig.update_yaxes(row=1, col=1, **log_axis(traj.eta_t))
     fig.update_yaxes(range=[-1.05, 1.05], row=2, col=1)
     fig.update_layout(title="The first layer over the checkpoints", height=260 * rows, showlegend=True,
-                      margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.08))
-    return fig
+                      margin=dict(l=10, r=10, t=60, b=10))
+    return readable(fig)
 
 
 def trajectory_keys_figure(traj: CheckpointTrajectory) -> go.Figure:
@@ -121,5 +131,5 @@ def trajectory_keys_figure(traj: CheckpointTrajectory) -> go.Figure:
     fig.update_layout(barmode="stack",
                       title=f"Master-key composition over the checkpoints ({traj.masterkey_templates})",
                       yaxis_title="share of the depthwise filters", yaxis_tickformat=".0%", height=420,
-                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.2))
-    return fig
+                      margin=dict(l=10, r=10, t=50, b=10))
+    return readable(fig)

@@ -3,20 +3,40 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
+from fl_core.io.checkpoints import save_state_dict
 from fl_core.io.models import load_model
 from fl_core.report.plots import weight_norms_figure
 from fl_core.report.weightstats import weight_statistics
 
 
-def test_weight_norms_show_every_convolution_with_its_dead_and_duplicate_counts():
+def test_weight_norms_show_every_convolution_and_say_when_none_has_dead_or_duplicate_filters():
     stats = weight_statistics(load_model("demo:tiny_vgg"))
     frame = stats.to_frame()
+    assert not frame[["dead", "duplicates", "copies"]].fillna(0).to_numpy().any()
     fig = weight_norms_figure(stats)
-    norms, *bars = fig.data
+    (norms,) = fig.data  # no empty panel of zero counts (it drew a -1…1 axis with nothing on it)
     assert list(norms.x) == list(frame["layer"])
     np.testing.assert_allclose(np.asarray(norms.y), frame["norm_mean"])
     whisker_top = np.asarray(norms.y) + np.asarray(norms.error_y.array)
     np.testing.assert_allclose(whisker_top, frame["norm_max"])
-    assert [b.name.split()[0] for b in bars] == ["dead", "duplicate", "copies"]
     assert fig.layout.yaxis.type == "log" and stats.label in fig.layout.title.text
+    assert "no dead, duplicate or copied filters" in fig.layout.title.text.replace("<br>", " ")
+    assert "yaxis2" not in fig.layout
+
+
+def test_weight_norms_count_the_dead_and_duplicate_filters_of_each_convolution(tmp_path):
+    weight = torch.randn(8, 3, 3, 3, generator=torch.Generator().manual_seed(0))
+    weight[2] = 0  # dead
+    weight[5] = weight[3]  # a copy
+    save_state_dict({"stem.weight": weight, "body.weight": torch.randn(16, 8, 3, 3)}, tmp_path / "flawed.pt")
+    stats = weight_statistics(load_model(f"weights:{tmp_path / 'flawed.pt'}"))
+    frame = stats.to_frame().fillna(0)
+    assert frame["dead"].sum() == 1 and frame["copies"].sum() >= 1
+    fig = weight_norms_figure(stats)
+    bars = fig.data[1:]
+    assert [b.name.split()[0] for b in bars] == ["dead", "duplicate", "copies"]
+    for bar, column in zip(bars, ("dead", "duplicates", "copies")):
+        assert list(bar.y) == list(frame[column]) and bar.yaxis == "y2"
+    assert fig.layout.yaxis2.rangemode == "tozero"
