@@ -95,15 +95,20 @@ def url_setting(key: str, field: SettingField, default: Any = None) -> Any:
         return default
 
 
+def value_field(key: str, default: Any, *, choices: Sequence[Any] | None = None, minimum: float | None = None,
+                maximum: float | None = None) -> SettingField:
+    """A setting field for a value like ``default`` (bool, int, float, str or a tuple of those) named ``key``."""
+    kind = type(default)
+    item = type(default[0]) if kind is tuple and default else (str if kind is tuple else None)
+    return SettingField(key, kind, item, False, default, "", tuple(choices) if choices is not None else None,
+                        minimum, maximum, key)
+
+
 def url_param(key: str, default: T, *, choices: Sequence[Any] | None = None, minimum: float | None = None,
               maximum: float | None = None) -> T:
     """The query parameter ``key`` parsed like ``default`` (bool, int, float, str or a tuple of those), within
     ``choices`` / ``[minimum, maximum]``; ``default`` when absent or invalid (:func:`url_setting`)."""
-    kind = type(default)
-    item = type(default[0]) if kind is tuple and default else (str if kind is tuple else None)
-    spec = SettingField(key, kind, item, False, default, "", tuple(choices) if choices is not None else None,
-                        minimum, maximum, key)
-    return url_setting(key, spec, default)
+    return url_setting(key, value_field(key, default, choices=choices, minimum=minimum, maximum=maximum), default)
 
 
 def url_text(value: Any) -> str:

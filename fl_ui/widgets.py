@@ -7,15 +7,22 @@ import functools
 import json
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from fl_core.backend import Progress
 from fl_core.errors import FilterLensError
-from fl_core.figures import figure_html
+from fl_core.figures import figure_html, filter_zoom_figure
+from fl_ui.forms import setting_widget
+from fl_ui.state import set_url_param, url_setting, value_field
+
+T = TypeVar("T")
+CARDS_PER_ROW = 4
 
 log = logging.getLogger("filterlens")
 
@@ -112,3 +119,37 @@ def table_with_download(frame: pd.DataFrame, name: str) -> None:
     """A table and its CSV download."""
     st.dataframe(frame, width="stretch", hide_index=True)
     downloads(name, frame=frame)
+
+
+def url_widget(label: str, default: T, *, key: str, choices: Sequence[Any] | None = None,
+               minimum: float | None = None, maximum: float | None = None, container: Any = st, slider: bool = False,
+               **options: Any) -> T:
+    """A widget for a value like ``default`` — a checkbox (bool), a select box over ``choices`` (a multiselect for a
+    tuple), a number input or, with ``slider``, a slider within ``[minimum, maximum]``, or a text input — that starts
+    from the query parameter ``key`` (checked like the widget's value; an invalid one falls back to ``default`` with a
+    notice) and writes its value back there, so a shared link restores it. ``options`` go to the widget."""
+    field = value_field(key, default, choices=choices, minimum=minimum, maximum=maximum)
+    value = setting_widget(field, label, key=key, value=url_setting(key, field, default), container=container,
+                           slider=slider, **options)
+    set_url_param(key, value)
+    return value
+
+
+def card_rows(count: int, per_row: int = CARDS_PER_ROW) -> Iterator[Any]:
+    """``count`` columns for cards, ``per_row`` to a row and as many rows as needed (a projector fits about 4)."""
+    for start in range(0, count, per_row):
+        yield from st.columns(per_row)[:min(per_row, count - start)]
+
+
+def zoomable_tiles(figure: go.Figure, filters: np.ndarray, name: str, labels: Sequence[str], caption: str) -> None:
+    """A figure of filter tiles (:func:`fl_core.figures.tiles_figure`), its caption, and below it one filter of
+    ``filters`` (N, C, kh, kw) chosen by ``labels`` drawn large with its weights
+    (:func:`fl_core.figures.filter_zoom_figure`); the choice is kept in the URL (``{name}_zoom``)."""
+    st.plotly_chart(figure, width="stretch", key=f"plot-{slug(name)}")
+    st.caption(caption + " Hover a tile for its name; choose one below to see its weights.")
+    left, right = st.columns([1, 3])
+    index = url_widget("Zoom in on", 0, key=f"{slug(name)}_zoom", choices=range(len(filters)), container=left,
+                       format_func=lambda i: labels[i])
+    zoom = filter_zoom_figure(filters[index], labels[index])
+    right.plotly_chart(zoom, width="stretch", key=f"plot-{slug(name)}-zoom")
+    downloads(name, figure=figure)

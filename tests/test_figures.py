@@ -239,3 +239,16 @@ def test_a_long_title_wraps_instead_of_running_off_the_figure() -> None:
     assert len(lines) == 2 and all(len(line) <= TITLE_CHARS for line in lines) and " ".join(lines) == title
     assert readable(fig).layout.to_plotly_json() == fig.layout.to_plotly_json()  # idempotent
     assert fig.layout.margin.t >= 2 * 24
+
+
+def test_each_bank_keeps_its_colour_when_the_chosen_model_changes_the_order() -> None:
+    from fl_core.io.models import load_model
+    from fl_core.masterkeys.assignment import bank_assignment
+    from fl_core.masterkeys.depthwise import depthwise_bank
+    from fl_core.masterkeys.plots import assignment_comparison_figure
+
+    bank = bank_assignment(depthwise_bank(load_model("demo:ppocrv6_det_small_dw7")), kernel_size=7)
+    first = assignment_comparison_figure({"text detector": bank, "convnext_atto (random init)": bank})
+    second = assignment_comparison_figure({"convnext_atto (random init)": bank, "text detector": bank})
+    colours = [{trace.name.split(":")[0]: trace.marker.color for trace in fig.data} for fig in (first, second)]
+    assert colours[0] == colours[1] and len(set(colours[0].values())) == 2

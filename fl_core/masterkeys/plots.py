@@ -100,14 +100,16 @@ def stage_counts_figure(assignment: PublishedAssignment) -> go.Figure:
 
 
 def assignment_comparison_figure(assignments: Mapping[str, PublishedAssignment]) -> go.Figure:
-    """Share of each bank's filters nearest to each master key (grouped bars, one colour per bank; the legend gives
-    its median best |cos| to the 8 keys; hover shows counts)."""
+    """Share of each bank's filters nearest to each master key (grouped bars, one colour per bank, the same for a
+    bank whatever the order or the other banks' order: by its label's rank; the legend gives its median best |cos|
+    to the 8 keys; hover shows counts)."""
+    colors = {label: color(i) for i, label in enumerate(sorted(assignments))}  # by bank, whatever the order
     fig = go.Figure()
-    for index, (label, assignment) in enumerate(assignments.items()):
+    for label, assignment in assignments.items():
         counts = assignment.counts
         fig.add_trace(go.Bar(x=list(KEY_NAMES), y=counts / max(int(counts.sum()), 1), customdata=counts,
                              name=f"{label}: {int(counts.sum()):,} filters, median |cos| "
-                                  f"{assignment.median_abs_cosine:.2f}", marker_color=color(index),
+                                  f"{assignment.median_abs_cosine:.2f}", marker_color=colors[label],
                              hovertemplate="%{x}: %{y:.1%} (%{customdata} filters)<extra>" + label + "</extra>"))
     fig.add_hline(y=1 / len(KEY_NAMES), line=dict(color="#999999", dash="dot"), annotation_text="1/8")
     fig.update_layout(barmode="group", title="Which master key the filters are closest to, bank by bank",
