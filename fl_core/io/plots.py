@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from fl_core.figures import color
+from fl_core.figures import color, readable
 from fl_core.io.inspect import InspectResult
 
 
@@ -25,5 +25,5 @@ def convolutions_figure(result: InspectResult) -> go.Figure:
     order = [f"{s}<br>{lay}" if len(result.models) > 1 else lay for s, lay in zip(frame["spec"], frame["layer"])]
     fig.update_xaxes(categoryorder="array", categoryarray=order, showticklabels=len(order) <= 40)
     fig.update_layout(title="Convolutions in forward order: output channels by kind", yaxis_title="output channels",
-                      height=380, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.2))
-    return fig
+                      height=380, margin=dict(l=10, r=10, t=50, b=10))
+    return readable(fig)
