@@ -121,17 +121,23 @@ def table_with_download(frame: pd.DataFrame, name: str) -> None:
     downloads(name, frame=frame)
 
 
-def url_widget(label: str, default: T, *, key: str, choices: Sequence[Any] | None = None,
+def url_widget(label: str, default: T, *, key: str, param: str | None = None, choices: Sequence[Any] | None = None,
                minimum: float | None = None, maximum: float | None = None, container: Any = st, slider: bool = False,
-               **options: Any) -> T:
+               omit_default: bool = False, **options: Any) -> T:
     """A widget for a value like ``default`` — a checkbox (bool), a select box over ``choices`` (a multiselect for a
     tuple), a number input or, with ``slider``, a slider within ``[minimum, maximum]``, or a text input — that starts
-    from the query parameter ``key`` (checked like the widget's value; an invalid one falls back to ``default`` with a
-    notice) and writes its value back there, so a shared link restores it. ``options`` go to the widget."""
-    field = value_field(key, default, choices=choices, minimum=minimum, maximum=maximum)
-    value = setting_widget(field, label, key=key, value=url_setting(key, field, default), container=container,
+    from the query parameter ``param`` (default: the widget's ``key``; checked like the widget's value, an invalid one
+    falls back to ``default`` with a notice) and writes its value back there, so a shared link restores it. With
+    ``omit_default`` the parameter is dropped while the value is the default (for a default computed from the data,
+    such as a fitted σ, that a link should not freeze). ``options`` go to the widget."""
+    param = param or key
+    field = value_field(param, default, choices=choices, minimum=minimum, maximum=maximum)
+    value = setting_widget(field, label, key=key, value=url_setting(param, field, default), container=container,
                            slider=slider, **options)
-    set_url_param(key, value)
+    if omit_default and value == default:
+        st.query_params.pop(param, None)
+    else:
+        set_url_param(param, value)
     return value
 
 
@@ -141,15 +147,15 @@ def card_rows(count: int, per_row: int = CARDS_PER_ROW) -> Iterator[Any]:
         yield from st.columns(per_row)[:min(per_row, count - start)]
 
 
-def zoomable_tiles(figure: go.Figure, filters: np.ndarray, name: str, labels: Sequence[str], caption: str) -> None:
-    """A figure of filter tiles (:func:`fl_core.figures.tiles_figure`), its caption, and below it one filter of
-    ``filters`` (N, C, kh, kw) chosen by ``labels`` drawn large with its weights
-    (:func:`fl_core.figures.filter_zoom_figure`); the choice is kept in the URL (``{name}_zoom``)."""
+def zoomable_tiles(figure: go.Figure, filters: np.ndarray, labels: Sequence[str], caption: str, *, name: str,
+                   key: str) -> None:
+    """A figure of filter tiles (:func:`fl_core.figures.tiles_figure`) with its caption and download (``name``), and
+    below it one filter of ``filters`` (N, C, kh, kw), chosen by ``labels``, drawn large with its weights
+    (:func:`fl_core.figures.filter_zoom_figure`); the choice is the widget and query parameter ``key``."""
     st.plotly_chart(figure, width="stretch", key=f"plot-{slug(name)}")
     st.caption(caption + " Hover a tile for its name; choose one below to see its weights.")
     left, right = st.columns([1, 3])
-    index = url_widget("Zoom in on", 0, key=f"{slug(name)}_zoom", choices=range(len(filters)), container=left,
+    index = url_widget("Zoom in on", 0, key=key, choices=range(len(filters)), container=left,
                        format_func=lambda i: labels[i])
-    zoom = filter_zoom_figure(filters[index], labels[index])
-    right.plotly_chart(zoom, width="stretch", key=f"plot-{slug(name)}-zoom")
+    right.plotly_chart(filter_zoom_figure(filters[index], labels[index]), width="stretch", key=f"plot-{key}")
     downloads(name, figure=figure)

@@ -17,8 +17,19 @@ from fl_core.firstlayer.plots import (
 from fl_core.io.layers import conv_inventory
 from fl_ui.cache import energy_result, get_model
 from fl_ui.forms import settings_widgets
-from fl_ui.state import current_selection, page_param, set_page_param
-from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors
+from fl_ui.state import current_selection
+from fl_ui.widgets import (
+    card_rows,
+    plot_with_explanation,
+    progress_bar,
+    table_with_download,
+    url_widget,
+    user_errors,
+    zoomable_tiles,
+)
+
+COMPONENTS_SHOWN = 32
+FILTERS_SHOWN = 64
 
 st.title("📈 Energy profiles")
 st.markdown(
@@ -35,20 +46,17 @@ with user_errors():
     first = get_model(selection.specs[0], selection.overrides_of(selection.specs[0]))
     layers = conv_inventory(first)
     names = ["first"] + [lay.name for lay in layers if lay.kind != "first"]
-    wanted = page_param("layer", "first")
     c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
-    layer = c1.selectbox("Layer", names, index=names.index(wanted) if wanted in names else 0,
-                         format_func=lambda n: "first convolution (the paper's setting)" if n == "first"
-                         else f"{n} (extension beyond the paper)", key="energy_layer")
-    set_page_param("layer", layer)
+    layer = url_widget("Layer", "first", key="energy_layer", param="layer", choices=names, container=c1,
+                       format_func=lambda n: "first convolution (the paper's setting)" if n == "first"
+                       else f"{n} (extension beyond the paper)")
     has_init = any(get_model(s).init_spec for s in selection.specs if s.startswith("demo:"))
-    subtract = c2.checkbox("Subtract initialization", value=page_param("init", "0") == "1", disabled=not has_init,
-                           help="Analyse w − w_init (the authors' protocol). Demo models know their initialization.")
-    set_page_param("init", "1" if subtract else "0")
-    log_y = c3.checkbox("Log scale", value=True)
+    subtract = url_widget("Subtract initialization", False, key="init", container=c2, disabled=not has_init,
+                          help="Analyse w − w_init (the authors' protocol). Demo models know their initialization.")
+    log_y = url_widget("Log scale", True, key="log", container=c3)
     settings = settings_widgets(EnergySettings, {"seeds": "Random-init seeds"}, key="energy",
                                 base=EnergySettings(layer=None if layer == "first" else layer), container=c4,
-                                options={"seeds": {"min_value": 3, "max_value": 100}})
+                                options={"seeds": {"min_value": 3, "max_value": 100}}, url=True)
     keys = selection.model_keys()
     if layer != "first":
         keys = tuple(k for k in keys if any(lay.name == layer for lay in conv_inventory(get_model(*k))))
@@ -79,8 +87,9 @@ with user_errors():
         "direction. A trained first layer is far from it.",
         "energy_profiles", frame=result.to_frame(), data=result.to_dict())
     st.subheader("Summary")
-    for column, m in zip(st.columns(min(len(result.models), 4)), result.models[:4]):
-        column.metric(f"{m.label}: theory r", f"{m.theory.r:.2f}",
+    for column, m in zip(card_rows(len(result.models)), result.models):
+        column.markdown(f"**{m.label}**")
+        column.metric("theory r", f"{m.theory.r:.2f}",
                       help="Pearson r of the profile and the theory on linear values (the paper's measure).")
         column.metric("r on log values", f"{m.theory.r_log:.2f}" if math.isfinite(m.theory.r_log) else "—",
                       help="Pearson r of log e_i and log θ_i: every component counts alike.")
@@ -99,17 +108,19 @@ with user_errors():
         spectrum_figure(result),
         "λ_i is the standard deviation of the patches along component i. Natural images have a steeply falling "
         "spectrum: most of the variation is in the first few (smooth) components.", "patch_spectrum")
-    left, right = st.columns(2)
-    with left:
-        figure = components_figure(result)
-        st.plotly_chart(figure, width="stretch")
-        st.caption("The patch PCA components as images (grey = 0). Low-frequency components come first.")
-        downloads("pca_components", figure=figure)
-    with right:
-        chosen = st.selectbox("Filters of", [m.label for m in result.models], key="energy_filters_of")
-        model = next(m for m in result.models if m.label == chosen)
-        figure = filters_figure(model)
-        st.plotly_chart(figure, width="stretch")
-        st.caption("The filters themselves (colour = RGB weight, grey = 0). Trained first layers show "
-                   "smooth colour blobs and oriented edges; random ones look like noise.")
-        downloads(f"filters_{chosen}", figure=figure)
+    st.subheader("Patch components and filters")
+    pca = result.pcas[result.models[0].pca_key]
+    components = pca.component_images()[:COMPONENTS_SHOWN]
+    zoomable_tiles(components_figure(result, count=COMPONENTS_SHOWN), components,
+                   [f"component {i + 1}" for i in range(len(components))],
+                   "The patch PCA components as images (grey = 0). Low-frequency components come first.",
+                   name="pca_components", key="component")
+    labels = {m.spec: m.label for m in result.models}
+    chosen = url_widget("Filters of", result.models[0].spec, key="filters_of", choices=list(labels),
+                        format_func=labels.get)
+    model = next(m for m in result.models if m.spec == chosen)
+    filters = model.filters[:FILTERS_SHOWN]
+    zoomable_tiles(filters_figure(model, count=FILTERS_SHOWN), filters, [f"filter {i}" for i in range(len(filters))],
+                   "The filters themselves (colour = RGB weight, grey = 0, each on its own scale). Trained first "
+                   "layers show smooth colour blobs and oriented edges; random ones look like noise.",
+                   name=f"filters_{model.label}", key="filter")

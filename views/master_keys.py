@@ -31,8 +31,17 @@ from fl_ui.masterkeys import (
     master_key_result,
     published_assignment,
 )
-from fl_ui.state import current_selection, page_param, set_page_param, set_url_param, url_param
-from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors
+from fl_ui.state import current_selection, page_param, set_page_param
+from fl_ui.widgets import (
+    plot_with_explanation,
+    progress_bar,
+    table_with_download,
+    url_widget,
+    user_errors,
+    zoomable_tiles,
+)
+
+MEMBERS_SHOWN = 48
 
 st.title("🗝️ Master keys")
 st.markdown(
@@ -65,19 +74,19 @@ with user_errors():
                 "its architecture, or `timm:convnext_tiny@pretrained` where the hub is reachable).")
     c1, c2, c3, c4 = st.columns(4)
     sizes = list(bank.kernel_sizes)
-    kernel = c1.selectbox("Kernel size", sizes, format_func=lambda s: f"{s}×{s} ({bank.kernel_sizes[s]:,} filters)")
-    k = c2.slider("Clusters k", 2, 16, url_param("k", MasterKeySettings.k, minimum=2, maximum=16),
-                  help="The papers find 8.")
-    set_url_param("k", k)
+    kernel = url_widget("Kernel size", sizes[0], key=f"kernel_{spec}", param="kernel", choices=sizes, container=c1,
+                        format_func=lambda s: f"{s}×{s} ({bank.kernel_sizes[s]:,} filters)")
+    k = url_widget("Clusters k", MasterKeySettings.k, key="k", minimum=2, maximum=16, slider=True, container=c2,
+                   help="The papers find 8.")
     tuned = settings_widgets(MasterKeySettings, {"restarts": "Restarts"}, key="mk", container=c3,
-                             options={"restarts": {"max_value": 32}})
+                             options={"restarts": {"max_value": 32}}, url=True)
     tuned = settings_widgets(MasterKeySettings, {"seed": "Seed"}, key="mk", base=tuned, container=c4,
-                             options={"seed": {"max_value": 10_000}})
+                             options={"seed": {"max_value": 10_000}}, url=True)
     stage_labels = bank.stages
-    chosen = st.multiselect("Stages", list(stage_labels), default=list(stage_labels), format_func=stage_labels.get)
-    sweep = st.checkbox(f"Elbow / silhouette sweep over k = {DEFAULT_SWEEP[0]}…{DEFAULT_SWEEP[-1]}",
-                        value=url_param("sweep", False))
-    set_url_param("sweep", sweep)
+    chosen = url_widget("Stages", tuple(stage_labels), key=f"stages_{spec}", param="stages", omit_default=True,
+                        choices=list(stage_labels), format_func=stage_labels.get)  # all, unless a link says
+    sweep = url_widget(f"Elbow / silhouette sweep over k = {DEFAULT_SWEEP[0]}…{DEFAULT_SWEEP[-1]}", False,
+                       key="sweep")
     if not chosen:
         st.info("Choose at least one stage.")
         st.stop()
@@ -153,12 +162,13 @@ with user_errors():
             "nearest one (1 = well separated, 0 = on a border).", "cluster_sweep", frame=result.sweep.to_frame())
 
     st.subheader("Inside a cluster")
-    cluster = st.selectbox("Cluster", range(len(result.clusters)), key="mk_cluster",
-                           format_func=lambda j: f"cluster {j + 1} ({result.clusters[j].size} filters)")
-    figure = members_figure(result, cluster)
-    st.plotly_chart(figure, width="stretch")
-    st.caption("Its best-fitting filters, each flipped to the centroid's sign. Tight clusters look alike.")
-    downloads(f"cluster_{cluster + 1}_members", figure=figure)
+    cluster = url_widget("Cluster", 0, key="cluster", choices=range(len(result.clusters)),
+                         format_func=lambda j: f"cluster {j + 1} ({result.clusters[j].size} filters)")
+    members = result.members(cluster, MEMBERS_SHOWN)
+    zoomable_tiles(members_figure(result, cluster, MEMBERS_SHOWN), members[:, None],
+                   [f"member {i + 1}" for i in range(len(members))],
+                   "Its best-fitting filters, each flipped to the centroid's sign. Tight clusters look alike.",
+                   name=f"cluster_{cluster + 1}_members", key="member")
 
     st.subheader("Per-layer statistics")
     st.caption("norm = L2 length of the filters; dc_share = share of a filter's energy in its mean; centre_share = "

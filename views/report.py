@@ -12,8 +12,7 @@ from fl_core.firstlayer.plots import profile_figure
 from fl_core.report.build import PART_TITLES, ReportSettings
 from fl_core.report.html import HOW_TO_READ
 from fl_core.report.plots import trajectory_summary_figure, weight_norms_figure
-from fl_core.settings import settings_fields
-from fl_ui.forms import setting_widget
+from fl_ui.forms import settings_widgets
 from fl_ui.report import report_document, report_key, report_result, report_sources
 from fl_ui.sidebar import server_path_error
 from fl_ui.state import current_selection, page_param, set_page_param
@@ -50,12 +49,12 @@ with user_errors():
     label, models = sources[chosen]
     with st.expander("Settings"):
         c1, c2 = st.columns(2)
-        fields = {f.name: f for f in settings_fields(ReportSettings)}
-        seeds = setting_widget(fields["seeds"], "Random-init seeds", key="report_seeds", container=c1,
-                               min_value=2, max_value=100)
-        distance = setting_widget(fields["trajectory_distance"], "Whitening distance followed over checkpoints (px)",
-                                  key="report_distance", container=c2, slider=True, max_value=40)
-    settings = ReportSettings(images=selection.images, seeds=seeds, trajectory_distance=distance)
+        settings = settings_widgets(ReportSettings, {"seeds": "Random-init seeds"}, key="report", container=c1,
+                                    base=ReportSettings(images=selection.images), url=True,
+                                    options={"seeds": {"min_value": 2, "max_value": 100}})
+        settings = settings_widgets(ReportSettings, {"trajectory_distance": "Whitening distance followed over "
+                                                     "checkpoints (px)"}, key="report", container=c2, base=settings,
+                                    url=True, options={"trajectory_distance": {"slider": True, "max_value": 40}})
     key = report_key(models, settings, selection.device)
     report = heavy_result("Checkpoint report", report_result, *key)
     left, right = st.columns(2)

@@ -25,9 +25,16 @@ from fl_ui.masterkeys import (
     published_scale_fit,
 )
 from fl_ui.state import current_selection, page_param, set_page_param
-from fl_ui.widgets import plot_with_explanation, table_with_download, user_errors
+from fl_ui.widgets import plot_with_explanation, table_with_download, url_widget, user_errors
 
 PUBLISHED = "published"
+SIGMA_RANGE = (0.05, 3.0)
+
+
+def slider_start(sigma: float) -> float:
+    """A fitted σ where the σ slider can show it (inside :data:`SIGMA_RANGE`, to its 0.01 steps)."""
+    return round(min(max(sigma, SIGMA_RANGE[0]), SIGMA_RANGE[1]), 2)
+
 
 st.title("📐 Scale-space models")
 st.markdown(
@@ -93,16 +100,18 @@ with user_errors():
     table_with_download(spread_measures_frame(learned).round(4), f"spread_measures_{size}x{size}")
 
     st.subheader("Try σ yourself")
-    index = st.selectbox("Master key", list(learned), format_func=lambda i: KEY_NAMES[i - 1], key="ss_key")
+    index = url_widget("Master key", next(iter(learned)), key="key", choices=list(learned),
+                       format_func=lambda i: KEY_NAMES[i - 1])
     fitted = next(f for f in fit.filters if f.index == index)
     s1, s2, s3 = st.columns(3)
-    slider_key = f"{source}_{method}_{index}"
-    sigma_x = s1.slider("σ" if index == 7 else "σx", 0.05, 3.0, float(round(max(fitted.sigma_x, 0.05), 2)), 0.01,
-                        key=f"sx_{slider_key}")
-    sigma_y = sigma_x if index == 7 else s2.slider("σy", 0.05, 3.0, float(round(max(fitted.sigma_y, 0.05), 2)),
-                                                   0.01, key=f"sy_{slider_key}")
-    alpha = s3.slider("α", 0.0, 2.0, float(round(fitted.alpha, 2)), 0.01, key=f"a_{slider_key}") \
-        if fitted.alpha is not None else None
+    slider_key = f"{source}_{method}_{index}"  # sliders per fit: each starts at the link's σ, else at the fit's
+    sigma = dict(minimum=SIGMA_RANGE[0], maximum=SIGMA_RANGE[1], slider=True, step=0.01, omit_default=True)
+    sigma_x = url_widget("σ" if index == 7 else "σx", slider_start(fitted.sigma_x), key=f"sx_{slider_key}",
+                         param="sx", container=s1, **sigma)
+    sigma_y = sigma_x if index == 7 else url_widget("σy", slider_start(fitted.sigma_y), key=f"sy_{slider_key}",
+                                                    param="sy", container=s2, **sigma)
+    alpha = url_widget("α", round(fitted.alpha, 2), key=f"a_{slider_key}", param="alpha", minimum=0.0, maximum=2.0,
+                       slider=True, step=0.01, omit_default=True, container=s3) if fitted.alpha is not None else None
     trial = model_fit_at(learned[index], index, sigma_x, sigma_y, alpha)
     m1, m2 = st.columns(2)
     m1.metric("l2 distance to the normalised filter", f"{trial.residual_l2:.3f}",

@@ -9,8 +9,10 @@ from fl_core.firstlayer.plots import activation_maps_figure, autocorrelation_fig
 from fl_core.firstlayer.whitening import WhiteningSettings
 from fl_ui.cache import activation_maps_of, get_images, whitening_result
 from fl_ui.forms import settings_widgets
-from fl_ui.state import current_selection, page_param, set_page_param
-from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, user_errors
+from fl_ui.state import current_selection
+from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, url_widget, user_errors
+
+MAX_IMAGE_CHOICES = 200
 
 st.title("🌊 Whitening")
 st.markdown(
@@ -25,12 +27,11 @@ with user_errors():
         st.info("Pick at least one model in the sidebar.")
         st.stop()
     c1, c2 = st.columns(2)
-    max_distance = c1.slider("Largest distance δ (pixels)", 4, 40,
-                             int(page_param("dmax", str(WhiteningSettings().max_distance))))
-    set_page_param("dmax", str(max_distance))
+    max_distance = url_widget("Largest distance δ (pixels)", WhiteningSettings().max_distance, key="dmax",
+                              minimum=4, maximum=40, slider=True, container=c1)
     settings = settings_widgets(WhiteningSettings, {"seeds": "Random-init seeds"}, key="whitening",
                                 base=WhiteningSettings(max_distance=max_distance), container=c2,
-                                options={"seeds": {"min_value": 10, "max_value": 200}})
+                                options={"seeds": {"min_value": 10, "max_value": 200}}, url=True)
     with progress_bar("Spatial autocorrelation") as progress:
         result = whitening_result(selection.model_keys(), selection.images, settings, selection.device,
                                   progress=progress)
@@ -56,9 +57,10 @@ with user_errors():
                "look like edge maps: flat regions give ~0, changes light up.")
     images = get_images(selection.images)
     m1, m2 = st.columns(2)
-    spec = m1.selectbox("Model", selection.specs, key="maps_model",
-                        format_func=lambda s: result.labels.get(s, s))
-    image_name = m2.selectbox("Image", images.names[:200], key="maps_image")
+    spec = url_widget("Model", selection.specs[0], key="maps_model", choices=selection.specs, container=m1,
+                      format_func=lambda s: result.labels.get(s, s))
+    image_name = url_widget("Image", images.names[0], key="maps_image", choices=images.names[:MAX_IMAGE_CHOICES],
+                            container=m2)
     maps = activation_maps_of(spec, selection.overrides_of(spec), selection.images, image_name)
     figure = activation_maps_figure(maps.image, maps.maps, f"{maps.label}: first-layer responses to {image_name}")
     st.plotly_chart(figure, width="stretch")

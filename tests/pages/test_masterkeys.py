@@ -8,6 +8,8 @@ from streamlit.testing.v1 import AppTest
 from fl_ui.masterkeys import BASELINE_DEPTHWISE_SPEC, DEFAULT_DEPTHWISE_SPEC, DEFAULT_SWAP_SPEC
 from fl_ui.testing import page_app
 
+from .url_round_trip import assert_round_trip
+
 
 def open_page(page: str, **query: str) -> AppTest:
     app = page_app(f"views/{page}.py", **query)
@@ -143,3 +145,22 @@ def test_a_shared_server_computes_the_depthwise_pages_defaults_before_it_listens
         assert masterkeys.model_keys(DEFAULT_DEPTHWISE_SPEC, (), method)
     assert sum(masterkeys.published_assignment(DEFAULT_DEPTHWISE_SPEC, (), kernel).counts) == 384  # the real bank
     assert sum(masterkeys.published_assignment(BASELINE_DEPTHWISE_SPEC, (), kernel).counts) > 384
+
+
+@pytest.mark.slow
+def test_a_link_restores_every_widget_of_the_master_keys_page() -> None:
+    assert_round_trip("views/master_keys.py", {
+        "mk_model": BASELINE_DEPTHWISE_SPEC, "k": 5, "mk_restarts": 2, "mk_seed": 3,
+        f"stages_{BASELINE_DEPTHWISE_SPEC}": (1, 2), "sweep": True, "cluster": 2, "member": 4},
+        fixed=frozenset({f"kernel_{BASELINE_DEPTHWISE_SPEC}"}), models="demo:tiny_vgg")
+
+
+@pytest.mark.slow
+def test_a_link_restores_every_widget_of_the_scale_space_page() -> None:
+    again = assert_round_trip("views/scale_space.py", {
+        "ss_source": "published", "ss_method": "C1", "key": 7, "sx_published_C1_7": 1.2, "a_published_C1_7": 0.7},
+        models="demo:tiny_vgg")
+    assert again.query_params["sx"] == "1.2" and again.query_params["alpha"] == "0.7"
+    fitted = page_app("views/scale_space.py", ss_source="published", method="C1", key="7")
+    fitted.run()
+    assert fitted.slider(key="sx_published_C1_7").value != 1.2 and "sx" not in fitted.query_params

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ..conftest import page_app
+from .url_round_trip import assert_round_trip
 
 PAGE = "views/report.py"
 
@@ -65,3 +66,10 @@ def test_a_shared_server_folder_of_checkpoints_is_reported_as_one_run(tmp_path, 
     assert not refused.exception
     assert "outside the folders this server shares" in refused.error[0].value
     assert refused.selectbox(key="report_source").value == "model:demo:tiny_vgg"
+
+
+@pytest.mark.slow
+def test_a_link_restores_every_widget_of_the_report_page() -> None:
+    again = assert_round_trip(PAGE, {"report_source": "selected", "report_seeds": 3, "report_trajectory_distance": 6},
+                              fixed=frozenset({"report_dir"}), models="demo:tiny_vgg_init,demo:tiny_vgg")
+    assert again.query_params["report_trajectory_distance"] == "6" and again.query_params["report"] == "selected"
