@@ -23,6 +23,8 @@ from fl_ui.state import Selection, selection_from_url, write_selection_to_url
 from fl_ui.uploads import upload_store
 
 LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1")
+REGISTRIES = ("timm", "torchvision")
+PRETRAINED_TAG = "@pretrained"
 
 
 def data_roots() -> tuple[Path, ...]:
@@ -96,6 +98,15 @@ def _spec_label(spec: str) -> str:
     return f"{parsed.source}:{parsed.name}" + (" (pretrained)" if parsed.pretrained else " (random init)")
 
 
+def spec_labels(specs: list[str]) -> dict[str, str]:
+    """The picker's label of each spec: files by their name (an upload by the name it was uploaded under), with the
+    name of their folder (an upload's content hash) only where two would read the same."""
+    labels = {spec: _spec_label(spec) for spec in specs}
+    repeated = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+    return {spec: f"{label} · {Path(ModelSpec.parse(spec).path).parent.name[:8]}"
+            if label in repeated and ModelSpec.parse(spec).path else label for spec, label in labels.items()}
+
+
 def _add_spec(spec: str) -> bool:
     """Validate a new model by loading it; on success add it to the picker and the selection."""
     if error := _spec_path_error(spec):
@@ -114,18 +125,31 @@ def _add_spec(spec: str) -> bool:
     return True
 
 
+def registry_spec(library: str, text: str, pretrained: bool) -> str:
+    """The spec the architecture form names: ``library:text`` and ``@pretrained`` when ticked, where the text may
+    itself be a spec as the README writes them (``timm:resnet18``, ``torchvision:squeezenet1_0@pretrained``): its
+    library and tag then win."""
+    named, sep, rest = text.strip().partition(":")
+    if sep and named in REGISTRIES:
+        library, text = named, rest.strip()
+    if text.endswith(PRETRAINED_TAG):
+        text, pretrained = text.removesuffix(PRETRAINED_TAG), True
+    return f"{library}:{text}" + (PRETRAINED_TAG if pretrained else "")
+
+
 def _on_add_registry() -> None:
-    """Button callback: add ``library:name[@pretrained]`` from the form fields."""
+    """Button callback: add the architecture the form names (:func:`registry_spec`)."""
     name = st.session_state.get("reg_name", "").strip()
     if name:
-        tag = "@pretrained" if st.session_state.get("reg_pretrained") else ""
-        _add_spec(f"{st.session_state['reg_library']}:{name}{tag}")
+        _add_spec(registry_spec(st.session_state["reg_library"], name, bool(st.session_state.get("reg_pretrained"))))
 
 
 def _registry_form() -> None:
     with st.expander("➕ Add a timm / torchvision architecture"):
-        st.radio("Library", ["timm", "torchvision"], horizontal=True, key="reg_library")
-        st.text_input("Architecture", placeholder="resnet18, convnext_tiny, mobilenetv3_large_100 …", key="reg_name")
+        st.radio("Library", REGISTRIES, horizontal=True, key="reg_library")
+        st.text_input("Architecture", placeholder="resnet18, convnext_tiny, timm:mobilenetv3_large_100 …",
+                      key="reg_name", help="A name of the library chosen above, or a spec such as timm:resnet18 or "
+                                           "torchvision:squeezenet1_0@pretrained.")
         st.checkbox("Pretrained weights (needs network or a warm cache)", key="reg_pretrained")
         st.button("Add architecture", key="reg_add", on_click=_on_add_registry)
 
@@ -156,7 +180,7 @@ def _on_add_upload() -> None:
         st.session_state["sidebar_error"] = str(err)
     finally:
         if not accepted and is_new:
-            path.unlink(missing_ok=True)
+            upload_store().discard(path)
     if not accepted:
         st.session_state["sidebar_error"] = st.session_state["sidebar_error"].replace(path.name, uploaded.name)
 
@@ -182,7 +206,7 @@ def _preprocessing_form(specs: list[str], overrides: dict[str, dict]) -> dict[st
     if not editable:
         return overrides
     with st.expander("⚙ Preprocessing of uploaded weights"):
-        spec = st.selectbox("Model", editable, format_func=_spec_label, key="pre_model")
+        spec = st.selectbox("Model", editable, format_func=spec_labels(editable).get, key="pre_model")
         try:
             base = get_model(spec).input_config.with_overrides(**overrides.get(spec, {}))
         except FilterLensError:
@@ -250,11 +274,12 @@ def render_sidebar() -> Selection:
         options = _known_specs(url)
         if "model_picker" not in st.session_state:
             st.session_state["model_picker"] = [s for s in url.specs if s in options]
-        specs = st.multiselect("Models", options, format_func=_spec_label, key="model_picker",
+        labels = spec_labels(options)
+        specs = st.multiselect("Models", options, format_func=labels.get, key="model_picker",
                                help="Compare several models side by side. Demo models ship with the app.")
         _registry_form()
         _upload_form()
-        if error := st.session_state.get("sidebar_error"):
+        if error := st.session_state.pop("sidebar_error", None):  # said once, not on every page after
             st.error(error)
         overrides = _preprocessing_form(specs, {k: v for k, v in url.overrides.items() if k in specs})
         images = _images_form(url.images)

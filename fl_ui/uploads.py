@@ -3,7 +3,9 @@ written so that a crash never leaves a half-written upload that a later session 
 
 Layout of the folder (``FL_UPLOAD_DIR``)::
 
-    <sha256[:24]><suffix>    an uploaded checkpoint, named by its content (the same bytes land on the same file)
+    <sha256[:24]>/<name>     an uploaded checkpoint in a folder named by its content, under the user's file name
+                             (:func:`upload_name`), so every label shows that name; the same bytes uploaded under
+                             another name land beside it
     images-<sha256[:16]>/    uploaded images saved as PNGs (digest over every file's bytes and name)
     .<random>.part           a write in progress, or a leftover of a killed process (no spec ever names one)
 
@@ -24,7 +26,7 @@ Rules:
   by the sweep, which runs on the first use of the store in each process (:func:`upload_store`), again every
   :data:`SWEEP_INTERVAL_SECONDS`, and before every new upload.
 
-A link that names an upload (``weights:/data/uploads/ab12….th``) restores it only while the file is kept.
+A link that names an upload (``weights:/data/uploads/ab12…/resnet20.th``) restores it only while the file is kept.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -61,6 +64,20 @@ class StoredEntry(NamedTuple):
     path: Path
     size: int
     last_used: float
+
+
+UPLOAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9._+()-]+")
+MAX_UPLOAD_NAME = 100
+
+
+def upload_name(name: str) -> str:
+    """The file name an upload is kept under: the user's, with runs of characters other than letters, digits and
+    ``._+()-`` replaced by ``_`` (specs, the URL codec's ``,`` and ``|``, and shells read it as it is), no leading
+    dot, the stem cut to fit :data:`MAX_UPLOAD_NAME` characters, the suffix lower-case."""
+    path = Path(UPLOAD_NAME_CHARS.sub("_", Path(name).name))
+    suffix = path.suffix.lower()[:16]
+    stem = path.stem.lstrip(".") or "upload"
+    return stem[:MAX_UPLOAD_NAME - len(suffix)] + suffix
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -135,9 +152,14 @@ class UploadStore:
         path = Path(path)
         return path.parent.resolve() == self.root.resolve() and not _is_temp(path)
 
+    def entry(self, path: str | Path) -> Path:
+        """The store entry holding ``path``: the folder of a checkpoint kept under its name, else ``path``."""
+        path = Path(path)
+        return path.parent if self.holds(path.parent) else path
+
     def touch(self, path: str | Path) -> None:
         """Mark an upload as used now; paths outside the store and uploads already removed are ignored."""
-        path = Path(path)
+        path = self.entry(path)
         if not self.holds(path):
             return
         try:
@@ -177,20 +199,41 @@ class UploadStore:
                 _remove(entry.path)
 
     def add_checkpoint(self, data: bytes, name: str) -> tuple[Path, bool]:
-        """Store uploaded checkpoint bytes (``name`` as the user uploaded it: its suffix is kept, and messages name
-        it); returns the content-addressed path and whether this call created it.
+        """Store uploaded checkpoint bytes under ``name`` as the user uploaded it (:func:`upload_name`) in the folder
+        of their content; returns the file's path and whether this call created it. A new folder is built under a
+        temp name and renamed into place.
 
         Raises:
             DataError: the upload cannot fit the quota (nothing was written).
         """
-        path = self.root / f"{hashlib.sha256(data).hexdigest()[:24]}{Path(name).suffix.lower()}"
+        folder = self.root / hashlib.sha256(data).hexdigest()[:24]
+        path = folder / upload_name(name)
         with _ADDING:
             if path.exists():
                 self.touch(path)
                 return path, False
+            self.touch(folder)  # the same bytes under another name: in use, kept beside them
             self._make_room(len(data), name)
-            write_atomically(path, data)
+            if folder.is_dir():
+                write_atomically(path, data)
+                return path, True
+            building = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{folder.name}.", suffix=TEMP_SUFFIX))
+            try:
+                write_atomically(building / path.name, data)
+                _rename_folder_into_place(building, folder)
+            finally:
+                shutil.rmtree(building, ignore_errors=True)
+            if not path.exists():  # another process put the same bytes in place under another name first
+                write_atomically(path, data)
         return path, True
+
+    def discard(self, path: str | Path) -> None:
+        """Remove an uploaded checkpoint file that was refused, and its folder when nothing else is in it."""
+        path = Path(path)
+        path.unlink(missing_ok=True)
+        entry = self.entry(path)
+        if entry != path and entry.is_dir() and not any(entry.iterdir()):
+            _remove(entry)
 
     def add_images(self, files: Sequence[tuple[str, bytes]]) -> Path:
         """Store uploaded images (``(name, bytes)`` pairs) as an ``images-<digest>`` folder of PNGs, built in a temp

@@ -358,7 +358,7 @@ def test_the_read_only_container_writes_only_into_its_tmpfs_and_volumes(tmp_path
                      and not any(Path(path).is_relative_to(place) for place in writable_places.values()))
     assert not outside, outside
     uploads = Path(env["FL_UPLOAD_DIR"])
-    assert any(uploads.glob("*.safetensors")) and any(uploads.glob("images-*"))  # the session did write
+    assert any(uploads.glob("*/*.safetensors")) and any(uploads.glob("images-*"))  # the session did write
 
 
 def test_upload_checkpoint_and_quota_limits_agree(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -148,10 +148,11 @@ def test_upload_checkpoints_through_the_file_chooser(page, app_url: str, artifac
     choose_file(page, real)
     assert sidebar(page).locator('[data-testid="stAlert"]').count() == 0
     tags = sidebar(page).locator('[data-testid="stMultiSelect"]').first.inner_text()
-    assert "weights: 12fca82f" in tags  # stored under its SHA-256 (12fca82f… for this file)
-    assert [p.suffix for p in upload_dir.iterdir()] == [".th"]
+    assert "weights: resnet20_cifar10.th" in tags  # the file's own name, not its content hash
+    assert [p.relative_to(upload_dir).as_posix() for p in upload_dir.glob("*/*")] == [
+        "12fca82f0bebc4135bf1f32f/resnet20_cifar10.th"]  # kept in its SHA-256's folder under its name
     main = page.locator('[data-testid="stMain"]')
-    assert "12fca82f" in main.text_content()  # the Home page's figures show the uploaded model
+    assert "resnet20_cifar10.th" in main.text_content()  # the Home page's figures show the uploaded model
     assert_no_failure(page, "after upload")
     drawn_plots(page, at_least=before)
     page.screenshot(path=str(artifacts / "upload-accepted.png"), full_page=True)

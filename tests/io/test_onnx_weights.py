@@ -168,8 +168,8 @@ def _upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: str = ""):
 def test_an_onnx_upload_becomes_an_onnx_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app, uploads = _upload(tmp_path, monkeypatch)
     assert not app.exception and not app.sidebar.error, [e.value for e in app.sidebar.error]
-    [path] = uploads.iterdir()
-    assert path.suffix == ".onnx" and app.session_state["selection"].specs[-1] == f"onnx:{path}"
+    [path] = uploads.glob("*/*")
+    assert path.name == "mine.onnx" and app.session_state["selection"].specs[-1] == f"onnx:{path}"
 
 
 def test_an_onnx_upload_with_an_architecture_is_refused_and_removed(tmp_path: Path,

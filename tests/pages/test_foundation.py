@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 from fl_ui.testing import page_app
 
 from ..conftest import REPO, RESNET20_SPEC
+from .url_round_trip import assert_round_trip, figure_titles
 
 APP = str(REPO / "app.py")
 
@@ -71,20 +72,38 @@ def test_url_restores_a_weights_only_model_with_preprocessing(resnet20) -> None:
 
 
 @pytest.mark.slow
-def test_adding_a_registry_architecture_from_the_sidebar() -> None:
+def test_adding_a_registry_architecture_from_the_sidebar_as_a_name_or_as_the_readmes_spec() -> None:
     app = open_page("views/home.py")
     app.text_input(key="reg_name").input("resnet18")
     app.button(key="reg_add").click().run()
     assert_clean(app)
     assert "timm:resnet18" in app.session_state["selection"].specs
+    app.radio(key="reg_library").set_value("torchvision")
+    app.text_input(key="reg_name").input("timm:resnet10t")  # the README's form: its library wins
+    app.button(key="reg_add").click().run()
+    assert_clean(app)
+    assert "timm:resnet10t" in app.session_state["selection"].specs
 
 
-def test_a_bad_registry_name_is_explained_and_the_selection_kept() -> None:
+def test_the_architecture_box_reads_a_name_or_a_spec() -> None:
+    from fl_ui.sidebar import registry_spec
+
+    assert registry_spec("timm", "resnet18", False) == "timm:resnet18"
+    assert registry_spec("torchvision", "timm:resnet18", False) == "timm:resnet18"
+    spec = registry_spec("timm", " torchvision:squeezenet1_0@pretrained ", False)
+    assert spec == "torchvision:squeezenet1_0@pretrained"
+    assert registry_spec("timm", "convnext_atto", True) == "timm:convnext_atto@pretrained"
+
+
+def test_a_bad_registry_name_is_explained_once_and_the_selection_kept() -> None:
     app = open_page("views/home.py")
+    before = app.session_state["selection"].specs
     app.text_input(key="reg_name").input("not_a_net")
     app.button(key="reg_add").click().run()
-    assert any("timm has no architecture" in e.value for e in app.error)
-    assert app.session_state["selection"].specs == ("demo:tiny_vgg", "demo:tiny_vgg_init")
+    assert any("timm has no architecture 'not_a_net'" in e.value for e in app.error)
+    assert app.session_state["selection"].specs == before
+    app.run()  # the next page or rerun: the error does not follow the user around
+    assert not any("timm has no architecture" in e.value for e in app.error)
 
 
 @pytest.mark.parametrize("package", ["fl_core"])
@@ -95,3 +114,19 @@ def test_the_library_never_imports_streamlit(package: str) -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n.split(".")[0] == "streamlit" for n in names), path
+
+
+@pytest.mark.slow
+def test_a_link_restores_every_widget_of_the_energy_page() -> None:
+    again = assert_round_trip("views/energy_profiles.py", {
+        "init": True, "log": False, "energy_seeds": 4, "component": 3, "filters_of": "demo:tiny_vgg_init",
+        "filter": 5, "energy_layer": "features.4"}, models="demo:tiny_vgg,demo:tiny_vgg_init")
+    assert again.query_params["layer"] == "features.4" and again.query_params["log"] == "0"
+
+
+@pytest.mark.slow
+def test_a_link_restores_every_widget_of_the_whitening_page() -> None:
+    again = assert_round_trip("views/whitening.py", {
+        "dmax": 12, "whitening_seeds": 11, "maps_model": "demo:tiny_vgg_init", "maps_image": "coffee"},
+        models="demo:tiny_vgg,demo:tiny_vgg_init")
+    assert "coffee" in " ".join(figure_titles(again))

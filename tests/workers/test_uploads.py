@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,12 +47,21 @@ def names(folder: Path) -> set[str]:
     return {p.name for p in folder.iterdir()}
 
 
-def test_uploads_are_content_addressed(tmp_path: Path) -> None:
+def stored(store: UploadStore, data: bytes, name: str) -> Path:
+    """Add a checkpoint; the store entry holding it (its content's folder)."""
+    return store.entry(store.add_checkpoint(data, name)[0])
+
+
+def test_uploads_are_content_addressed_and_keep_the_users_file_name(tmp_path: Path) -> None:
     store = store_in(tmp_path / "uploads")
     path, created = store.add_checkpoint(b"weights", "Mine.PTH")
-    assert created and path.name.endswith(".pth") and path.read_bytes() == b"weights"
-    assert store.add_checkpoint(b"weights", "renamed.pth") == (path, False)
-    assert store.add_checkpoint(b"other", "mine.pth")[0] != path
+    assert created and path.name == "Mine.pth" and path.read_bytes() == b"weights"
+    assert path.parent.parent == store.root and len(path.parent.name) == 24  # the folder: the content's hash
+    assert store.add_checkpoint(b"weights", "Mine.PTH") == (path, False)
+    renamed, created = store.add_checkpoint(b"weights", "renamed.pth")
+    assert created and renamed == path.parent / "renamed.pth"  # same bytes: the same folder
+    assert store.add_checkpoint(b"other", "Mine.pth")[0].parent != path.parent
+    assert [entry.path for entry in store.entries()].count(path.parent) == 1
     folder = store.add_images([("a.png", _png()), ("b.png", _png(20))])
     assert folder.name.startswith("images-") and sorted(names(folder)) == ["a.png", "b.png"]
     assert store.add_images([("a.png", _png()), ("b.png", _png(20))]) == folder
@@ -60,14 +70,14 @@ def test_uploads_are_content_addressed(tmp_path: Path) -> None:
 
 def test_the_quota_evicts_the_least_recently_used_uploads_first(tmp_path: Path) -> None:
     store = store_in(tmp_path / "uploads", quota_mb=3)
-    a, b, c = (store.add_checkpoint(bytes([i]) * MIB, f"{i}.pt")[0] for i in range(3))
+    a, b, c = (stored(store, bytes([i]) * MIB, f"{i}.pt") for i in range(3))
     last_used(a, 3)
     last_used(b, 2)
     last_used(c, 1)
     store.touch(a)  # a session selected it: now the most recently used, and in use
-    d, _ = store.add_checkpoint(b"d" * MIB, "d.pt")
+    d = stored(store, b"d" * MIB, "d.pt")
     assert names(store.root) == {a.name, c.name, d.name}  # b went first
-    e, _ = store.add_checkpoint(b"e" * MIB, "e.pt")
+    e = stored(store, b"e" * MIB, "e.pt")
     assert names(store.root) == {a.name, d.name, e.name}  # then c
     with pytest.raises(DataError, match=r"f\.pt .*does not fit right now.*FL_UPLOAD_QUOTA_MB.*used in the last 1 min"):
         store.add_checkpoint(b"f" * MIB, "f.pt")  # everything left is in use: nothing is evicted for it
@@ -80,7 +90,7 @@ def test_image_folders_count_and_are_evicted_like_files(tmp_path: Path) -> None:
     folder = store.add_images(photos)
     [(_, one_folder, _)] = store.entries()
     store = dataclasses.replace(store, quota_bytes=int(2.5 * one_folder))
-    checkpoint, _ = store.add_checkpoint(b"x" * one_folder, "x.pt")
+    checkpoint = stored(store, b"x" * one_folder, "x.pt")
     last_used(folder, 5)
     last_used(checkpoint, 4)
     newer = store.add_images([*photos[:2], ("other.png", _png(63))])
@@ -89,8 +99,8 @@ def test_image_folders_count_and_are_evicted_like_files(tmp_path: Path) -> None:
 
 def test_uploads_unused_past_the_age_limit_are_swept(tmp_path: Path) -> None:
     store = store_in(tmp_path / "uploads", max_age_hours=1)
-    old, _ = store.add_checkpoint(b"old", "old.pt")
-    recent, _ = store.add_checkpoint(b"recent", "recent.pt")
+    old = stored(store, b"old", "old.pt")
+    recent = stored(store, b"recent", "recent.pt")
     old_images = store.add_images([("a.png", _png())])
     last_used(old, 2)
     last_used(recent, 0.5)
@@ -110,7 +120,7 @@ def test_an_upload_that_cannot_fit_the_quota_is_refused_before_anything_is_writt
                                                                                   monkeypatch: pytest.MonkeyPatch
                                                                                   ) -> None:
     store = store_in(tmp_path / "uploads", quota_mb=1)
-    kept, _ = store.add_checkpoint(b"k" * 1000, "kept.pt")
+    kept = stored(store, b"k" * 1000, "kept.pt")
     last_used(kept, 5)
     writes = []
     monkeypatch.setattr(os, "replace", lambda *args: writes.append(args))
@@ -231,12 +241,14 @@ def test_the_sidebar_marks_selected_uploads_used_without_changing_their_file_sta
                                                                                   ) -> None:
     app, uploads = _app_with_upload(tmp_path, monkeypatch)
     assert not app.exception and not app.sidebar.error
-    [path] = uploads.iterdir()
-    assert app.session_state["selection"].specs[-1] == f"weights:{path}"
-    last_used(path, 10)
+    [folder] = uploads.iterdir()
+    [path] = folder.iterdir()
+    assert path.name == "mine.safetensors" and app.session_state["selection"].specs[-1] == f"weights:{path}"
+    assert "weights: mine.safetensors" in app.multiselect(key="model_picker").format_func(f"weights:{path}")
+    last_used(folder, 10)
     stamp = path.stat().st_mtime_ns
     app.run()
-    assert time.time() - path.stat().st_atime < 60 and path.stat().st_mtime_ns == stamp  # the model cache's key
+    assert time.time() - folder.stat().st_mtime < 60 and path.stat().st_mtime_ns == stamp  # the model cache's key
 
 
 @pytest.mark.slow
@@ -245,8 +257,8 @@ def test_a_session_whose_upload_was_evicted_gets_a_clear_error(tmp_path: Path, m
     app, uploads = _app_with_upload(tmp_path, monkeypatch)
     app.multiselect(key="model_picker").set_value([app.session_state["selection"].specs[-1]]).run()
     assert not app.exception and not app.error
-    [path] = uploads.iterdir()
-    path.unlink()  # what eviction does to an upload nobody used for a while
+    [folder] = uploads.iterdir()
+    shutil.rmtree(folder)  # what eviction does to an upload nobody used for a while
     app.run()
     assert not app.exception
     assert any("No checkpoint file at" in e.value for e in app.error), [e.value for e in app.error]
