@@ -25,6 +25,7 @@ import streamlit as st
 from fl_core.backend import Progress, report
 from fl_core.errors import FilterLensError
 from fl_core.firstlayer.energy import EnergyResult, EnergySettings
+from fl_core.firstlayer.plots import MAPS_SHOWN
 from fl_core.firstlayer.whitening import ActivationMaps, WhiteningResult, WhiteningSettings, activation_maps
 from fl_core.io.images import ImageSet, is_bundled, open_images
 from fl_core.io.models import LoadedModel, load_model, spec_file_stamp
@@ -256,4 +257,4 @@ def whitening_result(models: jobs.ModelKeys, images: str, settings: WhiteningSet
 def activation_maps_of(spec: str, overrides: tuple, images: str, name: str) -> ActivationMaps:
     """:func:`fl_core.firstlayer.whitening.activation_maps` of the image ``name`` of an image source."""
     source = get_images(images)
-    return activation_maps(get_model(spec, overrides), source.image(source.names.index(name)), name)
+    return activation_maps(get_model(spec, overrides), source.image(source.names.index(name)), name, MAPS_SHOWN)

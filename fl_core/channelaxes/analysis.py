@@ -30,6 +30,7 @@ from scipy.stats import rankdata
 
 from fl_core.arguments import ModelLike, as_model, as_settings
 from fl_core.backend import Progress, report, resolve_device, sub_progress
+from fl_core.budgets import check_channel_statistics
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman, spearman_matrix
 from fl_core.channelaxes.interventions import LESION_KINDS, ChannelInterventions, channel_interventions
@@ -394,6 +395,7 @@ def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, se
     init = None if init is None else as_model(init, "init")
     device = resolve_device(device)
     conv = find_layer(loaded, settings.layer)
+    check_channel_statistics(conv.out_channels, what=f"layer {conv.name} of {loaded.label}")
     if len(data.calibration) < 2 * settings.axes.k:
         raise AnalysisError(f"Use at least {2 * settings.axes.k} calibration images (got {len(data.calibration)}).")
     timings: dict[str, float] = {}

@@ -26,6 +26,7 @@ import torch
 
 from fl_core.arguments import ModelLike, as_images, as_model, as_models, as_settings
 from fl_core.backend import Progress, report, resolve_device, sub_progress
+from fl_core.budgets import check_patch_statistics, check_random_banks
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
 from fl_core.io.images import ImageSet, iter_input_batches, iter_scaled_inputs
@@ -413,6 +414,20 @@ def layer_patch_pca(loaded: LoadedModel, layer: ConvLayer, images: ImageSet, *, 
                      total=math.ceil(len(images) / 8), progress=progress)
 
 
+def check_energy_budget(loaded: LoadedModel, layer: ConvLayer, seeds: int) -> None:
+    """Refuse, before any image is read, a layer whose patch statistics or random-init baseline would exceed the
+    analysis budget (:mod:`fl_core.budgets`). First layers (and weights-only files) see RGB patches of the image at the
+    model's scale; deeper layers their input, about output side × stride at the model's input size, groups pooled."""
+    cfg, what = loaded.input_config, f"layer {layer.name} of {loaded.label}"
+    if layer.kind == "first" or loaded.model is None or layer.output_size is None:
+        check_patch_statistics(3, layer.kernel_size, cfg.resize_size, what=what)
+    else:
+        side = layer.output_size * layer.stride[0] * cfg.input_size // min(cfg.input_size, 224)
+        check_patch_statistics(layer.in_channels // layer.groups, layer.kernel_size, max(side, 1),
+                               samples=layer.groups, what=what)
+    check_random_banks(seeds, layer.out_channels, layer.patch_dim, what=what)
+
+
 def pca_key(loaded: LoadedModel, layer: ConvLayer) -> str:
     """Models with the same key share a patch PCA: first layers in the same input space and patch size."""
     cfg = loaded.input_config
@@ -460,11 +475,13 @@ def analyze_energy(models: ModelLike | Sequence[ModelLike], data: str | ImageSet
     images = as_images(data)
     settings = as_settings(EnergySettings, settings, setting_overrides)
     inits = {spec: as_model(init, f"inits[{spec!r}]") for spec, init in (inits or {}).items()}
+    layers = [find_layer(loaded, settings.layer) for loaded in models]
+    for loaded, lay in zip(models, layers):
+        check_energy_budget(loaded, lay, settings.seeds)
     pcas: dict[str, PatchPCA] = {}
     results = []
-    for i, loaded in enumerate(models):
+    for i, (loaded, lay) in enumerate(zip(models, layers)):
         step = sub_progress(progress, i / len(models), (i + 1) / len(models))
-        lay = find_layer(loaded, settings.layer)
         key = pca_key(loaded, lay)
         if key not in pcas:
             pcas[key] = layer_patch_pca(loaded, lay, images, device=device, progress=sub_progress(step, 0, 0.8))

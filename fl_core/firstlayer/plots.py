@@ -129,7 +129,11 @@ def autocorrelation_figure(result: WhiteningResult) -> go.Figure:
     return readable(fig)
 
 
-def activation_maps_figure(image: np.ndarray, maps: np.ndarray, title: str, count: int = 16,
+MAPS_SHOWN = 16
+"""Response maps an activation-maps figure shows (the page computes only these)."""
+
+
+def activation_maps_figure(image: np.ndarray, maps: np.ndarray, title: str, count: int = MAPS_SHOWN,
                            width: int = ACTIVATION_MAPS_WIDTH) -> go.Figure:
     """The input image and the first ``count`` linear response maps (K, H, W), each on its own symmetric scale
     ±(99th percentile of |y_k|: a few extreme pixels would leave the rest white), in cells shaped like the image

@@ -25,11 +25,12 @@ from PIL import Image
 
 from fl_core.arguments import ModelLike, as_images, as_models, as_settings
 from fl_core.backend import Progress, report, resolve_device, statistics_dtype, sub_progress
+from fl_core.budgets import check_activation_maps, check_patch_statistics, check_random_banks, check_whitening
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.energy import random_init_banks
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
 from fl_core.io.images import ImageSet, iter_scaled_inputs, scaled_input, to_display
-from fl_core.io.layers import find_layer, layer_weight
+from fl_core.io.layers import ConvLayer, find_layer, layer_weight
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
 from fl_core.results import Result
@@ -170,13 +171,18 @@ class ActivationMaps(Result):
     maps: np.ndarray
 
 
-def activation_maps(loaded: LoadedModel, image: Image.Image, name: str | None = None) -> ActivationMaps:
+def activation_maps(loaded: LoadedModel, image: Image.Image, name: str | None = None, count: int | None = None
+                    ) -> ActivationMaps:
     """The first convolution's linear responses to ``image`` (named ``name`` in errors) at the model's scale
-    (:func:`~fl_core.io.images.scaled_input`, uncropped)."""
+    (:func:`~fl_core.io.images.scaled_input`, uncropped): of its first ``count`` filters (all: ``None``), within the
+    analysis budget (:func:`~fl_core.budgets.check_activation_maps`)."""
     layer = find_layer(loaded, None)
+    weight = layer_weight(loaded, layer)[:count]
     x = scaled_input(image, loaded.input_config, name).unsqueeze(0)
+    height, width = (max(side - k + 1, 0) for side, k in zip(x.shape[-2:], layer.kernel_size))
+    check_activation_maps(len(weight), layer.patch_dim, height, width, what=f"layer {layer.name} of {loaded.label}")
     return ActivationMaps(label=loaded.label, layer=layer.name, image=to_display(x[0], loaded.input_config),
-                          maps=linear_responses(layer_weight(loaded, layer), x).numpy())
+                          maps=linear_responses(weight, x).numpy())
 
 
 @dataclass(frozen=True)
@@ -229,6 +235,21 @@ def input_correlation(batches: Iterable[torch.Tensor], max_lag: int, *, device=N
     return accumulator.correlation()
 
 
+def check_whitening_budget(models: Sequence[LoadedModel], layers: Sequence[ConvLayer],
+                           settings: WhiteningSettings) -> None:
+    """Refuse, before any image is read, distances the images at a model's scale cannot hold and statistics over the
+    analysis budget (:mod:`fl_core.budgets`): each input space's autocorrelation window (up to the largest kernel),
+    the reference model's patch PCA (the ZCA bank) and its random-init banks."""
+    max_kernel = max((lay.kernel_size for lay in layers), key=max)
+    for loaded, lay in zip(models, layers):
+        check_whitening(3, max_kernel, settings.max_distance, loaded.input_config.resize_size,
+                        what=f"layer {lay.name} of {loaded.label}")
+    reference, first = models[0], layers[0]
+    what = f"layer {first.name} of {reference.label}"
+    check_patch_statistics(3, first.kernel_size, reference.input_config.resize_size, what=what)
+    check_random_banks(settings.seeds, first.out_channels, first.patch_dim, what=what)
+
+
 def analyze_whitening(models: ModelLike | Sequence[ModelLike], data: str | ImageSet | None = None,
                       settings: WhiteningSettings | None = None, *, device=None, progress: Progress | None = None,
                       **setting_overrides) -> WhiteningResult:
@@ -247,6 +268,7 @@ def analyze_whitening(models: ModelLike | Sequence[ModelLike], data: str | Image
     settings = as_settings(WhiteningSettings, settings, setting_overrides)
     max_distance, seeds = settings.max_distance, range(settings.seeds)
     layers = [find_layer(m, None) for m in models]
+    check_whitening_budget(models, layers, settings)
     max_kernel = max(max(lay.kernel_size) for lay in layers)
     spaces: dict[InputConfig, torch.Tensor] = {}
     for i, loaded in enumerate(models):

@@ -13,13 +13,15 @@ Two views of an image in a model's input space (:class:`~fl_core.io.preprocessin
   ``create_transform`` for evaluation in its three crop modes, which torchvision's ``weights.transforms()`` is the
   ``center`` case of.
 
-Every image is bounded before it costs: its header is checked before decoding (:func:`decode_rgb`: pixels and aspect
-ratio), and its size at the model's scale before resizing (:func:`scaled_size`, :data:`MAX_SCALED_PIXELS`).
+Every image is bounded before it costs: its header is checked before decoding (:func:`decode_rgb`: pixels, aspect
+ratio, and for JPEGs pixels × scans, :func:`jpeg_scans`), and its size at the model's scale before resizing
+(:func:`scaled_size`, :data:`MAX_SCALED_PIXELS`).
 """
 
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -32,6 +34,7 @@ from torch.utils.data import Dataset
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import v2 as T
 
+from fl_core.budgets import check_decoding
 from fl_core.errors import DataError
 from fl_core.io.preprocessing import InputConfig
 
@@ -135,9 +138,45 @@ def decode_rgb(source: str | Path | io.BytesIO, name: str | None = None) -> Imag
     try:
         with Image.open(source) as handle:
             _check_header_size(handle.width, handle.height, label)
+            if handle.format == "JPEG":
+                check_decoding(handle.width, handle.height, jpeg_scans(_file_bytes(handle)), label)
             return handle.convert("RGB")
     except (OSError, ValueError, SyntaxError) as err:  # UnidentifiedImageError is an OSError
         raise DataError(f"{label} is not a readable image ({err}). Remove or replace the file.") from err
+
+
+_MARKER_AFTER_SCAN = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+"""The first marker after a scan's entropy-coded data, where 0xFF is followed by 0x00 (stuffing), a restart
+marker (0xD0-0xD7) or more 0xFF fill bytes."""
+
+
+def jpeg_scans(data: bytes) -> int:
+    """Start-of-scan (SOS) segments of a JPEG stream: the markers are walked by their segment lengths and each scan's
+    entropy-coded data is skipped to the next marker, so bytes inside segments are never taken for markers. A
+    baseline JPEG has one scan (or one per colour), a progressive one usually 10."""
+    scans, position = 0, 2
+    while position + 4 <= len(data) and data[position] == 0xFF:
+        marker = data[position + 1]
+        if marker == 0xFF or 0xD0 <= marker <= 0xD7 or marker == 0x01:
+            position += 1 if marker == 0xFF else 2
+            continue
+        if marker == 0xD9:  # end of image
+            break
+        position += 2 + int.from_bytes(data[position + 2:position + 4], "big")
+        if marker == 0xDA:
+            scans += 1
+            after = _MARKER_AFTER_SCAN.search(data, position)
+            position = after.start() if after else len(data)
+    return scans
+
+
+def _file_bytes(handle: Image.Image) -> bytes:
+    """The whole file behind an open image, its read position kept."""
+    where = handle.fp.tell()
+    handle.fp.seek(0)
+    data = handle.fp.read()
+    handle.fp.seek(where)
+    return data
 
 
 def _check_header_size(width: int, height: int, label: str) -> None:

@@ -20,7 +20,8 @@ import copy
 import dataclasses
 import json
 import socket
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -28,6 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from fl_core.budgets import check_parameters
 from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
 from fl_core.io import DEMO_DIR, nets
 from fl_core.io.checkpoints import file_sha256, load_into, load_state_dict, match_state_dict
@@ -294,7 +296,8 @@ def _build_timm(name: str, pretrained: bool, num_classes: int | None) -> tuple[n
                                                                       else " See timm.list_models()."))
     kwargs = {} if num_classes is None else {"num_classes": num_classes}
     with _hub_errors(name, "timm"):
-        model = timm.create_model(name, pretrained=pretrained, **kwargs)
+        model = build_within_budget(lambda meta: timm.create_model(name, pretrained=pretrained and not meta,
+                                                                   **kwargs), f"timm:{name}")
     return model, _timm_input_config(resolve_data_config({}, model=model, use_test_size=True))
 
 
@@ -319,12 +322,46 @@ def _build_torchvision(name: str, pretrained: bool, num_classes: int | None) -> 
     default = weights_enum.DEFAULT
     kwargs = {} if num_classes is None else {"num_classes": num_classes}
     with _hub_errors(name, "torchvision"):
-        model = torchvision.models.get_model(name, weights=default if pretrained else None, **kwargs)
+        model = build_within_budget(lambda meta: torchvision.models.get_model(
+            name, weights=default if pretrained and not meta else None, **kwargs), f"torchvision:{name}")
     preset = default.transforms()
     crop, resize = int(preset.crop_size[0]), int(preset.resize_size[0])
     config = InputConfig(input_size=crop, crop_pct=crop / resize, interpolation=preset.interpolation.value,
                          mean=tuple(preset.mean), std=tuple(preset.std))
     return model, config
+
+
+_BUILDING = threading.local()
+"""The parameter count of the network this thread is building, and its limit (:func:`build_within_budget`)."""
+
+
+def _count_registered(_module: nn.Module, _name: str, parameter: nn.Parameter | None) -> None:
+    if getattr(_BUILDING, "name", None) is None or parameter is None:
+        return
+    _BUILDING.count += parameter.numel()
+    check_parameters(_BUILDING.count, _BUILDING.name, building=True)
+
+
+def build_within_budget(build: Callable[[bool], nn.Module], name: str) -> nn.Module:
+    """``build(meta=False)``, refused by :func:`fl_core.budgets.check_parameters` before it is materialised: its
+    parameters are counted on the meta device first (``build(meta=True)``: no memory, no weights fetched). A network
+    whose construction needs real values (it computes its widths with tensors) is counted while it is built instead:
+    each parameter as it is registered, the build stopped as soon as the count passes the limit."""
+    try:
+        with torch.device("meta"):
+            count = sum(p.numel() for p in build(True).parameters())
+    except Exception:  # any failure on the meta device: count while building instead
+        count = None
+    if count is not None:
+        check_parameters(count, name)
+        return build(False)
+    _BUILDING.name, _BUILDING.count = name, 0
+    hook = torch.nn.modules.module.register_module_parameter_registration_hook(_count_registered)
+    try:
+        return build(False)
+    finally:
+        hook.remove()
+        _BUILDING.name = None
 
 
 def _known_interpolation(name: str) -> str:

@@ -15,6 +15,7 @@ import torch
 
 from fl_core.arguments import ModelLike, as_model, as_settings, no_data
 from fl_core.backend import Progress, report, sub_progress
+from fl_core.budgets import check_clustering
 from fl_core.errors import AnalysisError
 from fl_core.masterkeys.assignment import (
     N_MASTER_KEYS,
@@ -214,6 +215,8 @@ def analyze_master_keys(model: ModelLike | DepthwiseBank, data: None = None, set
     chosen = bank.select(s.kernel_size, s.layers, s.stages)
     size = chosen[0].kernel_size
     filters, layer_index = bank.filters(chosen)
+    check_clustering(len(filters), size * size, max((s.k, *(s.sweep or ()))), s.restarts, s.max_iterations,
+                     what=f"{size}×{size} depthwise filters of {bank.label}")
     report(progress, 0.05, f"clustering {len(filters):,} {size}×{size} filters into {s.k}")
     clustering = cluster_filters(filters, s.k, restarts=s.restarts, max_iter=s.max_iterations, seed=s.seed,
                                  device=device)

@@ -8,8 +8,10 @@ filters and non-finite values.
   one Gram inverse: with G = WWᵀ + εI, ‖w_k − W_{−k}ᵀβ‖² (+ a ridge term of order ε) = 1 / (G⁻¹)_kk. When the
   K − 1 peers have at least as many members as a filter has values (K − 1 ≥ D), they span the whole filter space
   and every filter is reconstructed exactly, so R² says nothing there and is not reported.
-* Copies: filters whose cosine |⟨w_k, w_j⟩| / (‖w_k‖‖w_j‖) with a single peer is ≥ 0.999 (one
-  Gram matrix; defined in every layer).
+* Copies: filters whose cosine |⟨w_k, w_j⟩| / (‖w_k‖‖w_j‖) with a single peer is ≥ 0.999 (the normalised Gram
+  matrix, streamed in blocks of rows, so a layer of 30,000 filters never holds its 7 GB; defined in every layer).
+
+Both are bounded by the analysis budget (:func:`fl_core.budgets.check_filter_gram`) before they are computed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import ClassVar
 import pandas as pd
 import torch
 
+from fl_core.budgets import check_filter_gram
 from fl_core.io.layers import ConvLayer, conv_inventory
 from fl_core.io.models import LoadedModel
 from fl_core.results import Result
@@ -29,6 +32,8 @@ DEAD_TOLERANCE = 1e-6
 DUPLICATE_R2 = 0.999
 RIDGE = 1e-10
 """ε of the Gram inverse, relative to the mean squared filter norm: exact duplicates stay invertible."""
+GRAM_BLOCK_VALUES = 2**22
+"""Gram-matrix entries computed at once by :func:`max_peer_cosine` (32 MiB in float64)."""
 
 
 def peer_reconstruction_r2(filters: torch.Tensor) -> torch.Tensor:
@@ -46,13 +51,18 @@ def peer_reconstruction_r2(filters: torch.Tensor) -> torch.Tensor:
     return 1.0 - residual / squared_norms
 
 
-def max_peer_cosine(filters: torch.Tensor) -> torch.Tensor:
-    """max_{j≠k} |cos(w_k, w_j)| of each live filter (K, ...), from one normalised Gram matrix."""
+def max_peer_cosine(filters: torch.Tensor, block_values: int = GRAM_BLOCK_VALUES) -> torch.Tensor:
+    """max_{j≠k} |cos(w_k, w_j)| of each live filter (K, ...), from the normalised Gram matrix computed in blocks
+    of rows (at most ``block_values`` entries at once; the same maxima as the whole matrix)."""
     w = filters.reshape(len(filters), -1).double()
     units = w / w.norm(dim=1, keepdim=True)
-    cosine = (units @ units.T).abs()
-    cosine.fill_diagonal_(0)
-    return cosine.max(dim=1).values
+    rows = max(1, block_values // len(units))
+    best = torch.empty(len(units), dtype=units.dtype)
+    for start in range(0, len(units), rows):
+        cosine = (units[start:start + rows] @ units.T).abs()
+        cosine[:, start:start + rows].fill_diagonal_(0)
+        best[start:start + rows] = cosine.max(dim=1).values
+    return best
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,7 @@ def layer_weight_statistics(weight: torch.Tensor, layer: ConvLayer) -> LayerWeig
     norms = w.norm(dim=1)
     live = norms > DEAD_TOLERANCE * norms.max()
     index = torch.nonzero(live).squeeze(1)
+    check_filter_gram(len(index), dim, inverse=1 < len(index) <= dim, what=f"layer {layer.name}")
     copies, duplicates, best, duplicate_indices = 0, None, None, ()
     if len(index) >= 2:
         copies = int((max_peer_cosine(w[index]) >= DUPLICATE_R2).sum())
