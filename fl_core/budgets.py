@@ -92,7 +92,8 @@ def require_memory(what: str, n_bytes: float, advice: str, error: type[FilterLen
     """Refuse ``what`` when ``n_bytes`` exceed the memory budget; the message says what, the limit and ``advice``."""
     budget = analysis_budget()
     if n_bytes > budget.memory_bytes:
-        raise error(f"{what} would take about {_size(n_bytes)}, over the {_size(budget.memory_bytes)} an analysis may use "
+        raise error(f"{what} would take about {_size(n_bytes)}, over the {_size(budget.memory_bytes)} an analysis "
+                    f"may use "
                     f"({MEMORY_VARIABLE}); refused before computing. {advice}")
 
 

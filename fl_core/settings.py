@@ -18,6 +18,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass
 from typing import Any
 
+MAX_SEED = 2**32 - 1
+"""The largest seed (NumPy's and PyTorch's generators take any seed below 2³²)."""
+MAX_IMAGES = 100_000
+"""The most images an analysis reads or a count of images may ask for (ImageNet's validation split is 50,000)."""
+MAX_STEPS = 20_000
+"""The most optimisation steps a run may ask for (the shipped Training Lab runs take 400 to 4,000)."""
+MAX_ITEMS = 128
+"""The most values a tuple setting takes (fractions, sweeps, widths, snapshot steps)."""
+
 
 def setting(default: Any = MISSING, *, choices: Sequence[Any] | None = None, minimum: float | None = None,
             maximum: float | None = None, flag: str | None = None, default_factory: Any = MISSING) -> Any:
@@ -133,16 +142,21 @@ MAX_TEXT_LENGTH = 4096
 
 
 def check_bounds(field: SettingField, value: Any) -> Any:
-    """``value`` if it lies within ``field``'s bounds and choices; else :class:`ValueError` naming the option."""
+    """``value`` if it (each item of a tuple, at most :data:`MAX_ITEMS`) lies within ``field``'s bounds and choices;
+    else :class:`ValueError` naming the option."""
+    items = value if field.kind is tuple and value is not None else (value,)
+    if len(items) > MAX_ITEMS:
+        raise ValueError(f"{field.option} takes at most {MAX_ITEMS} values, not {len(items):,}")
     low, high = field.minimum, field.maximum
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError(f"{field.option} must be a finite number, not {value}")
-        if (low is not None and value < low) or (high is not None and value > high):
-            bound = f"lie in [{low}, {high}]" if low is not None and high is not None else (
-                f"be at least {low}" if low is not None else f"be at most {high}")
-            raise ValueError(f"{field.option} must {bound}, not {value}")
-    items = value if field.kind is tuple else (value,)
+    for item in items:
+        if not isinstance(item, int | float) or isinstance(item, bool):
+            continue
+        if item != item or item in (float("inf"), float("-inf")):
+            raise ValueError(f"{field.option} must be a finite number, not {item}")
+        if (low is not None and item < low) or (high is not None and item > high):
+            bound = f"lie in [{low:,}, {high:,}]" if low is not None and high is not None else (
+                f"be at least {low:,}" if low is not None else f"be at most {high:,}")
+            raise ValueError(f"{field.option} must {bound}, not {item:,}")
     if field.choices is not None and any(item not in field.choices for item in items):
         raise ValueError(f"{field.option} must be one of {', '.join(map(str, field.choices))}, not {value}")
     return value
@@ -188,6 +202,12 @@ def _number(kind: type, field: SettingField):
             raise argparse.ArgumentTypeError(str(err)) from None
     parse.__name__ = kind.__name__
     return parse
+
+
+def bounded(kind: type, minimum: float | None = None, maximum: float | None = None, option: str = "value"):
+    """An argparse ``type`` for an option outside any settings class: ``kind`` within ``[minimum, maximum]``, an
+    error naming ``--option`` otherwise."""
+    return _number(kind, SettingField(option, kind, None, False, None, "", None, minimum, maximum, option))
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, *,

@@ -73,11 +73,11 @@ class ChannelSettings:
     layer: str | None = None
     axes: AxisSettings = field(default_factory=AxisSettings)
     lesion_kinds: tuple[str, ...] = setting(LESION_KINDS, choices=LESION_KINDS, flag="lesions")
-    cluster_k: int = setting(4, minimum=2)
-    cluster_seeds: int = setting(10, minimum=1)
+    cluster_k: int = setting(4, minimum=2, maximum=64)
+    cluster_seeds: int = setting(10, minimum=1, maximum=1000)
     pruning: PruningSettings | None = None
-    batch_size: int = setting(32, minimum=1)
-    memory_mb: int = setting(1024, minimum=1)
+    batch_size: int = setting(32, minimum=1, maximum=1024)
+    memory_mb: int = setting(1024, minimum=1, maximum=65_536)
 
     @property
     def memory_bytes(self) -> int:

@@ -48,7 +48,7 @@ from fl_core.channelaxes.moments import (
 from fl_core.channelaxes.site import ChannelSite, on_call
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
-from fl_core.settings import setting
+from fl_core.settings import MAX_SEED, setting
 
 PATCH_CHUNK_ELEMENTS = 1 << 22
 
@@ -66,11 +66,11 @@ class AxisSettings:
         seed: seeds the triplet sampling (and, in the analysis, everything else random).
     """
 
-    k: int = setting(8, minimum=1)
+    k: int = setting(8, minimum=1, maximum=256)
     shrinkage: float = setting(1e-3, minimum=0.0, maximum=1.0)
-    ridge: float = setting(1e-3, minimum=0.0)
-    n_triplets: int = setting(64, minimum=1)
-    seed: int = 0
+    ridge: float = setting(1e-3, minimum=0.0, maximum=100.0)
+    n_triplets: int = setting(64, minimum=1, maximum=4096)
+    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.comparison import auc_accuracy_vs_flops
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
-from fl_core.settings import setting
+from fl_core.settings import MAX_SEED, setting
 
 
 @dataclass(frozen=True)
@@ -106,12 +106,12 @@ class PruningSettings:
 
     criteria: tuple[str, ...] = setting(DEFAULT_CRITERIA, choices=tuple(CRITERIA))
     fractions: tuple[float, ...] = setting((0.125, 0.25, 0.5, 0.75), minimum=0.0, maximum=1.0)
-    finetune_steps: int = setting(20, minimum=0)
-    finetune_lr: float = setting(1e-3, minimum=0.0)
-    finetune_batch: int = setting(32, minimum=1)
-    gradient_images: int = setting(64, minimum=1)
+    finetune_steps: int = setting(20, minimum=0, maximum=10_000)
+    finetune_lr: float = setting(1e-3, minimum=0.0, maximum=10.0)
+    finetune_batch: int = setting(32, minimum=1, maximum=1024)
+    gradient_images: int = setting(64, minimum=1, maximum=10_000)
     compensate_mean: bool = setting(True, flag="mean-compensation")
-    seed: int = 0
+    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
 
 
 class LayerPruner:

@@ -21,7 +21,7 @@ from fl_core.channelaxes.pruning import PruningSettings
 from fl_core.cli import add_model_arguments, load_models
 from fl_core.errors import ModelSpecError
 from fl_core.io.models import load_model
-from fl_core.settings import add_settings_arguments, settings_from_args
+from fl_core.settings import MAX_IMAGES, MAX_SEED, add_settings_arguments, bounded, settings_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,9 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=CROPS, metavar="SOURCE",
                         help="'crops' (the bundled labelled crops, offline) or a labelled ImageFolder tree "
                              "(ImageNet val layout: class index = sorted wnid)")
-    parser.add_argument("--calibration", type=int, default=256, help="calibration images (statistics, fine-tune)")
-    parser.add_argument("--evaluation", type=int, default=256, help="held-out images (lesions, pruning)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the data split and every random choice")
+    parser.add_argument("--calibration", type=bounded(int, 8, MAX_IMAGES, "calibration"), default=256,
+                        help="calibration images (statistics, fine-tune)")
+    parser.add_argument("--evaluation", type=bounded(int, 8, MAX_IMAGES, "evaluation"), default=256,
+                        help="held-out images (lesions, pruning)")
+    parser.add_argument("--seed", type=bounded(int, 0, MAX_SEED, "seed"), default=0,
+                        help="seed of the data split and every random choice")
     add_settings_arguments(parser.add_argument_group("analysis"), ChannelSettings, exclude=("pruning",))
     add_settings_arguments(parser.add_argument_group("pruning"), PruningSettings)
     group = parser.add_argument_group("initialization")

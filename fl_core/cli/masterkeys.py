@@ -10,24 +10,32 @@ Example:
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
 from fl_core.cli import add_model_arguments, add_selection_arguments, single_model
 from fl_core.masterkeys.clustering import MasterKeySettings, analyze_master_keys
-from fl_core.settings import add_settings_arguments, settings_from_args
+from fl_core.settings import add_settings_arguments, check_bounds, settings_fields, settings_from_args
 
 SET_BY_THE_COMMAND = ("layers", "stages", "sweep")
+SWEEP = next(f for f in settings_fields(MasterKeySettings) if f.name == "sweep")
 """Settings read from the repeatable ``--layer`` / ``--stage`` and the ``--sweep`` range instead of one option each."""
 
 
 def parse_range(text: str) -> list[int]:
-    """``"2-12"`` -> [2, ..., 12]; ``"4,8,16"`` -> [4, 8, 16]."""
+    """``"2-12"`` -> [2, ..., 12]; ``"4,8,16"`` -> [4, 8, 16]; within the bounds of ``MasterKeySettings.sweep``
+    (checked before a range is listed)."""
     try:
         if "-" in text:
             low, high = (int(v) for v in text.split("-", 1))
-            return list(range(low, high + 1))
-        return [int(v) for v in text.split(",") if v]
+            values: Sequence[int] = range(low, high + 1)
+        else:
+            values = [int(v) for v in text.split(",") if v]
     except ValueError as err:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a range like 2-12 or a list like 4,8,16") from err
+        raise argparse.ArgumentTypeError(f"'{text[:40]}' is not a range like 2-12 or a list like 4,8,16") from err
+    try:
+        return list(check_bounds(SWEEP, values))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -19,7 +19,7 @@ from fl_core.cli import add_image_arguments
 from fl_core.lab.experiments import SUITES, run_suite, suite_runs
 from fl_core.lab.runs import DERIVED_TRAIN_FIELDS, RunSettings, train_run, user_runs_dir
 from fl_core.lab.summary import TrainReport, train_report
-from fl_core.settings import add_settings_arguments, settings_fields, settings_from_args, settings_to_argv
+from fl_core.settings import add_settings_arguments, bounded, settings_fields, settings_from_args, settings_to_argv
 
 OPTION_GROUPS = {
     "model": ("arch", "width", "body_widths", "first_kernel", "freeze_first"),
@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="run folder (with --suite: the folder of run folders); default: "
                                                  "FL_RUNS_DIR/<run name>")
     parser.add_argument("--suite", choices=list(SUITES), help="train a whole experiment instead of one run")
-    parser.add_argument("--steps-scale", type=float, default=1.0, help="with --suite: multiply every run's steps")
+    parser.add_argument("--steps-scale", type=bounded(float, 0.001, 10.0, "steps-scale"), default=1.0,
+                        help="with --suite: multiply every run's steps")
     names = [f.name for f in settings_fields(RunSettings)]
     for title, group in OPTION_GROUPS.items():
         add_settings_arguments(parser.add_argument_group(title), RunSettings,

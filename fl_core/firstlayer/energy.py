@@ -48,7 +48,7 @@ class EnergySettings:
     """
 
     layer: str | None = None
-    seeds: int = setting(10, minimum=1)
+    seeds: int = setting(10, minimum=1, maximum=1000)
 
 
 def energy_profile(weight: torch.Tensor | np.ndarray, pca: PatchPCA, init: torch.Tensor | np.ndarray | None = None,

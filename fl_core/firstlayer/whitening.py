@@ -47,8 +47,8 @@ class WhiteningSettings:
         seeds: random-init seeds (≥ 10 recommended; seeds 0..n−1).
     """
 
-    max_distance: int = setting(20, minimum=0)
-    seeds: int = setting(10, minimum=1)
+    max_distance: int = setting(20, minimum=0, maximum=1024)
+    seeds: int = setting(10, minimum=1, maximum=1000)
 
 
 class InputAutocorrelation:

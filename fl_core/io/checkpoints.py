@@ -282,6 +282,9 @@ def validate_tensors(tensors: Mapping[str, torch.Tensor], *, name: str = "checkp
 
 
 def _validate_storage(key: str, tensor: torch.Tensor, name: str) -> None:
+    if tensor.is_nested:
+        raise CheckpointError(f"{name}: tensor '{key}' is a nested tensor (a list of tensors of different shapes), "
+                              "not a weight; refused. Save the model's state_dict().")
     if tensor.is_meta:
         raise CheckpointError(f"{name}: tensor '{key}' holds no values (saved from the 'meta' device); refused. "
                               "Save the weights of a materialized model.")

@@ -16,6 +16,7 @@ from torchvision.transforms import v2 as T
 
 from fl_core.io.images import ImageSet, bundled_images
 from fl_core.io.preprocessing import InputConfig
+from fl_core.settings import MAX_SEED, setting
 
 
 @dataclass(frozen=True)
@@ -31,12 +32,12 @@ class CropSettings:
         seed: seed of the crop positions.
     """
 
-    crop_size: int = 32
-    scale: int = 128
-    val_fraction: float = 0.3
-    train_per_photo: int = 600
-    val_stride: int = 8
-    seed: int = 0
+    crop_size: int = setting(32, minimum=4, maximum=256)
+    scale: int = setting(128, minimum=8, maximum=1024)
+    val_fraction: float = setting(0.3, minimum=0.05, maximum=0.95)
+    train_per_photo: int = setting(600, minimum=1, maximum=10_000)
+    val_stride: int = setting(8, minimum=1, maximum=256)
+    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
 
 
 @dataclass(frozen=True)

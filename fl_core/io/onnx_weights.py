@@ -198,7 +198,8 @@ def _attributes(node) -> dict[str, object]:
 def _declared_layer(node, name: str, shape: tuple[int, ...], file: str) -> ConvLayer:
     """The layer as the Conv node declares it (``group``, ``strides``, ``pads``, ``dilations``)."""
     attrs = _attributes(node)
-    groups = int(attrs.get("group", 1))
+    label = node.name or name
+    groups = _positive_ints(attrs, "group", [1], 1, file, label)[0]
     out_c, in_per_group, kh, kw = (int(s) for s in shape)
     if groups < 1 or out_c % groups:
         raise CheckpointError(f"{file}: {node.name or name} declares group={groups} for {out_c} output channels "
@@ -207,12 +208,25 @@ def _declared_layer(node, name: str, shape: tuple[int, ...], file: str) -> ConvL
     auto_pad = attrs.get("auto_pad", b"NOTSET")
     padding = ((pads[0], pads[1]) if auto_pad in (b"NOTSET", "NOTSET") and len(pads) == 4 else
                (0, 0) if auto_pad in (b"VALID", "VALID") else (-1, -1))
-    strides = [int(s) for s in attrs.get("strides", [1, 1])]
-    dilations = [int(d) for d in attrs.get("dilations", [1, 1])]
+    strides = _positive_ints(attrs, "strides", [1, 1], 2, file, label)
+    dilations = _positive_ints(attrs, "dilations", [1, 1], 2, file, label)
     return ConvLayer(name=name, kind=conv_kind(out_c, in_per_group, groups, (kh, kw)), out_channels=out_c,
                      in_channels=in_per_group * groups, kernel_size=(kh, kw), stride=(strides[0], strides[-1]),
                      padding=padding, dilation=(dilations[0], dilations[-1]), groups=groups,
                      weight_key=f"{name}.weight")
+
+
+def _positive_ints(attrs: Mapping[str, object], key: str, default: list[int], count: int, file: str,
+                   label: str) -> list[int]:
+    """The attribute ``key`` as ``count`` positive integers (one for an integer attribute), else a
+    :class:`CheckpointError` (an empty list, a string, zero or a negative number: the node is corrupt)."""
+    value = attrs.get(key, default)
+    values = [value] if isinstance(value, int) else value
+    if (not isinstance(values, list) or len(values) != count
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)):
+        raise CheckpointError(f"{file}: Conv node {label} declares {key}={value!r}, not {count} positive "
+                              f"integer{'s' if count > 1 else ''}; the file is corrupt. Export it again.")
+    return values
 
 
 class _NotStored(Exception):

@@ -18,6 +18,10 @@ CROP_MODES = ("center", "squash", "border")
 """timm's evaluation crop modes (``timm.data.create_transform``): which edge the resize sets, how the crop is cut."""
 MAX_RESIZE_SIZE = 4096
 """Largest edge set by the resize (``input_size / crop_pct``): the largest input size, uncropped."""
+MAX_NORMALIZATION = 1000.0
+"""The largest |mean| or std (of pixel values on a 0-1 scale): beyond it patch statistics overflow."""
+MIN_STD = 1e-4
+"""The smallest std: normalized values stay within float32's range."""
 OVERRIDE_TEXT_KEYS = {"input_size": "size", "crop_pct": "crop", "interpolation": "interp", "mean": "mean",
                       "std": "std", "crop_mode": "mode"}
 """The preprocessing fields a user may override (uploaded weights: sidebar, URL, CLI) and their key in URL text."""
@@ -104,8 +108,10 @@ class InputConfig:
                                  "lower the input size.")
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
             raise ModelSpecError("mean and std need three values (R, G, B), and std must be positive.")
-        if not all(abs(v) < float("inf") for v in (*self.mean, *self.std)):
-            raise ModelSpecError("mean and std must be finite numbers.")
+        if not all(abs(v) <= MAX_NORMALIZATION for v in (*self.mean, *self.std)) or min(self.std) < MIN_STD:
+            raise ModelSpecError(f"mean and std must be finite numbers of at most {MAX_NORMALIZATION:g} in size, and "
+                                 f"std at least {MIN_STD:g} (images are read on a 0-1 scale: ImageNet's mean is "
+                                 "0.485 0.456 0.406, its std 0.229 0.224 0.225).")
 
     @property
     def resize_size(self) -> int:

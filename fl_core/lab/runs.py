@@ -46,7 +46,7 @@ from fl_core.io.preprocessing import InputConfig
 from fl_core.lab.train import TrainHistory, TrainSettings, train_classifier
 from fl_core.lab.trainsets import LABEL_VARIANTS, LabelledSplit, TileScaling, crop_dataset, crops_pca, label_variant
 from fl_core.results import Result
-from fl_core.settings import replace_settings, setting, setting_value, settings_fields
+from fl_core.settings import MAX_IMAGES, replace_settings, setting, setting_value, settings_fields
 
 RUN_FORMAT = "filterlens-run/1"
 SHIPPED_RUNS_DIR = ASSETS_DIR / "runs"
@@ -86,18 +86,18 @@ class RunSettings:
     """
 
     images: str = BUNDLED
-    max_images: int | None = None
-    crops_per_image: int | None = None
+    max_images: int | None = setting(None, minimum=1, maximum=MAX_IMAGES)
+    crops_per_image: int | None = setting(None, minimum=1, maximum=10_000)
     arch: str = "small_vgg"
-    width: int = setting(32, minimum=1)
-    body_widths: tuple[int, ...] = (32, 64)
+    width: int = setting(32, minimum=1, maximum=1024)
+    body_widths: tuple[int, ...] = setting((32, 64), minimum=1, maximum=1024)
     first_kernel: int = setting(3, choices=KERNELS)
     labels: str = setting("true", choices=LABEL_VARIANTS)
-    label_component: int = setting(15, minimum=1)
-    alpha: float = 1.0
-    alpha_component: int = setting(4, minimum=1)
+    label_component: int = setting(15, minimum=1, maximum=3 * max(KERNELS) ** 2)
+    alpha: float = setting(1.0, minimum=0.0, maximum=100.0)
+    alpha_component: int = setting(4, minimum=1, maximum=3 * max(KERNELS) ** 2)
     train: TrainSettings = field(default_factory=TrainSettings)
-    snapshots: int = setting(13, minimum=2)
+    snapshots: int = setting(13, minimum=2, maximum=100)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "body_widths", tuple(int(w) for w in self.body_widths))

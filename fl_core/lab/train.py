@@ -18,7 +18,7 @@ from torch import nn
 
 from fl_core.backend import Progress, evaluate_classifier, report, resolve_device
 from fl_core.results import Result
-from fl_core.settings import setting
+from fl_core.settings import MAX_SEED, MAX_STEPS, setting
 
 
 @dataclass(frozen=True)
@@ -37,14 +37,14 @@ class TrainSettings:
         freeze_first: keep the first layer at its initialization.
     """
 
-    steps: int = setting(400, minimum=1)
-    batch_size: int = setting(128, minimum=1)
-    lr: float = 0.2
-    momentum: float = setting(0.0, minimum=0.0)
-    weight_decay: float = setting(0.0, minimum=0.0)
-    seed: int = 0
-    eval_every: int = setting(250, minimum=1)
-    snapshot_steps: tuple[int, ...] = ()
+    steps: int = setting(400, minimum=1, maximum=MAX_STEPS)
+    batch_size: int = setting(128, minimum=1, maximum=4096)
+    lr: float = setting(0.2, minimum=0.0, maximum=10.0)
+    momentum: float = setting(0.0, minimum=0.0, maximum=1.0)
+    weight_decay: float = setting(0.0, minimum=0.0, maximum=1.0)
+    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
+    eval_every: int = setting(250, minimum=1, maximum=MAX_STEPS)
+    snapshot_steps: tuple[int, ...] = setting((), minimum=0, maximum=MAX_STEPS)
     freeze_first: bool = False
 
 

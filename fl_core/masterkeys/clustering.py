@@ -36,7 +36,7 @@ from fl_core.masterkeys.kmeans import (
 )
 from fl_core.masterkeys.scalespace import centred_cosine
 from fl_core.results import Result
-from fl_core.settings import setting
+from fl_core.settings import MAX_SEED, setting
 
 
 @dataclass(frozen=True)
@@ -55,14 +55,14 @@ class MasterKeySettings:
         method: fitting method of the idealized templates used for kernels other than 7×7.
     """
 
-    k: int = setting(DEFAULT_K, minimum=1)
-    restarts: int = setting(DEFAULT_RESTARTS, minimum=1)
-    max_iterations: int = setting(MAX_ITERATIONS, minimum=1)
-    seed: int = setting(0, minimum=0)
-    kernel_size: int | None = setting(None, minimum=1)
+    k: int = setting(DEFAULT_K, minimum=1, maximum=64)
+    restarts: int = setting(DEFAULT_RESTARTS, minimum=1, maximum=100)
+    max_iterations: int = setting(MAX_ITERATIONS, minimum=1, maximum=1000)
+    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
+    kernel_size: int | None = setting(None, minimum=1, maximum=64)
     layers: tuple[str, ...] | None = None
-    stages: tuple[int, ...] | None = None
-    sweep: tuple[int, ...] | None = None
+    stages: tuple[int, ...] | None = setting(None, minimum=0, maximum=64)
+    sweep: tuple[int, ...] | None = setting(None, minimum=1, maximum=64)
     method: str = setting("B", choices=FIT_METHODS)
 
     def __post_init__(self) -> None:  # lists (e.g. from argparse) become tuples: the settings stay hashable

@@ -35,7 +35,7 @@ from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.batchnorm import fold_batchnorm, recalibrate_batchnorm
 from fl_core.masterkeys.swap import FilterSwap, swapped_model
 from fl_core.results import Result
-from fl_core.settings import setting
+from fl_core.settings import MAX_IMAGES, MAX_SEED, setting
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,12 @@ class RecoverySettings:
         seed: seeds the split and the distillation's batch order.
     """
 
-    steps: int = setting(20, minimum=0, flag="recover-steps")
-    calibration: int = setting(256, minimum=1)
-    lr: float = setting(1e-3, minimum=0.0, flag="recover-lr")
-    batch: int = setting(32, minimum=2, flag="recover-batch")
+    steps: int = setting(20, minimum=0, maximum=10_000, flag="recover-steps")
+    calibration: int = setting(256, minimum=1, maximum=MAX_IMAGES)
+    lr: float = setting(1e-3, minimum=0.0, maximum=10.0, flag="recover-lr")
+    batch: int = setting(32, minimum=2, maximum=1024, flag="recover-batch")
     recalibrate_batchnorm: bool = setting(True, flag="batchnorm-recalibration")
-    seed: int = 0
+    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
 
     def __post_init__(self) -> None:
         if self.steps < 0 or self.calibration < 1 or self.batch < 2 or self.lr <= 0:

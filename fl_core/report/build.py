@@ -40,7 +40,7 @@ from fl_core.masterkeys.fitting import FIT_METHODS, ScaleSpaceResult
 from fl_core.masterkeys.rescore import RescoreResult, rescore
 from fl_core.report.weightstats import WeightStatistics, weight_statistics
 from fl_core.results import Result
-from fl_core.settings import setting
+from fl_core.settings import MAX_IMAGES, MAX_SEED, setting
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -85,18 +85,18 @@ class ReportSettings:
     """
 
     images: str = BUNDLED
-    max_images: int | None = setting(None, minimum=1)
-    seeds: int = setting(EnergySettings.seeds, minimum=1)
-    max_distance: int = setting(WhiteningSettings.max_distance, minimum=0)
-    trajectory_distance: int = setting(10, minimum=1)
-    k: int = setting(MasterKeySettings.k, minimum=1)
-    restarts: int = setting(MasterKeySettings.restarts, minimum=1)
+    max_images: int | None = setting(None, minimum=1, maximum=MAX_IMAGES)
+    seeds: int = setting(EnergySettings.seeds, minimum=1, maximum=1000)
+    max_distance: int = setting(WhiteningSettings.max_distance, minimum=0, maximum=1024)
+    trajectory_distance: int = setting(10, minimum=1, maximum=1024)
+    k: int = setting(MasterKeySettings.k, minimum=1, maximum=64)
+    restarts: int = setting(MasterKeySettings.restarts, minimum=1, maximum=100)
     method: str = setting("B", choices=FIT_METHODS)
     channel_layer: str | None = None
-    n_calibration: int = setting(128, minimum=8)
-    n_evaluation: int = setting(128, minimum=8)
-    max_eval_images: int = setting(500, minimum=1)
-    seed: int = 0
+    n_calibration: int = setting(128, minimum=8, maximum=MAX_IMAGES)
+    n_evaluation: int = setting(128, minimum=8, maximum=MAX_IMAGES)
+    max_eval_images: int = setting(500, minimum=1, maximum=MAX_IMAGES)
+    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
 
 
 @dataclass(frozen=True)
