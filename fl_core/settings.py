@@ -139,12 +139,37 @@ def settings_fields(cls: type) -> list[SettingField]:
 
 MAX_TEXT_LENGTH = 4096
 """The longest text a setting takes from a URL or form (paths and specs are far shorter)."""
+MAX_NAME_BYTES = 255
+"""The longest file or folder name the file systems FilterLens runs on allow (NAME_MAX)."""
+
+
+def path_text_problem(text: str) -> str | None:
+    """Why ``text`` (a path, or a model spec holding one) names nothing any file system holds, or ``None``: longer
+    than :data:`MAX_TEXT_LENGTH`, a NUL character, not UTF-8 (a name in another encoding, read as surrogates), or a
+    part over :data:`MAX_NAME_BYTES` bytes."""
+    if len(text) > MAX_TEXT_LENGTH:
+        return f"it is {len(text):,} characters long, over the {MAX_TEXT_LENGTH:,} allowed"
+    if "\x00" in text:
+        return "it contains a NUL character, which no file name has"
+    try:
+        longest = max(len(part.encode("utf-8")) for part in text.split("/"))
+    except UnicodeEncodeError:
+        return "it is not UTF-8 text (a name in another encoding?): rename it to a UTF-8 name"
+    if longest > MAX_NAME_BYTES:
+        return f"it has a name of {longest:,} bytes, longer than file systems allow ({MAX_NAME_BYTES})"
+    return None
+
+
+def printable(text: str) -> str:
+    """``text`` safe to show and to send to a browser: a name read from a file system in another encoding (held as
+    surrogates) gets U+FFFD for each undecodable byte."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def check_bounds(field: SettingField, value: Any) -> Any:
     """``value`` if it (each item of a tuple, at most :data:`MAX_ITEMS`) lies within ``field``'s bounds and choices;
     else :class:`ValueError` naming the option."""
-    items = value if field.kind is tuple and value is not None else (value,)
+    items = tuple(value) if isinstance(value, tuple | list | range) else (value,)
     if len(items) > MAX_ITEMS:
         raise ValueError(f"{field.option} takes at most {MAX_ITEMS} values, not {len(items):,}")
     low, high = field.minimum, field.maximum
@@ -154,8 +179,8 @@ def check_bounds(field: SettingField, value: Any) -> Any:
         if item != item or item in (float("inf"), float("-inf")):
             raise ValueError(f"{field.option} must be a finite number, not {item}")
         if (low is not None and item < low) or (high is not None and item > high):
-            bound = f"lie in [{low:,}, {high:,}]" if low is not None and high is not None else (
-                f"be at least {low:,}" if low is not None else f"be at most {high:,}")
+            bound = "be " + " and ".join(f"at {side} {limit:,}" for side, limit in (("least", low), ("most", high))
+                                         if limit is not None)
             raise ValueError(f"{field.option} must {bound}, not {item:,}")
     if field.choices is not None and any(item not in field.choices for item in items):
         raise ValueError(f"{field.option} must be one of {', '.join(map(str, field.choices))}, not {value}")

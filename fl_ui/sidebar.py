@@ -17,7 +17,7 @@ from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
 from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES, is_bundled
 from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest
-from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, parse_rgb, rgb_text
+from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, MAX_RESIZE_SIZE, parse_rgb, rgb_text
 from fl_ui.cache import get_model
 from fl_ui.state import Selection, selection_from_url, write_selection_to_url
 from fl_ui.uploads import upload_store
@@ -211,7 +211,7 @@ def _preprocessing_form(specs: list[str], overrides: dict[str, dict]) -> dict[st
             base = get_model(spec).input_config.with_overrides(**overrides.get(spec, {}))
         except FilterLensError:
             return overrides
-        size = st.number_input("Input size (px)", 8, 1024, base.input_size, key=f"pre_size_{spec}")
+        size = st.number_input("Input size (px)", 8, MAX_RESIZE_SIZE, base.input_size, key=f"pre_size_{spec}")
         crop = st.number_input("Crop fraction", 0.05, 1.0, float(base.crop_pct), step=0.025, key=f"pre_crop_{spec}")
         interp = st.selectbox("Interpolation", INTERPOLATIONS, index=INTERPOLATIONS.index(base.interpolation),
                               key=f"pre_interp_{spec}")

@@ -19,9 +19,12 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
-from fl_core.io.images import BUNDLED
+from fl_core.backend import available_devices
+from fl_core.errors import ModelSpecError
+from fl_core.io.images import BUNDLED, is_bundled
+from fl_core.io.models import ModelSpec
 from fl_core.io.preprocessing import InputConfig, Overrides
-from fl_core.settings import SettingField, parse_setting
+from fl_core.settings import SettingField, parse_setting, path_text_problem, printable
 
 T = TypeVar("T")
 NOTICES_KEY = "url_notices"
@@ -59,12 +62,65 @@ def decode_token(token: str) -> tuple[str, dict]:
 
 
 def selection_from_url() -> Selection:
-    """The selection encoded in the query parameters (defaults: the demo models, bundled photos, auto device)."""
+    """The selection encoded in the query parameters (defaults: the demo models, bundled photos, auto device).
+
+    Each value is checked before anything uses it; an invalid one falls back with a notice naming the parameter
+    (:func:`url_notices`): model tokens that are not specs (:func:`model_from_url`) are dropped, and so are their
+    repeats and those past :data:`MAX_URL_MODELS`; preprocessing overrides out of range are dropped; an image source
+    that names no possible folder is the bundled photos; an unknown device is ``auto``.
+    """
     params = st.query_params
-    tokens = [t for t in params.get("models", ",".join(DEFAULT_MODELS)).split(",") if t.strip()]
-    decoded = [decode_token(t) for t in tokens]
-    return Selection(specs=tuple(s for s, _ in decoded), overrides={s: o for s, o in decoded if o},
-                     images=params.get("images", BUNDLED), device=params.get("device", "auto"))
+    text = params.get("models")
+    tokens = DEFAULT_MODELS if text is None else tuple(t for t in text.split(",") if t.strip())
+    decoded: dict[str, dict] = {}
+    for token in tokens:
+        if (model := model_from_url(token)) is not None and model[0] not in decoded:
+            decoded[model[0]] = model[1]
+    if len(decoded) > MAX_URL_MODELS:
+        _notice("models", text or "", f"it names {len(decoded):,} models; the first {MAX_URL_MODELS} are shown",
+                ",".join(list(decoded)[:MAX_URL_MODELS]))
+        decoded = dict(list(decoded.items())[:MAX_URL_MODELS])
+    return Selection(specs=tuple(decoded), overrides={s: o for s, o in decoded.items() if o},
+                     images=_images_from_url(params.get("images")), device=_device_from_url(params.get("device")))
+
+
+MAX_URL_MODELS = 8
+"""The most models a URL selects (the pages compare a few models side by side)."""
+
+
+def model_from_url(token: str) -> tuple[str, dict] | None:
+    """``(spec, overrides)`` of one model token of the URL, or ``None`` (with a notice) when the spec cannot be one
+    (:meth:`fl_core.io.models.ModelSpec.parse`); overrides out of the preprocessing's range are dropped, with a
+    notice."""
+    spec, overrides = decode_token(token)
+    try:
+        ModelSpec.parse(spec)
+    except ModelSpecError as err:
+        _notice("models", token, str(err).rstrip("."), instead="It was left out.")
+        return None
+    try:
+        InputConfig().with_overrides(**overrides)
+    except ModelSpecError as err:
+        _notice("models", token, f"its preprocessing {str(err).rstrip('.')}", spec)
+        overrides = {}
+    return spec, overrides
+
+
+def _images_from_url(text: str | None) -> str:
+    if text is None or is_bundled(text):
+        return BUNDLED
+    if problem := path_text_problem(text):
+        _notice("images", text, f"it names no folder: {problem}", BUNDLED)
+        return BUNDLED
+    return text
+
+
+def _device_from_url(text: str | None) -> str:
+    devices = ("auto", *available_devices())
+    if text is None or text in devices:
+        return text or "auto"
+    _notice("device", text, f"this server has {', '.join(devices)}", "auto")
+    return "auto"
 
 
 def write_selection_to_url(selection: Selection) -> None:
@@ -127,9 +183,12 @@ def set_url_param(key: str, value: Any) -> None:
         st.query_params[key] = text
 
 
-def _notice(key: str, raw: str, reason: str, default: Any) -> None:
+def _notice(key: str, raw: str, reason: str, default: Any = None, *, instead: str | None = None) -> None:
+    """Say once, above the page, that the URL's ``key`` (``raw``) was not used, why, and what is shown instead
+    (``default``, or the sentence ``instead``)."""
     shown = raw if len(raw) <= 40 else raw[:40] + "…"
-    message = f"The link's value of '{key}' ({shown!r}) was not used: {reason}. Showing {url_text(default)!r}."
+    message = printable(f"The link's value of '{key}' ({shown!r}) was not used: {reason}. "
+                        f"{instead or f'Showing {url_text(default)!r}.'}")
     notices = st.session_state.setdefault(NOTICES_KEY, [])
     if message not in notices:
         notices.append(message)

@@ -18,6 +18,7 @@ import streamlit as st
 from fl_core.backend import Progress
 from fl_core.errors import FilterLensError
 from fl_core.figures import figure_html, filter_zoom_figure
+from fl_core.settings import printable
 from fl_ui.forms import setting_widget
 from fl_ui.state import set_url_param, url_setting, value_field
 
@@ -33,7 +34,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except FilterLensError as err:
-        st.error(str(err))
+        st.error(printable(str(err)))
     except Exception as err:  # the page must keep serving; details go to the log
         log.exception("unexpected error")
         st.error(f"Something went wrong ({type(err).__name__}). The details are in the server log; try another "

@@ -37,6 +37,7 @@ from torchvision.transforms import v2 as T
 from fl_core.budgets import check_decoding
 from fl_core.errors import DataError
 from fl_core.io.preprocessing import InputConfig
+from fl_core.settings import path_text_problem, printable
 
 BUNDLED = "bundled"
 """The image source of the natural photos that ship inside scikit-image, scikit-learn and matplotlib (offline; the
@@ -134,7 +135,7 @@ def decode_rgb(source: str | Path | io.BytesIO, name: str | None = None) -> Imag
     Raises:
         DataError: naming the image (``name``, else the path) and saying what to do.
     """
-    label = name or (str(source) if isinstance(source, str | Path) else "the image")
+    label = printable(name or (str(source) if isinstance(source, str | Path) else "the image"))
     try:
         with Image.open(source) as handle:
             _check_header_size(handle.width, handle.height, label)
@@ -259,23 +260,28 @@ def folder_images(root: str | Path, limit: int | None = None) -> ImageSet:
 
     Class index = position in the sorted sub-folder names (the torchvision/ImageNet convention).
     """
+    if problem := path_text_problem(str(root)):
+        raise DataError(f"The image folder '{printable(str(root)[:60])}' cannot be used: {problem}.")
     root = Path(root)
     if not root.is_dir():
-        raise DataError(f"No folder at {root}. Give a folder of images or an ImageFolder tree (root/class/img.jpg).")
+        raise DataError(f"No folder at {printable(str(root))}. Give a folder of images or an ImageFolder tree "
+                        "(root/class/img.jpg).")
     classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     items: list[tuple[str, int, str]] = []
     if classes:
         for label, cls in enumerate(classes):
-            items += [(str(f), label, f"{cls}/{f.name}") for f in sorted((root / cls).iterdir()) if _is_image(f)]
+            items += [(str(f), label, printable(f"{cls}/{f.name}")) for f in sorted((root / cls).iterdir())
+                      if _is_image(f)]
     if not items:
         classes = []
-        items = [(str(f), -1, f.name) for f in sorted(root.iterdir()) if _is_image(f)]
+        items = [(str(f), -1, printable(f.name)) for f in sorted(root.iterdir()) if _is_image(f)]
     if not items:
         raise DataError(f"{root} holds no images ({', '.join(IMAGE_SUFFIXES)}).")
     if limit is not None:
         items = _spread(items, limit)
     kind = f"ImageFolder tree, {len(classes)} classes" if classes else "folder"
-    return ImageSet(items, classes=classes, description=f"{len(items)} images from {root} ({kind})")
+    return ImageSet(items, classes=[printable(c) for c in classes],
+                    description=printable(f"{len(items)} images from {root} ({kind})"))
 
 
 def _spread(items: list, limit: int) -> list:

@@ -36,34 +36,16 @@ from fl_core.io.checkpoints import file_sha256, load_into, load_state_dict, matc
 from fl_core.io.classes import IMAGENET_CLASSES, imagenet_class_names
 from fl_core.io.layers import ConvLayer, probe_inventory
 from fl_core.io.preprocessing import INTERPOLATIONS, InputConfig
+from fl_core.settings import path_text_problem, printable
 
 SOURCES = ("timm", "torchvision", "weights", "onnx", "demo")
 FILE_SOURCES = ("weights", "onnx")
 """Spec sources that are just a file path (``weights:PATH``, ``onnx:PATH``): weights only."""
-MAX_SPEC_LENGTH = 4096
-"""The longest spec string (a path can be 4,096 bytes on Linux, a registry name is far shorter)."""
-MAX_NAME_BYTES = 255
-"""The longest file or folder name the file systems FilterLens runs on allow (NAME_MAX)."""
-
-
 def check_spec_text(spec: str) -> None:
-    """Refuse a spec no file system or registry could resolve: over :data:`MAX_SPEC_LENGTH` characters, a NUL
-    character, text that is not UTF-8, or a path part over :data:`MAX_NAME_BYTES` bytes."""
-    shown = spec[:60].encode("utf-8", "replace").decode() + ("…" if len(spec) > 60 else "")
-    if len(spec) > MAX_SPEC_LENGTH:
-        raise ModelSpecError(f"The model spec '{shown}' is {len(spec):,} characters long, over the "
-                             f"{MAX_SPEC_LENGTH:,} allowed. Give a shorter path or name.")
-    if "\x00" in spec:
-        raise ModelSpecError(f"The model spec '{shown.replace(chr(0), '')}' contains a NUL character, which no file "
-                             "or registry name has. Check the spec.")
-    try:
-        parts = [len(part.encode("utf-8")) for part in spec.split("/")]
-    except UnicodeEncodeError:
-        raise ModelSpecError(f"The model spec '{shown}' is not valid UTF-8 text (a file name in another "
-                             "encoding?). Rename the file to a UTF-8 name.") from None
-    if max(parts) > MAX_NAME_BYTES:
-        raise ModelSpecError(f"The model spec '{shown}' has a name of {max(parts):,} bytes, longer than file "
-                             f"systems allow ({MAX_NAME_BYTES}). Check the path.")
+    """Refuse a spec no file system or registry could resolve (:func:`fl_core.settings.path_text_problem`)."""
+    if problem := path_text_problem(spec):
+        shown = printable(spec[:60]).replace("\x00", "") + ("…" if len(spec) > 60 else "")
+        raise ModelSpecError(f"The model spec '{shown}' cannot be used: {problem}. Check the spec.")
 
 
 @dataclass(frozen=True)

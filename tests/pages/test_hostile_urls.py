@@ -1,0 +1,114 @@
+"""The URL is untrusted input: hostile values of every query parameter, replayed against every page.
+
+Each page is opened behind the real sidebar (AppTest) with the values a hostile round found breaking pages: NUL
+bytes, over-long tokens, names longer than the file system allows, extreme preprocessing overrides, names in another
+encoding, text where a number belongs, unknown choices, counts above a widget's maximum, and one model named a
+thousand times. Every page must draw without Streamlit's exception box and without the generic "Something went
+wrong" error; the selection's values fall back with a notice naming the parameter.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fl_ui.state import MAX_URL_MODELS
+from fl_ui.testing import page_app
+
+from ..app_pages import app_pages
+
+LONG_NAME = "a" * 300
+"""A file name longer than any file system allows (255 bytes)."""
+
+SELECTION = {
+    "models": ",".join(["demo:tiny_vgg"] * 1000 + [
+        "demo:tiny_vgg\x00", f"weights:/tmp/{LONG_NAME}.pt", "timm:" + "x" * 100_000, "weights:/srv/\ufffd\ufffd.pt",
+        "demo:tiny_vgg_init|size=99999;crop=0.0001;mean=1e300/0/0;std=0/0/0", "not a spec", "demo:tiny_vgg|size=\x00"]),
+    "images": "/tmp/photos\x00/x",
+    "device": "quantum:7",
+}
+"""The sidebar's values: every model token but the (repeated) first is unusable or half usable."""
+
+FOLDERS = ({"images": f"/tmp/{LONG_NAME}"}, {"images": "/tmp/\ufffd\ufffd"}, {"images": "9" * 5000})
+"""Image sources naming no folder (a URL's undecodable bytes arrive as U+FFFD)."""
+
+PAGE_VALUES = {
+    "dmax": "abc", "method": "Z", "report_dir": "/tmp/runs\x00", "report": "zzz", "k": "lots", "sweep": "maybe",
+    "axes_ncal": "99999999", "axes_neval": "-1", "axes_layer": "x" * 5000, "layer": "\x00", "init": "2",
+    "mk_model": "weights:/\x00", "ss_source": "demo:\x00", "sw_model": "zzz", "swaps": "Q,\x00", "lab": "nonsense",
+    "step": "-5", "run": "../../etc/passwd", "energy_seeds": "1000000", "whitening_seeds": "0",
+    "whitening_max_distance": "14000", "axes_finetune_steps": "1e12",
+}
+"""Page parameters (each page reads its own) with text where a number belongs, unknown choices and extremes."""
+
+PAGES = [page.path for page in app_pages()]
+
+
+def assert_no_exception_box(app, label: str) -> None:
+    assert not app.exception, (label, [e.value for e in app.exception][:2])
+    generic = [e.value for e in app.error if "Something went wrong" in e.value]
+    assert not generic, (label, generic)
+
+
+def notices(app) -> str:
+    return " ".join(w.value for w in app.warning)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES)
+def test_hostile_url_values_never_break_a_page(page: str) -> None:
+    for label, query in [("selection", SELECTION), *((f"images {i}", q) for i, q in enumerate(FOLDERS)),
+                         ("page values", PAGE_VALUES)]:
+        start = time.perf_counter()
+        app = page_app(page, **query)
+        app.run()
+        assert_no_exception_box(app, label)
+        assert time.perf_counter() - start < 60, (label, time.perf_counter() - start)
+
+
+@pytest.mark.slow
+def test_the_selection_keeps_what_is_usable_and_names_what_it_dropped() -> None:
+    app = page_app("views/home.py", **SELECTION)
+    app.run()
+    assert_no_exception_box(app, "selection")
+    said = notices(app)
+    assert "'models'" in said and "NUL" in said and "longer than file systems allow" in said
+    assert "100,005 characters" in said and "not a model spec" in said
+    assert "'images'" in said and "'device'" in said and "preprocessing" in said
+    selection = app.session_state["selection"]
+    kept = ("demo:tiny_vgg", "weights:/srv/\ufffd\ufffd.pt", "demo:tiny_vgg_init")  # a thousand repeats are one
+    assert selection.specs == kept
+    assert selection.overrides == {} and selection.images == "bundled" and selection.device == "auto"
+    assert app.query_params["models"] == ",".join(kept)  # the URL now says what is shown
+
+
+@pytest.mark.slow
+def test_a_url_naming_more_models_than_a_page_compares_is_capped() -> None:
+    demos = [f"timm:resnet{n}" for n in (10, 14, 18, 26, 34, 50, 101, 152, 200)]
+    app = page_app("views/home.py", models=",".join(demos))
+    app.run()
+    assert_no_exception_box(app, "many models")
+    assert app.session_state["selection"].specs == tuple(demos[:MAX_URL_MODELS])
+    assert f"the first {MAX_URL_MODELS} are shown" in notices(app)
+
+
+@pytest.mark.slow
+def test_a_folder_holding_names_in_another_encoding_is_listed(tmp_path: Path) -> None:
+    """Files and class folders whose names are not UTF-8 are read and shown (undecodable bytes as U+FFFD)."""
+    root = tmp_path / "photos"
+    for folder in (os.fsencode(root / "cats"), os.fsencode(root) + b"/\xff\xfedogs"):
+        os.makedirs(folder)
+        buffer = io.BytesIO()
+        Image.fromarray(np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(buffer, "PNG")
+        Path(os.fsdecode(folder + b"/\xe9t\xe9.png")).write_bytes(buffer.getvalue())
+    app = page_app("views/whitening.py", images=str(root))
+    app.run()
+    assert_no_exception_box(app, "non-UTF-8 names")
+    names = app.selectbox(key="maps_image").options
+    assert "cats/\ufffdt\ufffd.png" in names and "\ufffd\ufffddogs/\ufffdt\ufffd.png" in names
