@@ -18,6 +18,7 @@ import re
 import struct
 import subprocess
 import sys
+import time
 import zipfile
 import zlib
 from collections.abc import Callable, Sequence
@@ -31,13 +32,21 @@ from PIL import Image
 from safetensors.torch import save_file
 from torchvision.transforms import v2 as T
 
-from fl_core.errors import AnalysisError, CheckpointError, DataError, ModelSpecError
+from fl_core.budgets import analysis_budget, check_patch_statistics, check_whitening
+from fl_core.errors import AnalysisError, CheckpointError, DataError, FilterLensError, ModelSpecError
 from fl_core.firstlayer.energy import energy_profile, fit_linear_theory
 from fl_core.firstlayer.whitening import bank_autocorrelation
 from fl_core.io import DEMO_DIR
 from fl_core.io.archives import MAX_PICKLE_BYTES, MAX_TENSORS
 from fl_core.io.checkpoints import MAX_NESTING_DEPTH, load_state_dict
-from fl_core.io.images import MAX_ASPECT_RATIO, decode_rgb, save_uploaded_images, scaled_input, scaled_size
+from fl_core.io.images import (
+    MAX_ASPECT_RATIO,
+    decode_rgb,
+    jpeg_scans,
+    save_uploaded_images,
+    scaled_input,
+    scaled_size,
+)
 from fl_core.io.models import load_model
 from fl_core.io.preprocessing import InputConfig
 
@@ -337,6 +346,101 @@ def write_input(entry: HostileInput, root: Path) -> tuple[Path, list[str]]:
     return path, [a.format(path=path, folder=folder) for a in entry.command]
 
 
+# ------------------------------------------------------------------------------------------------- costly inputs
+
+
+def conv_file(out_channels: int, kernel: int, in_channels: int = 3, extra: dict | None = None) -> bytes:
+    """A safetensors file of one first convolution (and ``extra`` tensors): valid, a few MB at most."""
+    gen = torch.Generator().manual_seed(0)
+    return safetensors_bytes({"conv1.weight": torch.randn(out_channels, in_channels, kernel, kernel, generator=gen),
+                              **(extra or {})})
+
+
+def nested_tensor_checkpoint() -> bytes:
+    """A torch checkpoint whose second entry is a nested tensor (a list of tensors of different shapes)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nested tensors are a prototype API
+        ragged = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)])
+    return torch_file({"conv1.weight": torch.randn(8, 3, 3, 3), "ragged": ragged})
+
+
+def onnx_conv(**attributes) -> bytes:
+    """An ONNX model of one Conv node carrying ``attributes`` as given (e.g. empty ``strides``, a string ``group``)."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv1", kernel_shape=[3, 3])
+    for name, value in attributes.items():
+        kind = onnx.AttributeProto.INTS if isinstance(value, list) else None
+        node.attribute.append(helper.make_attribute(name, value, attr_type=kind))
+    weight = numpy_helper.from_array(np.random.default_rng(0).normal(size=(8, 3, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [weight])
+    return helper.make_model(graph).SerializeToString()
+
+
+def many_scans_jpeg(side: int = 4000, repeats: int = 2000) -> bytes:
+    """A valid progressive JPEG of ``side``² noise-textured pixels whose smallest scan (a few dozen bytes: an AC
+    refinement) is repeated ``repeats`` times: every scan is decoded over the whole image. Under 1 MB."""
+    small = Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    buffer = io.BytesIO()
+    small.resize((side, side)).save(buffer, "JPEG", progressive=True, quality=50)
+    data = buffer.getvalue()
+    starts = [m.start() for m in re.finditer(rb"\xff\xda", data)]
+    scans = [data[a:b] for a, b in zip(starts, [*starts[1:], len(data) - 2])]
+    return data[:-2] + min(scans, key=len) * repeats + b"\xff\xd9"
+
+
+def safetensors_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
+    from safetensors.torch import save
+
+    return save(tensors)
+
+
+PROFILE_SEEDS = (*PROFILE_FILE, "--seeds", "1000")
+
+COSTLY: tuple[HostileInput, ...] = (
+    HostileInput("kernel_101.safetensors", "layer: 101×101 first kernel (memory)", lambda: conv_file(8, 101),
+                 r"patch covariance .* over the 1\.0 GiB", PROFILE_FILE, "energy: 8 GB, > 240 s"),
+    HostileInput("kernel_21.safetensors", "layer: 21×21 first kernel (work)", lambda: conv_file(8, 21),
+                 "billion multiply-adds", PROFILE_FILE, "energy: 199 s"),
+    HostileInput("kernel_101_whitening.safetensors", "layer: 101×101 kernel, whitening", lambda: conv_file(8, 101),
+                 r"over the 1\.0 GiB", ("whitening", "--model", "weights:{path}", "--images", "{folder}"), "8 GB"),
+    HostileInput("channels_12000.safetensors", "layer: 12,000 filters × 1,000 seeds", lambda: conv_file(12_000, 3),
+                 "random-init banks", PROFILE_SEEDS),
+    HostileInput("scans_2000.jpg", "image: progressive JPEG of 2,000 scans", many_scans_jpeg, "pixel-scans",
+                 PROFILE_IMAGES, "159 s (a 1 MB file)"),
+    HostileInput("vit_giant.txt", "registry: 1.0 billion parameters", lambda: b"", "1,013 million parameters",
+                 ("inspect", "--model", "timm:vit_giant_patch14_224"), "4.8 GB, 68 s"),
+    HostileInput("nested_tensor.pt", "checkpoint: a nested tensor", nested_tensor_checkpoint, "nested tensor",
+                 CHECK_FILE, "traceback"),
+    HostileInput("empty_strides.onnx", "ONNX: Conv with empty strides", lambda: onnx_conv(strides=[]),
+                 r"strides=\[\]", ("inspect", "--model", "onnx:{path}"), "IndexError traceback"),
+    HostileInput("empty_dilations.onnx", "ONNX: Conv with empty dilations", lambda: onnx_conv(dilations=[]),
+                 r"dilations=\[\]", ("inspect", "--model", "onnx:{path}"), "IndexError traceback"),
+    HostileInput("string_group.onnx", "ONNX: Conv with a string group", lambda: onnx_conv(group="two"),
+                 "group=b'two'", ("inspect", "--model", "onnx:{path}"), "ValueError traceback"),
+    HostileInput("long_spec.txt", "spec: 100,000 characters", lambda: b"", "100,008 characters",
+                 ("inspect", "--model", "weights:" + "a" * 100_000), "traceback"),
+    HostileInput("json_folder.txt", "output: --json names a folder", lambda: b"", "is a folder",
+                 ("energy", "--model", "demo:tiny_vgg", "--json", "{folder}"), "IsADirectoryError traceback"),
+    HostileInput("seeds.txt", "option: energy --seeds 1000000", lambda: b"", "at most 1,000",
+                 ("energy", "--model", "demo:tiny_vgg", "--seeds", "1000000"), "killed at 300 s"),
+    HostileInput("restarts.txt", "option: masterkeys --restarts 1e9", lambda: b"", "at most 100",
+                 ("masterkeys", "--model", "demo:ppocrv6_det_small_dw7", "--restarts", "1000000000"),
+                 "8.5 GB, traceback"),
+    HostileInput("distance.txt", "option: whitening --max-distance 1e7", lambda: b"", "at most 1,024",
+                 ("whitening", "--model", "demo:tiny_vgg", "--max-distance", "10000000"), "allocator traceback"),
+    HostileInput("distance_1000.txt", "option: --max-distance beyond the images", lambda: b"",
+                 "Lower the largest distance", ("whitening", "--model", "demo:tiny_vgg", "--max-distance", "1000"),
+                 "14000: 6.8 GB"),
+)
+"""Valid inputs that describe far more work than any real network of their size (issue 25), and malformed ones that
+ended in tracebacks: each refused before it costs, with one line."""
+
+
 # ------------------------------------------------------------------------------------------------- measuring
 
 
@@ -349,6 +453,7 @@ def kib(field):
         return next(int(line.split()[1]) for line in status if line.startswith(field))
 
 import fl_core.cli
+import onnx, timm  # imported on first use by the ONNX reader and the registry loader
 from fl_core.io.checkpoints import load_state_dict
 fl_core.cli.build_parser()  # every command's imports: what follows is the job's own cost
 for job in json.loads(sys.argv[1]):
@@ -360,6 +465,8 @@ for job in json.loads(sys.argv[1]):
                 rc = fl_core.cli.main(job["cli"])
             else:
                 load_state_dict(job["load"])
+    except SystemExit as stop:  # argparse refusing an option: its one line is on the captured stderr
+        rc = stop.code
     except BaseException:
         rc, err = -1, io.StringIO(traceback.format_exc())
     print(json.dumps({"rc": rc, "stderr": err.getvalue(), "seconds": time.perf_counter() - start,
@@ -642,3 +749,195 @@ def test_loading_holds_about_one_copy_of_the_file(tmp_path: Path) -> None:
         file_mib = path.stat().st_size / 2**20
         assert result.rc == 0, result.stderr
         assert result.added_mib < 1.5 * file_mib + 32, (path.name, file_mib, result.added_mib)
+
+
+# ------------------------------------------------------------------------------------------------- costly inputs: tests
+
+
+@pytest.mark.slow
+def test_costly_files_are_small_on_disk(tmp_path: Path) -> None:
+    for entry in COSTLY:
+        path, _ = write_input(entry, tmp_path)
+        assert path.stat().st_size < 2**20, (entry.name, path.stat().st_size)
+    assert len(many_scans_jpeg()) < 2**20 and jpeg_scans(many_scans_jpeg()) == 2010
+
+
+@pytest.mark.slow
+@needs_proc
+def test_every_costly_input_is_refused_by_the_cli_in_one_line_fast_and_small(tmp_path: Path) -> None:
+    """The bar of issue 25 for the command line: exit 2, one line, within seconds and a few hundred MB."""
+    argvs = [write_input(entry, tmp_path)[1] for entry in COSTLY]
+    results = measure_jobs([{"cli": [*argv, "--quiet"]} for argv in argvs])
+    problems = []
+    for entry, result in zip(COSTLY, results):
+        line = result.lines[0] if result.lines else ""
+        if result.rc != 2 or len(result.lines) != 1 or not line.startswith("error: ") or "Traceback" in line:
+            problems.append(f"{entry.name}: rc {result.rc}, stderr {result.stderr[-500:]!r}")
+        elif not re.search(entry.refusal, line):
+            problems.append(f"{entry.name}: {line}")
+        if result.seconds > REFUSAL_SECONDS or result.added_mib > REFUSAL_MIB:
+            problems.append(f"{entry.name}: {result.seconds:.1f} s, +{result.added_mib:.0f} MiB")
+        print(f"{entry.name:34s} rc {result.rc} {result.seconds:5.2f} s +{result.added_mib:4.0f} MiB  {line[:70]}")
+    assert len(results) == len(COSTLY) and not problems, "\n".join(problems)
+
+
+def test_the_patch_budget_follows_the_kernel_and_the_admins_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """D = C·kh·kw: real first layers (AlexNet's 11×11, a ViT-B/16 patch embedding) pass at 1 GiB; a 101×101 kernel
+    needs 5·8·D² = 35 GiB and is refused; a lower FL_ANALYSIS_MEMORY_MB refuses the 11×11 one too."""
+    for kernel in (3, 7, 11, 16):
+        check_patch_statistics(3, (kernel, kernel), 256)
+    with pytest.raises(AnalysisError, match=r"34\.9 GiB, over the 1\.0 GiB .*D = 3·101·101 = 30,603"):
+        check_patch_statistics(3, (101, 101), 256)
+    with pytest.raises(AnalysisError, match="larger than the 32-pixel images"):
+        check_patch_statistics(3, (33, 33), 32)
+    monkeypatch.setenv("FL_ANALYSIS_MEMORY_MB", "4")
+    with pytest.raises(AnalysisError, match=r"over the 4 MiB .*\(FL_ANALYSIS_MEMORY_MB\)"):
+        check_patch_statistics(3, (11, 11), 256)
+    monkeypatch.setenv("FL_ANALYSIS_MEMORY_MB", "lots")
+    with pytest.raises(FilterLensError, match="FL_ANALYSIS_MEMORY_MB='lots' is not a number"):
+        analysis_budget()
+
+
+def test_the_work_budget_counts_patches_times_the_squared_dimension(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(side − k + 1)² patches of (D + 1)² multiply-adds each: 21×21 at 256 px is 98 billion, over 50."""
+    with pytest.raises(AnalysisError, match="98 billion multiply-adds, over the 50 billion"):
+        check_patch_statistics(3, (21, 21), 256)
+    monkeypatch.setenv("FL_ANALYSIS_GMAC_PER_IMAGE", "200")
+    check_patch_statistics(3, (21, 21), 256)
+
+
+def test_whitening_distances_are_bounded_by_the_image_side() -> None:
+    check_whitening(3, (3, 3), 20, 128)
+    with pytest.raises(AnalysisError, match=r"they are 128 px\. Lower the largest distance to at most 125 px"):
+        check_whitening(3, (3, 3), 126, 128)
+
+
+def test_the_duplicate_filter_gram_is_streamed_and_exact() -> None:
+    """Blocks of a few rows give the maxima of the whole cosine matrix (computed independently here)."""
+    from fl_core.report.weightstats import max_peer_cosine
+
+    gen = torch.Generator().manual_seed(0)
+    filters = torch.randn(300, 4, generator=gen).double()
+    filters[7] = -2.5 * filters[123]  # a copy, flipped and scaled
+    units = filters / filters.norm(dim=1, keepdim=True)
+    whole = (units @ units.T).abs().fill_diagonal_(0).max(dim=1).values
+    for block_values in (300, 301 * 7, 10**6):
+        assert torch.allclose(max_peer_cosine(filters, block_values), whole, atol=1e-12)
+    assert max_peer_cosine(filters, 300)[[7, 123]].min() > 1 - 1e-12
+
+
+@pytest.mark.slow
+@needs_proc
+def test_weight_statistics_of_a_30000_channel_layer_stay_small() -> None:
+    """A 1×1 layer of 30,000 filters: its full Gram matrix would be 7.2 GB; streamed, the statistics add < 200 MB
+    and still find the planted copy."""
+    script = r"""
+import json, torch
+from pathlib import Path
+def kib(field):
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(field))
+from fl_core.io.layers import ConvLayer
+from fl_core.report.weightstats import layer_weight_statistics
+weight = torch.randn(30_000, 16, 1, 1, generator=torch.Generator().manual_seed(0))
+weight[5] = 3 * weight[29_999]
+layer = ConvLayer("conv2", "pointwise", 30_000, 16, (1, 1), weight_key="conv2.weight")
+Path("/proc/self/clear_refs").write_text("5")
+base = kib("VmRSS")
+stats = layer_weight_statistics(weight, layer)
+print(json.dumps({"added_mib": (kib("VmHWM") - base) / 1024, "copies": stats.copies}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert measured["copies"] >= 2 and measured["added_mib"] < 200, measured
+
+
+def test_activation_maps_compute_only_the_filters_shown_and_refuse_beyond_the_budget(tmp_path: Path) -> None:
+    from fl_core.firstlayer.whitening import activation_maps
+
+    (tmp_path / "wide.safetensors").write_bytes(conv_file(12_000, 3))
+    loaded = load_model(f"weights:{tmp_path / 'wide.safetensors'}")
+    image = Image.open(io.BytesIO(textured_png(300, 200)))
+    maps = activation_maps(loaded, image, "photo", count=16)
+    assert maps.maps.shape == (16, 254, 382)
+    with pytest.raises(AnalysisError, match=r"12,000 response maps .* over the 1\.0 GiB"):
+        activation_maps(loaded, image, "photo")
+
+
+def test_registry_models_are_counted_before_they_are_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the meta device (timm's resnet18: 11.7 M parameters), or, where a network computes its widths with
+    tensors (torchvision's RegNets), while it is built, stopping at the limit."""
+    monkeypatch.setenv("FL_MAX_PARAMS", "3000000")
+    with pytest.raises(ModelSpecError, match=r"timm:resnet18 has 12 million parameters, over the 3 million .*"
+                                             "refused before building it. Pick a smaller architecture"):
+        load_model("timm:resnet18")
+    with pytest.raises(ModelSpecError, match=r"torchvision:regnet_y_400mf has more than 3 million parameters.*"
+                                             "refused while building it"):
+        load_model("torchvision:regnet_y_400mf")
+    monkeypatch.setenv("FL_MAX_PARAMS", "50000000")
+    assert load_model("torchvision:regnet_y_400mf").model is not None
+
+
+def test_jpeg_scans_are_counted_from_the_markers_and_many_are_refused_before_decoding() -> None:
+    photo = Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 96, 3), dtype=np.uint8))
+    baseline, progressive = io.BytesIO(), io.BytesIO()
+    photo.save(baseline, "JPEG", comment=b"\xff\xda\xff\xda in a comment is no scan")
+    photo.save(progressive, "JPEG", progressive=True)
+    assert jpeg_scans(baseline.getvalue()) == 1 and jpeg_scans(progressive.getvalue()) == 10
+    assert decode_rgb(io.BytesIO(progressive.getvalue())).size == (96, 64)
+    hostile = many_scans_jpeg()
+    start = time.perf_counter()
+    with pytest.raises(DataError, match=r"2,010 scans over 4,000×4,000 pixels.*Save it as a baseline"):
+        decode_rgb(io.BytesIO(hostile), "scans.jpg")
+    assert time.perf_counter() - start < 1.0
+
+
+def test_every_number_of_every_settings_class_has_both_bounds() -> None:
+    """So the command line, the widgets and the URL refuse the same values (a choice list bounds a number too)."""
+    import dataclasses
+    import importlib
+    import pkgutil
+
+    import fl_core
+    from fl_core.settings import settings_fields
+
+    classes = {}
+    for module in pkgutil.walk_packages(fl_core.__path__, "fl_core."):
+        if not module.name.endswith("__main__"):
+            loaded = importlib.import_module(module.name)
+            classes.update({name: value for name, value in vars(loaded).items() if name.endswith("Settings")
+                            and dataclasses.is_dataclass(value) and value.__module__ == module.name})
+    assert len(classes) >= 11, sorted(classes)
+    unbounded = [f"{name}.{field.name}" for name, cls in classes.items() for field in settings_fields(cls)
+                 if (field.item if field.kind is tuple else field.kind) in (int, float) and field.choices is None
+                 and (field.minimum is None or field.maximum is None)]
+    assert not unbounded, unbounded
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["energy", "--model", "demo:tiny_vgg", "--seeds", "1000000"], "--seeds must be at least 1 and at most 1,000"),
+    (["masterkeys", "--model", "demo:tiny_vgg", "--sweep", "2-100000000"], "--sweep takes at most 128 values"),
+    (["energy", "--model", "demo:tiny_vgg", "--max-images", "0"], "--max-images must be at least 1"),
+    (["energy", "--model", "demo:tiny_vgg", "--seeds", "x" * 5000], "invalid int value"),
+])
+def test_option_errors_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    from fl_core.cli import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and err.count("\n") == 1 and message in err and len(err) < 2100, err
+
+
+def test_an_unexpected_error_is_one_line_with_exit_1(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import fl_core.cli.inspect as command
+    from fl_core.cli import main
+
+    monkeypatch.setattr(command, "inspect_models", lambda models: 1 / 0)
+    assert main(["inspect", "--model", "demo:tiny_vgg"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unexpected ZeroDivisionError" in err and "FL_TRACEBACK=1" in err
+    monkeypatch.setenv("FL_TRACEBACK", "1")
+    with pytest.raises(ZeroDivisionError):
+        main(["inspect", "--model", "demo:tiny_vgg"])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -65,11 +64,9 @@ def notices(app) -> str:
 def test_hostile_url_values_never_break_a_page(page: str) -> None:
     for label, query in [("selection", SELECTION), *((f"images {i}", q) for i, q in enumerate(FOLDERS)),
                          ("page values", PAGE_VALUES)]:
-        start = time.perf_counter()
         app = page_app(page, **query)
         app.run()
         assert_no_exception_box(app, label)
-        assert time.perf_counter() - start < 60, (label, time.perf_counter() - start)
 
 
 @pytest.mark.slow
