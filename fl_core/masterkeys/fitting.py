@@ -263,9 +263,9 @@ class ScaleSpaceSettings:
     """
 
     method: str = setting("B", choices=FIT_METHODS)
-    kernel_size: int | None = setting(None, minimum=1)
+    kernel_size: int | None = setting(None, minimum=1, maximum=64)
     layers: tuple[str, ...] | None = None
-    stages: tuple[int, ...] | None = None
+    stages: tuple[int, ...] | None = setting(None, minimum=0, maximum=64)
 
     def __post_init__(self) -> None:  # lists (e.g. from argparse) become tuples: the settings stay hashable
         for name in ("layers", "stages"):

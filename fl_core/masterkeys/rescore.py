@@ -59,7 +59,7 @@ from fl_core.masterkeys.prefix import PROBE_IMAGES, PrefixPlan, changed_keys, fu
 from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
 from fl_core.masterkeys.swap import REPLACEMENTS, FilterSwap, parameter_patch, swap_filters
 from fl_core.results import Result
-from fl_core.settings import setting
+from fl_core.settings import MAX_SEED, setting
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +89,12 @@ class ScoringSettings:
     """
 
     layers: tuple[str, ...] | None = None
-    stages: tuple[int, ...] | None = None
-    k: int = setting(DEFAULT_K, minimum=1)
-    seed: int = setting(0, minimum=0)
+    stages: tuple[int, ...] | None = setting(None, minimum=0, maximum=64)
+    k: int = setting(DEFAULT_K, minimum=1, maximum=64)
+    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
     recovery: RecoverySettings | None = None
-    batch_size: int = setting(DEFAULT_BATCH_SIZE, minimum=1)
-    workers: int | None = setting(None, minimum=0)
+    batch_size: int = setting(DEFAULT_BATCH_SIZE, minimum=1, maximum=4096)
+    workers: int | None = setting(None, minimum=0, maximum=64)
     share_prefix: bool = setting(True, flag="shared-prefix")
 
     def __post_init__(self) -> None:  # lists (e.g. from argparse) become tuples: the settings stay hashable
