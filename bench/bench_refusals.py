@@ -1,16 +1,24 @@
-"""Benchmark: what refusing each hostile input costs, and how much memory loading a legitimate checkpoint holds.
+"""Benchmark: what refusing each hostile input costs, how much memory loading a legitimate checkpoint holds, and how
+a served app's memory comes back after hostile sessions.
 
-    python bench/bench_refusals.py [--only hostile|legit] [--legit-mb 256] [--repo PATH] [--timeout 120]
+    python bench/bench_refusals.py [--only hostile|legit|server] [--legit-mb 256] [--repo PATH] [--timeout 120]
 
 Hostile inputs: every entry of ``tests/test_bounded_inputs.py::HOSTILE`` (images and checkpoints small on disk but
-costly to open) is built in a temporary folder and met by the command a user would run (``python -m fl_core
-inspect|energy ...``) in a fresh process. Per input: its class, file size, the process's peak RSS while refusing
-(Linux ``VmHWM``, reset once the CLI's imports are done), what the refusal added to the RSS after the imports, the
-refusal's own seconds and the whole process's, the exit code and the first words of the message. Target
-(docs/results.md, "Shared server"): every hostile input refused in a few seconds and < 1 GB.
+costly to open) and ``COSTLY`` (valid files that describe far more work than any real network of their size, and
+malformed options and files that ended in tracebacks) is built in a temporary folder and met by the command a user
+would run (``python -m fl_core inspect|energy ...``) in a fresh process. Per input: its class, file size, the
+process's peak RSS while refusing (Linux ``VmHWM``, reset once the CLI's imports are done), what the refusal added to
+the RSS after the imports, the refusal's own seconds and the whole process's, the exit code and the first words of the
+message. Target (docs/results.md, "Shared server"): every hostile input refused in a few seconds and < 1 GB.
 
 Legitimate loads: checkpoints of one big tensor (the worst case for temporaries) of ``--legit-mb`` MB, as safetensors
 float16 and float32 and as a torch ``.pt``; the peak RSS that ``load_state_dict`` adds, as a multiple of the file.
+
+Server: ``python -m fl_ui.serve`` on a loopback port; its resident memory (server process, and the heavy-job workers
+apart) idle, at its peak while Chromium sessions meet the costly inputs (a 101×101-kernel checkpoint uploaded through
+the sidebar on Energy Profiles and Whitening, a 12,000-filter first layer's activation maps, ``vit_giant`` typed as a
+model, a 21×21 kernel) beside a session on the default pages, and 10 s and 30 s after every session closed. Target
+(docs/results.md, "Shared server"): back within 300 MB of idle.
 
 ``--repo`` runs the commands against another checkout (e.g. ``git worktree add /tmp/before <commit>``) for
 before/after numbers; an older checkout may need gigabytes for the hostile inputs, so use ``--only legit`` there.
@@ -19,11 +27,14 @@ before/after numbers; an older checkout may need gigabytes for the hostile input
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -33,7 +44,8 @@ from safetensors.torch import save_file
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.test_bounded_inputs import HOSTILE, MEASURE_CHILD, write_input  # noqa: E402
+from tests.streamlit_server import free_port, running_server, server_env  # noqa: E402
+from tests.test_bounded_inputs import COSTLY, HOSTILE, MEASURE_CHILD, conv_file, write_input  # noqa: E402
 
 CLI_CHILD = r"""
 import atexit, json, os, runpy, sys, time
@@ -44,6 +56,7 @@ def kib(field):
         return next(int(line.split()[1]) for line in status if line.startswith(field))
 
 import fl_core.cli
+import onnx, timm  # imported on first use by the ONNX reader and the registry loader
 fl_core.cli.build_parser()  # every command's imports: what follows is the refusal's own cost
 Path("/proc/self/clear_refs").write_text("5")  # peak RSS := current RSS
 baseline, start = kib("VmRSS"), time.perf_counter()
@@ -75,7 +88,7 @@ def measure_command(argv: list[str], repo: Path, timeout: float) -> dict:
 def hostile_table(root: Path, repo: Path, timeout: float) -> None:
     print(f"{'input class':42s} {'file':>9s} {'peak RSS':>9s} {'added':>7s} {'refusal':>8s} {'process':>8s} "
           f"{'exit':>5s} {'stderr':>6s}  message")
-    for entry in HOSTILE:
+    for entry in (*HOSTILE, *COSTLY):
         path, argv = write_input(entry, root)
         result = measure_command([*argv, "--quiet"], repo, timeout)
         lines = result["stderr"].strip().splitlines()
@@ -114,9 +127,126 @@ def legit_table(root: Path, repo: Path, megabytes: int) -> None:
               f"{result['added_mib'] / file_mb:10.2f}x {result['seconds']:5.1f} s  rc {result['rc']}")
 
 
+def rss_mib(pid: int) -> float:
+    """Resident memory of one process in MiB (0 when it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    return next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS")), 0.0)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (the heavy-job workers and their helpers)."""
+    found = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            for child in map(int, children.read_text().split()):
+                found += [child, *descendants(child)]
+    return found
+
+
+class MemorySampler:
+    """Samples the server's and its workers' resident memory every 0.25 s in a thread; ``peak()`` since ``reset()``."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.samples, self.stop = pid, [], threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def now(self) -> tuple[float, float]:
+        return rss_mib(self.pid), sum(rss_mib(child) for child in descendants(self.pid))
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.25):
+            self.samples.append(self.now())
+
+    def reset(self) -> None:
+        self.samples = []
+
+    def peak(self) -> tuple[float, float]:
+        return max((s[0] for s in self.samples), default=0.0), max((s[1] for s in self.samples), default=0.0)
+
+
+def session(browser, url: str, steps: list[tuple[str, str]], upload: Path | None = None) -> list[str]:
+    """One browser session: for each ``(path, text)``, open the page and wait (≤ 120 s) until ``text`` shows; with
+    ``upload``, the file is first added through the sidebar's upload form. Returns what each step found."""
+    context = browser.new_context(viewport={"width": 1440, "height": 1800})
+    context.set_default_timeout(120_000)
+    page, found = context.new_page(), []
+    try:
+        for index, (path, text) in enumerate(steps):
+            start = time.perf_counter()
+            if index == 0 or not upload:
+                page.goto(url + path)
+            else:  # the upload lives in this session's selection: move with the sidebar's navigation
+                page.get_by_role("link", name=path.strip("/").replace("-", " ").title().split("?")[0]).click()
+            if upload is not None and index == 0:
+                page.get_by_text("Upload a checkpoint").click()
+                page.locator("section[data-testid='stSidebar'] input[type=file]").first.set_input_files(str(upload))
+                page.get_by_role("button", name="Add upload").click()
+            try:
+                page.get_by_text(text).first.wait_for(timeout=120_000)
+                found.append(f"{path}: '{text[:30]}' after {time.perf_counter() - start:.0f} s")
+            except Exception as err:  # a bench reports what it saw
+                found.append(f"{path}: no '{text[:30]}' ({type(err).__name__})")
+    finally:
+        context.close()
+    return found
+
+
+def server_table(root: Path, repo: Path) -> None:
+    """Resident memory of a served app idle, during hostile sessions and after they closed (module docstring)."""
+    from playwright.sync_api import sync_playwright
+
+    kernel_101, wide, kernel_21 = root / "kernel_101.safetensors", root / "wide.safetensors", root / "k21.safetensors"
+    kernel_101.write_bytes(conv_file(8, 101))
+    wide.write_bytes(conv_file(12_000, 3))
+    kernel_21.write_bytes(conv_file(8, 21))
+    port = free_port()
+    env = server_env(port, FL_UPLOAD_DIR=str(root / "uploads"), HOME=str(root))
+    command = [sys.executable, "-m", "fl_ui.serve", "--server.address=127.0.0.1", "--server.headless=true"]
+    url = f"http://127.0.0.1:{port}"
+    with running_server(command, port, env, root / "server.log", timeout=300, cwd=repo) as server, \
+            sync_playwright() as playwright:
+        sampler = MemorySampler(server.pid)
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium",
+                                             args=["--headless", "--no-sandbox", "--disable-gpu"])
+        session(browser, url, [("/", "FilterLens")])  # the first visit's imports and caches: part of idle
+        time.sleep(10)
+        idle = sampler.now()
+        sampler.reset()
+        refused = "refused before computing"
+        plans = [
+            ([("/energy", refused), ("/whitening", refused)], kernel_101),
+            ([("/energy", "Energy profile")], None),
+            ([(f"/whitening?models=weights:{wide}", "Activation maps")], None),
+            ([("/?models=timm:vit_giant_patch14_224", "million parameters")], None),
+            ([(f"/energy?models=weights:{kernel_21}", refused)], None),
+        ]
+        start = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two sessions at a time
+            outcomes = list(pool.map(lambda plan: session(browser, url, *plan), plans))
+        during, elapsed = sampler.peak(), time.perf_counter() - start
+        browser.close()
+        time.sleep(10)
+        after_10 = sampler.now()
+        time.sleep(20)
+        after_30 = sampler.now()
+        sampler.stop.set()
+    print(f"{'served app (MiB)':28s} {'server':>8s} {'workers':>8s}")
+    for label, (main_mib, workers_mib) in (("idle (after a first visit)", idle), ("peak during the sessions", during),
+                                           ("10 s after they closed", after_10), ("30 s after they closed", after_30)):
+        print(f"{label:28s} {main_mib:8.0f} {workers_mib:8.0f}")
+    print(f"server above idle 30 s after the sessions closed: {after_30[0] - idle[0]:+.0f} MiB "
+          f"(target: within 300 MB); sessions took {elapsed:.0f} s")
+    for outcome in outcomes:
+        print("  session: " + "; ".join(outcome))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=("hostile", "legit"), help="run one of the two tables")
+    parser.add_argument("--only", choices=("hostile", "legit", "server"), help="run one of the three tables")
     parser.add_argument("--legit-mb", type=int, default=256, help="size of the legitimate checkpoints")
     parser.add_argument("--repo", type=Path, default=REPO, help="FilterLens checkout to run the commands in")
     parser.add_argument("--timeout", type=float, default=120, help="seconds before a command counts as hung")
@@ -124,11 +254,14 @@ def main() -> None:
     commit = subprocess.run(["git", "log", "--oneline", "-1"], cwd=args.repo, text=True, capture_output=True)
     print(f"checkout: {args.repo} ({commit.stdout.strip()[:70]})")
     with tempfile.TemporaryDirectory() as folder:
-        if args.only != "legit":
+        if args.only in (None, "hostile"):
             hostile_table(Path(folder), args.repo, args.timeout)
-        if args.only != "hostile":
+        if args.only in (None, "legit"):
             print()
             legit_table(Path(folder), args.repo, args.legit_mb)
+        if args.only in (None, "server"):
+            print()
+            server_table(Path(folder), args.repo)
 
 
 if __name__ == "__main__":

@@ -126,8 +126,15 @@ def check_patch_statistics(channels: int, kernel: tuple[int, int], side: int, *,
     require_memory(f"The patch covariance of {what}", PATCH_MATRICES * FLOAT64 * dim**2, advice)
     patches = max(side - kh + 1, 1) * max(side - kw + 1, 1) * samples
     require_work(f"The patch statistics of {what} ({patches:,} patches of {dim:,} values per image)",
-                 patches * (dim + 1) ** 2, advice)
+                 patch_work(channels, kernel, side, samples=samples), advice)
     require_work(f"The patch PCA of {what} (a {dim:,}×{dim:,} eigen-decomposition)", EIGH_WORK * dim**3, advice)
+
+
+def patch_work(channels: int, kernel: tuple[int, int], side: int, *, samples: int = 1) -> float:
+    """Multiply-adds of one image's patch statistics: (side − kh + 1)(side − kw + 1)·``samples`` patches of
+    (D + 1)² each (the band product), D = ``channels``·kh·kw."""
+    kh, kw = kernel
+    return max(side - kh + 1, 1) * max(side - kw + 1, 1) * samples * (channels * kh * kw + 1) ** 2
 
 
 def check_random_banks(seeds: int, filters: int, dim: int, *, what: str = "the layer") -> None:

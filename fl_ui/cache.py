@@ -16,6 +16,7 @@ import functools
 import inspect
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
@@ -23,11 +24,13 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 from fl_core.backend import Progress, report
+from fl_core.budgets import analysis_budget, patch_work
 from fl_core.errors import FilterLensError
-from fl_core.firstlayer.energy import EnergyResult, EnergySettings
+from fl_core.firstlayer.energy import EnergyResult, EnergySettings, patch_geometry
 from fl_core.firstlayer.plots import MAPS_SHOWN
 from fl_core.firstlayer.whitening import ActivationMaps, WhiteningResult, WhiteningSettings, activation_maps
-from fl_core.io.images import ImageSet, is_bundled, open_images
+from fl_core.io.images import BUNDLED_PHOTOS, ImageSet, is_bundled, open_images
+from fl_core.io.layers import find_layer
 from fl_core.io.models import LoadedModel, load_model, spec_file_stamp
 from fl_ui import jobs
 from fl_ui.pool import Job, heavy_pool
@@ -68,17 +71,43 @@ class _Results:
 
 @dataclass
 class _InFlight:
-    """A computation running in one session's thread that other sessions wait for."""
+    """A computation running in one session's thread that other sessions wait for: what it is, since when, how far
+    along, and how many sessions wait for it."""
 
+    name: str = "computation"
     done: threading.Event = field(default_factory=threading.Event)
     fraction: float = 0.0
     message: str = "computing for another session"
     value: object = None
     ok: bool = False
     error: BaseException | None = None
+    started: float = field(default_factory=time.monotonic)
+    waiters: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def progress(self, fraction: float, message: str) -> None:
         self.fraction, self.message = fraction, message
+
+    def owner_message(self, message: str) -> str:
+        """The computing session's progress text, saying who else waits for it."""
+        return f"{message} ({self.waiters} other session{'s' * (self.waiters != 1)} waiting)" if self.waiters else \
+            message
+
+    def waiter_message(self) -> str:
+        """A waiting session's progress text: whose computation, for how long, and how to stop waiting."""
+        return (f"another session's {self.name} ({self.message}; running {time.monotonic() - self.started:.0f} s, "
+                f"{self.waiters} session{'s' * (self.waiters != 1)} waiting): press any button to stop waiting")
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Count the caller among the waiters while inside (a Streamlit rerun abandons the wait at the next poll)."""
+        with self.lock:
+            self.waiters += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.waiters -= 1
 
 
 def _takes_progress(func: Callable) -> bool:
@@ -114,6 +143,7 @@ def memoize(max_entries: int) -> Callable[[Callable], Callable]:
     def decorate(func: Callable) -> Callable:
         results, running = _Results(max_entries), {}
         forwards_progress = _takes_progress(func)
+        name = (getattr(func, "__name__", None) or func.func.__name__).strip("_").replace("_", " ")  # partial: .func
 
         @functools.wraps(func)
         def wrapper(*args, progress: Progress | None = None):
@@ -124,11 +154,12 @@ def memoize(max_entries: int) -> Callable[[Callable], Callable]:
                 with results.lock:
                     flight, owner = running.get(args), args not in running
                     if owner:
-                        flight = running[args] = _InFlight()
+                        flight = running[args] = _InFlight(name=name)
                 if owner:
                     return _compute(args, flight, progress)
-                while not flight.done.wait(WAIT_POLL_S):
-                    report(progress, flight.fraction, flight.message)
+                with flight.waiting():
+                    while not flight.done.wait(WAIT_POLL_S):
+                        report(progress, flight.fraction, flight.waiter_message())
                 if flight.error is not None:
                     raise flight.error
                 if flight.ok:
@@ -138,7 +169,7 @@ def memoize(max_entries: int) -> Callable[[Callable], Callable]:
         def _compute(args: tuple, flight: _InFlight, progress: Progress | None):
             def to_both(fraction: float, message: str) -> None:
                 flight.progress(fraction, message)
-                report(progress, fraction, message)
+                report(progress, fraction, flight.owner_message(message))
 
             try:
                 with _compute_slot(flight, progress):
@@ -227,9 +258,25 @@ def get_images(source: str, limit: int | None = None) -> ImageSet:
     return open_images(source, limit)
 
 
-def is_heavy_source(images: str) -> bool:
-    """Patch statistics of a folder (up to a whole ImageNet split) run in a worker; the bundled photos in-thread."""
-    return not is_bundled(images)
+IN_THREAD_WORK = 1e9
+"""Multiply-adds of patch statistics a page may compute in the server's own thread (about a second on 2 cores)."""
+
+
+def is_heavy(models: jobs.ModelKeys, images: str, layer: str | None = None) -> bool:
+    """Patch statistics run in a worker (their memory returned when the job ends) for a folder (up to a whole ImageNet
+    split), or when the models' layers cost the bundled photos more than :data:`IN_THREAD_WORK`
+    (:func:`fl_core.budgets.patch_work` of :func:`fl_core.firstlayer.energy.patch_geometry`: a 7×7 first layer
+    already does). A model or layer that cannot be found, or whose work is over the analysis budget, is left to the
+    in-thread call, which refuses it at once."""
+    if not is_bundled(images):
+        return True
+    try:
+        layers = [(get_model(*key), find_layer(get_model(*key), layer)) for key in models]
+    except FilterLensError:
+        return False
+    per_image = sum(patch_work(*geometry[:3], samples=geometry[3]) for geometry in
+                    (patch_geometry(loaded, lay) for loaded, lay in layers))
+    return per_image * len(BUNDLED_PHOTOS) > IN_THREAD_WORK and per_image <= analysis_budget().work
 
 
 _energy_here = memoize(max_entries=32)(functools.partial(jobs.energy_job, load=get_model))
@@ -240,16 +287,16 @@ _whitening_in_worker = pooled(jobs.whitening_job, max_entries=32)
 
 def energy_result(models: jobs.ModelKeys, images: str, settings: EnergySettings, subtract_init: bool, device: str,
                   progress: Progress | None = None) -> EnergyResult:
-    """:func:`fl_core.firstlayer.energy.analyze_energy` for ``(spec, overrides)`` pairs (:func:`is_heavy_source`: in a
+    """:func:`fl_core.firstlayer.energy.analyze_energy` for ``(spec, overrides)`` pairs (:func:`is_heavy`: in a
     worker)."""
-    compute = _energy_in_worker if is_heavy_source(images) else _energy_here
+    compute = _energy_in_worker if is_heavy(models, images, settings.layer) else _energy_here
     return compute(models, images, settings, subtract_init, device, progress=progress)
 
 
 def whitening_result(models: jobs.ModelKeys, images: str, settings: WhiteningSettings, device: str,
                      progress: Progress | None = None) -> WhiteningResult:
     """:func:`fl_core.firstlayer.whitening.analyze_whitening` for ``(spec, overrides)`` pairs (folders: in a worker)."""
-    compute = _whitening_in_worker if is_heavy_source(images) else _whitening_here
+    compute = _whitening_in_worker if is_heavy(models, images) else _whitening_here
     return compute(models, images, settings, device, progress=progress)
 
 

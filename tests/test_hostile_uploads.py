@@ -18,6 +18,7 @@ import pickle
 import re
 import shlex
 import struct
+import time
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -460,3 +461,62 @@ def test_a_shared_server_refuses_paths_outside_its_data_roots(tmp_path: Path, mo
     assert any("/etc is outside" in e.value for e in app.sidebar.error)
     app.text_input(key="img_folder").input(str(shared)).run()
     assert not app.exception and app.session_state["selection"].images == str(shared)
+
+
+# ------------------------------------------------------------------------------- one user cannot hold the server
+
+
+class _Rerun(Exception):
+    """What Streamlit raises in a waiting session's thread at its next progress update when its user clicks."""
+
+
+def test_a_shared_computation_shows_who_waits_and_a_waiter_can_leave() -> None:
+    """Sessions waiting for another session's computation see whose it is, for how long and how many wait, and how
+    to stop waiting; the computing session sees how many wait for it; a waiter that leaves (a rerun at its next
+    progress update) is no longer counted, and the others still get the value."""
+    import threading
+
+    from fl_core.backend import report
+    from fl_ui.cache import memoize
+
+    gate, started = threading.Event(), threading.Event()
+
+    @memoize(max_entries=2)
+    def energy_profile_of(x: int, progress=None) -> int:
+        started.set()
+        while not gate.wait(0.05):
+            report(progress, 0.5, "patch statistics")
+        return x * 2
+
+    owner_said, waiter_said, results = [], [[], []], {}
+
+    def owner() -> None:
+        results["owner"] = energy_profile_of(4, progress=lambda f, m: owner_said.append(m))
+
+    def waiter(index: int, leave: bool) -> None:
+        def progress(fraction: float, message: str) -> None:
+            waiter_said[index].append(message)
+            if leave and len(waiter_said[index]) > 3:
+                raise _Rerun
+
+        try:
+            results[index] = energy_profile_of(4, progress=progress)
+        except _Rerun:
+            results[index] = "left"
+
+    threads = [threading.Thread(target=owner)]
+    threads[0].start()
+    started.wait(5)
+    threads += [threading.Thread(target=waiter, args=(i, i == 1)) for i in range(2)]
+    for thread in threads[1:]:
+        thread.start()
+    threads[2].join(10)  # the second waiter has left
+    time.sleep(0.6)
+    gate.set()
+    for thread in threads:
+        thread.join(10)
+    assert results == {"owner": 8, 0: 8, 1: "left"}
+    assert any("another session's energy profile of (patch statistics; running" in m and "2 sessions waiting" in m
+               and "press any button to stop waiting" in m for m in waiter_said[0])
+    assert any(m.endswith("(2 other sessions waiting)") for m in owner_said)
+    assert owner_said[-1].endswith("(1 other session waiting)")  # the one that left is no longer counted

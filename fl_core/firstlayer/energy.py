@@ -414,17 +414,23 @@ def layer_patch_pca(loaded: LoadedModel, layer: ConvLayer, images: ImageSet, *, 
                      total=math.ceil(len(images) / 8), progress=progress)
 
 
-def check_energy_budget(loaded: LoadedModel, layer: ConvLayer, seeds: int) -> None:
-    """Refuse, before any image is read, a layer whose patch statistics or random-init baseline would exceed the
-    analysis budget (:mod:`fl_core.budgets`). First layers (and weights-only files) see RGB patches of the image at the
-    model's scale; deeper layers their input, about output side × stride at the model's input size, groups pooled."""
-    cfg, what = loaded.input_config, f"layer {layer.name} of {loaded.label}"
+def patch_geometry(loaded: LoadedModel, layer: ConvLayer) -> tuple[int, tuple[int, int], int, int]:
+    """``(channels, kernel, side, samples)`` of the patches :func:`layer_patch_pca` takes for ``layer``: first layers
+    (and weights-only files) see RGB patches of the image at the model's scale (side: the resize edge); deeper layers
+    their input, about output side × stride at the model's input size, its channel groups pooled as samples."""
+    cfg = loaded.input_config
     if layer.kind == "first" or loaded.model is None or layer.output_size is None:
-        check_patch_statistics(3, layer.kernel_size, cfg.resize_size, what=what)
-    else:
-        side = layer.output_size * layer.stride[0] * cfg.input_size // min(cfg.input_size, 224)
-        check_patch_statistics(layer.in_channels // layer.groups, layer.kernel_size, max(side, 1),
-                               samples=layer.groups, what=what)
+        return 3, layer.kernel_size, cfg.resize_size, 1
+    side = layer.output_size * layer.stride[0] * cfg.input_size // min(cfg.input_size, 224)
+    return layer.in_channels // layer.groups, layer.kernel_size, max(side, 1), layer.groups
+
+
+def check_energy_budget(loaded: LoadedModel, layer: ConvLayer, seeds: int) -> None:
+    """Refuse, before any image is read, a layer whose patch statistics (:func:`patch_geometry`) or random-init
+    baseline would exceed the analysis budget (:mod:`fl_core.budgets`)."""
+    channels, kernel, side, samples = patch_geometry(loaded, layer)
+    what = f"layer {layer.name} of {loaded.label}"
+    check_patch_statistics(channels, kernel, side, samples=samples, what=what)
     check_random_banks(seeds, layer.out_channels, layer.patch_dim, what=what)
 
 
