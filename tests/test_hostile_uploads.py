@@ -520,3 +520,21 @@ def test_a_shared_computation_shows_who_waits_and_a_waiter_can_leave() -> None:
                and "press any button to stop waiting" in m for m in waiter_said[0])
     assert any(m.endswith("(2 other sessions waiting)") for m in owner_said)
     assert owner_said[-1].endswith("(1 other session waiting)")  # the one that left is no longer counted
+
+
+@pytest.mark.slow
+def test_costly_uploads_get_the_budget_refusal_on_the_pages_and_wide_layers_still_draw(tmp_path: Path) -> None:
+    """A 101×101 first kernel on Energy Profiles and Whitening: the budget's one-line refusal (no exception box, no
+    generic error); a 12,000-filter first layer on Whitening: its 16 activation maps are drawn (only those are
+    computed) beside the curves."""
+    kernel_101, wide = tmp_path / "kernel_101.safetensors", tmp_path / "wide.safetensors"
+    kernel_101.write_bytes(bounded.conv_file(8, 101))
+    wide.write_bytes(bounded.conv_file(12_000, 3))
+    for page in ("views/energy_profiles.py", "views/whitening.py"):
+        app = page_app(page, models=f"weights:{kernel_101}").run()
+        errors = [e.value for e in app.error]
+        assert not app.exception and len(errors) == 1, (page, errors)
+        assert "refused before computing" in errors[0] and "Pick a layer with a smaller kernel" in errors[0]
+    app = page_app("views/whitening.py", models=f"weights:{wide}").run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert len(app.get("plotly_chart")) >= 2
