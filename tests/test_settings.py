@@ -91,7 +91,7 @@ def test_options_round_trip_every_kind_of_field():
 
 
 @pytest.mark.parametrize(("argv", "says"), [(["--k", "0"], "--k must be at least 1, not 0"),
-                                            (["--rate", "2"], "--rate must lie in [0.0, 1.0], not 2"),
+                                            (["--rate", "2"], "--rate must be at least 0.0 and at most 1.0, not 2"),
                                             (["--run", "d"], "invalid choice")])
 def test_bounds_and_choices_are_enforced_with_a_message_that_names_the_option(argv, says):
     with pytest.raises(argparse.ArgumentError, match=re.escape(says)):
