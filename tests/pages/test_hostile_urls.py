@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from fl_core.settings import path_text_problem
 from fl_ui.state import MAX_URL_MODELS
 from fl_ui.testing import page_app
 
@@ -62,11 +63,24 @@ def notices(app) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
 def test_hostile_url_values_never_break_a_page(page: str) -> None:
-    for label, query in [("selection", SELECTION), *((f"images {i}", q) for i, q in enumerate(FOLDERS)),
-                         ("page values", PAGE_VALUES)]:
+    for label, query in (("selection", SELECTION), ("page values", PAGE_VALUES)):
         app = page_app(page, **query)
         app.run()
         assert_no_exception_box(app, label)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", ["views/home.py", "views/whitening.py"])
+def test_image_sources_naming_no_folder_fall_back_to_the_bundled_photos(page: str) -> None:
+    """Impossible names (too long, a part over 255 bytes) fall back with a notice; a possible but missing folder is
+    kept (the page that reads it says there is no folder there)."""
+    for query in FOLDERS:
+        app = page_app(page, **query)
+        app.run()
+        assert_no_exception_box(app, query["images"][:20])
+        impossible = path_text_problem(query["images"]) is not None
+        assert (app.session_state["selection"].images == "bundled") == impossible
+        assert ("'images'" in notices(app)) == impossible
 
 
 @pytest.mark.slow
