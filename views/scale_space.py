@@ -24,7 +24,7 @@ from fl_ui.masterkeys import (
     model_scale_fit,
     published_scale_fit,
 )
-from fl_ui.state import current_selection, page_param, set_page_param
+from fl_ui.state import current_selection, page_param, set_page_param, url_param
 from fl_ui.widgets import plot_with_explanation, table_with_download, url_widget, user_errors
 
 PUBLISHED = "published"
@@ -57,7 +57,8 @@ with user_errors():
                                "FilterLens, the 8 published filters, a depthwise model chosen in the sidebar, or a "
                                "random-init ConvNeXt (the baseline: what fitting finds in noise).")
     set_page_param("ss_source", source)
-    method = c2.selectbox("Fitting method", FIT_METHODS, index=FIT_METHODS.index(page_param("method", "B")),
+    wanted_method = url_param("method", "B", choices=FIT_METHODS)
+    method = c2.selectbox("Fitting method", FIT_METHODS, index=FIT_METHODS.index(wanted_method),
                           format_func=lambda m: f"{m}: {FIT_METHOD_DESCRIPTIONS[m]}", key="ss_method")
     set_page_param("method", method)
     if source == PUBLISHED:
