@@ -71,14 +71,14 @@ def selection_from_url() -> Selection:
     """
     params = st.query_params
     text = params.get("models")
-    tokens = DEFAULT_MODELS if text is None else tuple(t for t in text.split(",") if t.strip())
+    tokens = DEFAULT_MODELS if text is None else tuple(dict.fromkeys(t for t in text.split(",") if t.strip()))
     decoded: dict[str, dict] = {}
-    for token in tokens:
+    for token in tokens[:MAX_URL_TOKENS]:
         if (model := model_from_url(token)) is not None and model[0] not in decoded:
             decoded[model[0]] = model[1]
-    if len(decoded) > MAX_URL_MODELS:
-        _notice("models", text or "", f"it names {len(decoded):,} models; the first {MAX_URL_MODELS} are shown",
-                ",".join(list(decoded)[:MAX_URL_MODELS]))
+    if len(decoded) > MAX_URL_MODELS or len(tokens) > MAX_URL_TOKENS:
+        _notice("models", text or "", f"it names {len(tokens):,} models; the first {MAX_URL_MODELS} usable ones "
+                "are shown", ",".join(list(decoded)[:MAX_URL_MODELS]))
         decoded = dict(list(decoded.items())[:MAX_URL_MODELS])
     return Selection(specs=tuple(decoded), overrides={s: o for s, o in decoded.items() if o},
                      images=_images_from_url(params.get("images")), device=_device_from_url(params.get("device")))
@@ -86,6 +86,8 @@ def selection_from_url() -> Selection:
 
 MAX_URL_MODELS = 8
 """The most models a URL selects (the pages compare a few models side by side)."""
+MAX_URL_TOKENS = 4 * MAX_URL_MODELS
+"""The most distinct model tokens of a URL that are read (each unusable one is a notice)."""
 
 
 def model_from_url(token: str) -> tuple[str, dict] | None:

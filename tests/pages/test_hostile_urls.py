@@ -106,7 +106,7 @@ def test_a_url_naming_more_models_than_a_page_compares_is_capped() -> None:
     app.run()
     assert_no_exception_box(app, "many models")
     assert app.session_state["selection"].specs == tuple(demos[:MAX_URL_MODELS])
-    assert f"the first {MAX_URL_MODELS} are shown" in notices(app)
+    assert f"it names 9 models; the first {MAX_URL_MODELS} usable ones are shown" in notices(app)
 
 
 @pytest.mark.slow
