@@ -76,7 +76,7 @@ def analysis_budget() -> Budget:
         text = os.environ.get(variable, "").strip().replace("_", "")
         try:
             values[name] = kind(float(text)) if text else getattr(default, name)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise FilterLensError(f"{variable}={os.environ[variable]!r} is not a number; set it to a positive number "
                                   f"or unset it (default {getattr(default, name):,}).") from None
         if not values[name] > 0 or not math.isfinite(values[name]):
@@ -88,22 +88,21 @@ def _size(n_bytes: float) -> str:
     return f"{n_bytes / 2**30:,.1f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:,.0f} MiB"
 
 
-def require_memory(what: str, n_bytes: float, advice: str, error: type[FilterLensError] = AnalysisError) -> None:
+def require_memory(what: str, n_bytes: float, advice: str) -> None:
     """Refuse ``what`` when ``n_bytes`` exceed the memory budget; the message says what, the limit and ``advice``."""
     budget = analysis_budget()
     if n_bytes > budget.memory_bytes:
-        raise error(f"{what} would take about {_size(n_bytes)}, over the {_size(budget.memory_bytes)} an analysis "
-                    f"may use "
-                    f"({MEMORY_VARIABLE}); refused before computing. {advice}")
+        raise AnalysisError(f"{what} would take about {_size(n_bytes)}, over the {_size(budget.memory_bytes)} an "
+                            f"analysis may use ({MEMORY_VARIABLE}); refused before computing. {advice}")
 
 
-def require_work(what: str, multiply_adds: float, advice: str, error: type[FilterLensError] = AnalysisError) -> None:
+def require_work(what: str, multiply_adds: float, advice: str) -> None:
     """Refuse ``what`` when its ``multiply_adds`` (per image, or one-off) exceed the work budget."""
     budget = analysis_budget()
     if multiply_adds > budget.work:
-        raise error(f"{what} would cost {multiply_adds / 1e9:,.0f} billion multiply-adds, over the "
-                    f"{budget.gmac_per_image:,.0f} billion an image may cost ({WORK_VARIABLE}); refused before "
-                    f"computing. {advice}")
+        raise AnalysisError(f"{what} would cost {multiply_adds / 1e9:,.0f} billion multiply-adds, over the "
+                            f"{budget.gmac_per_image:,.0f} billion an image may cost ({WORK_VARIABLE}); refused "
+                            f"before computing. {advice}")
 
 
 # ----------------------------------------------------------------------------------------------- the rules
