@@ -24,6 +24,7 @@ from fl_ui.state import set_url_param, url_setting, value_field
 
 T = TypeVar("T")
 CARDS_PER_ROW = 4
+MISSING_CELL = "—"
 
 log = logging.getLogger("filterlens")
 
@@ -116,9 +117,22 @@ def plot_with_explanation(figure: go.Figure, explanation: str, name: str, *, fra
     downloads(name, figure=figure, frame=frame, data=data)
 
 
+def _cell_text(value: Any) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return MISSING_CELL
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def dashed(frame: pd.DataFrame) -> pd.DataFrame | Any:
+    """``frame`` for ``st.dataframe`` with its missing values written "—" (Streamlit writes "None", which reads as a
+    value): columns that have any are formatted cell by cell, the others left as they are."""
+    missing = [column for column in frame.columns if frame[column].isna().any()]
+    return frame.style.format(_cell_text, subset=missing) if missing else frame
+
+
 def table_with_download(frame: pd.DataFrame, name: str) -> None:
-    """A table and its CSV download."""
-    st.dataframe(frame, width="stretch", hide_index=True)
+    """A table (missing values "—": :func:`dashed`) and its CSV download."""
+    st.dataframe(dashed(frame), width="stretch", hide_index=True)
     downloads(name, frame=frame)
 
 
