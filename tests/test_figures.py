@@ -236,9 +236,9 @@ def test_a_long_title_wraps_instead_of_running_off_the_figure() -> None:
     title = "Lesion and peer replacement: Δ cross-entropy on held-out images (the 64 channels with the largest lesion"
     fig = readable(go.Figure(go.Bar(x=["a"], y=[1]), layout=dict(title=title, height=400)))
     lines = fig.layout.title.text.split("<br>")
-    assert len(lines) == 2 and all(len(line) <= TITLE_CHARS for line in lines) and " ".join(lines) == title
+    assert len(lines) >= 2 and all(len(line) <= TITLE_CHARS for line in lines) and " ".join(lines) == title
     assert readable(fig).layout.to_plotly_json() == fig.layout.to_plotly_json()  # idempotent
-    assert fig.layout.margin.t >= 2 * 24
+    assert fig.layout.margin.t >= len(lines) * 24
 
 
 def test_each_bank_keeps_its_colour_when_the_chosen_model_changes_the_order() -> None:

@@ -12,7 +12,6 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from fl_core.figures import (
-    COLORBAR_PX,
     NARROW_FIGURE_PX,
     REFERENCE_COLORS,
     color,
@@ -33,8 +32,10 @@ KEY_NAMES = ("1 δy+ T", "2 δx− T", "3 δy− T", "4 δx+ T", "5 δx T", "6 �
 (1–4), centred differences δx, δy (5–6), impulse minus α·Laplacian (7) and the discrete Gaussian T itself (8). The
 signs sit on the line, not as subscripts, so the names read at the 13-px size of subplot titles."""
 GRID_TITLE_PX = 13
+COLORBAR_BELOW_PX = 50
 GRID_COLUMNS = 4
-"""Filter grids put at most this many filters in a row: on a 520-px projector column each is ~100 px, its title fits."""
+"""Filter grids put at most this many filters in a row: on a 420-px projector column each is ~100 px (the colour bar
+lies below them), so a 15-character title fits above each."""
 
 
 def filter_grid_figure(filters: np.ndarray, titles: Sequence[str], title: str, columns: int = GRID_COLUMNS,
@@ -49,7 +50,8 @@ def filter_grid_figure(filters: np.ndarray, titles: Sequence[str], title: str, c
     bounds = np.full(len(filters), largest.max() or 1.0) if shared_scale else np.where(largest > 0, largest, 1.0)
     fig = make_subplots(rows=rows, cols=columns, subplot_titles=list(titles), horizontal_spacing=0.06,
                         vertical_spacing=0.35 / rows)
-    bar = dict(title=dict(text="value" if shared_scale else "w / max |w|", side="right"), thickness=12)
+    bar = dict(title=dict(text="value" if shared_scale else "w / max |w|", side="right"), thickness=10,
+               orientation="h", len=0.6, x=0.5, xanchor="center", y=-0.02, yanchor="top")
     for i, filt in enumerate(filters):
         scale = 1.0 if shared_scale else bounds[i]
         fig.add_trace(go.Heatmap(z=filt / scale, zmin=-bounds[i] / scale, zmax=bounds[i] / scale, zmid=0,
@@ -59,9 +61,9 @@ def filter_grid_figure(filters: np.ndarray, titles: Sequence[str], title: str, c
                       row=i // columns + 1, col=i % columns + 1)
     square_pixels(fig)
     fig.update_annotations(font_size=GRID_TITLE_PX)
-    cell = (NARROW_FIGURE_PX - COLORBAR_PX) / columns
-    fig.update_layout(title=title, height=round(60 + rows * (cell + 3.5 * GRID_TITLE_PX)),
-                      margin=dict(l=10, r=10, t=60, b=10), plot_bgcolor="white")
+    cell = NARROW_FIGURE_PX / columns
+    fig.update_layout(title=title, height=round(60 + COLORBAR_BELOW_PX + rows * (cell + 3.5 * GRID_TITLE_PX)),
+                      margin=dict(l=10, r=10, t=60, b=10 + COLORBAR_BELOW_PX), plot_bgcolor="white")
     return readable(fig)
 
 
@@ -74,11 +76,11 @@ def key_filters_figure(filters: Mapping[int, np.ndarray] | np.ndarray,
 
 def centroids_vs_keys_figure(result: MasterKeyResult) -> go.Figure:
     """Each cluster centroid (largest cluster first) beside the most similar master key, flipped to the centroid's
-    sign: two pairs to a row."""
+    sign, with their cosine: two pairs to a row."""
     pairs, titles = [], []
     for i, c in enumerate(result.clusters):
         pairs += [c.centroid, np.sign(c.master_key_cosine or 1.0) * result.templates[c.master_key - 1]]
-        titles += [f"cluster {i + 1} ({c.share:.0%})", f"≈ key {c.master_key}, cos {c.master_key_cosine:+.2f}"]
+        titles += [f"cluster {i + 1} ({c.share:.0%})", f"≈ key {c.master_key} ({c.master_key_cosine:+.2f})"]
     return filter_grid_figure(np.stack(pairs), titles, f"{result.label}: each of the {result.k} cluster centroids "
                               "beside its nearest master key")
 
