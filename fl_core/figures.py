@@ -25,8 +25,8 @@ open. Titles wrap, legends and tiles are sized for it; a wider screen only adds 
 TITLE_CHARS = 46
 """Characters of a title line (17-px font, bold in Streamlit's theme) on a :data:`NARROW_FIGURE_PX` figure."""
 TITLE_LINE_PX = 24
-LEGEND_ROW_PX = 22
-LEGEND_CHAR_PX = 7.0
+LEGEND_ROW_PX = 23
+LEGEND_CHAR_PX = 7.2
 LEGEND_SYMBOL_PX = 50
 TICK_CHAR_PX = 7.0
 """Estimated widths (12-px font) from which :func:`readable` sizes legends and tick labels, rounded up."""
@@ -125,12 +125,15 @@ def legend_entries(fig: go.Figure) -> list[str]:
 
 
 def legend_px(fig: go.Figure, width: int = NARROW_FIGURE_PX) -> int:
-    """Height of the figure's horizontal legend when its entries are packed row by row into ``width`` pixels."""
-    rows, used = 0, width
-    for name in legend_entries(fig):
-        entry = LEGEND_SYMBOL_PX + LEGEND_CHAR_PX * len(name)
-        rows, used = (rows + 1, entry) if used + entry > width else (rows, used + entry)
-    return rows * LEGEND_ROW_PX + (10 if rows else 0)
+    """Height of the figure's horizontal legend in ``width`` pixels: plotly wraps a legend that does not fit on one
+    row into columns as wide as its widest entry; legend groups add a gap."""
+    names = legend_entries(fig)
+    if not names:
+        return 0
+    widths = [LEGEND_SYMBOL_PX + LEGEND_CHAR_PX * len(name) for name in names]
+    columns = len(names) if sum(widths) <= width else max(1, int(width // max(widths)))
+    groups = len({trace.legendgroup for trace in fig.data if trace.legendgroup})
+    return math.ceil(len(names) / columns) * LEGEND_ROW_PX + 10 * max(groups - 1, 0) + 10
 
 
 def x_axis_px(fig: go.Figure, width: int = NARROW_FIGURE_PX) -> int:
@@ -176,15 +179,19 @@ def readable(fig: go.Figure) -> go.Figure:
     title_px = (TITLE_LINE_PX * len(lines) + 22 if any(lines) else 10) + subplot_titles_px(fig)
     entries_px = legend_px(fig)
     if layout.sliders or layout.updatemenus:
-        top, legend = title_px + entries_px, dict(y=1 + 6 / plot_px, yanchor="bottom")
+        top = title_px + entries_px
+        height = top + plot_px + bottom
+        legend_top = height - title_px + subplot_titles_px(fig)
     else:
         axis_px = x_axis_px(fig)
         top, bottom = title_px, max(axis_px + entries_px + 10, 10)
-        legend = dict(y=-axis_px / plot_px, yanchor="top")
+        height = top + plot_px + bottom
+        legend_top = bottom - axis_px
     fig.update_layout(title=dict(text="<br>".join(lines), y=1, yref="container", yanchor="top", pad=dict(t=12)),
-                      height=top + plot_px + bottom, margin=dict(t=top, b=bottom))
-    if entries_px:
-        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", **legend))
+                      height=height, margin=dict(t=top, b=bottom))
+    if entries_px:  # placed in pixels from the figure's bottom: a legend taller than estimated never shrinks the plot
+        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", yref="container", y=legend_top / height,
+                                      yanchor="top"))
     return fig
 
 

@@ -229,7 +229,9 @@ def test_one_to_eight_models_keep_the_profile_plot_area_and_put_the_legend_below
     assert plot_px == 460 - 50 - 10  # what the figure asks for, however many models
     entries = 2 * count + 1  # each model and its theory fit, and the random-init band
     assert layout.margin.b >= 60 + 22 * entries // 2  # the legend's rows below the axis title
-    assert layout.legend.yanchor == "top" and layout.legend.y * plot_px <= -50  # below the tick labels and title
+    legend_top = layout.legend.y * layout.height  # pixels above the figure's bottom
+    assert layout.legend.yref == "container" and layout.legend.yanchor == "top"
+    assert 22 * entries // 2 <= legend_top <= layout.margin.b - 50  # below the tick labels and the axis title
 
 
 def test_a_long_title_wraps_instead_of_running_off_the_figure() -> None:

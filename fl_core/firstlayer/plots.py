@@ -47,7 +47,7 @@ def profile_figure(result: EnergyResult, log_y: bool = True, show_theory: bool =
         if show_theory:
             fig.add_trace(_theory_trace(m, x, color(i), log_y))
     fig.update_layout(title="Energy profile: RMS projection of the filters on each patch PCA component",
-                      xaxis_title="PCA component (1 = largest variance, low spatial frequency)",
+                      xaxis_title="PCA component (1 = largest variance, smoothest)",
                       yaxis_title="energy e_i (max-normalized)", height=460,
                       margin=dict(l=10, r=10, t=50, b=10))
     if log_y:
