@@ -19,10 +19,10 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8
            "#bcbd22")
 REFERENCE_COLORS = {"rgb": "#444444", "zca": "#000000", "random": "#999999", "theory": "#000000"}
 
-NARROW_FIGURE_PX = 420
-"""The narrowest a figure is drawn: beside its explanation (¾ of the page) on a 1024×768 projector with the sidebar
-open. Titles wrap, legends and tiles are sized for it; a wider screen only adds room."""
-TITLE_CHARS = 46
+NARROW_FIGURE_PX = 560
+"""The narrowest a figure is drawn: the page's width on a 1024×768 projector with the sidebar open (measured in
+Chromium: 564 px). Titles wrap, legends and tiles are sized for it; a wider screen only adds room."""
+TITLE_CHARS = 58
 """Characters of a title line (17-px font, bold in Streamlit's theme) on a :data:`NARROW_FIGURE_PX` figure."""
 TITLE_LINE_PX = 24
 LEGEND_ROW_PX = 23

@@ -46,7 +46,8 @@ with user_errors():
     first = get_model(selection.specs[0], selection.overrides_of(selection.specs[0]))
     layers = conv_inventory(first)
     names = ["first"] + [lay.name for lay in layers if lay.kind != "first"]
-    c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
+    c1, c4 = st.columns([3, 1])  # the layer's long names first, the checkboxes' labels in a row of their own
+    c2, c3 = st.columns(2)
     layer = url_widget("Layer", "first", key="energy_layer", param="layer", choices=names, container=c1,
                        format_func=lambda n: "first convolution (the paper's setting)" if n == "first"
                        else f"{n} (extension beyond the paper)")

@@ -75,7 +75,8 @@ with user_errors():
     c1, c2, c3, c4 = st.columns(4)
     sizes = list(bank.kernel_sizes)
     kernel = url_widget("Kernel size", sizes[0], key=f"kernel_{spec}", param="kernel", choices=sizes, container=c1,
-                        format_func=lambda s: f"{s}×{s} ({bank.kernel_sizes[s]:,} filters)")
+                        format_func=lambda s: f"{s}×{s} ({bank.kernel_sizes[s]:,})",
+                        help="Filters of this size (their count in brackets) are clustered.")
     k = url_widget("Clusters k", MasterKeySettings.k, key="k", minimum=2, maximum=16, slider=True, container=c2,
                    help="The papers find 8.")
     tuned = settings_widgets(MasterKeySettings, {"restarts": "Restarts"}, key="mk", container=c3,
@@ -125,12 +126,13 @@ with user_errors():
     st.subheader("Clusters of this model's filters")
     plot_with_explanation(
         centroids_vs_keys_figure(result),
-        "**Top**: the centre of each cluster found here (largest first; share of the filters in brackets). "
-        "**Bottom**: the published filter most like it, with the cosine similarity (1 = same pattern; the sign "
-        "is ignored because a filter and its negative do the same job when the next layer can flip it).\n\n"
+        "**In each pair, left**: the centre of a cluster found here (largest first; share of the filters in "
+        "brackets). **Right**: the published filter most like it, with the cosine similarity in brackets (1 = same "
+        "pattern; the sign is ignored because a filter and its negative do the same job when the next layer can flip "
+        "it).\n\n"
         "The clustering compares *shapes*: each filter has its mean removed and is scaled to length 1, and a filter "
-        "counts as close to a centre when |cos| is large. For a 3×3 network the bottom row shows the idealized "
-        "models at 3×3 instead of the 7×7 published filters.",
+        "counts as close to a centre when |cos| is large. For a 3×3 network the right-hand filters are the "
+        "idealized models at 3×3 instead of the 7×7 published filters.",
         "master_key_centroids", frame=result.to_frame(), data=result.to_dict())
     st.caption("Clusters: size, share, tightness (mean |cos| of the members to the centre), nearest master key with "
                "its cosine, and how many members each key claims (key_1 … key_8).")

@@ -69,7 +69,7 @@ with user_errors():
     status = pd.DataFrame([{"section": title, "seconds": round(report.timings.get(name, 0.0), 1),
                             "status": f"skipped: {report.skipped[name]}" if name in report.skipped else "done"}
                            for name, title in PART_TITLES.items() if name in report.timings or name in report.skipped])
-    st.dataframe(status, width="stretch", hide_index=True)
+    st.table(status.set_index("section"))  # a static table wraps the reasons a section was skipped
 
     st.subheader("Preview")
     if report.trajectory is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fl_core.firstlayer.plots import activation_maps_figure, autocorrelation_figure
+from fl_core.firstlayer.plots import REFERENCE_NAMES, activation_maps_figure, autocorrelation_figure
 from fl_core.firstlayer.whitening import WhiteningSettings
 from fl_ui.cache import activation_maps_of, get_images, whitening_result
 from fl_ui.forms import settings_widgets
@@ -47,7 +47,8 @@ with user_errors():
         "follows the patch spectrum and smooths rather than whitens; compare a fully trained checkpoint.",
         "whitening_curves", frame=result.to_frame(), data=result.to_dict())
     at = min(10, settings.max_distance)
-    table = pd.DataFrame([{"curve": result.labels.get(name, name), f"C({at})/C(0)": round(value, 3)}
+    table = pd.DataFrame([{"curve": result.labels.get(name) or REFERENCE_NAMES.get(name, name),
+                           f"C({at})/C(0)": round(value, 3)}
                           for name, value in result.at(at).items()])
     st.subheader(f"Values at δ = {at} px")
     table_with_download(table, "whitening_at_distance")

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from fl_core.figures import (
+    NARROW_FIGURE_PX,
     REFERENCE_COLORS,
     color,
     heatmap_figure,
@@ -20,7 +21,7 @@ from fl_core.figures import (
 from fl_core.firstlayer.energy import EnergyResult, ModelEnergy
 from fl_core.firstlayer.whitening import WhiteningResult
 
-ACTIVATION_MAPS_WIDTH = 1000
+ACTIVATION_MAPS_WIDTH = NARROW_FIGURE_PX
 """The width (px) activation-map figures are laid out for: their height follows the image's aspect ratio."""
 LOG_FLOOR = 1e-3
 """On a log axis the fitted curve a + b·θ is drawn no lower than this (an affine map can reach 0 or below)."""

@@ -34,7 +34,7 @@ signs sit on the line, not as subscripts, so the names read at the 13-px size of
 GRID_TITLE_PX = 13
 COLORBAR_BELOW_PX = 50
 GRID_COLUMNS = 4
-"""Filter grids put at most this many filters in a row: on a 420-px projector column each is ~100 px (the colour bar
+"""Filter grids put at most this many filters in a row: on a 560-px projector page each is ~130 px (the colour bar
 lies below them), so a 15-character title fits above each."""
 
 

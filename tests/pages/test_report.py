@@ -27,7 +27,7 @@ def test_the_selected_model_is_reported_with_a_preview_and_its_downloads() -> No
     source = app.selectbox(key="report_source")
     assert source.value == "model:demo:tiny_vgg"
     assert any(option.startswith("Training Lab run lab_vgg_true_s0") for option in source.options)
-    status = app.dataframe[0].value.set_index("section")["status"]
+    status = app.table[0].value["status"]
     assert status["First-layer energy profile"] == "done" and status["Weight statistics"] == "done"
     assert status["Trajectory over training"].startswith("skipped: One checkpoint")
     assert "Energy profile" in chart_titles(app) and "filter norms" in chart_titles(app)
