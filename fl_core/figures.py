@@ -163,8 +163,8 @@ def subplot_titles_px(fig: go.Figure) -> int:
     return max((((a.text or "").count("<br>") + 1) * round(1.35 * (a.font.size or 16)) for a in top), default=0)
 
 
-def readable(fig: go.Figure) -> go.Figure:
-    """Lay ``fig`` out for a :data:`NARROW_FIGURE_PX`-wide projector column and return it: the title wrapped into
+def readable(fig: go.Figure, width: int = NARROW_FIGURE_PX) -> go.Figure:
+    """Lay ``fig`` out for a ``width``-px projector column (default: the page) and return it: the title wrapped into
     :func:`title_lines` at the top, the legend horizontal below the x axis' labels and title (above the plot when a
     slider or buttons sit below it), and the figure made taller by what these need, so that the plot area keeps the
     height the figure asked for (its height less its margins) however many models the legend lists.
@@ -175,15 +175,15 @@ def readable(fig: go.Figure) -> go.Figure:
     top, bottom = (layout.margin.t if layout.margin.t is not None else 100,
                    layout.margin.b if layout.margin.b is not None else 80)
     plot_px = max((layout.height or 450) - top - bottom, 100)
-    lines = title_lines(layout.title.text or "")
+    lines = title_lines(layout.title.text or "", TITLE_CHARS * width // NARROW_FIGURE_PX)
     title_px = (TITLE_LINE_PX * len(lines) + 22 if any(lines) else 10) + subplot_titles_px(fig)
-    entries_px = legend_px(fig)
+    entries_px = legend_px(fig, width)
     if layout.sliders or layout.updatemenus:
         top = title_px + entries_px
         height = top + plot_px + bottom
         legend_top = height - title_px + subplot_titles_px(fig)
     else:
-        axis_px = x_axis_px(fig)
+        axis_px = x_axis_px(fig, width)
         top, bottom = title_px, max(axis_px + entries_px + 10, 10)
         height = top + plot_px + bottom
         legend_top = bottom - axis_px
@@ -298,7 +298,7 @@ def tiles_figure(filters: np.ndarray, title: str, ncols: int | None = None, labe
     square_pixels(fig)
     fig.update_layout(title=title, height=round(TILE_FIGURE_MARGIN_PX + shown * mosaic.shape[0] / mosaic.shape[1]),
                       margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white")
-    return readable(fig)
+    return readable(fig, width)
 
 
 def filter_zoom_figure(filt: np.ndarray, title: str) -> go.Figure:

@@ -42,6 +42,8 @@ AXIS_COLORS = {"local": ("#1f77b4", "#6baed6", "#08519c", "#9ecae1"), "target": 
                                                                                  "#fcae91")}
 GLYPHS = " ▁▂▃▄▅▆▇█"
 LAYOUT = dict(margin=dict(l=10, r=10, t=50, b=10))
+FILTER_COLUMN_PX = 360
+"""The width a channel's filter is drawn at: beside its numbers (⅔ of a 1024-px projector's page)."""
 
 
 def label(metric: str) -> str:
@@ -182,7 +184,7 @@ def filter_figure(result: ChannelAxesResult, channel: int) -> go.Figure:
         return filter_zoom_figure(weight, f"Channel {channel}: RGB filter")
     return tiles_figure(weight[:64, None], f"Channel {channel}: its kernel on each of "
                         f"{min(len(weight), 64)} input channels (red +, blue −)",
-                        labels=[f"input {i}" for i in range(min(len(weight), 64))])
+                        labels=[f"input {i}" for i in range(min(len(weight), 64))], width=FILTER_COLUMN_PX)
 
 
 def summary_table(result: ChannelAxesResult) -> pd.DataFrame:
