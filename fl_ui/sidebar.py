@@ -25,6 +25,8 @@ from fl_ui.uploads import upload_store
 LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1")
 REGISTRIES = ("timm", "torchvision")
 PRETRAINED_TAG = "@pretrained"
+CHIP_CHARS = 20
+"""The picker's chips show about this many characters; longer names are also written out in full below it."""
 
 
 def data_roots() -> tuple[Path, ...]:
@@ -277,6 +279,8 @@ def render_sidebar() -> Selection:
         labels = spec_labels(options)
         specs = st.multiselect("Models", options, format_func=labels.get, key="model_picker",
                                help="Compare several models side by side. Demo models ship with the app.")
+        if cut := [labels[spec] for spec in specs if len(labels[spec]) > CHIP_CHARS]:
+            st.caption("In full: " + "; ".join(cut))
         _registry_form()
         _upload_form()
         if error := st.session_state.pop("sidebar_error", None):  # said once, not on every page after

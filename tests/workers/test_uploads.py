@@ -245,6 +245,7 @@ def test_the_sidebar_marks_selected_uploads_used_without_changing_their_file_sta
     [path] = folder.iterdir()
     assert path.name == "mine.safetensors" and app.session_state["selection"].specs[-1] == f"weights:{path}"
     assert "weights: mine.safetensors" in app.multiselect(key="model_picker").format_func(f"weights:{path}")
+    assert any("In full: " in c.value and "weights: mine.safetensors" in c.value for c in app.sidebar.caption)
     last_used(folder, 10)
     stamp = path.stat().st_mtime_ns
     app.run()
