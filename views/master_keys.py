@@ -31,6 +31,7 @@ from fl_ui.masterkeys import (
     master_key_result,
     published_assignment,
 )
+from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_param, set_page_param
 from fl_ui.widgets import (
     plot_with_explanation,
@@ -56,9 +57,9 @@ with user_errors():
     candidates = depthwise_specs(selection)
     wanted = page_param("mk_model", candidates[0])
     spec = st.selectbox("Depthwise model", candidates, index=candidates.index(wanted) if wanted in candidates else 0,
-                        key="mk_model", help="Models from the sidebar that have depthwise convolutions, the real "
-                                             "text-detector bank that ships with FilterLens, and an offline "
-                                             "ConvNeXt at random init (the baseline).")
+                        key="mk_model", format_func=spec_labels(candidates).get,
+                        help="Models from the sidebar that have depthwise convolutions, the real text-detector bank "
+                             "that ships with FilterLens, and an offline ConvNeXt at random init (the baseline).")
     set_page_param("mk_model", spec)
     overrides = selection.overrides_of(spec)
     loaded = get_model(spec, overrides)

@@ -24,6 +24,7 @@ from fl_ui.masterkeys import (
     model_scale_fit,
     published_scale_fit,
 )
+from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_param, set_page_param, url_param
 from fl_ui.widgets import plot_with_explanation, table_with_download, url_widget, user_errors
 
@@ -49,10 +50,11 @@ with user_errors():
     models = [s for s in depthwise_specs(selection) if s in selection.specs]
     sources = list(dict.fromkeys([DEFAULT_DEPTHWISE_SPEC, PUBLISHED, *models, BASELINE_DEPTHWISE_SPEC]))
     wanted = page_param("ss_source", DEFAULT_DEPTHWISE_SPEC)
+    labels = spec_labels([s for s in sources if s != PUBLISHED])
     c1, c2 = st.columns([2, 1])
     source = c1.selectbox("Learned filters", sources, index=sources.index(wanted) if wanted in sources else 0,
                           key="ss_source", format_func=lambda s: "the 8 published filters" if s == PUBLISHED
-                          else f"per-key mean filters of {s}",
+                          else f"per-key mean filters of {labels[s]}",
                           help="The mean filter of each master key in the real text-detector bank that ships with "
                                "FilterLens, the 8 published filters, a depthwise model chosen in the sidebar, or a "
                                "random-init ConvNeXt (the baseline: what fitting finds in noise).")

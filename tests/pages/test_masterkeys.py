@@ -76,7 +76,8 @@ def test_scale_space_opens_on_the_real_bank_with_the_published_filters_and_basel
     app = open_page("scale_space")
     source = app.selectbox(key="ss_source")
     assert source.value == DEFAULT_DEPTHWISE_SPEC
-    assert {"the 8 published filters", f"per-key mean filters of {BASELINE_DEPTHWISE_SPEC}"} <= set(source.options)
+    assert {"the 8 published filters", f"per-key mean filters of {BASELINE_DEPTHWISE_SPEC} (random init)"} <= set(
+        source.options)
     assert "text detector" in text_of(app) and "384 7×7 filters" in text_of(app)
     assert list(app.dataframe[0].value["index"]) == list(range(1, 9))  # every key has members in the real bank
 
