@@ -86,9 +86,11 @@ def _shared_paths_only(url: Selection) -> tuple[Selection, list[str]]:
 
 
 def _known_specs(selection: Selection) -> list[str]:
+    """The picker's options: the demos, the link's models, those added in this session and those it has picked (a
+    model that came with a link stays an option on the next page, whose URL may no longer name it)."""
     demos = [f"demo:{name}" for name in demo_manifest()]
     added = st.session_state.setdefault("added_specs", [])
-    return list(dict.fromkeys([*demos, *selection.specs, *added]))
+    return list(dict.fromkeys([*demos, *selection.specs, *added, *st.session_state.get("model_picker", [])]))
 
 
 def _spec_label(spec: str) -> str:

@@ -121,3 +121,31 @@ def test_every_page_reads_well_with_an_uploaded_checkpoint(browser, app_url: str
     problems = visit_every_page(page, folder, f"upload-{path.stem}")
     context.close()
     assert not problems, problems
+
+
+FIVE_MODELS = "demo:tiny_vgg,demo:tiny_vgg_init,demo:squeezenet1_0,torchvision:squeezenet1_0,demo:mobilenet_v2"
+FIRST_LAYER_PAGES = ("Home", "Energy Profiles", "Whitening", "Report")
+
+
+def test_five_models_on_the_first_layer_pages(browser, app_url: str, folder: Path) -> None:
+    """Five models side by side: the figures keep their plot areas and legends clear of the axes, and Energy shows
+    a summary card for each (it showed the first four)."""
+    context = browser.new_context(viewport={"width": 1024, "height": 768})
+    context.set_default_timeout(300_000)
+    page = context.new_page()
+    page.goto(f"{app_url}/?models={FIVE_MODELS}")
+    settle(page)
+    problems = {}
+    for number, entry in enumerate(e for e in app_pages() if e.title in FIRST_LAYER_PAGES):
+        sidebar(page).locator('[data-testid="stSidebarNavLink"]', has_text=entry.title).click()
+        settle(page)
+        page.wait_for_timeout(1500)
+        assert_no_failure(page, entry.title)
+        if found := page_problems(page):
+            problems[entry.title] = found
+        whole_page_screenshot(page, folder / f"five-models-{number:02d}-{Path(entry.path).stem}.png")
+        if entry.title == "Energy Profiles":
+            labels = page.locator('[data-testid="stMetricLabel"]').all_inner_texts()
+            assert sum(label.strip() == "theory r" for label in labels) == 5, labels
+    context.close()
+    assert not problems, problems

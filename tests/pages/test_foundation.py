@@ -130,3 +130,14 @@ def test_a_link_restores_every_widget_of_the_whitening_page() -> None:
         "dmax": 12, "whitening_seeds": 11, "maps_model": "demo:tiny_vgg_init", "maps_image": "coffee"},
         models="demo:tiny_vgg,demo:tiny_vgg_init")
     assert "coffee" in " ".join(figure_titles(again))
+
+
+def test_a_model_that_came_with_a_link_stays_selected_on_the_next_page() -> None:
+    """A page switch gives the next page a URL without the link's models: the session keeps what it picked."""
+    app = open_page("views/home.py", models="demo:tiny_vgg,timm:resnet10t")
+    assert app.session_state["selection"].specs == ("demo:tiny_vgg", "timm:resnet10t")
+    for key in list(app.query_params):
+        del app.query_params[key]
+    app.run()
+    assert_clean(app)
+    assert app.session_state["selection"].specs == ("demo:tiny_vgg", "timm:resnet10t")
