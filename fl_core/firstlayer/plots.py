@@ -111,7 +111,8 @@ REFERENCE_NAMES = {"rgb": "RGB input", "random": "random-init filters", "zca": "
 
 
 def autocorrelation_figure(result: WhiteningResult) -> go.Figure:
-    """C(δ)/C(0) against distance for RGB, random init (± sd), ZCA and each model's learned filters."""
+    """C(δ)/C(0) against distance for RGB, random init (± sd), ZCA and each model's first layer (trained or not: the
+    legend does not call a random init 'learned')."""
     fig = go.Figure()
     d = result.distances
     mean, sd = result.curves["random"], result.curves_sd["random"]
@@ -123,7 +124,7 @@ def autocorrelation_figure(result: WhiteningResult) -> go.Figure:
                                  line=dict(color=REFERENCE_COLORS[name], dash=dash)))
     for i, (spec, label) in enumerate(result.labels.items()):
         fig.add_trace(go.Scatter(x=d, y=result.curves[spec], mode="lines+markers", marker=dict(size=5),
-                                 name=f"learned: {label}", line=dict(color=color(i))))
+                                 name=f"first layer: {label}", line=dict(color=color(i))))
     fig.update_layout(title="Spatial autocorrelation of the first-layer responses",
                       xaxis_title="distance δ (pixels)", yaxis_title="C(δ) / C(0)", height=460,
                       margin=dict(l=10, r=10, t=50, b=10))

@@ -152,7 +152,7 @@ def energy_section(report: Report) -> str:
 def whitening_section(report: Report) -> str:
     whitening = report.whitening
     distance = min(report.settings.trajectory_distance, int(whitening.distances[-1]))
-    values = pd.DataFrame([{"curve": REFERENCE_NAMES.get(name) or f"learned: {whitening.labels.get(name, name)}",
+    values = pd.DataFrame([{"curve": REFERENCE_NAMES.get(name) or f"first layer: {whitening.labels.get(name, name)}",
                             f"C({distance})/C(0)": value} for name, value in whitening.at(distance).items()])
     return figure_fragment(whitening.plot("autocorrelation")) + table_html(values)
 
