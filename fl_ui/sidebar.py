@@ -25,8 +25,10 @@ from fl_ui.uploads import upload_store
 LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1")
 REGISTRIES = ("timm", "torchvision")
 PRETRAINED_TAG = "@pretrained"
+PICKER_STYLE = "<style>.st-key-model_picker * { max-height: none !important; }</style>"
+"""Streamlit's multiselect scrolls after four rows of chips, hiding the fifth model: the model picker grows instead."""
 CHIP_CHARS = 20
-"""The picker's chips show about this many characters; longer names are also written out in full below it."""
+"""The picker's chips cut names past about this many characters; those are also written out in full below it."""
 
 
 def data_roots() -> tuple[Path, ...]:
@@ -281,6 +283,7 @@ def render_sidebar() -> Selection:
         labels = spec_labels(options)
         specs = st.multiselect("Models", options, format_func=labels.get, key="model_picker",
                                help="Compare several models side by side. Demo models ship with the app.")
+        st.html(PICKER_STYLE)
         if cut := [labels[spec] for spec in specs if len(labels[spec]) > CHIP_CHARS]:
             st.caption("In full: " + "; ".join(cut))
         _registry_form()

@@ -135,6 +135,9 @@ def test_five_models_on_the_first_layer_pages(browser, app_url: str, folder: Pat
     page = context.new_page()
     page.goto(f"{app_url}/?models={FIVE_MODELS}")
     settle(page)
+    scrolled = page.evaluate("() => Array.from(document.querySelectorAll('.st-key-model_picker *'))"
+                             ".filter(el => el.scrollHeight > el.clientHeight + 1).length")
+    assert scrolled == 0, "the sidebar's model picker hides models in a scrolled box"
     problems = {}
     for number, entry in enumerate(e for e in app_pages() if e.title in FIRST_LAYER_PAGES):
         sidebar(page).locator('[data-testid="stSidebarNavLink"]', has_text=entry.title).click()
