@@ -1,6 +1,8 @@
 """Figures as pure functions of results (plotly ``go.Figure``): testable without a browser, reusable in reports.
 
-This module holds the pieces every family of figures shares: filter tiles, heatmaps, the palette, HTML export.
+This module holds the pieces every family of figures shares: the layout rule for a 1024×768 projector
+(:func:`readable`, which every figure function ends in), log axes with readable ticks (:func:`log_axis`), filter tiles
+and one filter zoomed, heatmaps, the palette, HTML export.
 Each family holds its own figures beside its analyses (``fl_core.firstlayer.plots``, ``fl_core.masterkeys.plots``, ...
 """
 
@@ -40,7 +42,9 @@ TILE_GAP = 0.15
 HEATMAP_TILE_CELLS = 10
 """Cells per tile side, at least, of a heatmap mosaic (a kernel's weights subdivided, so the gaps can be thin)."""
 COLORBAR_PX = 80
+"""Width a vertical colour bar takes beside tiles."""
 TILE_FIGURE_MARGIN_PX = 70
+"""Height a tile figure adds to its picture (title and margins, before :func:`readable` wraps the title)."""
 
 
 def color(index: int) -> str:
