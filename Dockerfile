@@ -56,7 +56,8 @@ VOLUME ["/cache", "/data"]
 
 # Under load the health endpoint has answered in up to 5.3 s: 10 s per try (the request gives up at 8 s with a clear
 # error), three failures in a row before "unhealthy". Docker itself only reports it; see README for what restarts it.
-HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
+# The start period covers fl_ui.serve computing the default views before it listens (minutes on 2 cores).
+HEALTHCHECK --interval=30s --timeout=10s --start-period=300s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/_stcore/health' % os.environ.get('STREAMLIT_SERVER_PORT', '8501'), timeout=8)"]
 
 # fl_ui.serve = `streamlit run app.py` with torch, the analyses and the heavy-job workers loaded before it listens

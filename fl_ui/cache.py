@@ -197,9 +197,10 @@ def pooled(job: Callable, max_entries: int) -> Callable:
     Each key runs at most once at a time on the server: every session asking for it follows the same
     :class:`~fl_ui.pool.Job` (queue position, then progress), and a session interrupted while waiting takes up
     the same job again on its next run. ``wrapper.cancel(*args)`` cancels it (for every session following it);
-    ``wrapper.cached(*args)`` says whether its result is at hand.
+    ``wrapper.abandon(*args)`` cancels it only when no session is waiting for it (a page's request superseded by
+    another: nothing queues behind it); ``wrapper.cached(*args)`` says whether its result is at hand.
     """
-    results, running = _Results(max_entries), {}
+    results, running, waiting = _Results(max_entries), {}, {}
 
     @functools.wraps(job)
     def wrapper(*args, progress: Progress | None = None):
@@ -211,13 +212,17 @@ def pooled(job: Callable, max_entries: int) -> Callable:
             handle = running.get(args)
             if handle is None or handle.status().state in ("cancelled", "failed"):
                 handle = running[args] = pool.submit(job, *args)
+            waiting[args] = waiting.get(args, 0) + 1
         try:
             value = handle.wait(progress)
         finally:
-            if handle.status().finished:
-                with results.lock:
-                    if running.get(args) is handle:
-                        del running[args]
+            finished = handle.status().finished
+            with results.lock:
+                waiting[args] -= 1
+                if not waiting[args]:
+                    del waiting[args]
+                if finished and running.get(args) is handle:
+                    del running[args]
         results.put(args, value)
         return value
 
@@ -229,10 +234,16 @@ def pooled(job: Callable, max_entries: int) -> Callable:
         if (handle := _running(*args)) is not None:
             handle.cancel()
 
+    def abandon(*args) -> None:
+        with results.lock:
+            handle = None if waiting.get(args) else running.get(args)
+        if handle is not None:
+            handle.cancel()
+
     def cached(*args) -> bool:
         return results.get(args)[0]
 
-    wrapper.cancel, wrapper.cached, wrapper.clear = cancel, cached, results.clear
+    wrapper.cancel, wrapper.abandon, wrapper.cached, wrapper.clear = cancel, abandon, cached, results.clear
     return wrapper
 
 

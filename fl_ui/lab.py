@@ -1,11 +1,15 @@
-"""Cached wrappers of the Training Lab page: run folders, trajectories and claims, keyed by the folders' stamps.
+"""Cached wrappers of the Training Lab page: run folders, trajectories and claims, keyed by the folders' stamps, and
+where this browser session's runs go.
 
 A run folder is re-read when its ``run.json`` changes (a finished or resumed run); results are shared read-only.
 """
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
+
+import streamlit as st
 
 from fl_core.errors import DataError
 from fl_core.io.models import demo_manifest
@@ -17,8 +21,26 @@ from fl_core.lab.claims import (
     run_trajectory,
     summarize_runs,
 )
-from fl_core.lab.runs import Run, list_runs, load_run
+from fl_core.lab.runs import SESSION_TOKEN, Run, list_runs, load_run, session_runs_dir
 from fl_ui.cache import memoize
+
+RUNS_TOKEN = "lab_runs"
+"""Session state and URL key of this browser session's runs token (:func:`fl_core.lab.runs.session_runs_dir`)."""
+
+
+def session_token() -> str:
+    """This browser session's runs token: kept in the session, taken from the URL when the link carries a valid one
+    (a reload or a bookmark finds the runs again), else new."""
+    if RUNS_TOKEN not in st.session_state:
+        linked = st.query_params.get(RUNS_TOKEN, "")
+        st.session_state[RUNS_TOKEN] = linked if SESSION_TOKEN.fullmatch(linked) else uuid.uuid4().hex
+    return st.session_state[RUNS_TOKEN]
+
+
+def my_runs_dir() -> Path:
+    """Where this browser session's Training Lab runs are saved and listed ("Your runs"): its own folder under
+    ``FL_RUNS_DIR``, so users of a shared server never see each other's runs."""
+    return session_runs_dir(session_token())
 
 
 def run_stamp(folder: str | Path) -> str:

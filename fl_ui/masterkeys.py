@@ -13,6 +13,7 @@ import streamlit as st
 
 from fl_core.backend import Progress
 from fl_core.errors import FilterLensError
+from fl_core.io.images import BUNDLED
 from fl_core.io.models import demo_manifest
 from fl_core.masterkeys.assignment import (
     PublishedAssignment,
@@ -23,6 +24,7 @@ from fl_core.masterkeys.assignment import (
 from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, analyze_master_keys
 from fl_core.masterkeys.depthwise import DepthwiseBank, depthwise_bank
 from fl_core.masterkeys.fitting import FIT_METHODS, ScaleSpaceResult, fit_published_filters
+from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE
 from fl_core.masterkeys.swap import FilterSwap, swap_filters
 from fl_ui import jobs
 from fl_ui.cache import get_model, memoize, pooled
@@ -34,9 +36,12 @@ text detector (scripts/make_depthwise_bank.py); a text detector, not an ImageNet
 BASELINE_DEPTHWISE_SPEC = "timm:convnext_atto"
 """The baseline shown beside it: a ConvNeXt (7×7 depthwise filters) at random init."""
 OFFLINE_DEPTHWISE_SPECS = (DEFAULT_DEPTHWISE_SPEC, BASELINE_DEPTHWISE_SPEC)
-DEFAULT_SWAP_SPEC = "timm:mobilenetv2_100"
-"""Offline default for swapping: a random-init ConvNeXt scales every block by a layer scale of 1e-6, so its
-depthwise filters do not affect the output yet; a random-init MobileNetV2 has no such scale."""
+DEFAULT_SWAP_SPEC = "demo:mobilenet_v2"
+"""Offline default for swapping: the real ImageNet MobileNetV2 that ships as a demo (17 depthwise 3×3 layers)."""
+DEFAULT_REPLACEMENTS = ("B", "centroid", "random")
+"""The swaps Swap & Re-score scores before any choice: the idealized models, the own centroids and the baseline."""
+RESCORE_IMAGES, RESCORE_K, RESCORE_SEED = 500, 8, 0
+"""Swap & Re-score's image count (at most), clusters of the centroid swap and seed before any choice."""
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -133,6 +138,22 @@ def filter_swap(spec: str, overrides: tuple, replacement: str, stages: tuple[int
 rescore_result = pooled(jobs.rescore_job, max_entries=16)
 """The original and the chosen swaps re-scored, recovered first if asked (:func:`fl_ui.jobs.rescore_job`), in
 a worker process."""
+
+def default_rescore_request(spec: str = DEFAULT_SWAP_SPEC, images: str = BUNDLED, device: str = "auto") -> tuple:
+    """The arguments of :data:`rescore_result` that Swap & Re-score asks for before any choice: every stage of the
+    model's depthwise layers, :data:`DEFAULT_REPLACEMENTS`, no recovery."""
+    return (spec, (), images, RESCORE_IMAGES, DEFAULT_REPLACEMENTS, tuple(get_bank(spec).stages), RESCORE_K,
+            RESCORE_SEED, DEFAULT_BATCH_SIZE, device, None)
+
+
+def warm_default_rescore() -> None:
+    """Swap & Re-score's default view computed into the caches, in a worker: the re-score of
+    :func:`default_rescore_request` and the sweep of every depthwise layer by method B (:data:`layer_sweep_result`)."""
+    request = default_rescore_request()
+    rescore_result(*request)
+    spec, overrides, images, max_images, _, stages, k, seed, batch_size, device, recovery = request
+    layer_sweep_result(spec, overrides, images, max_images, "B", stages, k, seed, batch_size, device, recovery)
+
 
 layer_sweep_result = pooled(jobs.layer_sweep_job, max_entries=8)
 """Each depthwise layer swapped alone and zeroed alone (:func:`fl_ui.jobs.layer_sweep_job`), in a worker

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from fl_core.errors import FilterLensError
-from fl_core.lab.runs import SHIPPED_RUNS_DIR, list_runs, user_runs_dir
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, list_runs
 from fl_core.report.build import Report, ReportSettings
 from fl_core.report.html import report_html
 from fl_core.report.series import series_stamp
 from fl_ui import jobs
 from fl_ui.cache import get_model, memoize, pooled
+from fl_ui.lab import my_runs_dir
 from fl_ui.state import Selection
 
 report_result = pooled(jobs.report_job, max_entries=8)
@@ -41,14 +42,14 @@ def _label(spec: str, overrides: tuple) -> str:
 def report_sources(selection: Selection, folder: str = "") -> Mapping[str, tuple[str, jobs.ModelKeys]]:
     """What the page can report on, by URL id: a server folder of one run's checkpoints (when given), each selected
     model, all of them as checkpoints of one run (in the sidebar's order), and each Training Lab run (shipped and
-    the user's) as its snapshots."""
+    this browser session's) as its snapshots."""
     keys = selection.model_keys()
     sources = {f"dir:{folder}": (f"the checkpoints in {folder}, in training order", ((f"weights:{folder}", ()),))
                } if folder else {}
     sources |= {f"model:{spec}": (_label(spec, overrides), ((spec, overrides),)) for spec, overrides in keys}
     if len(keys) > 1:
         sources["selected"] = (f"all {len(keys)} selected models, as checkpoints of one run (sidebar order)", keys)
-    for folder in [*list_runs(SHIPPED_RUNS_DIR), *list_runs(user_runs_dir())]:
+    for folder in [*list_runs(SHIPPED_RUNS_DIR), *list_runs(my_runs_dir())]:
         sources[f"run:{folder}"] = (f"Training Lab run {folder.name} (its first-layer snapshots)",
                                     ((f"weights:{folder}", ()),))
     return sources

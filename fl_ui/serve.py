@@ -28,7 +28,8 @@ def preload() -> None:
     """Import every module of :data:`PRELOADED_PACKAGES`, start the heavy-job workers, decode the bundled photos
     (which imports scikit-image's, scikit-learn's and matplotlib's loaders: in the first visitor's page thread that
     held the GIL for ~1 s), compute the depthwise pages' default results
-    (:func:`fl_ui.masterkeys.warm_default_results`), freeze what was imported out of the garbage collector's
+    (:func:`fl_ui.masterkeys.warm_default_results`) and the other default views' (:func:`warm_default_views`),
+    freeze what was imported out of the garbage collector's
     generations (a full collection of it takes ~0.4 s, holding the GIL), and shorten the GIL switch interval
     (:data:`SWITCH_INTERVAL_S`)."""
     for package in PRELOADED_PACKAGES:
@@ -45,9 +46,28 @@ def preload() -> None:
     for index in range(len(photos)):
         photos.image(index)  # each photo is decoded once per process (cached)
     warm_default_results()
+    warm_default_views()
     gc.collect()
     gc.freeze()  # the ~0.5 M objects imported here are never scanned again by a full collection
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
+def warm_default_views() -> None:
+    """What the default views show on a first visit, computed into the caches: Home's energy profiles and whitening
+    of the sidebar's default models, Channel Axes' default layer (in a worker; it also times the analysis, so later
+    requests get an estimate) and Swap & Re-score's default re-score of the bundled photos."""
+    from fl_core.firstlayer.energy import EnergySettings
+    from fl_core.firstlayer.whitening import WhiteningSettings
+    from fl_ui.cache import energy_result, whitening_result
+    from fl_ui.channels import warm_default_result
+    from fl_ui.masterkeys import warm_default_rescore
+    from fl_ui.state import default_selection
+
+    home = default_selection()
+    energy_result(home.model_keys(), home.images, EnergySettings(), False, home.device)
+    whitening_result(home.model_keys(), home.images, WhiteningSettings(), home.device)
+    warm_default_result()
+    warm_default_rescore()
 
 
 def main() -> int:

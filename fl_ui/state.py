@@ -13,7 +13,7 @@ parse; :func:`set_url_param` writes a widget's value back, so a copied URL resto
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -29,7 +29,10 @@ from fl_core.settings import SettingField, parse_setting, path_text_problem, pri
 T = TypeVar("T")
 NOTICES_KEY = "url_notices"
 
-DEFAULT_MODELS = ("demo:tiny_vgg", "demo:tiny_vgg_init")
+DEFAULT_MODELS = ("demo:squeezenet1_0", "torchvision:squeezenet1_0")
+"""The sidebar's models before any choice: a real ImageNet first layer (SqueezeNet 1.0, 96 filters of 7×7) beside a
+random init of the same architecture, so Home, Energy Profiles and Whitening open on the effects the paper reports."""
+LATEST_SEEN_KEY = "page_model_latest"
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,11 @@ def decode_token(token: str) -> tuple[str, dict]:
     """Split a model token into its spec and overrides (unknown or malformed override fields are ignored)."""
     spec, _, text = token.partition("|")
     return spec.strip(), InputConfig.overrides_from_text(text)
+
+
+def default_selection() -> Selection:
+    """The selection before any choice: :data:`DEFAULT_MODELS` on the bundled photos, device chosen automatically."""
+    return Selection(specs=DEFAULT_MODELS)
 
 
 def selection_from_url() -> Selection:
@@ -211,6 +219,46 @@ def url_notices_above() -> Iterator[None]:
         with slot:
             for message in url_notices():
                 st.warning(message, icon="🔗")
+
+
+def latest_added_model(selection: Selection, offered: Callable[[str], bool] = lambda spec: True) -> str | None:
+    """The model the user added to the sidebar last (sidebar order; the :data:`DEFAULT_MODELS` do not count) among
+    those ``offered`` says a page can show, or ``None``."""
+    return next((s for s in reversed(selection.specs) if s not in DEFAULT_MODELS and offered(s)), None)
+
+
+def page_model(label: str, options: Sequence[str], default: str, *, key: str, container: Any = st,
+               spec_of: Callable[[str], str | None] = lambda option: option, url_key: str | None = None,
+               **widget: Any) -> str:
+    """Every page's model picker, under one rule for which model a page shows:
+
+    1. when the model the user added to the sidebar last changes (:func:`latest_added_model`), every page that
+       offers it switches to it;
+    2. otherwise the page keeps the choice made in its picker (restored from the URL parameter ``url_key``, by
+       default ``key``);
+    3. otherwise the page shows the sidebar's latest added model it offers, else its offline ``default``.
+
+    Args:
+        options: what the page can show (spec strings or the page's own ids), ``default`` among them.
+        spec_of: the model spec an option stands for (``None`` for options that are not a sidebar model).
+        widget: passed on to ``st.selectbox`` (``format_func``, ``help``, ...).
+    """
+    url_key = url_key or key
+    by_spec = {spec_of(o): o for o in options if spec_of(o) is not None}
+    latest = by_spec.get(latest_added_model(current_selection(), lambda spec: spec in by_spec))
+    seen = st.session_state.setdefault(LATEST_SEEN_KEY, {})
+    added_now = key in seen and latest is not None and seen[key] != latest
+    seen[key] = latest
+    if added_now:
+        value = latest
+    elif st.session_state.get(key) in options:
+        value = st.session_state[key]
+    else:
+        value = url_param(url_key, latest or default, choices=options)
+    st.session_state[key] = value
+    chosen = container.selectbox(label, list(options), key=key, **widget)
+    set_url_param(url_key, chosen)
+    return chosen
 
 
 def page_param(key: str, default: str) -> str:

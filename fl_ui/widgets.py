@@ -78,10 +78,11 @@ def heavy_result(label: str, compute: Callable, *args: object) -> object:
     button = st.empty()
     button.button("■ Cancel", key=f"{key}-cancel", on_click=cancel, help="Stop this computation (it runs in a "
                   "worker process, so the rest of the app stays responsive).")
-    with progress_bar(label) as progress:
-        result = compute(*args, progress=progress)
-    button.empty()
-    return result
+    try:
+        with progress_bar(label) as progress:
+            return compute(*args, progress=progress)
+    finally:
+        button.empty()  # also when the job failed: no Cancel button is left under its error
 
 
 def slug(text: str) -> str:

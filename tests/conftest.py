@@ -27,6 +27,9 @@ MOBILENET_SPEC = f"torchvision:mobilenet_v2={CHECKPOINTS / 'mobilenet_v2_imagene
 MOBILENET_OVERRIDES = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
 RESNET20_SPEC = f"weights:{CHECKPOINTS / 'resnet20_cifar10.th'}"
 RESNET20_OVERRIDES = {"input_size": 32, "crop_pct": 1.0}
+TINY_MODELS = "demo:tiny_vgg,demo:tiny_vgg_init"
+"""The tiny demo and its initialization as the URL's ``models``: page tests about other things stay quick (the
+sidebar's default is a real ImageNet SqueezeNet at 224 px)."""
 
 
 def fixtures_required() -> bool:

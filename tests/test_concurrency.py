@@ -31,7 +31,7 @@ from fl_ui.cache import get_model
 from fl_ui.testing import page_app
 
 from .app_pages import app_pages
-from .conftest import CHECKPOINTS, MOBILENET_OVERRIDES, MOBILENET_SPEC, REPO, require_fixture
+from .conftest import CHECKPOINTS, MOBILENET_OVERRIDES, MOBILENET_SPEC, REPO, TINY_MODELS, require_fixture
 
 SESSIONS = 4
 SMALL_INPUT = {**MOBILENET_OVERRIDES, "input_size": 64, "crop_pct": 1.0}
@@ -159,7 +159,7 @@ def test_sessions_keep_their_own_selection_and_uploads(tmp_path: Path, monkeypat
     checkpoint = require_fixture(CHECKPOINTS / "resnet20_cifar10.th")
     monkeypatch.setenv("FL_UPLOAD_DIR", str(tmp_path / "uploads"))
     monkeypatch.chdir(REPO)
-    alice, bob = _session(models="demo:tiny_vgg"), _session()
+    alice, bob = _session(models="demo:tiny_vgg"), _session(models=TINY_MODELS)
     alice.file_uploader(key="ckpt_upload").set_value((checkpoint.name, checkpoint.read_bytes(), "application/x"))
     alice.button(key="ckpt_add").click().run()
     bob.run()

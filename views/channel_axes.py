@@ -7,28 +7,145 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from fl_core.channelaxes.analysis import ChannelSettings, default_channel_layer
+from fl_core.channelaxes.analysis import ChannelSettings
+from fl_core.channelaxes.calibration import CROPS
 from fl_core.channelaxes.plots import (
     METRIC_LABELS,
     axes_scatter_figure,
     filter_figure,
     label,
+    labelled_by_decisions,
     lesion_bars_figure,
     metric_correlation_figure,
+    observed_where,
     peer_support_figure,
     pruning_curves_figure,
+    pruning_verdict,
+    short_label,
     summary_table,
 )
 from fl_core.channelaxes.pruning import CRITERIA, PruningSettings
 from fl_ui.cache import get_model
-from fl_ui.channels import analysable_layers, channel_axes_result, data_source
+from fl_ui.channels import (
+    DEFAULT_CHANNEL_SPEC,
+    PAGE_CALIBRATION,
+    PAGE_EVALUATION,
+    PAGE_LESIONS,
+    PAGE_PRUNING,
+    ChannelRequest,
+    analysable_layers,
+    channel_axes_result,
+    channel_models,
+    data_source,
+    default_request,
+    estimated_duration,
+    learn_durations,
+)
 from fl_ui.forms import settings_widgets
-from fl_ui.state import current_selection, page_param, set_page_param, set_url_param, url_param
-from fl_ui.widgets import downloads, heavy_result, plot_with_explanation, table_with_download, user_errors
+from fl_ui.state import current_selection, page_model, set_url_param, url_param
+from fl_ui.widgets import (
+    dashed,
+    downloads,
+    heavy_result,
+    plot_with_explanation,
+    table_with_download,
+    user_errors,
+)
 
-# The page's pruning protocol before any choice: fewer criteria and no fine-tune, so the first view comes quickly.
-PAGE_PRUNING = PruningSettings(criteria=("local", "target", "l1", "bn_gamma", "random"), finetune_steps=0)
 LESION_NAMES = {"mean": "mean-ablation", "zero": "zero-ablation", "replace": "peer replacement"}
+APPLIED = "axes_applied"  # session key: the request whose result the page shows
+
+
+def duration_text(seconds: float) -> str:
+    """``about 40 s`` / ``about 3 min``."""
+    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.0f} min"
+
+
+def layer_choice(layers: list, default: str, ready: set[str]) -> str:
+    """The layer picker: each layer's kind and width, ✓ for layers whose result (at these settings) is at hand."""
+    names = [lay.name for lay in layers]
+    described = {lay.name: f"{lay.name} ({lay.kind}, {lay.out_channels} channels)" for lay in layers}
+    start = url_param("axes_layer", default, choices=names)
+    layer = st.selectbox("Layer", names, index=names.index(start), key="axes_layer",
+                         format_func=lambda n: described[n] + (" ✓ computed" if n in ready else ""),
+                         help="✓: analysed already at these settings, shown at once.")
+    set_url_param("axes_layer", layer)
+    return layer
+
+
+def settings_form(loaded) -> tuple[int, int, ChannelSettings, bool]:
+    """Image counts, interventions, pruning protocol and the comparison with the initialization."""
+    with st.expander("⚙ Analysis settings"):
+        s1, s2, s3 = st.columns(3)
+        n_calibration = int(s1.number_input(
+            "Calibration images", 32, 20000, step=32, key="axes_ncal",
+            value=url_param("axes_ncal", PAGE_CALIBRATION, minimum=32, maximum=20000),
+            help="Statistics, peer regressions and the recovery fine-tune."))
+        n_evaluation = int(s2.number_input(
+            "Evaluation images", 16, 20000, step=16, key="axes_neval",
+            value=url_param("axes_neval", PAGE_EVALUATION, minimum=16, maximum=20000),
+            help="Held-out images for lesions and pruning accuracy."))
+        set_url_param("axes_ncal", n_calibration)
+        set_url_param("axes_neval", n_evaluation)
+        pruning = settings_widgets(
+            PruningSettings, {"finetune_steps": "Recovery fine-tune steps"}, key="axes", container=s3,
+            base=PAGE_PRUNING,
+            options={"finetune_steps": {"max_value": 500, "step": 10}}, url=True)
+        settings = settings_widgets(
+            ChannelSettings, {"lesion_kinds": "Interventions"}, key="axes", url=True,
+            base=ChannelSettings(lesion_kinds=PAGE_LESIONS),
+            options={"lesion_kinds": {"format_func": LESION_NAMES.get, "help": (
+                "Each kind evaluates every channel's lesioned network on the evaluation images (batched: the layers "
+                "before this one run once). On a CPU, large models are quicker with a late layer or fewer images.")}})
+        pruning = settings_widgets(PruningSettings, {"criteria": "Pruning criteria"}, key="axes", base=pruning,
+                                   url=True, options={"criteria": {
+                                       "format_func": lambda c: f"{CRITERIA[c].label} ({CRITERIA[c].axis})"}})
+        baseline = ("its own initialization" if (loaded.init_spec or "").startswith("demo:") else
+                    f"a random init of the same architecture ({loaded.init_spec})")
+        compare_init = st.checkbox(
+            "Compare with the initialization", key="axes_init", disabled=not loaded.init_spec,
+            value=bool(loaded.init_spec) and url_param("axes_init", True),
+            help=f"The same analysis of {baseline}: do the axes part only after training?" if loaded.init_spec
+            else "Only models that name their initialization (the demos) can be compared with it.")
+        set_url_param("axes_init", compare_init)
+    return n_calibration, n_evaluation, replace(settings, pruning=pruning if pruning.criteria else None), compare_init
+
+
+def forget_choices_of_another_result(result, choices: dict[str, list]) -> None:
+    """When the page shows another layer or model than on its last run, drop the URL values (and widget states) of
+    ``choices`` (key → the new result's options) that the new result does not offer: they were choices about the
+    old one, not a link's values to warn about."""
+    shown = (result.spec, result.layer)
+    if st.session_state.get("axes_shown", shown) != shown:
+        for key, options in choices.items():
+            if st.query_params.get(key) not in {str(o) for o in options}:
+                st.query_params.pop(key, None)
+                st.session_state.pop(key, None)
+    st.session_state["axes_shown"] = shown
+
+
+def applied_request(wanted: ChannelRequest) -> ChannelRequest:
+    """The request whose result the page shows: ``wanted`` on a first visit, when its result is at hand, or once the
+    user presses Apply (the estimated duration is shown before); else the one applied last. The request it replaces
+    is abandoned: cancelled at once unless another session waits for it, so nothing queues behind it."""
+    applied = st.session_state.get(APPLIED)
+    if applied is not None and applied != wanted and not channel_axes_result.cached(*wanted):
+        estimate = estimated_duration(wanted)
+        box = st.empty()
+        with box.container(border=True):
+            st.markdown(f"**Changed settings, not applied yet.** Layer `{wanted.settings.layer}` of "
+                        f"{get_model(wanted.spec, wanted.overrides).label} on {wanted.n_calibration} + "
+                        f"{wanted.n_evaluation} images: {duration_text(estimate.seconds)} ({estimate.basis}).")
+            if not st.button("▶ Apply", type="primary", key="axes_apply"):
+                st.caption(f"Below: the result applied last (layer `{applied.settings.layer}` of "
+                           f"{get_model(applied.spec, applied.overrides).label}).")
+                return applied
+        box.empty()
+    if applied is not None and applied != wanted:
+        channel_axes_result.abandon(*applied)
+    st.session_state[APPLIED] = wanted
+    return wanted
+
 
 st.title("🧭 Channel Axes")
 st.markdown(
@@ -40,102 +157,97 @@ st.markdown(
     "The paper's method section is not public: every definition here is this project's **proposed** one "
     "(reference: `channel_axes.md`).")
 
-
 selection = current_selection()
 with user_errors():
-    if not selection.specs:
-        st.info("Pick a model in the sidebar.")
-        st.stop()
-    c1, c2 = st.columns([1, 2])
-    spec = c1.selectbox("Model", selection.specs, key="axes_model",
-                        format_func=lambda s: get_model(s, selection.overrides_of(s)).label)
+    model_column, layer_column = st.columns([1, 2])
+    spec = page_model("Model", channel_models(selection), DEFAULT_CHANNEL_SPEC, key="axes_model",
+                      container=model_column,
+                      format_func=lambda s: get_model(s, selection.overrides_of(s)).label,
+                      help="The sidebar's models and the real ImageNet MobileNetV2 that ships with FilterLens.")
     overrides = selection.overrides_of(spec)
     loaded = get_model(spec, overrides)
-    layers = analysable_layers(spec, overrides)
-    names = [lay.name for lay in layers]
-    wanted = page_param("axes_layer", default_channel_layer(layers))
-    described = {lay.name: f"{lay.name} ({lay.kind}, {lay.out_channels} channels)" for lay in layers}
-    layer = c2.selectbox("Layer", names, index=names.index(wanted) if wanted in names else names.index(
-        default_channel_layer(layers)), format_func=described.get, key="axes_layer")
-    set_page_param("axes_layer", layer)
+    if loaded.weights_only:
+        st.info(f"**{loaded.label} is weights-only**: the file holds the weights but not the network that uses "
+                "them, and Channel Axes runs the network (lesions, peer replacement, pruning). Add it again with its "
+                "architecture in the sidebar (*Upload a checkpoint* → *Architecture*, e.g. `timm:resnet18`), or "
+                "open its filters on the Energy Profiles, Master Keys and Report pages, which need only weights.")
+        st.stop()
     source = data_source(selection.images)
-    st.caption("Data: " + ("the bundled photos cut into labelled 32×32 crops (calibration from the training crops, "
-                           "evaluation from the held-out crops)" if source == "crops" else
+    layers = analysable_layers(spec, overrides)
+    default_layer = default_request(spec, overrides, selection.images, selection.device).settings.layer
+    n_calibration, n_evaluation, settings, compare_init = settings_form(loaded)
+
+    def request(layer: str) -> ChannelRequest:
+        return ChannelRequest(spec, overrides, source, n_calibration, n_evaluation, replace(settings, layer=layer),
+                              compare_init, selection.device)
+
+    with layer_column:
+        layer = layer_choice(layers, default_layer, {lay.name for lay in layers
+                                                     if channel_axes_result.cached(*request(lay.name))})
+    st.caption("Data: " + ("crops of the bundled photos (calibration from the training crops, evaluation from the "
+                           "held-out crops)" if source == CROPS else
                            f"the labelled ImageFolder tree {source}, split at random into calibration and "
                            "evaluation halves") + ". Change it in the sidebar.")
-
-    with st.expander("⚙ Analysis settings"):
-        s1, s2, s3 = st.columns(3)
-        n_calibration = s1.number_input("Calibration images", 32, 20000, step=32,
-                                        value=url_param("axes_ncal", 256, minimum=32, maximum=20000),
-                                        help="Statistics, peer regressions and the recovery fine-tune.")
-        n_evaluation = s2.number_input("Evaluation images", 16, 20000, step=16,
-                                       value=url_param("axes_neval", 128, minimum=16, maximum=20000),
-                                       help="Held-out images for lesions and pruning accuracy.")
-        pruning = settings_widgets(
-            PruningSettings, {"finetune_steps": "Recovery fine-tune steps"}, key="axes", container=s3,
-            base=PAGE_PRUNING, options={"finetune_steps": {"max_value": 500, "step": 10}}, url=True)
-        settings = settings_widgets(
-            ChannelSettings, {"lesion_kinds": "Interventions"}, key="axes", base=ChannelSettings(layer=layer),
-            options={"lesion_kinds": {"format_func": LESION_NAMES.get, "help": (
-                "Each kind evaluates every channel's lesioned network on the evaluation images (batched: the layers "
-                "before this one run once). On a CPU, large models are quicker with a late layer or fewer images.")}})
-        pruning = settings_widgets(PruningSettings, {"criteria": "Pruning criteria"}, key="axes", base=pruning,
-                                   options={"criteria": {
-                                       "format_func": lambda c: f"{CRITERIA[c].label} ({CRITERIA[c].axis})"}})
-        compare_init = st.checkbox("Compare with the initialization", value=bool(loaded.init_spec),
-                                   disabled=not loaded.init_spec,
-                                   help="Demo models know their initialization checkpoint.")
-    set_url_param("axes_ncal", int(n_calibration))
-    set_url_param("axes_neval", int(n_evaluation))
-    settings = replace(settings, pruning=pruning if pruning.criteria else None)
-
-    result = heavy_result("Channel axes", channel_axes_result, spec, overrides, source, int(n_calibration),
-                          int(n_evaluation), settings, compare_init, selection.device)
+    applied = applied_request(request(layer))
+    result = heavy_result("Channel axes", channel_axes_result, *applied)
+    learn_durations(result, applied.overrides)
+    layer = result.layer
     for warning in result.warnings:
         st.warning(warning)
 
     m1, m2, m3, m4 = st.columns(4)
-    m1.metric("Spearman ρ between the axes", f"{result.axes.spearman:+.2f}",
-              help="Rank correlation of input capture I_X and task information I(ā;m) across the channels.")
+    m1.metric("ρ between axes", f"{result.axes.spearman:+.2f}",
+              help="Spearman rank correlation of input capture I_X and task information I(ā;m) across the channels.")
     agreement = result.axes.agreement
-    m2.metric("ARI of the groupings", f"{agreement.ari_median:+.2f}" if agreement else "–",
+    m2.metric("ARI of groupings", f"{agreement.ari_median:+.2f}" if agreement else "–",
               help="Agreement of k-means groupings on each axis (0 = chance, 1 = identical).")
-    m3.metric("Predicts lesions better", result.removability.better_axis_lesion or "–")
-    m4.metric("Prunes better (AUC)", result.removability.better_axis_pruning or "–")
-    st.caption(f"{result.site.n_channels} channels observed at `{result.site.activation}` "
-               f"({result.positions} positions per image) on {result.n_calibration} calibration and "
-               f"{result.n_evaluation} evaluation images; intact network: "
-               f"{result.calibration_accuracy:.1%} calibration accuracy.")
+    m3.metric("Predicts lesions", result.removability.better_axis_lesion or "–",
+              help="The axis whose composite score has the larger Spearman ρ with the lesion's Δloss.")
+    verdict = pruning_verdict(result)
+    m4.metric("Prunes better", verdict.winner, help="By the area under the pruning curve (AUC). " + verdict.sentence)
+    decisions = labelled_by_decisions(result)
+    st.caption(f"{result.site.n_channels} channels of `{layer}`, {observed_where(result.site)} ({result.positions} "
+               f"positions per image), on {result.n_calibration} calibration and {result.n_evaluation} evaluation "
+               "images" + ("." if decisions else f"; intact network: {result.calibration_accuracy:.1%} calibration "
+                           "accuracy.") + (f" {verdict.sentence}" if verdict.sentence else ""))
+    right_class = "its own top-1 class" if decisions else "the right class"
 
     st.subheader("Both axes")
     metrics = [c for c in METRIC_LABELS if c in result.table and result.table[c].notna().any()]
+    forget_choices_of_another_result(result, {"axes_x": metrics, "axes_y": metrics, "axes_colour": metrics,
+                                              "axes_channel": [int(c) for c in result.table["index"]]})
     a1, a2, a3 = st.columns(3)
-    x = a1.selectbox("Horizontal", metrics, index=metrics.index("input_capture"), format_func=label, key="axes_x")
-    y = a2.selectbox("Vertical", metrics, index=metrics.index("task_info"), format_func=label, key="axes_y")
-    colour = a3.selectbox("Colour", metrics, index=metrics.index("lesion_dloss") if "lesion_dloss" in metrics else 0,
-                          format_func=label, key="axes_colour")
+    axes = {}
+    for column, (key, text, default_metric) in zip((a1, a2, a3), (
+            ("axes_x", "Horizontal", "input_capture"), ("axes_y", "Vertical", "task_info"),
+            ("axes_colour", "Colour", "lesion_dloss" if "lesion_dloss" in metrics else metrics[0]))):
+        start = url_param(key, default_metric, choices=metrics)
+        axes[key] = column.selectbox(text, metrics, index=metrics.index(start), format_func=short_label, key=key,
+                                     help="; ".join(f"{short_label(m)}: {label(m)}" for m in metrics))
+        set_url_param(key, axes[key])
     plot_with_explanation(
-        axes_scatter_figure(result, x, y, colour),
+        axes_scatter_figure(result, axes["axes_x"], axes["axes_y"], axes["axes_colour"]),
         "**How to read it.** Each dot is one channel. Left–right: **input capture**, how much of the variance of "
         "its input the filter picks up (1 = like a random direction). Up–down: **task information**, how much the "
-        "channel's average activation tells about the network's confidence in the right class (nats). "
+        f"channel's average activation tells about the network's confidence in {right_class} (nats). "
         "Colour: how much the loss rises when the channel is replaced by its average (**lesion**).\n\n"
         "If the two axes measured the same thing, the dots would line up. Hover over a dot to see its filter "
         "(spatial energy as blocks) and its numbers.",
         f"channel_axes_{layer}", frame=result.to_frame(), data=result.to_dict())
 
-    with st.container():
-        f1, f2 = st.columns([1, 2])
-        ranked = result.table.sort_values("lesion_dloss", ascending=False, na_position="last")["index"].tolist()
-        channel = f1.selectbox("Inspect channel", ranked, key="axes_channel",
-                               help="Sorted by lesion effect, largest first.")
+    f1, f2 = st.columns([1, 3])
+    ranked = [int(c) for c in result.table.sort_values("lesion_dloss", ascending=False, na_position="last")["index"]]
+    start = url_param("axes_channel", ranked[0], choices=ranked)
+    channel = f1.selectbox("Inspect channel", ranked, index=ranked.index(start), key="axes_channel",
+                           help="Sorted by lesion effect, largest first.")
+    set_url_param("axes_channel", channel)
+    figure = filter_figure(result, channel)
+    f2.plotly_chart(figure, width="stretch", key="axes_filter")
+    downloads(f"filter_{layer}_{channel}", figure=figure)
+    with st.expander(f"Every number of channel {channel}"):
         row = result.table.set_index("index").loc[channel]
-        f1.dataframe(pd.DataFrame({"quantity": [label(c) for c in row.index], "value": row.to_numpy()}),
-                     hide_index=True, width="stretch")
-        figure = filter_figure(result, int(channel))
-        f2.plotly_chart(figure, width="stretch", key="axes_filter")
-        downloads(f"filter_{layer}_{channel}", figure=figure)
+        st.dataframe(dashed(pd.DataFrame({"quantity": [label(c) for c in row.index],
+                                                  "value": row.to_numpy()})), hide_index=True, width="stretch")
 
     if result.interventions is not None:
         st.subheader("Lesions and peer replacement")
@@ -158,17 +270,22 @@ with user_errors():
     if result.pruning is not None:
         st.subheader("Pruning curves")
         tuned = any(c.accuracy_finetuned for c in result.pruning.curves.values())
-        show_tuned = tuned and st.toggle("Show after the recovery fine-tune", value=False, key="axes_tuned")
+        show_tuned = tuned and st.toggle("Show after the recovery fine-tune", key="axes_tuned",
+                                         value=url_param("axes_tuned", False))
+        if tuned:
+            set_url_param("axes_tuned", show_tuned)
         auc = pd.DataFrame([{"criterion": c.label, "axis": c.axis, "AUC": c.auc, "AUC fine-tuned": c.auc_finetuned}
                             for c in result.pruning.curves.values()])
         plot_with_explanation(
-            pruning_curves_figure(result.pruning, finetuned=show_tuned),
+            pruning_curves_figure(result.pruning, finetuned=show_tuned, accuracy_label=(
+                "agreement with the intact network (%)" if decisions else "top-1 accuracy (%)")),
             "Channels of this layer are removed **for real** (the network gets smaller) by each criterion, lowest "
             "score first, and the accuracy is measured on held-out images. Where a convolution reads the channels "
             "directly, it absorbs their average (so removal does not also shift the next layer's input). Every "
             "criterion removes the same number of channels at each point, so the FLOPs match. The **AUC** is the "
             "average accuracy over the range: higher = the criterion picked channels that were safer to remove. Blue "
             "curves use the local axis, red the target axis, dotted ones classic baselines." + (
+                f" {verdict.sentence}" if verdict.sentence else "") + (
                 "" if tuned else " Set fine-tune steps in the settings to see how much a short retraining recovers."),
             f"pruning_{layer}", frame=auc, data=result.to_dict()["pruning"])
         skipped = [f"not available here: {k} ({v})" for k, v in result.pruning.skipped.items()]

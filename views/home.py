@@ -13,7 +13,50 @@ from fl_core.io.inspect import inspect_models
 from fl_core.io.models import demo_manifest
 from fl_ui.cache import energy_result, get_model, whitening_result
 from fl_ui.state import current_selection
-from fl_ui.widgets import plot_with_explanation, progress_bar, table_with_download, user_errors
+from fl_ui.widgets import dashed, downloads, plot_with_explanation, progress_bar, user_errors
+
+WHITENING_DISTANCE = 10  # pixels: where Home states each model's whitening verdict, as the paper does
+WHITENS_BY = 0.05  # how far below RGB (in C(δ)/C(0)) a model's curve must lie for Home to say that it whitens
+
+
+def init_pairs(models: list) -> list[tuple]:
+    """(trained, baseline) pairs of the selected models: a model and the initialization checkpoint it names."""
+    return [(a, b) for a in models for b in models if a.spec != b.spec and get_model(a.spec).init_spec == b.spec]
+
+
+def baseline_words(trained) -> str:
+    """What a model's baseline is: its own initialization (a demo that recorded it) or a random init of its
+    architecture (a published network whose initialization was not published)."""
+    own = get_model(trained.spec).init_spec.startswith("demo:")
+    return "its own initialization" if own else "a random init of the same architecture"
+
+
+def whitening_verdict(spec: str, drop: float) -> str:
+    """What a model's whitening curve says at :data:`WHITENING_DISTANCE`, in words (``drop`` = RGB − model)."""
+    at = f"{abs(drop):.2f} {'below' if drop > 0 else 'above'} RGB at {WHITENING_DISTANCE} px"
+    if get_model(spec).random_init:
+        return (f"{at}: random filters pass the image's correlations through, as expected of a random init — the "
+                "baseline a trained first layer is compared with.")
+    if drop > WHITENS_BY:
+        return f"{at}: it whitens."
+    return f"{at}: on these images its responses are about as correlated as the pixels — it does not whiten them."
+
+
+def summary_for_screen(summary: pd.DataFrame) -> pd.DataFrame:
+    """The selected models in four narrow columns: name, what it is, parameters in millions, input."""
+    kind = ["weights only" if w else "random init" if r else "trained"
+            for w, r in zip(summary["weights only"], summary["random init"])]
+    return pd.DataFrame({"model": summary["model"], "weights": kind,
+                         "parameters": [f"{n / 1e6:.2f} M" for n in summary["parameters"]], "input": summary["input"]})
+
+
+def demo_row(entry) -> dict:
+    """One demo model's provenance as a table row."""
+    made = entry.provenance
+    return {"name": entry.name, "description": entry.description, "licence": made.get("licence"),
+            "trained steps": made.get("trained_steps"), "validation accuracy": made.get("val_accuracy"),
+            "made by": made.get("script")}
+
 
 st.title("🔍 FilterLens")
 st.markdown(
@@ -30,17 +73,18 @@ with user_errors():
         st.stop()
     inspected = inspect_models([get_model(spec, selection.overrides_of(spec)) for spec in selection.specs])
     st.subheader("Selected models")
-    table_with_download(inspected.summary_frame(), "selected_models")
+    summary = inspected.summary_frame()
+    st.dataframe(summary_for_screen(summary), hide_index=True, width="stretch")
+    downloads("selected_models", frame=summary)
 
     st.subheader("First layer at a glance")
     with progress_bar("Energy profiles") as progress:
         energy = energy_result(selection.model_keys(), selection.images, EnergySettings(), False, selection.device,
                                progress=progress)
-    pairs = [(a, b) for a in energy.models for b in energy.models
-             if a.spec != b.spec and get_model(a.spec).init_spec == b.spec]
-    story = "".join(f"\n\n**{a.label} vs its own initialization: r = "
-                    f"{energy.correlation[energy.models.index(a), energy.models.index(b)]:+.2f}.** "
-                    "Training replaced the flat, random profile by a structured one." for a, b in pairs)
+    story = "".join(f"\n\n**{trained.label} vs {baseline_words(trained)}: r = "
+                    f"{energy.correlation[energy.models.index(trained), energy.models.index(init)]:+.2f}.** "
+                    "Training replaced the flat, random profile by a structured one."
+                    for trained, init in init_pairs(energy.models))
     fits = "; ".join(f"{m.label}: r = {m.theory.r:.2f}" for m in energy.models)
     plot_with_explanation(
         profile_figure(energy),
@@ -52,27 +96,20 @@ with user_errors():
     with progress_bar("Whitening") as progress:
         whitening = whitening_result(selection.model_keys(), selection.images, WhiteningSettings(), selection.device,
                                      progress=progress)
-    drops = whitening.decorrelation(10)
-    verdicts = "".join(
-        f"\n\n**{whitening.labels[spec]}**: " + (
-            f"{drop:.2f} below RGB at 10 px: it whitens." if drop > 0.05 else
-            "close to RGB: not whitened yet. Early in training the first layer follows the patch spectrum "
-            "(a smoothing, low-pass bank); whitening needs much longer training (large ηt).")
-        for spec, drop in drops.items())
+    rgb = whitening.at(WHITENING_DISTANCE)["rgb"]
+    verdicts = "".join(f"\n\n**{whitening.labels[spec]}**: {whitening_verdict(spec, drop)}"
+                       for spec, drop in whitening.decorrelation(WHITENING_DISTANCE).items())
     plot_with_explanation(
         autocorrelation_figure(whitening),
         "How correlated the first layer's responses are at two positions δ pixels apart. Fully trained networks "
         "**decorrelate** (whiten) the image: their curve drops below RGB and random filters, toward the ideal "
-        "whitening bank (the paper: ≈ 0.2 at 10 px vs > 0.5 for RGB)." + verdicts + "\n\n→ *Whitening* page.",
+        f"whitening bank (the paper: ≈ 0.2 at 10 px vs > 0.5 for RGB). On these images the pixels' own "
+        f"correlation at {WHITENING_DISTANCE} px is {rgb:.2f}." + verdicts + "\n\n→ *Whitening* page.",
         "home_whitening", frame=whitening.to_frame(), data=whitening.to_dict())
 
-with st.expander("Demo models: how they were made"):
-    st.dataframe(pd.DataFrame([{"name": e.name, "description": e.description,
-                                "steps": e.provenance.get("trained_steps"),
-                                "training s": e.provenance.get("training_seconds"),
-                                "validation accuracy": e.provenance.get("val_accuracy"),
-                                "seed": e.provenance.get("seed"), "script": e.provenance.get("script")}
-                               for e in demo_manifest().values()]), hide_index=True)
+with st.expander("Demo models: where they come from"):
+    st.dataframe(dashed(pd.DataFrame([demo_row(entry) for entry in demo_manifest().values()])),
+                 hide_index=True, width="stretch")
 with st.expander("Bundled photos and their licences"):
     st.dataframe(pd.DataFrame(bundled_licences()), hide_index=True)
     st.caption("They ship inside scikit-image, scikit-learn and matplotlib, so FilterLens needs no network.")

@@ -24,6 +24,7 @@ from fl_ui.cache import get_model
 from fl_ui.forms import settings_widgets
 from fl_ui.masterkeys import (
     BASELINE_DEPTHWISE_SPEC,
+    DEFAULT_DEPTHWISE_SPEC,
     bank_description,
     comparison_specs,
     depthwise_specs,
@@ -32,7 +33,7 @@ from fl_ui.masterkeys import (
     published_assignment,
 )
 from fl_ui.sidebar import spec_labels
-from fl_ui.state import current_selection, page_param, set_page_param
+from fl_ui.state import current_selection, page_model
 from fl_ui.widgets import (
     plot_with_explanation,
     progress_bar,
@@ -55,12 +56,10 @@ st.markdown(
 selection = current_selection()
 with user_errors():
     candidates = depthwise_specs(selection)
-    wanted = page_param("mk_model", candidates[0])
-    spec = st.selectbox("Depthwise model", candidates, index=candidates.index(wanted) if wanted in candidates else 0,
-                        key="mk_model", format_func=spec_labels(candidates).get,
-                        help="Models from the sidebar that have depthwise convolutions, the real text-detector bank "
-                             "that ships with FilterLens, and an offline ConvNeXt at random init (the baseline).")
-    set_page_param("mk_model", spec)
+    spec = page_model("Depthwise model", candidates, DEFAULT_DEPTHWISE_SPEC, key="mk_model",
+                      format_func=spec_labels(candidates).get,
+                      help="Models from the sidebar that have depthwise convolutions, the real text-detector bank "
+                           "that ships with FilterLens, and an offline ConvNeXt at random init (the baseline).")
     overrides = selection.overrides_of(spec)
     loaded = get_model(spec, overrides)
     bank = get_bank(spec, overrides)

@@ -15,7 +15,7 @@ from fl_core.report.plots import trajectory_summary_figure, weight_norms_figure
 from fl_ui.forms import settings_widgets
 from fl_ui.report import report_document, report_key, report_result, report_sources
 from fl_ui.sidebar import server_path_error
-from fl_ui.state import current_selection, page_param, set_page_param
+from fl_ui.state import current_selection, page_model, page_param, set_page_param
 from fl_ui.widgets import heavy_result, plot_with_explanation, slug, user_errors
 
 st.title("📄 Report")
@@ -41,11 +41,10 @@ with user_errors():
         st.info("Pick at least one model in the sidebar.")
         st.stop()
     ids = list(sources)
-    wanted = page_param("report", ids[0])
-    chosen = st.selectbox("Report on", ids, index=ids.index(wanted) if wanted in ids else 0,
-                          format_func=lambda key: sources[key][0], key="report_source",
-                          help="Several checkpoints (all selected models, or a Training Lab run) add a trajectory.")
-    set_page_param("report", chosen)
+    chosen = page_model("Report on", ids, ids[0], key="report_source", url_key="report",
+                        spec_of=lambda key: key.removeprefix("model:") if key.startswith("model:") else None,
+                        format_func=lambda key: sources[key][0],
+                        help="Several checkpoints (all selected models, or a Training Lab run) add a trajectory.")
     label, models = sources[chosen]
     with st.expander("Settings"):
         c1, c2 = st.columns(2)

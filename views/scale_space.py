@@ -25,7 +25,7 @@ from fl_ui.masterkeys import (
     published_scale_fit,
 )
 from fl_ui.sidebar import spec_labels
-from fl_ui.state import current_selection, page_param, set_page_param, url_param
+from fl_ui.state import current_selection, page_model, set_page_param, url_param
 from fl_ui.widgets import plot_with_explanation, table_with_download, url_widget, user_errors
 
 PUBLISHED = "published"
@@ -49,16 +49,14 @@ selection = current_selection()
 with user_errors():
     models = [s for s in depthwise_specs(selection) if s in selection.specs]
     sources = list(dict.fromkeys([DEFAULT_DEPTHWISE_SPEC, PUBLISHED, *models, BASELINE_DEPTHWISE_SPEC]))
-    wanted = page_param("ss_source", DEFAULT_DEPTHWISE_SPEC)
     labels = spec_labels([s for s in sources if s != PUBLISHED])
     c1, c2 = st.columns([2, 1])
-    source = c1.selectbox("Learned filters", sources, index=sources.index(wanted) if wanted in sources else 0,
-                          key="ss_source", format_func=lambda s: "the 8 published filters" if s == PUBLISHED
-                          else f"per-key mean filters of {labels[s]}",
-                          help="The mean filter of each master key in the real text-detector bank that ships with "
-                               "FilterLens, the 8 published filters, a depthwise model chosen in the sidebar, or a "
-                               "random-init ConvNeXt (the baseline: what fitting finds in noise).")
-    set_page_param("ss_source", source)
+    source = page_model("Learned filters", sources, DEFAULT_DEPTHWISE_SPEC, key="ss_source", container=c1,
+                        format_func=lambda s: "the 8 published filters" if s == PUBLISHED
+                        else f"per-key mean filters of {labels[s]}",
+                        help="The mean filter of each master key in the real text-detector bank that ships with "
+                             "FilterLens, the 8 published filters, a depthwise model chosen in the sidebar, or a "
+                             "random-init ConvNeXt (the baseline: what fitting finds in noise).")
     wanted_method = url_param("method", "B", choices=FIT_METHODS)
     method = c2.selectbox("Fitting method", FIT_METHODS, index=FIT_METHODS.index(wanted_method),
                           format_func=lambda m: f"{m}: {FIT_METHOD_DESCRIPTIONS[m]}", key="ss_method")

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from fl_core.io.classes import map_tree_classes
+from fl_core.io.images import is_bundled
 from fl_core.masterkeys.plots import layer_sweep_figure, reconstruction_figure, scores_figure
 from fl_core.masterkeys.recovery import RecoverySettings
 from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE
@@ -14,7 +15,11 @@ from fl_ui.cache import get_images, get_model
 from fl_ui.forms import settings_widgets
 from fl_ui.masterkeys import (
     DEFAULT_DEPTHWISE_SPEC,
+    DEFAULT_REPLACEMENTS,
     DEFAULT_SWAP_SPEC,
+    RESCORE_IMAGES,
+    RESCORE_K,
+    RESCORE_SEED,
     bank_description,
     depthwise_specs,
     filter_swap,
@@ -22,14 +27,18 @@ from fl_ui.masterkeys import (
     layer_sweep_result,
     rescore_result,
 )
-from fl_ui.state import current_selection, page_param, set_page_param
+from fl_ui.state import current_selection, page_model, set_url_param, url_param
 from fl_ui.widgets import heavy_result, plot_with_explanation, table_with_download, user_errors
 
-DEFAULT_REPLACEMENTS = ("B", "centroid", "random")
 # The recovery settings the page offers: field, label and the page's bounds.
 RECOVERY_WIDGETS = (("steps", "Distillation steps", {"max_value": 5000}),
                     ("calibration", "Calibration images", {"min_value": 2, "max_value": 5000}),
                     ("lr", "Step size", {"min_value": 1e-5, "max_value": 1.0, "format": "%.4f"}))
+# The page's number inputs: URL key, label, default, bounds, help.
+NUMBERS = (("sw_images", "Images (at most)", RESCORE_IMAGES, 1, 100_000, "Spread evenly over the classes."),
+           ("sw_batch", "Batch size", DEFAULT_BATCH_SIZE, 1, 1024, None),
+           ("sw_k", "Clusters (centroid)", RESCORE_K, 2, 32, "Clusters per kernel size of the 'centroid' replacement."),
+           ("sw_seed", "Seed", RESCORE_SEED, 0, 10_000, "Seeds the random filters and the centroid clustering."))
 
 st.title("🔁 Swap & re-score")
 st.markdown(
@@ -41,42 +50,48 @@ st.markdown(
 
 selection = current_selection()
 with user_errors():
-    candidates = depthwise_specs(selection, full_models_only=True, defaults=(DEFAULT_SWAP_SPEC,))
-    wanted = page_param("sw_model", candidates[0])
-    spec = st.selectbox("Depthwise model", candidates, index=candidates.index(wanted) if wanted in candidates else 0,
-                        key="sw_model", help="Full models (architecture + weights) with depthwise convolutions.")
-    set_page_param("sw_model", spec)
+    spec = page_model("Depthwise model", depthwise_specs(selection, full_models_only=True,
+                                                         defaults=(DEFAULT_SWAP_SPEC,)),
+                      DEFAULT_SWAP_SPEC, key="sw_model",
+                      format_func=lambda s: get_model(s, selection.overrides_of(s)).label,
+                      help="Full models (architecture + weights) with depthwise convolutions: those in the sidebar "
+                           "and the real ImageNet MobileNetV2 that ships with FilterLens.")
     overrides = selection.overrides_of(spec)
     loaded = get_model(spec, overrides)
     bank = get_bank(spec, overrides)
-    c1, c2 = st.columns([3, 2])
-    chosen_names = page_param("swaps", ",".join(DEFAULT_REPLACEMENTS)).split(",")
-    replacements = c1.multiselect("Replace the filters by", list(REPLACEMENTS),
-                                  default=[r for r in chosen_names if r in REPLACEMENTS],
-                                  format_func=lambda r: f"{r}: {REPLACEMENTS[r]}", key="sw_replacements")
-    set_page_param("swaps", ",".join(replacements))
+    if description := bank_description(spec):
+        st.caption(f"**{loaded.label}**: {description}")
+    replacements = list(st.pills(
+        "Replace the filters by", list(REPLACEMENTS), selection_mode="multi", key="sw_replacements",
+        default=list(url_param("swaps", DEFAULT_REPLACEMENTS, choices=list(REPLACEMENTS))),
+        help="\n".join(f"- **{name}**: {text}" for name, text in REPLACEMENTS.items())))
+    set_url_param("swaps", tuple(replacements))
     stage_labels = bank.stages
-    stages = c2.multiselect("In stages", list(stage_labels), default=list(stage_labels), format_func=stage_labels.get,
-                            key="sw_stages")
-    c3, c4, c5, c6 = st.columns(4)
-    max_images = c3.number_input("Images (at most)", 1, 100_000, 500, help="Spread evenly over the classes.")
-    batch_size = c4.number_input("Batch size", 1, 1024, DEFAULT_BATCH_SIZE)
-    k = c5.number_input("Clusters (centroid)", 2, 32, 8)
-    seed = c6.number_input("Seed", 0, 10_000, 0)
+    stages = list(st.pills("In stages", list(stage_labels), selection_mode="multi", format_func=stage_labels.get,
+                           key="sw_stages", help="Stages are the groups of layers that work at one resolution.",
+                           default=list(url_param("sw_stages", tuple(stage_labels), choices=list(stage_labels)))))
+    set_url_param("sw_stages", tuple(stages))
+    numbers = {}
+    for column, (name, label, default, low, high, help_text) in zip(st.columns(4), NUMBERS):
+        start = url_param(name, default, minimum=low, maximum=high)
+        numbers[name] = int(column.number_input(label, low, high, start, key=name, help=help_text))
+        set_url_param(name, numbers[name])
+    max_images, batch_size, k, seed = numbers.values()
     if not replacements or not stages:
         st.info("Choose at least one replacement and one stage.")
         st.stop()
     recover = st.toggle(
-        "Recover after swapping (the papers' protocol)", key="sw_recover",
+        "Recover after swapping (the papers' protocol)", key="sw_recover", value=url_param("sw_recover", False),
         help="The papers do not score a swapped network as it is: they freeze the idealized filters and train the "
              "rest. Here each swapped copy is recovered on a calibration part of the images and every network is "
              "scored on the other, held-out part.")
+    set_url_param("sw_recover", recover)
     recovery = None
     if recover:
-        recovery = RecoverySettings(seed=int(seed))
+        recovery = RecoverySettings(seed=seed)
         for column, (field, label, options) in zip(st.columns(3), RECOVERY_WIDGETS):
             recovery = settings_widgets(RecoverySettings, {field: label}, key="sw", base=recovery, container=column,
-                                        options={field: options})
+                                        options={field: options}, url=True)
         st.caption(
             "**What recovery does.** Swapping every layer at once adds up many small errors, and each layer's "
             "output no longer has the mean and spread the next layer was trained for. Recovery fixes what does not "
@@ -86,8 +101,7 @@ with user_errors():
             "filters **frozen**, so everything it gains is learned around them. The calibration images are never "
             "scored: accuracy is measured on the rest.")
     stage_key = tuple(stages)
-    swaps = [filter_swap(spec, overrides, name, stage_key, int(k), int(seed), selection.device)
-             for name in replacements]
+    swaps = [filter_swap(spec, overrides, name, stage_key, k, seed, selection.device) for name in replacements]
     plot_with_explanation(
         reconstruction_figure(swaps),
         "How far each layer's filters move: ‖W − Ŵ‖/‖W‖ over the layer (0 = unchanged, about 1.4 for random "
@@ -95,13 +109,10 @@ with user_errors():
         "its shape, so their error is the part of the filters that is *not* a master key.",
         "swap_reconstruction", frame=pd.concat([s.to_frame() for s in swaps], ignore_index=True))
     with st.expander("The same swaps on the real text-detector bank (reconstruction only)"):
-        real_swaps = [filter_swap(DEFAULT_DEPTHWISE_SPEC, (), name, None, int(k), int(seed), selection.device)
+        real_swaps = [filter_swap(DEFAULT_DEPTHWISE_SPEC, (), name, None, k, seed, selection.device)
                       for name in replacements]
         st.caption(f"{bank_description(DEFAULT_DEPTHWISE_SPEC)} The Master Keys and Scale-Space pages open on it; "
-                   "it is weights only and not an ImageNet classifier, so its swaps cannot be re-scored here. "
-                   "Re-scoring needs a runnable ImageNet classifier: the model above (offline, a random-init "
-                   f"{DEFAULT_SWAP_SPEC.removeprefix('timm:')}; for the papers' experiment choose trained weights "
-                   "such as a MobileNetV2 checkpoint in the sidebar).")
+                   "it is weights only and not an ImageNet classifier, so its swaps cannot be re-scored here.")
         plot_with_explanation(
             reconstruction_figure(real_swaps),
             "How far each replacement moves the trained 7×7 filters of the text detector: for idealized models the "
@@ -109,27 +120,29 @@ with user_errors():
             "the ceiling.", "swap_reconstruction_real_bank",
             frame=pd.concat([s.to_frame() for s in real_swaps], ignore_index=True))
 
-    images = get_images(selection.images, int(max_images))
-    labelled = images.labelled
-    mapping = map_tree_classes(images.classes if labelled else (), loaded.num_classes, loaded.class_names)
-    if mapping.label_map is None:
-        st.info(f"**No accuracy on {images.description}**: {mapping.how} Accuracy needs labelled images of the "
-                "model's classes — pick an ImageNet-style tree (val/<wnid>/*.JPEG) under *Images* in the sidebar. "
-                "Until then the re-score shows how often each swapped network still predicts the **same class as "
-                "the original** and how far its output probabilities move (KL divergence), which needs no labels.")
+    images = get_images(selection.images, max_images)
+    mapping = map_tree_classes(images.classes if images.labelled else (), loaded.num_classes, loaded.class_names)
+    labelled = mapping.label_map is not None
+    if not labelled:
+        st.info(f"**No accuracy on {images.description}**: accuracy needs images labelled with the model's classes, "
+                "and these have none. The re-score shows how often each swapped network still predicts the **same "
+                "class as the original** (agreement) and how far its output probabilities move (**KL** divergence), "
+                "which need no labels. For accuracy, pick an ImageNet-style tree (val/<wnid>/*.JPEG) under *Images* "
+                "in the sidebar.")
     else:
         st.caption(f"{images.description}. {mapping.how}")
-    for warning in mapping.warnings:
+    for warning in mapping.warnings if labelled else ():
         st.warning(warning)
     if loaded.random_init:
         st.caption(f"{loaded.label} has random weights: its predictions are arbitrary (often one class for every "
                    "image), so compare the variants by how far their outputs move (KL), not by accuracy.")
 
-    key = (spec, overrides, selection.images, int(max_images), tuple(replacements), stage_key, int(k), int(seed),
-           int(batch_size), selection.device, recovery)
-    if st.button("▶ Re-score", type="primary", key="sw_run"):
+    key = (spec, overrides, selection.images, max_images, tuple(replacements), stage_key, k, seed, batch_size,
+           selection.device, recovery)
+    quick = is_bundled(selection.images) and recovery is None  # the 11 photos, no training: it runs at once
+    if not (quick or rescore_result.cached(*key)) and st.button("▶ Re-score", type="primary", key="sw_run"):
         st.session_state["sw_requested"] = key
-    if st.session_state.get("sw_requested") != key:
+    if not (quick or rescore_result.cached(*key) or st.session_state.get("sw_requested") == key):
         st.caption(f"Scores {len(images)} images × {len(replacements) + 1} variants when you press Re-score"
                    + (f", after recovering each swap ({len(replacements)} recoveries)" if recovery else "")
                    + ". From a shell, `python -m fl_core rescore` does the same, on several GPUs with torchrun.")
@@ -140,17 +153,23 @@ with user_errors():
                  f"is measured on the same {result.recovery.n_held_out} held-out images." if result.recovery else
                  "the papers recover the rest of the network around the frozen idealized filters: switch on "
                  "*Recover after swapping* to do the same.")
+        kl = ", ".join(f"{v.method} {v.kl:.3f}" for v in result.swaps)
+        how = ("**Top-1**: the labelled class is the model's first guess; **top-5**: among its five guesses. The "
+               "dotted line is the original network." if result.top1 is not None else
+               "**Agreement**: the share of images on which the swapped network's first guess is the original's. "
+               f"**KL** (nats, mean over the images) of the swapped network's output from the original's: {kl}. "
+               "Neither needs labels; accuracy does.")
         plot_with_explanation(
             scores_figure(result),
-            "**Top-1**: the right class is the model's first guess; **top-5**: among its five guesses. The dotted "
-            "line is the original network. Swapping every layer at once compounds the small errors of each layer; "
-            f"{after}\n\n{result.images_per_second:.1f} images/s × {len(result.swaps) + 1} variants on "
-            f"{result.device}.", "rescore_scores", frame=result.to_frame(), data=result.to_dict())
+            f"{how} Swapping every layer at once compounds the small errors of each layer (one layer at a time: "
+            f"the sweep below); {after}\n\n"
+            f"{result.images_per_second:.1f} images/s × {len(result.swaps) + 1} variants on {result.device}.",
+            "rescore_scores", frame=result.to_frame(), data=result.to_dict())
         if all(v.kl < 1e-9 for v in result.swaps):
             st.warning("No swap changed the outputs: the depthwise filters of this network do not reach its output "
                        "yet. A random-init ConvNeXt, for one, multiplies every block by a layer scale of 10⁻⁶.")
         st.subheader("Original vs each swap")
-        table_with_download(result.to_frame().round(4), "rescore_table")
+        table_with_download(result.to_frame().dropna(axis=1, how="all").round(4), "rescore_table")
 
     st.subheader("How much of this network is theory? One layer at a time")
     st.markdown(
@@ -160,16 +179,19 @@ with user_errors():
         "explains; where both fall, the idealized models miss something the network needs.")
     s1, s2 = st.columns([2, 3])
     choices = [r for r in REPLACEMENTS if r != "zero"]
-    sweep_replacement = s1.selectbox("Swap each layer by", choices, index=choices.index("B"),
-                                     format_func=lambda r: f"{r}: {REPLACEMENTS[r]}", key="sw_sweep_replacement")
+    sweep_replacement = s1.selectbox("Swap each layer by", choices, key="sw_sweep_replacement",
+                                     index=choices.index(url_param("sw_sweep", "B", choices=choices)),
+                                     format_func=lambda r: f"{r}: {REPLACEMENTS[r]}")
+    set_url_param("sw_sweep", sweep_replacement)
     n_layers = len(bank.chosen(stages=stages))
     s2.caption(f"{n_layers} layers × 2 variants + the original on each image"
                + (f", every variant recovered first ({2 * n_layers} recoveries)" if recovery else "") + ".")
-    sweep_key = (spec, overrides, selection.images, int(max_images), sweep_replacement, stage_key, int(k), int(seed),
-                 int(batch_size), selection.device, recovery)
-    if st.button("▶ Sweep the layers", key="sw_sweep_run"):
+    sweep_key = (spec, overrides, selection.images, max_images, sweep_replacement, stage_key, k, seed, batch_size,
+                 selection.device, recovery)
+    at_once = quick or layer_sweep_result.cached(*sweep_key)
+    if not at_once and st.button("▶ Sweep the layers", key="sw_sweep_run"):
         st.session_state["sw_sweep_requested"] = sweep_key
-    if st.session_state.get("sw_sweep_requested") == sweep_key:
+    if at_once or st.session_state.get("sw_sweep_requested") == sweep_key:
         sweep = heavy_result("Sweeping the layers", layer_sweep_result, *sweep_key)
         plot_with_explanation(
             layer_sweep_figure(sweep),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import datetime
 
@@ -18,12 +19,12 @@ from fl_core.lab.plots import (
     training_curves_figure,
     trajectory_figure,
 )
-from fl_core.lab.runs import SHIPPED_RUNS_DIR, Run, RunSettings, user_runs_dir
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, Run, RunSettings
 from fl_core.settings import replace_settings, settings_fields
 from fl_ui.forms import setting_widget
 from fl_ui.jobs import TrainingJob
-from fl_ui.lab import demo_name_of, get_claims, get_correlations, get_trajectory, runs_in
-from fl_ui.state import current_selection, encode_token, page_param, set_page_param
+from fl_ui.lab import RUNS_TOKEN, demo_name_of, get_claims, get_correlations, get_trajectory, my_runs_dir, runs_in
+from fl_ui.state import current_selection, encode_token, set_url_param, url_param, url_setting
 from fl_ui.widgets import downloads, plot_with_explanation, table_with_download, user_errors
 
 MODES = {"shipped": "📦 Shipped runs", "train": "🏋 Train a run", "yours": "🗂 Your runs"}
@@ -38,21 +39,21 @@ st.markdown(
     "happen: browse the shipped runs (instant), or train your own on the bundled photos or an ImageFolder tree.")
 
 
-def on_mode_change() -> None:
-    set_page_param("lab", st.session_state["lab_mode"])
-
-
 def show_run(run: Run) -> None:
     """Trajectory animation, fit over steps, training curves and provenance of one run."""
     traj = get_trajectory(run)
     steps = [int(s) for s in traj.steps]
     c1, c2 = st.columns([3, 1])
-    wanted = int(page_param("step", str(steps[-1]))) if page_param("step", "").isdigit() else steps[-1]
-    step = c1.select_slider("Step", steps, value=wanted if wanted in steps else steps[-1], key=f"lab_step_{run.name}")
-    set_page_param("step", str(step))
+    step = c1.select_slider("Step", steps, value=url_param("step", steps[-1], choices=steps),
+                            key=f"lab_step_{run.name}")
+    set_url_param("step", step)
     moving = not run.config.train.freeze_first
-    subtract = c2.checkbox("Subtract initialization", value=moving, disabled=not moving, key=f"lab_sub_{run.name}",
-                           help="Profile of w_t − w_0 (the authors' protocol); off: the raw weights w_t.")
+    subtract = c2.checkbox("Subtract w₀", value=moving and url_param("subtract", True),
+                           disabled=not moving, key=f"lab_sub_{run.name}",
+                           help="Profile of w_t − w_0, the change since initialization (the authors' protocol); off: "
+                                "the raw weights w_t.")
+    if moving:
+        set_url_param("subtract", subtract)
     index = steps.index(step)
     if subtract and step == 0:
         st.caption("At step 0 the layer is its initialization (w_t − w_0 = 0): showing the raw profile.")
@@ -63,9 +64,11 @@ def show_run(run: Run) -> None:
     m = st.columns(4)
     m[0].metric("Theory fit r", f"{r[index]:.3f}")
     m[1].metric("Fitted ηt", f"{tau[index]:.3g}")
-    m[2].metric("r with the initial profile", f"{traj.vs_init[index]:+.3f}")
-    m[3].metric("Validation accuracy (end)", f"{run.history.final_val_accuracy:.1%}",
-                help=f"chance: {run.provenance.get('chance_accuracy', float('nan')):.1%}")
+    m[2].metric("r vs initial", f"{traj.vs_init[index]:+.3f}",
+                help="Pearson r between this profile and the initialization's.")
+    m[3].metric("Accuracy (end)", f"{run.history.final_val_accuracy:.1%}",
+                help=f"Validation accuracy at the end of training; chance: "
+                     f"{run.provenance.get('chance_accuracy', float('nan')):.1%}.")
     plot_with_explanation(
         trajectory_figure(traj, subtract, start=index),
         "**The energy profile over training.** Each point is how strongly the first layer's filters respond to "
@@ -120,7 +123,11 @@ def show_claims(runs: list[Run]) -> None:
                "same fitted training time: the theory says the profile depends on ηt only, so runs of different "
                "lengths are compared where they have trained equally far.")
     frame = summary.to_frame()
-    st.dataframe(frame, width="stretch", hide_index=True)
+    st.dataframe(frame, width="stretch", hide_index=True, column_config={
+        "verdict": st.column_config.TextColumn("verdict", help="Whether our value lies in the interval that agrees "
+                                               "with the paper's claim (column 'agrees when'; our proposal)."),
+        "detail": st.column_config.TextColumn("detail", width="small"),
+        "matched detail": st.column_config.TextColumn("matched detail", width="small")})
     downloads("training_lab_claims", frame=frame, data=summary.to_dict())
     plot_with_explanation(
         claims_figure(summary),
@@ -143,11 +150,10 @@ def browse(root, empty_message: str) -> None:
         st.info(empty_message)
         return
     names = [run.name for run in runs]
-    wanted = page_param("run", DEFAULT_RUN)
-    fallback = names.index(DEFAULT_RUN) if DEFAULT_RUN in names else 0
-    name = st.selectbox("Run", names, index=names.index(wanted) if wanted in names else fallback, key="lab_run")
-    if name != wanted:
-        set_page_param("run", name)
+    name = st.selectbox("Run", names, key="lab_run",
+                        index=names.index(url_param("run", DEFAULT_RUN if DEFAULT_RUN in names else names[0],
+                                                    choices=names)))
+    set_url_param("run", name)
     show_run(runs[names.index(name)])
     show_claims(runs)
 
@@ -157,27 +163,38 @@ def config_form() -> RunSettings | None:
     selection = current_selection()
     values: dict = {}
 
-    def field(name: str, label: str, container, key: str, **options) -> None:
-        values[name] = setting_widget(FIELDS[name], label, key=key, container=container, **options)
+    def field(name: str, label: str, container, key: str, value=None, **options) -> None:
+        """A widget for the run setting ``name``, starting from (and written back to) the URL parameter ``key``."""
+        setting = FIELDS[name]
+        bounds = dataclasses.replace(setting, minimum=options.get("min_value", setting.minimum),
+                                     maximum=options.get("max_value", setting.maximum))
+        start = url_setting(key, bounds, setting.default if value is None else value)
+        values[name] = setting_widget(setting, label, key=key, container=container, value=start, **options)
+        set_url_param(key, values[name])
 
-    with st.form("lab_form"):
+    with st.form("lab_form", enter_to_submit=False):
         st.markdown("**Data**")
         d1, d2, d3 = st.columns([2, 1, 1])
         sources = [BUNDLED] + ([] if is_bundled(selection.images) else [selection.images])
         values["images"] = d1.selectbox(
             "Images", sources, format_func=lambda s: "bundled photos (label = photo)" if is_bundled(s) else
-            f"{s} (label = class folder)", help="Pick a folder or ImageFolder tree in the sidebar to train on your own "
-                                                "images.")
+            f"{s} (label = class folder)", key="lab_images",
+            index=sources.index(url_param("lab_images", BUNDLED, choices=sources)),
+            help="Pick a folder or ImageFolder tree in the sidebar to train on your own images.")
+        set_url_param("lab_images", values["images"])
         field("max_images", "At most this many images (0 = all)", d2, "lab_max_images", value=0, min_value=0,
               max_value=100_000)
         field("crops_per_image", "Training crops per image (0 = auto)", d3, "lab_crops", value=0, min_value=0,
               max_value=5000)
         st.markdown("**Model**")
         m1, m2, m3, m4 = st.columns(4)
-        arch = m1.selectbox("Architecture", ["small_vgg", "small_resnet", "timm"], key="lab_arch",
-                            help=FIELDS["arch"].help)
-        timm_name = m1.text_input("timm architecture", "resnet18", key="lab_timm",
+        archs = ["small_vgg", "small_resnet", "timm"]
+        arch = m1.selectbox("Architecture", archs, key="lab_arch", help=FIELDS["arch"].help,
+                            index=archs.index(url_param("lab_arch", archs[0], choices=archs)))
+        timm_name = m1.text_input("timm architecture", url_param("lab_timm", "resnet18"), key="lab_timm",
                                   help="Used with 'timm': random init, its own first layer, 32×32 input.")
+        set_url_param("lab_arch", arch)
+        set_url_param("lab_timm", timm_name)
         field("width", "First-layer width", m2, "lab_width", max_value=256)
         field("first_kernel", "First-layer kernel", m3, "lab_kernel")
         field("freeze_first", "Freeze the first layer", m4, "lab_freeze")
@@ -239,7 +256,7 @@ def train_mode() -> None:
         if job is not None and not job.status().finished:
             st.warning("Your previous run is still training: cancel it first.")
         else:
-            folder = user_runs_dir() / f"{config.slug()}-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}"
+            folder = my_runs_dir() / f"{config.slug()}-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}"
             st.session_state["lab_job"] = TrainingJob(config, folder, current_selection().device).start()
     job = st.session_state.get("lab_job")
     if job is not None:
@@ -252,15 +269,15 @@ def train_mode() -> None:
 
 with user_errors():
     mode_keys = list(MODES)
-    wanted_mode = page_param("lab", "shipped")
-    if "lab_mode" not in st.session_state:
-        st.session_state["lab_mode"] = wanted_mode if wanted_mode in MODES else "shipped"
     mode = st.radio("Mode", mode_keys, format_func=MODES.get, horizontal=True, key="lab_mode",
-                    on_change=on_mode_change, label_visibility="collapsed")
+                    index=mode_keys.index(url_param("lab", "shipped", choices=mode_keys)),
+                    label_visibility="collapsed")
+    set_url_param("lab", mode)
+    set_url_param(RUNS_TOKEN, my_runs_dir().name)  # a reload or a bookmark of this page finds its runs again
     if mode == "shipped":
         browse(SHIPPED_RUNS_DIR, "No shipped runs: build them with `python scripts/make_shipped_runs.py`.")
     elif mode == "yours":
-        browse(user_runs_dir(), "No runs yet: train one under “Train a run” (they are saved in FL_RUNS_DIR, "
-                                f"here {user_runs_dir()}).")
+        browse(my_runs_dir(), "No runs in this browser session yet: train one under “Train a run”. Each session "
+                              "has its own folder on the server (under FL_RUNS_DIR), so others never see your runs.")
     else:
         train_mode()

@@ -5,7 +5,10 @@ Two sources:
 * a labelled ImageFolder tree (``root/<class>/*.jpg``; ImageNet val layout: class index = sorted wnid), split at
   random (seeded) into disjoint calibration and evaluation halves;
 * the bundled labelled crops (:func:`fl_core.io.crops.photo_crops`): calibration from the training crops, evaluation
-  from the validation crops, which never share pixels.
+  from the validation crops, which never share pixels. A model whose classes are not the photos' (an ImageNet
+  classifier offline) is scored against its own top-1 decision on each crop (:func:`decision_labels`): the target
+  axis then measures what a channel tells about the network's decision, and accuracy is agreement with the intact
+  network [proposed].
 
 The class index the data assigns is checked against the model's head
 (:func:`fl_core.io.classes.map_tree_classes`: by ImageNet wnid for 1000-way heads, by the model's class names,
@@ -33,6 +36,8 @@ from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
 
 CROPS = "crops"
+DECISION_LABELS = "each labelled with the network's own top-1 class"
+"""What the data description says when the labels are the network's decisions (:func:`decision_labels`)."""
 
 
 class LabelledInputs:
@@ -153,11 +158,31 @@ def _bundled_crops(config: CropSettings) -> CropData:
     return photo_crops(config)
 
 
+def crop_settings_for(loaded: LoadedModel) -> CropSettings:
+    """The crops a model is analysed on: the demo models' 32-px crops of 128-px photos, and for larger inputs crops of
+    a quarter of the input size from photos resized to the input size (the same field of view, more pixels; an
+    ImageNet network's 224 px: 56-px crops, each upsampled 4×)."""
+    size = max(CropSettings.crop_size, loaded.input_config.input_size // 4)
+    return CropSettings() if size == CropSettings.crop_size else CropSettings(crop_size=size, scale=4 * size)
+
+
+@torch.inference_mode()
+def decision_labels(loaded: LoadedModel, x: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
+    """The intact network's top-1 class of each model input ``x (N, 3, S, S)``: the labels of crops whose classes
+    are not the model's (a forward pass on the shared model, which it does not change)."""
+    model = loaded.forward_copy(torch.device("cpu"))
+    return torch.cat([model(x[start: start + batch_size]).argmax(dim=1) for start in range(0, len(x), batch_size)])
+
+
 def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int, seed: int = 0,
                       config: CropSettings | None = None) -> ChannelData:
-    """Calibration from the bundled photos' training crops, evaluation from their validation crops."""
-    crops = _bundled_crops(config or CropSettings())
-    mapping, warnings = class_mapping(crops.classes, loaded)
+    """Calibration from the bundled photos' training crops, evaluation from their validation crops, labelled by the
+    photo they come from when the model's head has the photos' classes, else by the model's own decision."""
+    crops = _bundled_crops(config or crop_settings_for(loaded))
+    try:
+        mapping, warnings = class_mapping(crops.classes, loaded)
+    except DataError:
+        mapping, warnings = None, ()
     rng = np.random.default_rng(seed)
     cal = np.sort(rng.permutation(len(crops.train_x))[:n_calibration])
     val = np.sort(rng.permutation(len(crops.val_x))[:n_evaluation])
@@ -169,12 +194,22 @@ def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int
             pixels = F.interpolate(pixels, size=cfg.input_size, mode="bilinear", antialias=True)
         mean = torch.tensor(cfg.mean).view(1, 3, 1, 1)
         std = torch.tensor(cfg.std).view(1, 3, 1, 1)
-        return LabelledInputs(x=(pixels - mean) / std, y=torch.as_tensor(mapping)[y])
+        x = (pixels - mean) / std
+        return LabelledInputs(x=x, y=torch.as_tensor(mapping)[y] if mapping is not None else decision_labels(loaded, x))
 
+    description = (f"{len(cal)} training + {len(val)} validation {crops.config.crop_size}-px crops of the bundled "
+                   "photos")
+    if mapping is None:
+        description += f", {DECISION_LABELS}"
+        warnings = (f"The bundled photos are not among {loaded.label}'s {loaded.num_classes} classes, so each crop is "
+                    "labelled with the intact network's own top-1 class: the target axis measures what a channel "
+                    "tells about the network's decision, and accuracy is agreement with the intact network. For "
+                    "accuracy on true labels, choose an ImageFolder tree of the model's classes (ImageNet: "
+                    "val/<wnid>/*.JPEG) in the sidebar.",)
     return ChannelData(calibration=inputs(crops.train_x[cal], crops.train_y[cal]),
-                       evaluation=inputs(crops.val_x[val], crops.val_y[val]), classes=crops.classes,
-                       description=f"{len(cal)} training + {len(val)} validation crops of the bundled photos",
-                       seed=seed, warnings=warnings)
+                       evaluation=inputs(crops.val_x[val], crops.val_y[val]),
+                       classes=crops.classes if mapping is not None else tuple(loaded.class_names or ()),
+                       description=description, seed=seed, warnings=warnings)
 
 
 def channel_data(model: ModelLike, source: str = CROPS, n_calibration: int = 256, n_evaluation: int = 256,

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from fl_core.channelaxes.analysis import ChannelAxesResult
+from fl_core.channelaxes.calibration import DECISION_LABELS
 from fl_core.channelaxes.pruning import CRITERIA, PruningResult
+from fl_core.channelaxes.site import ChannelSite
 from fl_core.figures import color, filter_zoom_figure, heatmap_figure, log_axis, readable, tiles_figure
 
 METRIC_LABELS = {
@@ -49,6 +53,17 @@ FILTER_COLUMN_PX = 360
 def label(metric: str) -> str:
     """Display name of a per-channel column."""
     return METRIC_LABELS.get(metric) or DETAIL_LABELS.get(metric) or metric.removeprefix("score_").replace("_", " ")
+
+
+SHORT_LABELS = {"input_capture": "input capture I_X", "peer_overlap": "peer overlap R̄_X",
+                "peer_r2": "peer R² (top-k)", "task_info": "task information I(ā;m)",
+                "task_info_gauss": "task info, Gaussian", "target_excess": "target-excess TE"}
+"""Names of the longest per-channel columns for narrow menus (units and estimator details in :func:`label`)."""
+
+
+def short_label(metric: str) -> str:
+    """A per-channel column's name for a narrow menu: :data:`SHORT_LABELS`, else :func:`label`."""
+    return SHORT_LABELS.get(metric) or label(metric)
 
 
 def filter_glyph(weight: np.ndarray, top: int = 3) -> str:
@@ -126,7 +141,7 @@ def peer_support_figure(result: ChannelAxesResult) -> go.Figure:
                                colorbar=dict(title="peer R²", thickness=12)),
                    hovertemplate="channel %{customdata}<br>lesion %{x:.4f}<br>replacement %{y:.4f}<extra></extra>"),
     ])
-    fig.update_layout(title="Peer support: how much of a lesion the peers' reconstruction recovers",
+    fig.update_layout(title="Peer support: what the peers recover",
                       xaxis_title="Δloss, mean-ablation", yaxis_title="Δloss, peer replacement", height=420,
                       showlegend=False, **LAYOUT)
     return readable(fig)
@@ -141,7 +156,8 @@ def _criterion_color(name: str, counters: dict[str, int]) -> str:
     return ("#444444", "#2ca02c", "#9467bd", "#8c564b", "#ff7f0e", "#17becf", "#bcbd22", "#7f7f7f")[index % 8]
 
 
-def pruning_curves_figure(pruning: PruningResult, finetuned: bool = False) -> go.Figure:
+def pruning_curves_figure(pruning: PruningResult, finetuned: bool = False,
+                          accuracy_label: str = "top-1 accuracy (%)") -> go.Figure:
     """Top-1 accuracy against the fraction of the network's MACs removed, one curve per criterion, AUC in the
     legend (local-axis criteria in blues, target-axis in reds, baselines in other colours)."""
     fig = go.Figure()
@@ -159,7 +175,7 @@ def pruning_curves_figure(pruning: PruningResult, finetuned: bool = False) -> go
                           + curve.label + "</extra>"))
     state = f"after a {pruning.settings.finetune_steps}-step recovery fine-tune" if finetuned else "no fine-tune"
     fig.update_layout(title=f"Pruning {pruning.layer}: accuracy vs FLOPs removed ({state})",
-                      xaxis_title="MACs removed (% of the whole network)", yaxis_title="top-1 accuracy (%)",
+                      xaxis_title="MACs removed (% of the whole network)", yaxis_title=accuracy_label,
                       height=440, **LAYOUT)
     return readable(fig)
 
@@ -185,6 +201,44 @@ def filter_figure(result: ChannelAxesResult, channel: int) -> go.Figure:
     return tiles_figure(weight[:64, None], f"Channel {channel}: its kernel on each of "
                         f"{min(len(weight), 64)} input channels (red +, blue −)",
                         labels=[f"input {i}" for i in range(min(len(weight), 64))], width=FILTER_COLUMN_PX)
+
+
+def labelled_by_decisions(result: ChannelAxesResult) -> bool:
+    """Whether the analysis scored the network against its own decisions (crops of classes it does not have)."""
+    return DECISION_LABELS in result.data
+
+
+def observed_where(site: ChannelSite) -> str:
+    """Where the channels of a layer are read, in words: at the conv's output, or after the per-channel modules that
+    follow it (``observed after features.15 → features.16, where the next layers read them``)."""
+    if site.activation == site.layer:
+        return "observed at its output, where the next layers read them"
+    return f"observed after {' → '.join(site.chain[1:])} (where the next layers read them)"
+
+
+@dataclass(frozen=True)
+class PruningVerdict:
+    """Which axis pruned better (``winner``: ``local``, ``target``, ``neither`` when a baseline beat both, ``–``
+    without pruning curves) and the AUCs behind it in one sentence."""
+
+    winner: str
+    sentence: str
+
+
+def pruning_verdict(result: ChannelAxesResult) -> PruningVerdict:
+    """Compare the pruning AUCs of the two axes' composite scores with each other and with the best baseline."""
+    curves = {} if result.pruning is None else result.pruning.curves
+    if not {"local", "target"} <= set(curves):
+        return PruningVerdict("–", "")
+    baselines = [c for name, c in curves.items() if CRITERIA[name].axis == "baseline"]
+    best = max(baselines, key=lambda c: c.auc, default=None)
+    aucs = f"AUC local axis {curves['local'].auc:.3f}, target axis {curves['target'].auc:.3f}"
+    if best is not None and best.auc > max(curves["local"].auc, curves["target"].auc):
+        return PruningVerdict("neither", f"The {best.label} baseline pruned best ({aucs}, {best.label} "
+                                         f"{best.auc:.3f}): on this layer neither axis chose safer channels.")
+    winner = result.removability.better_axis_pruning
+    return PruningVerdict(winner, f"The {winner} axis pruned best ({aucs}" + (
+        f", best baseline {best.label} {best.auc:.3f})." if best is not None else ")."))
 
 
 def summary_table(result: ChannelAxesResult) -> pd.DataFrame:

@@ -200,49 +200,69 @@ def run_correlations(runs: Sequence[Run]) -> RunCorrelations:
 
 @dataclass(frozen=True)
 class PaperClaim:
-    """A published claim: what it says, where, the published numbers and the CIFAR10 value we compare with."""
+    """A published claim: what it says, where, the published numbers, the CIFAR10 value we compare with, what is
+    measured (``unit``: appended to the numbers, empty for correlations) and which measured values agree with it.
+
+    ``agrees`` is the closed interval of values that agree with the claim [proposed; the paper gives no test]: for a
+    claimed high correlation, at least the lowest published value − 0.1; for a published mean ± sd, the union of
+    mean ± 2 sd over the data sets; for a qualitative claim, the interval stated in :data:`PAPER_CLAIMS`.
+    """
 
     claim: str
     source: str
     paper: str
     value: float | None
     measure: str
+    agrees: tuple[float, float]
+    unit: str = ""
+
+    def agreement_text(self) -> str:
+        """The interval ``agrees`` in words: ``≥ 0.87``, ``≤ 0.30``, ``−0.49 … +0.23``."""
+        low, high = self.agrees
+        if np.isinf(high):
+            return f"≥ {low:.2f}{self.unit}"
+        if np.isinf(low):
+            return f"≤ {high:.2f}{self.unit}"
+        return f"{low:+.2f} … {high:+.2f}{self.unit}"
 
 
 PAPER_CLAIMS: dict[str, PaperClaim] = {
     "seeds": PaperClaim("Profiles agree across seeds", "Table 1", "0.99 (CIFAR10), 0.97 (CIFAR100), 0.99 (CelebA)",
-                        0.99, "Pearson r of w−w₀ profiles, pairs differing only in seed"),
+                        0.99, "Pearson r of w−w₀ profiles, pairs differing only in seed", (0.87, np.inf)),
     "widths": PaperClaim("Profiles agree across first-layer widths", "Table 1", "0.98 (all three data sets)", 0.98,
-                         "Pearson r of w−w₀ profiles, pairs differing only in first-layer width"),
+                         "Pearson r of w−w₀ profiles, pairs differing only in first-layer width", (0.88, np.inf)),
     "trained_vs_init": PaperClaim("A trained layer is unlike its own initialization", "Table 1",
                                   "−0.13 ± 0.18 (CIFAR10), −0.04 ± 0.04 (CIFAR100), −0.18 ± 0.13 (CelebA)", -0.13,
-                                  "Pearson r of raw profiles e(w_T) vs e(w₀), true labels"),
+                                  "Pearson r of raw profiles e(w_T) vs e(w₀), true labels", (-0.49, 0.23)),
     "architectures": PaperClaim("VGG and ResNet learn the same profile", "Table 1 (VGG11 vs ResNet18)",
                                 "0.87 (CIFAR10), 0.80 (CIFAR100), 0.92 (CelebA)", 0.87,
-                                "Pearson r of w−w₀ profiles, pairs differing only in architecture"),
+                                "Pearson r of w−w₀ profiles, pairs differing only in architecture", (0.70, np.inf)),
     "random_vs_init": PaperClaim("Random labels also move the layer away from init", "Table 2",
                                  "0.03 ± 0.22 (CIFAR10), 0.14 ± 0.13 (CIFAR100), 0.08 ± 0.07 (CelebA)", 0.03,
-                                 "Pearson r of raw profiles e(w_T) vs e(w₀), random labels"),
+                                 "Pearson r of raw profiles e(w_T) vs e(w₀), random labels", (-0.41, 0.47)),
     "true_vs_random": PaperClaim("True and random labels learn the same profile", "Table 2",
                                  "0.90 ± 0.02 (CIFAR10), 0.91 ± 0.01 (CIFAR100), 0.96 ± 0.03 (CelebA)", 0.90,
-                                 "Pearson r of w−w₀ profiles, pairs differing only in true/random labels"),
+                                 "Pearson r of w−w₀ profiles, pairs differing only in true/random labels",
+                                 (0.80, np.inf)),
     "theory_fit": PaperClaim("The linear theory fits trained layers", "Table 3",
                              "0.94 ± 0.01 (CIFAR10), 0.96 ± 0.01 (CelebA), 0.90 ± 0.01 (ImageNet)", 0.94,
-                             "Pearson r of the one-parameter fit to e(w_T − w₀), true labels"),
+                             "Pearson r of the one-parameter fit to e(w_T − w₀), true labels", (0.80, np.inf)),
     "random_init_fit": PaperClaim("…but not random initializations", "Table 3", "0.10 ± 0.15", 0.10,
-                                  "Pearson r of the fit to 10 random-init banks of the same shape"),
+                                  "Pearson r of the fit to 10 random-init banks of the same shape", (-0.20, 0.40)),
     "eta_t_grows": PaperClaim("The fitted τ = ηt grows with the step count", "Thm. 4.2 (prediction)",
                               "τ = ηt, linear in t (no measured value)", None,
-                              "Spearman ρ between step and the τ fitted at each snapshot, true labels"),
+                              "Spearman ρ between step and the τ fitted at each snapshot, true labels",
+                              (0.5, np.inf)),
     "frozen": PaperClaim("A frozen random first layer costs almost no accuracy", "Fig. 2, App. F",
                          "“almost no change” (numbers only in figures)", None,
-                         "validation accuracy, frozen minus trained (percentage points)"),
+                         "validation accuracy, frozen minus trained (percentage points)", (-5.0, 5.0), " pp"),
     "d1_energy_labels": PaperClaim("Labels tied to patch energy break the label-independence", "App. D.1, Fig. 8a",
                                    "true-vs-random r drops to ≈ 0 for component 15", 0.0,
-                                   "Pearson r of w−w₀ profiles, energy-decile labels vs random labels"),
+                                   "Pearson r of w−w₀ profiles, energy-decile labels vs random labels", (-0.3, 0.3)),
     "d2_modified_spectrum": PaperClaim("The theory follows a manipulated spectrum", "App. D.2, Fig. 8b",
                                        "still fits true and random labels (numbers only in figures)", None,
-                                       "fit r on the modified spectrum (detail: on the unmodified one)"),
+                                       "fit r on the modified spectrum (detail: on the unmodified one)",
+                                       (0.80, np.inf)),
 }
 
 
@@ -283,17 +303,34 @@ class ClaimSummary(Result):
     _figures: ClassVar[dict[str, str]] = {"claims": "fl_core.lab.plots:claims_figure"}
 
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([{"claim": c.claim, "source": c.source, "paper": c.paper,
-                              "ours": _format(c.ours, c.ours_sd, c.n), "n": c.n,
-                              "ours at matched ηt (proposed)": _format(c.matched, c.matched_sd, c.n) if c.matched_detail
-                              else "", "measure": c.measure, "detail": c.detail,
-                              "matched detail": c.matched_detail} for c in self.claims])
+        """One row per claim: the published values, ours (with its unit), whether ours agrees with the claim
+        (:attr:`PaperClaim.agrees`), the same at matched ηt for pair claims, and what was measured."""
+        rows = []
+        for c in self.claims:
+            unit = PAPER_CLAIMS[c.key].unit
+            rows.append({"claim": c.claim, "source": c.source, "paper": c.paper,
+                         "ours": _format(c.ours, c.ours_sd, c.n, unit), "verdict": verdict(c.key, c.ours),
+                         "agrees when": PAPER_CLAIMS[c.key].agreement_text(), "n": c.n,
+                         "ours at matched ηt (proposed)": _format(c.matched, c.matched_sd, c.n, unit)
+                         if c.matched_detail else "",
+                         "verdict at matched ηt": verdict(c.key, c.matched) if c.matched_detail else "",
+                         "measure": c.measure, "detail": c.detail, "matched detail": c.matched_detail})
+        return pd.DataFrame(rows)
 
 
-def _format(mean: float | None, sd: float | None, n: int) -> str:
+def verdict(key: str, value: float | None) -> str:
+    """``agrees`` when ``value`` lies in the claim's :attr:`PaperClaim.agrees` interval, ``differs`` outside it,
+    ``not run`` without a value."""
+    if value is None or not np.isfinite(value):
+        return "not run"
+    low, high = PAPER_CLAIMS[key].agrees
+    return "agrees" if low <= value <= high else "differs"
+
+
+def _format(mean: float | None, sd: float | None, n: int, unit: str = "") -> str:
     if mean is None or not np.isfinite(mean):
         return "not run"
-    return f"{mean:+.2f}" + (f" ± {sd:.2f}" if n > 1 and sd is not None else "")
+    return f"{mean:+.2f}" + (f" ± {sd:.2f}" if n > 1 and sd is not None else "") + unit
 
 
 def _comparison_key(config: RunSettings, factor: str) -> tuple:

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import platform
+import re
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -56,10 +57,25 @@ DERIVED_TRAIN_FIELDS = ("eval_every", "snapshot_steps")
 
 
 def user_runs_dir() -> Path:
-    """Where runs launched from the page go: ``FL_RUNS_DIR`` (default: a temp folder)."""
+    """Where runs launched from the command line go: ``FL_RUNS_DIR`` (default: a temp folder)."""
     root = Path(os.environ.get("FL_RUNS_DIR", Path(tempfile.gettempdir()) / "filterlens-runs"))
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+SESSION_TOKEN = re.compile(r"[0-9a-f]{32}")
+"""A browser session's runs token: 32 hex digits (a random UUID), never a path."""
+
+
+def session_runs_dir(token: str) -> Path:
+    """The runs of one dashboard session: ``FL_RUNS_DIR/sessions/<token>`` (other sessions never list them).
+
+    Raises:
+        ValueError: ``token`` is not 32 hex digits.
+    """
+    if not SESSION_TOKEN.fullmatch(token):
+        raise ValueError("a session's runs token is 32 hex digits")
+    return user_runs_dir() / "sessions" / token
 
 
 @dataclass(frozen=True)

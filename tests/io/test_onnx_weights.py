@@ -22,7 +22,7 @@ from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_ui.testing import page_app
 
 from ..app_pages import app_pages
-from ..conftest import REPO
+from ..conftest import REPO, TINY_MODELS
 
 RNG = np.random.default_rng(0)
 STEM = RNG.standard_normal((6, 3, 5, 5)).astype(np.float32)        # initializer, sees the image
@@ -157,7 +157,7 @@ def _upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: str = ""):
     onnx.save(tiny_graph(), str(model))
     monkeypatch.setenv("FL_UPLOAD_DIR", str(uploads))
     monkeypatch.chdir(REPO)
-    app = page_app(app_pages()[0].path).run()
+    app = page_app(app_pages()[0].path, models=TINY_MODELS).run()
     app.file_uploader(key="ckpt_upload").set_value((model.name, model.read_bytes(), "application/octet-stream"))
     app.text_input(key="ckpt_arch").set_value(arch)
     app.button(key="ckpt_add").click().run()
@@ -184,7 +184,7 @@ def test_a_damaged_onnx_upload_gets_one_clear_error_and_is_removed(tmp_path: Pat
     uploads = tmp_path / "uploads"
     monkeypatch.setenv("FL_UPLOAD_DIR", str(uploads))
     monkeypatch.chdir(REPO)
-    app = page_app(app_pages()[0].path).run()
+    app = page_app(app_pages()[0].path, models=TINY_MODELS).run()
     app.file_uploader(key="ckpt_upload").set_value(("broken.onnx", b"\x08\x07" + b"\xff" * 200, "application/x"))
     app.button(key="ckpt_add").click().run()
     assert [e.value for e in app.sidebar.error] == [

@@ -1,4 +1,5 @@
-"""AppTest of the Channel Axes page: the default view (demo model on the bundled crops, offline) and a layer change."""
+"""AppTest of the Channel Axes page: the default view, one Apply per change with an estimate before it starts, layers
+already analysed shown at once, the URL round trip of every widget, and a weights-only upload explained."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import pytest
 
 from fl_core.channelaxes.analysis import ChannelSettings
 from fl_core.channelaxes.pruning import PruningSettings
-from fl_ui.channels import channel_axes_result
+from fl_ui import cache as cache_module
+from fl_ui import channels
+from fl_ui.channels import PAGE_LESIONS, PAGE_PRUNING, ChannelRequest, channel_axes_result, default_request
 
-from ..conftest import page_app
+from ..conftest import RESNET20_SPEC, page_app
 
 PAGE = "views/channel_axes.py"
-SMALL = {"axes_ncal": "64", "axes_neval": "32"}
+DEMO = "demo:tiny_vgg"
+SMALL = {"models": DEMO, "axes_ncal": "64", "axes_neval": "32"}
 
 
 def assert_clean(app) -> None:
@@ -21,60 +25,132 @@ def assert_clean(app) -> None:
     assert not app.error, [e.value for e in app.error]
 
 
-def job_was_keyed_by(app, settings: ChannelSettings) -> bool:
-    """Whether the page's pooled job ran (and is cached) for the demo on 64 + 32 crops with ``settings``."""
-    selection = app.session_state["selection"]
-    spec = selection.specs[0]
-    return channel_axes_result.cached(spec, selection.overrides_of(spec), "crops", 64, 32, settings, True,
-                                      selection.device)
+def titles(app) -> list[str]:
+    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in app.get("plotly_chart")]
+
+
+def texts(app) -> str:
+    return " ".join(e.value for e in [*app.markdown, *app.caption, *app.info, *app.warning])
+
+
+def demo_request(layer: str, **settings) -> ChannelRequest:
+    """The page's request for the tiny demo on 64 + 32 crops."""
+    settings = {"lesion_kinds": PAGE_LESIONS, **settings}
+    return ChannelRequest(DEMO, (), "crops", 64, 32, ChannelSettings(layer=layer, **settings), True, "auto")
 
 
 @pytest.mark.slow
-def test_default_view_shows_both_axes_lesions_and_pruning_for_the_demo() -> None:
+def test_an_added_model_is_analysed_with_both_axes_lesions_and_pruning() -> None:
     app = page_app(PAGE, **SMALL)
     app.run()
     assert_clean(app)
-    assert app.session_state["selection"].specs[0] == "demo:tiny_vgg"
+    assert app.selectbox(key="axes_model").value == DEMO  # the model added to the sidebar, not the page's default
     assert app.query_params["axes_layer"] == "features.14"  # the last conv: quick, 128 channels
     metrics = {m.label: m.value for m in app.metric}
-    assert -1 <= float(metrics["Spearman ρ between the axes"]) <= 1
-    assert metrics["Prunes better (AUC)"] in ("local", "target")
-    charts = app.get("plotly_chart")
-    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in charts]
-    assert any("local axis vs target axis" in t for t in titles)
-    assert any(t.startswith("Lesion and peer replacement") for t in titles)
-    assert any(t.startswith("Pruning features.14") for t in titles)
-    channels = app.dataframe[-1].value
-    assert len(channels) == 128 and {"input_capture", "task_info", "lesion_dloss"} <= set(channels.columns)
+    assert -1 <= float(metrics["ρ between axes"]) <= 1
+    verdict = metrics["Prunes better"]
+    assert verdict in ("local", "target", "neither")
+    assert ("baseline pruned best" in texts(app)) == (verdict == "neither")
+    # the conv and where its channels are read are both named (not "features.14 … observed at features.16")
+    assert "128 channels of `features.14`, observed after features.15 → features.16" in texts(app)
+    shown = " ".join(titles(app))
+    assert all(t in shown for t in ("local axis vs target axis", "Lesion and peer replacement", "Pruning features.14"))
+    channels_table = app.dataframe[-1].value
+    assert len(channels_table) == 128 and {"input_capture", "task_info", "lesion_dloss"} <= set(channels_table.columns)
+    assert not channels_table.isin(["None"]).any().any()
     summary = app.dataframe[-2].value
     assert summary["quantity"].str.contains("at initialization").any()  # the demo knows its initialization
     assert len(app.get("download_button")) >= 8
-    page_pruning = PruningSettings(criteria=("local", "target", "l1", "bn_gamma", "random"), finetune_steps=0)
-    assert job_was_keyed_by(app, ChannelSettings(layer="features.14", pruning=page_pruning))
+    assert channel_axes_result.cached(*demo_request("features.14", pruning=PAGE_PRUNING))
+    kernels = json.loads(app.get("plotly_chart")[1].proto.spec)
+    assert kernels["data"][0]["type"] == "heatmap" and kernels["data"][0]["colorbar"]["title"]["text"]  # a colour bar
+    assert "Channel" in kernels["layout"]["title"]["text"] and kernels["layout"]["height"] >= 300
 
 
 @pytest.mark.slow
-def test_layer_choice_is_remembered_in_the_url() -> None:
+def test_a_new_layer_is_one_apply_with_an_estimate_and_analysed_layers_show_at_once() -> None:
     app = page_app(PAGE, axes_layer="features.11", **SMALL)
     app.run()
     assert_clean(app)
     assert app.selectbox(key="axes_layer").value == "features.11"
+    assert len(app.dataframe[-1].value) == 128
     app.selectbox(key="axes_layer").select("features.7").run()
     assert_clean(app)
-    assert app.query_params["axes_layer"] == "features.7"
-    assert len(app.dataframe[-1].value) == 64
+    assert not channel_axes_result.cached(*demo_request("features.7", pruning=PAGE_PRUNING))  # nothing started yet
+    pending = texts(app)
+    assert "not applied yet" in pending and "features.7" in pending and " s (" in pending  # the estimate
+    assert len(app.dataframe[-1].value) == 128  # the last applied result (features.11) stays on the page
+    app.button(key="axes_apply").click().run()
+    assert_clean(app)
+    assert len(app.dataframe[-1].value) == 64 and app.query_params["axes_layer"] == "features.7"
+    assert "not applied yet" not in texts(app)
+    layer = app.selectbox(key="axes_layer")
+    assert "✓ computed" in layer.format_func("features.11") and "✓" not in layer.format_func("features.4")
+    layer.select("features.11").run()  # analysed already: shown at once, no Apply
+    assert_clean(app)
+    assert len(app.dataframe[-1].value) == 128 and "not applied yet" not in texts(app)
 
 
 @pytest.mark.slow
-def test_choices_reach_the_job_as_one_settings_object_and_fine_tune_steps_are_remembered() -> None:
-    app = page_app(PAGE, axes_finetune_steps="3", **SMALL)
+def test_every_widget_comes_back_from_the_url_and_reaches_the_job() -> None:
+    query = {**SMALL, "axes_layer": "features.11", "axes_finetune_steps": "3", "axes_lesion_kinds": "mean",
+             "axes_criteria": "local,random", "axes_init": "0", "axes_x": "peer_r2", "axes_y": "target_excess",
+             "axes_colour": "peer_overlap", "axes_channel": "5", "axes_tuned": "1"}
+    app = page_app(PAGE, **query)
     app.run()
     assert_clean(app)
     assert app.number_input(key="axes_finetune_steps").value == 3
-    app.multiselect(key="axes_lesion_kinds").set_value(["mean"])
-    app.multiselect(key="axes_criteria").set_value([]).run()
+    assert app.multiselect(key="axes_lesion_kinds").value == ["mean"]
+    assert app.multiselect(key="axes_criteria").value == ["local", "random"]
+    assert app.checkbox(key="axes_init").value is False
+    assert [app.selectbox(key=k).value for k in ("axes_x", "axes_y", "axes_colour")] == [
+        "peer_r2", "target_excess", "peer_overlap"]
+    assert app.selectbox(key="axes_channel").value == 5 and app.toggle(key="axes_tuned").value is True
+    pruning = PruningSettings(criteria=("local", "random"), finetune_steps=3)
+    request = ChannelRequest(DEMO, (), "crops", 64, 32, ChannelSettings(layer="features.11", lesion_kinds=("mean",),
+                                                                         pruning=pruning), False, "auto")
+    assert channel_axes_result.cached(*request)
+    for key, value in query.items():
+        assert app.query_params[key] == value, key  # written back unchanged: a copied link restores the view
+
+
+def test_a_weights_only_upload_is_explained_without_a_job(resnet20) -> None:
+    app = page_app(PAGE, models=RESNET20_SPEC)
+    app.run()
     assert_clean(app)
-    assert app.query_params["axes_finetune_steps"] == "3"
-    assert job_was_keyed_by(app, ChannelSettings(layer="features.14", lesion_kinds=("mean",)))  # no criteria: no curves
-    assert not any(json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("Pruning")
-                   for c in app.get("plotly_chart"))
+    assert app.selectbox(key="axes_model").value == RESNET20_SPEC
+    info = " ".join(i.value for i in app.info)
+    assert "is weights-only" in info and "Architecture" in info
+    shown = texts(app) + " ".join(str(m.value) for m in app.metric)
+    assert "None" not in shown and "wnid" not in shown
+    assert not app.main.button and not app.get("plotly_chart")  # no Cancel button, no job
+
+
+def test_the_default_request_is_the_real_mobilenet_at_its_default_layer() -> None:
+    request = default_request()
+    assert request.spec == channels.DEFAULT_CHANNEL_SPEC == "demo:mobilenet_v2"
+    assert request.settings.layer == "features.16.conv.2" and request.source == "crops"
+    assert request.compare_init  # against a random init of the same architecture
+    estimate = channels.estimated_duration(request)
+    assert estimate.seconds > 0
+
+
+@pytest.mark.slow
+def test_a_server_that_computed_the_default_before_listening_shows_it_at_once(monkeypatch) -> None:
+    """fl_ui.serve warms the default request; the first visit then finds it (the tiny demo stands in for MobileNet)."""
+    monkeypatch.setattr(channels, "DEFAULT_CHANNEL_SPEC", DEMO)
+    monkeypatch.setattr(channels, "PAGE_CALIBRATION", 64)
+    monkeypatch.setattr(channels, "PAGE_EVALUATION", 32)
+    monkeypatch.setattr(channels, "PAGE_LESIONS", ("mean",))
+    channels.warm_default_result()
+
+    def no_new_job():
+        raise AssertionError("the page started a job: the server's warm-up computed another request")
+
+    monkeypatch.setattr(cache_module, "heavy_pool", no_new_job)
+    app = page_app(PAGE)  # the sidebar's default models: none that the page prefers to its own default
+    app.run()
+    assert_clean(app)
+    assert app.selectbox(key="axes_model").value == DEMO
+    assert "not applied yet" not in texts(app) and len(app.dataframe[-1].value) == 128
+    assert channels.estimated_duration(default_request(DEMO)).basis == "timed on this model here"

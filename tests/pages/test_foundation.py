@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from fl_ui.state import DEFAULT_MODELS
 from fl_ui.testing import page_app
 
-from ..conftest import REPO, RESNET20_SPEC
+from ..conftest import REPO, RESNET20_SPEC, TINY_MODELS
 from .url_round_trip import assert_round_trip, figure_titles
 
 APP = str(REPO / "app.py")
@@ -30,24 +31,41 @@ def assert_clean(app: AppTest) -> None:
 
 def test_app_entry_point_opens_on_home_with_the_sidebar() -> None:
     app = AppTest.from_file(APP, default_timeout=300)
+    app.query_params["models"] = TINY_MODELS
     app.run()
     assert_clean(app)
     assert app.title[0].value.endswith("FilterLens")
     assert {w.key for w in app.sidebar.text_input} >= {"reg_name", "ckpt_arch"}
-    assert app.query_params["models"] == "demo:tiny_vgg,demo:tiny_vgg_init"
+    assert app.session_state["selection"].specs == ("demo:tiny_vgg", "demo:tiny_vgg_init")
 
 
-def test_home_shows_trained_vs_init_for_the_demo_by_default() -> None:
+@pytest.mark.slow
+def test_home_opens_on_a_real_imagenet_first_layer_beside_a_random_init_of_its_architecture() -> None:
     app = open_page("views/home.py")
     assert_clean(app)
-    assert app.session_state["selection"].specs == ("demo:tiny_vgg", "demo:tiny_vgg_init")
+    assert app.session_state["selection"].specs == DEFAULT_MODELS == ("demo:squeezenet1_0", "torchvision:squeezenet1_0")
+    assert app.query_params["models"] == ",".join(DEFAULT_MODELS)
     assert len(app.get("plotly_chart")) >= 2
     text = " ".join(m.value for m in app.markdown)
-    assert "vs its own initialization: r =" in text and "Theory fit" in text
+    assert "squeezenet1_0 vs a random init of the same architecture: r =" in text and "Theory fit" in text
+    assert "its own initialization" not in text  # SqueezeNet's own initialization was never published
+    assert "squeezenet1_0**: 0.17 below RGB at 10 px: it whitens." in text  # computed: 0.64 vs RGB 0.81
+    assert "random init)**: 0.01 below RGB at 10 px: random filters pass the image's correlations through" in text
+    assert "not whitened yet" not in text and "Early in training" not in text
+    demos = app.dataframe[-2].value
+    assert "BSD" in " ".join(map(str, demos["licence"]))
+
+
+def test_home_says_a_demo_is_compared_with_its_own_initialization() -> None:
+    app = open_page("views/home.py", models=TINY_MODELS)
+    assert_clean(app)
+    text = " ".join(m.value for m in app.markdown)
+    assert "tiny_vgg vs its own initialization: r =" in text
+    assert app.query_params["models"] == TINY_MODELS
 
 
 def test_energy_page_subtracts_init_and_labels_deeper_layers() -> None:
-    app = open_page("views/energy_profiles.py")
+    app = open_page("views/energy_profiles.py", models=TINY_MODELS)
     assert_clean(app)
     app.checkbox[0].check().run()
     assert_clean(app)
@@ -73,7 +91,7 @@ def test_url_restores_a_weights_only_model_with_preprocessing(resnet20) -> None:
 
 @pytest.mark.slow
 def test_adding_a_registry_architecture_from_the_sidebar_as_a_name_or_as_the_readmes_spec() -> None:
-    app = open_page("views/home.py")
+    app = open_page("views/home.py", models=TINY_MODELS)
     app.text_input(key="reg_name").input("resnet18")
     app.button(key="reg_add").click().run()
     assert_clean(app)
@@ -96,7 +114,7 @@ def test_the_architecture_box_reads_a_name_or_a_spec() -> None:
 
 
 def test_a_bad_registry_name_is_explained_once_and_the_selection_kept() -> None:
-    app = open_page("views/home.py")
+    app = open_page("views/home.py", models=TINY_MODELS)
     before = app.session_state["selection"].specs
     app.text_input(key="reg_name").input("not_a_net")
     app.button(key="reg_add").click().run()

@@ -99,26 +99,28 @@ def test_scale_space_page_shows_sigma_by_method_and_reacts_to_the_sigma_slider()
 
 
 @pytest.mark.slow
-def test_swap_page_offline_scores_agreement_with_the_original() -> None:
+def test_swap_page_opens_on_the_real_mobilenet_with_the_agreement_and_kl_of_each_swap() -> None:
     app = open_page("swap_rescore")
-    assert app.selectbox(key="sw_model").value == DEFAULT_SWAP_SPEC
-    assert "No accuracy on 11 bundled photos" in text_of(app)
-    assert len(app.get("plotly_chart")) == 2  # reconstruction errors (and the real bank's), before any re-scoring
-    assert "cannot be re-scored here" in text_of(app)
-    app.button(key="sw_run").click().run()
-    assert_clean(app)
-    table = app.dataframe[-1].value
+    assert app.selectbox(key="sw_model").value == DEFAULT_SWAP_SPEC == "demo:mobilenet_v2"
+    text = text_of(app)
+    assert "No accuracy on 11 bundled photos" in text and "accuracy needs images labelled" in text
+    assert "right class" not in text and "Top-1" not in text  # no accuracy words without labels
+    assert "cannot be re-scored here" in text
+    table, sweep = (frame.value for frame in app.dataframe[-2:])  # scored and swept at once: no button to press
     assert table["method"].tolist() == ["original", "B", "centroid", "random"]
-    assert table["top1"].isna().all() and table["agreement"].iloc[0] == 1.0
+    assert "top1" not in table and not table.isin(["None"]).any().any()
+    assert table["agreement"].iloc[0] == 1.0
     kl = dict(zip(table["method"], table["kl"]))
     assert kl["random"] > kl["B"] > 0  # idealized shapes move the outputs less than random filters of equal norm
+    assert f"B {kl['B']:.3f}" in text  # the explanation states each swap's KL
+    assert len(sweep) == 17 and (sweep["zeroed_kl"] > 0).all()  # every depthwise layer swapped alone and zeroed
 
 
 def test_swap_page_rescores_the_real_mobilenet_on_the_imagenet_sample(mobilenet, imagenet_sample) -> None:
     app = open_page("swap_rescore", models=mobilenet_token(mobilenet), sw_model=mobilenet.spec,
                     images=str(imagenet_sample), swaps="B,keep")
     assert "Folders are ImageNet-1k wnids" in text_of(app)
-    app.number_input[0].set_value(6).run()
+    app.number_input(key="sw_images").set_value(6).run()
     app.button(key="sw_run").click().run()
     assert_clean(app)
     table = app.dataframe[-1].value

@@ -4,16 +4,19 @@ form, can be cancelled, and is then listed under "Your runs"."""
 from __future__ import annotations
 
 import shlex
+import shutil
+from pathlib import Path
 
 import pytest
 
 from fl_core.cli import build_parser
 from fl_core.cli.train import cli_flags, config_from_args
-from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunSettings, list_runs, load_run, resolve_config
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunSettings, list_runs, load_run, resolve_config, session_runs_dir
 from fl_core.lab.train import TrainSettings
 from fl_core.settings import replace_settings
 
 from ..conftest import page_app
+from .url_round_trip import assert_round_trip
 
 PAGE = "views/training_lab.py"
 
@@ -111,3 +114,66 @@ def test_a_run_shows_the_command_that_reproduces_it() -> None:
     assert_clean(app)
     commands = [c.value for c in app.code]
     assert "python -m fl_core train --labels random --steps 800 --out runs/lab_vgg_random_s0" in commands
+
+
+def test_each_browser_session_lists_only_its_own_runs(runs_dir) -> None:
+    alice, bob = page_app(PAGE, lab="yours"), page_app(PAGE, lab="yours")
+    alice.run()
+    bob.run()
+    assert_clean(alice)
+    mine = my_runs_folder(alice)
+    assert mine != my_runs_folder(bob) and runs_dir in mine.parents
+    shutil.copytree(SHIPPED_RUNS_DIR / "lab_vgg_true_s0", mine / "my_run")
+    alice.run()
+    bob.run()
+    assert alice.selectbox(key="lab_run").options == ["lab_vgg_true_s0"]  # its name in run.json
+    assert not bob.main.selectbox and any("No runs in this browser session" in i.value for i in bob.info)
+    again = page_app(PAGE, lab="yours", lab_runs=alice.query_params["lab_runs"])  # a reload of Alice's page
+    again.run()
+    assert again.selectbox(key="lab_run").options == ["lab_vgg_true_s0"]
+    forged = page_app(PAGE, lab="yours", lab_runs="../../etc")  # never a path
+    forged.run()
+    assert_clean(forged) and runs_dir in my_runs_folder(forged).parents
+
+
+def my_runs_folder(app) -> Path:
+    return session_runs_dir(app.session_state["lab_runs"])
+
+
+def test_the_run_form_does_not_submit_on_enter_and_every_field_comes_back_from_the_url() -> None:
+    query = {"lab": "train", "lab_images": "bundled", "lab_max_images": "5", "lab_crops": "20", "lab_arch": "timm",
+             "lab_timm": "resnet10t", "lab_width": "8", "lab_kernel": "5", "lab_freeze": "1", "lab_labels": "energy",
+             "lab_component": "3", "lab_alpha": "2.5", "lab_alpha_component": "4", "lab_seed": "7", "lab_steps": "6",
+             "lab_batch": "16", "lab_lr": "0.05", "lab_momentum": "0.9"}
+    app = page_app(PAGE, **query)
+    app.run()
+    assert_clean(app)
+    [form] = [node for node in app.main if getattr(node, "type", "") == "form"]
+    assert form.proto.form.enter_to_submit is False  # Enter in a field does not start a run
+    widgets = {w.key: w.value for w in [*app.number_input, *app.selectbox, *app.checkbox, *app.text_input]
+               if w.key in query}
+    assert widgets == {"lab_images": "bundled", "lab_max_images": 5, "lab_crops": 20, "lab_arch": "timm",
+                       "lab_timm": "resnet10t", "lab_width": 8, "lab_kernel": 5, "lab_freeze": True,
+                       "lab_labels": "energy", "lab_component": 3, "lab_alpha": 2.5, "lab_alpha_component": 4,
+                       "lab_seed": 7, "lab_steps": 6, "lab_batch": 16, "lab_lr": 0.05, "lab_momentum": 0.9}
+    for key, value in query.items():
+        assert app.query_params[key] == value, key
+
+
+def test_the_claims_table_says_whether_each_measurement_agrees_with_the_paper_and_in_what_unit() -> None:
+    app = page_app(PAGE, subtract="0", step="0", run="lab_vgg_true_s0")
+    app.run()
+    assert_clean(app)
+    assert app.checkbox(key="lab_sub_lab_vgg_true_s0").value is False and app.query_params["subtract"] == "0"
+    claims = app.dataframe[-1].value.set_index("claim")
+    assert set(claims["verdict"]) <= {"agrees", "differs", "not run"} and (claims["verdict"] == "agrees").sum() >= 5
+    frozen = claims.loc["A frozen random first layer costs almost no accuracy"]
+    assert frozen["ours"].endswith(" pp") and frozen["agrees when"] == "-5.00 … +5.00 pp"
+    seeds = claims.loc["Profiles agree across seeds"]
+    assert seeds["verdict"] == "agrees" and seeds["agrees when"] == "≥ 0.87"
+
+
+def test_a_link_restores_every_widget_of_a_shipped_run() -> None:
+    again = assert_round_trip(PAGE, {"lab_run": "lab_vgg_random_s0", "lab_step_lab_vgg_random_s0": 129,
+                                     "lab_sub_lab_vgg_random_s0": False}, fixed=frozenset({"lab_mode"}))
+    assert again.query_params["run"] == "lab_vgg_random_s0" and again.query_params["step"] == "129"

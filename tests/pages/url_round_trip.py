@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 from fl_ui.testing import page_app
 
 WIDGET_KINDS = ("selectbox", "multiselect", "checkbox", "toggle", "slider", "select_slider", "number_input",
-                "text_input", "radio")
+                "text_input", "radio", "button_group")
 
 
 def widgets(app: AppTest) -> dict[str, Any]:

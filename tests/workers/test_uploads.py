@@ -24,7 +24,7 @@ from fl_ui.testing import page_app
 from fl_ui.uploads import IN_USE_SECONDS, UploadStore, upload_store, write_atomically
 
 from ..app_pages import app_pages
-from ..conftest import REPO
+from ..conftest import REPO, TINY_MODELS
 from ..test_hostile_uploads import _png
 
 MIB = 2**20
@@ -221,7 +221,7 @@ def _app_with_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quota_mb: 
     monkeypatch.setenv("FL_UPLOAD_DIR", str(uploads))
     monkeypatch.setenv("FL_UPLOAD_QUOTA_MB", quota_mb)
     monkeypatch.chdir(REPO)
-    app = page_app(app_pages()[0].path).run()
+    app = page_app(app_pages()[0].path, models=TINY_MODELS).run()
     app.file_uploader(key="ckpt_upload").set_value((checkpoint.name, checkpoint.read_bytes(), "application/x"))
     app.button(key="ckpt_add").click().run()
     return app, uploads

@@ -137,6 +137,31 @@ def test_one_job_per_key_for_every_session(pool, monkeypatch) -> None:
     assert shared.cached(10) and shared(10) == pids[0] and len(submitted) == 1
 
 
+class PageRerun(Exception):
+    """Stands in for Streamlit stopping a page's run: raised from the progress callback of the wait."""
+
+
+def interrupted_after_first_report(fraction: float, message: str) -> None:
+    raise PageRerun
+
+
+def test_an_abandoned_job_is_cancelled_at_once_unless_another_session_waits(pool, monkeypatch) -> None:
+    monkeypatch.setattr(cache_module, "heavy_pool", lambda: pool)
+    shared = pooled(counting, max_entries=4)
+    with pytest.raises(PageRerun):  # a page asked for 2000 steps (100 s), then its user changed a setting
+        shared(2000, progress=interrupted_after_first_report)
+    done = {}
+    follower = threading.Thread(target=lambda: done.update(pid=shared(60)), daemon=True)
+    follower.start()  # another session waits for a 3 s job, queued behind it (one worker)
+    time.sleep(1.0)
+    shared.abandon(60)  # kept: a session waits for it
+    start = time.perf_counter()
+    shared.abandon(2000)  # nobody waits: cancelled at once
+    follower.join(timeout=60)
+    assert "pid" in done and time.perf_counter() - start < 30  # nothing queued behind the abandoned job
+    assert shared.cached(60) and not shared.cached(2000)
+
+
 def test_memoize_computes_a_key_once_while_sessions_wait() -> None:
     calls = []
     gate = threading.Event()

@@ -1,0 +1,93 @@
+"""Home, Channel Axes, Swap & Re-score and Training Lab in a real browser on a 1024×768 projector and a 1440-px screen:
+no exception, no literal "None", no title cut off, the kernel picture with its colour bar, one Apply per Channel Axes
+change, Streamlit's Running indicator during a long run, and Enter in the run form starting nothing.
+
+Screenshots go to ``test-artifacts/browser/`` (git-ignored); look at them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ..conftest import TINY_MODELS
+from .test_app_in_browser import assert_no_failure, drawn_plots, settle
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SIZES = {"projector": (1024, 768), "wide": (1440, 900)}
+CUT_TITLES_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).flatMap(gd => {
+    const box = gd.getBoundingClientRect();
+    return Array.from(gd.querySelectorAll('.gtitle, .gtitle-subtitle')).filter(t => {
+        const r = t.getBoundingClientRect();
+        return r.width > 0 && (r.left < box.left - 1 || r.right > box.right + 1);
+    }).map(t => t.textContent);
+})"""
+"""The figure titles (and subtitles) that stick out of their figure: plotly does not wrap them."""
+
+
+@pytest.fixture(params=list(SIZES))
+def screen(request, browser):
+    """A browser session at one of :data:`SIZES` (the viewport's width and height)."""
+    width, height = SIZES[request.param]
+    context = browser.new_context(viewport={"width": width, "height": height})
+    context.set_default_timeout(60_000)
+    tab = context.new_page()
+    tab.size_name = request.param
+    yield tab
+    context.close()
+
+
+def main_text(page) -> str:
+    return page.locator('[data-testid="stMain"]').inner_text()
+
+
+def assert_readable(page, where: str) -> None:
+    """No exception, no "None" cell or text, no figure title cut off."""
+    assert_no_failure(page, where)
+    cells = page.locator('[data-testid="stDataFrame"]').all_inner_texts()
+    assert not any("None" in cell.split() for cell in cells), f"{where}: a table shows None"
+    assert " None " not in f" {main_text(page)} ", f"{where}: the page says None"
+    assert page.evaluate(CUT_TITLES_JS) == [], f"{where}: figure titles cut off"
+
+
+@pytest.mark.parametrize(("path", "query", "plots"), [
+    ("", TINY_MODELS, 2), ("channel-axes", "demo:tiny_vgg", 5), ("training-lab", TINY_MODELS, 4),
+    ("swap-rescore", TINY_MODELS, 2)])
+def test_my_pages_are_readable_at_projector_and_wide_sizes(screen, app_url: str, artifacts, path: str, query: str,
+                                                           plots: int) -> None:
+    screen.goto(f"{app_url}/{path}?models={query}&axes_ncal=64&axes_neval=32")
+    settle(screen)
+    drawn_plots(screen, at_least=plots, timeout_ms=300_000)
+    assert_readable(screen, f"{path or 'home'} at {screen.size_name}")
+    screen.screenshot(path=str(artifacts / f"classroom-{path or 'home'}-{screen.size_name}.png"), full_page=True)
+
+
+def test_channel_axes_kernel_picture_has_a_colour_bar_and_a_layer_change_waits_for_apply(page, app_url: str,
+                                                                                        artifacts) -> None:
+    page.goto(f"{app_url}/channel-axes?models=demo:tiny_vgg&axes_ncal=64&axes_neval=32&axes_layer=features.11")
+    settle(page)
+    drawn_plots(page, at_least=5, timeout_ms=300_000)
+    kernel = page.locator('.js-plotly-plot', has=page.locator('.gtitle', has_text="kernels"))
+    assert kernel.locator('.colorbar').count() == 1 and kernel.bounding_box()["height"] >= 300
+    layer = page.locator('[data-testid="stSelectbox"]', has_text="Layer")
+    layer.click()
+    page.get_by_role("option", name="features.7", exact=False).first.click()
+    settle(page)
+    assert "not applied yet" in main_text(page) and "about" in main_text(page)  # the estimate, before starting
+    page.screenshot(path=str(artifacts / "classroom-channel-axes-pending.png"), full_page=True)
+    page.get_by_role("button", name="Apply").click()
+    running = page.locator('[data-testid="stStatusWidget"]')
+    running.wait_for(state="visible", timeout=20_000)  # Streamlit's Running / Stop while the layer is analysed
+    page.screenshot(path=str(artifacts / "classroom-channel-axes-running.png"))
+    settle(page)
+    assert "not applied yet" not in main_text(page) and "features.7" in page.url
+
+
+def test_enter_in_the_run_form_starts_no_run(page, app_url: str) -> None:
+    page.goto(f"{app_url}/training-lab?lab=train&models={TINY_MODELS}")
+    settle(page)
+    steps = page.get_by_label("Steps")
+    steps.fill("7")
+    steps.press("Enter")
+    settle(page)
+    assert "Your run" not in main_text(page) and "Cancel" not in main_text(page)
