@@ -44,3 +44,11 @@ def test_the_default_first_layer_follows_the_theory_and_whitens_where_its_random
     below_rgb = whitening.decorrelation(10)
     assert below_rgb[trained.spec] > 0.1, below_rgb  # 0.64 vs RGB 0.81 at 10 px
     assert abs(below_rgb[init.spec]) < 0.05, below_rgb  # random filters keep the pixels' correlations
+
+
+def test_a_demo_says_whether_its_baseline_is_its_own_initialization() -> None:
+    """Home and Channel Axes call SqueezeNet's baseline a random init of its architecture, the tiny demo's its own."""
+    assert load_model("demo:tiny_vgg").init_is_own
+    squeezenet = load_model(DEFAULT_MODELS[0])
+    assert squeezenet.init_spec == DEFAULT_MODELS[1] and not squeezenet.init_is_own
+    assert not load_model(DEFAULT_MODELS[1]).init_is_own  # a registry random init names no initialization

@@ -100,7 +100,7 @@ def settings_form(loaded) -> tuple[int, int, ChannelSettings, bool]:
         pruning = settings_widgets(PruningSettings, {"criteria": "Pruning criteria"}, key="axes", base=pruning,
                                    url=True, options={"criteria": {
                                        "format_func": lambda c: f"{CRITERIA[c].label} ({CRITERIA[c].axis})"}})
-        baseline = ("its own initialization" if (loaded.init_spec or "").startswith("demo:") else
+        baseline = ("its own initialization" if loaded.init_is_own else
                     f"a random init of the same architecture ({loaded.init_spec})")
         compare_init = st.checkbox(
             "Compare with the initialization", key="axes_init", disabled=not loaded.init_spec,

@@ -25,10 +25,8 @@ def init_pairs(models: list) -> list[tuple]:
 
 
 def baseline_words(trained) -> str:
-    """What a model's baseline is: its own initialization (a demo that recorded it) or a random init of its
-    architecture (a published network whose initialization was not published)."""
-    own = get_model(trained.spec).init_spec.startswith("demo:")
-    return "its own initialization" if own else "a random init of the same architecture"
+    """What a model's baseline is: its own initialization or a random init of its architecture."""
+    return "its own initialization" if get_model(trained.spec).init_is_own else "a random init of the same architecture"
 
 
 def whitening_verdict(spec: str, drop: float) -> str:

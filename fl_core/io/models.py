@@ -157,6 +157,12 @@ class LoadedModel:
         return self.model is None
 
     @property
+    def init_is_own(self) -> bool:
+        """Whether :attr:`init_spec` is this network's own initialization (a demo that recorded it), rather than a
+        random init of the same architecture (a published network whose initialization was not published)."""
+        return bool(self.init_spec) and self.init_spec.startswith("demo:")
+
+    @property
     def num_classes(self) -> int | None:
         return len(self.class_names) if self.class_names else _count_outputs(self.model)
 
