@@ -17,7 +17,7 @@ from fl_core.firstlayer.plots import (
 from fl_core.io.layers import conv_inventory
 from fl_ui.cache import energy_result, get_model
 from fl_ui.forms import settings_widgets
-from fl_ui.state import current_selection
+from fl_ui.state import current_selection, page_model
 from fl_ui.widgets import (
     card_rows,
     plot_with_explanation,
@@ -117,8 +117,7 @@ with user_errors():
                    "The patch PCA components as images (grey = 0). Low-frequency components come first.",
                    name="pca_components", key="component")
     labels = {m.spec: m.label for m in result.models}
-    chosen = url_widget("Filters of", result.models[0].spec, key="filters_of", choices=list(labels),
-                        format_func=labels.get)
+    chosen = page_model("Filters of", list(labels), result.models[0].spec, key="filters_of", format_func=labels.get)
     model = next(m for m in result.models if m.spec == chosen)
     filters = model.filters[:FILTERS_SHOWN]
     zoomable_tiles(filters_figure(model, count=FILTERS_SHOWN), filters, [f"filter {i}" for i in range(len(filters))],

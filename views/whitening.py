@@ -9,7 +9,7 @@ from fl_core.firstlayer.plots import REFERENCE_NAMES, activation_maps_figure, au
 from fl_core.firstlayer.whitening import WhiteningSettings
 from fl_ui.cache import activation_maps_of, get_images, whitening_result
 from fl_ui.forms import settings_widgets
-from fl_ui.state import current_selection
+from fl_ui.state import current_selection, page_model
 from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, url_widget, user_errors
 
 MAX_IMAGE_CHOICES = 200
@@ -58,7 +58,7 @@ with user_errors():
                "look like edge maps: flat regions give ~0, changes light up.")
     images = get_images(selection.images)
     m1, m2 = st.columns(2)
-    spec = url_widget("Model", selection.specs[0], key="maps_model", choices=selection.specs, container=m1,
+    spec = page_model("Model", selection.specs, selection.specs[0], key="maps_model", container=m1,
                       format_func=lambda s: result.labels.get(s, s))
     image_name = url_widget("Image", images.names[0], key="maps_image", choices=images.names[:MAX_IMAGE_CHOICES],
                             container=m2)
