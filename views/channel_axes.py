@@ -42,6 +42,7 @@ from fl_ui.channels import (
     learn_durations,
 )
 from fl_ui.forms import settings_widgets
+from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_model, set_url_param, url_param
 from fl_ui.widgets import (
     dashed,
@@ -160,9 +161,9 @@ st.markdown(
 selection = current_selection()
 with user_errors():
     model_column, layer_column = st.columns([1, 2])
-    spec = page_model("Model", channel_models(selection), DEFAULT_CHANNEL_SPEC, key="axes_model",
-                      container=model_column,
-                      format_func=lambda s: get_model(s, selection.overrides_of(s)).label,
+    candidates = channel_models(selection)
+    spec = page_model("Model", candidates, DEFAULT_CHANNEL_SPEC, key="axes_model", container=model_column,
+                      format_func=spec_labels(candidates).get,
                       help="The sidebar's models and the real ImageNet MobileNetV2 that ships with FilterLens.")
     overrides = selection.overrides_of(spec)
     loaded = get_model(spec, overrides)

@@ -27,6 +27,7 @@ from fl_ui.masterkeys import (
     layer_sweep_result,
     rescore_result,
 )
+from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_model, set_url_param, url_param
 from fl_ui.widgets import heavy_result, plot_with_explanation, table_with_download, user_errors
 
@@ -50,10 +51,9 @@ st.markdown(
 
 selection = current_selection()
 with user_errors():
-    spec = page_model("Depthwise model", depthwise_specs(selection, full_models_only=True,
-                                                         defaults=(DEFAULT_SWAP_SPEC,)),
-                      DEFAULT_SWAP_SPEC, key="sw_model",
-                      format_func=lambda s: get_model(s, selection.overrides_of(s)).label,
+    candidates = depthwise_specs(selection, full_models_only=True, defaults=(DEFAULT_SWAP_SPEC,))
+    spec = page_model("Depthwise model", candidates, DEFAULT_SWAP_SPEC, key="sw_model",
+                      format_func=spec_labels(candidates).get,
                       help="Full models (architecture + weights) with depthwise convolutions: those in the sidebar "
                            "and the real ImageNet MobileNetV2 that ships with FilterLens.")
     overrides = selection.overrides_of(spec)
