@@ -169,11 +169,15 @@ def test_sessions_keep_their_own_selection_and_uploads(tmp_path: Path, monkeypat
     assert bob.session_state["selection"].specs == ("demo:tiny_vgg", "demo:tiny_vgg_init")
     assert uploaded[0] not in bob.multiselect(key="model_picker").options
     assert "weights:" not in bob.query_params["models"]
-    # the same bytes uploaded by Bob land on the same content-addressed file and the same cached model
+    # the same bytes uploaded by Bob under another name: his name, beside Alice's file in the folder of their content
     bob.file_uploader(key="ckpt_upload").set_value(("renamed.th", checkpoint.read_bytes(), "application/x"))
     bob.button(key="ckpt_add").click().run()
-    assert [s for s in bob.session_state["model_picker"] if s.startswith("weights:")] == uploaded
-    assert get_model(uploaded[0]) is get_model(uploaded[0])
+    renamed = [s for s in bob.session_state["model_picker"] if s.startswith("weights:")]
+    assert len(renamed) == 1 and not bob.sidebar.error
+    alices, bobs = Path(uploaded[0].removeprefix("weights:")), Path(renamed[0].removeprefix("weights:"))
+    assert bobs.name == "renamed.th" and bobs.parent == alices.parent and alices.exists()
+    assert renamed[0] not in alice.run().multiselect(key="model_picker").options
+    assert get_model(renamed[0]).sha256 == get_model(uploaded[0]).sha256
 
 
 def test_cached_models_follow_file_content(tmp_path: Path) -> None:
