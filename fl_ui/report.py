@@ -1,8 +1,11 @@
 """Cached checkpoint reports for the Report page: built in a heavy-job worker, keyed by the models, their files'
-stamps, the settings and the device; the HTML document is written once per report."""
+stamps, the settings and the device; the HTML document is written once per report. The documents a user downloads
+name uploads as the user named them, not by the server's upload folder (:meth:`fl_ui.uploads.UploadStore.shareable`).
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from fl_core.errors import FilterLensError
@@ -14,6 +17,7 @@ from fl_ui import jobs
 from fl_ui.cache import get_model, memoize, pooled
 from fl_ui.lab import my_runs_dir
 from fl_ui.state import Selection
+from fl_ui.uploads import upload_store
 
 report_result = pooled(jobs.report_job, max_entries=8)
 """The report of ``(models, stamps, settings, device)`` (:func:`fl_ui.jobs.report_job`), in a worker
@@ -28,8 +32,17 @@ def report_key(models: jobs.ModelKeys, settings: ReportSettings, device: str) ->
 @memoize(max_entries=8)
 def report_document(models: jobs.ModelKeys, stamps: tuple[str, ...], settings: ReportSettings, device: str) -> str:
     """The self-contained HTML file of a finished report (:func:`fl_core.report.html.report_html`)."""
-    report: Report = report_result(models, stamps, settings, device)
-    return report_html(report)
+    return shareable_html(report_result(models, stamps, settings, device))
+
+
+def shareable_html(report: Report) -> str:
+    """The report's offline HTML file (:func:`fl_core.report.html.report_html`), uploads named by their file names."""
+    return upload_store().shareable(report_html(report))
+
+
+def shareable_json(report: Report) -> str:
+    """The report's JSON file (its ``to_dict()``), uploads named by their file names."""
+    return upload_store().shareable(json.dumps(report.to_dict(), indent=2, allow_nan=False))
 
 
 def _label(spec: str, overrides: tuple) -> str:

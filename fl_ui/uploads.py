@@ -66,6 +66,12 @@ class StoredEntry(NamedTuple):
     last_used: float
 
 
+CHECKPOINT_DIGEST_CHARS = 24
+"""Hex digits of the SHA-256 that name a checkpoint's folder."""
+IMAGES_DIGEST_CHARS = 16
+"""Hex digits of the SHA-256 that name a folder of uploaded images (``images-<digest>``)."""
+UPLOADED_IMAGES = "uploaded images"
+"""How a shared document names a folder of uploaded images (:meth:`UploadStore.shareable`)."""
 UPLOAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9._+()-]+")
 MAX_UPLOAD_NAME = 100
 
@@ -157,6 +163,16 @@ class UploadStore:
         path = Path(path)
         return path.parent if self.holds(path.parent) else path
 
+    def shareable(self, text: str) -> str:
+        """``text`` (a document a user downloads) without the server's upload folder: a checkpoint named by the file
+        name it was uploaded under (``weights:/data/uploads/ab12…/resnet20.th`` -> ``weights:resnet20.th``), a folder
+        of uploaded images as :data:`UPLOADED_IMAGES`."""
+        for root in dict.fromkeys((str(self.root.resolve()), str(self.root))):  # the longer form first
+            prefix = re.escape(os.path.join(root, ""))
+            text = re.sub(prefix + f"[0-9a-f]{{{CHECKPOINT_DIGEST_CHARS}}}" + re.escape(os.sep), "", text)
+            text = re.sub(prefix + f"images-[0-9a-f]{{{IMAGES_DIGEST_CHARS}}}", UPLOADED_IMAGES, text)
+        return text
+
     def touch(self, path: str | Path) -> None:
         """Mark an upload as used now; paths outside the store and uploads already removed are ignored."""
         path = self.entry(path)
@@ -206,7 +222,7 @@ class UploadStore:
         Raises:
             DataError: the upload cannot fit the quota (nothing was written).
         """
-        folder = self.root / hashlib.sha256(data).hexdigest()[:24]
+        folder = self.root / hashlib.sha256(data).hexdigest()[:CHECKPOINT_DIGEST_CHARS]
         path = folder / upload_name(name)
         with _ADDING:
             if path.exists():
@@ -242,7 +258,8 @@ class UploadStore:
         Raises:
             DataError: a file is not a readable image, or the images cannot fit the quota.
         """
-        digest = hashlib.sha256(b"".join(data + name.encode() for name, data in files)).hexdigest()[:16]
+        content = b"".join(data + name.encode() for name, data in files)
+        digest = hashlib.sha256(content).hexdigest()[:IMAGES_DIGEST_CHARS]
         folder = self.root / f"images-{digest}"
         if folder.is_dir():
             self.touch(folder)

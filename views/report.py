@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 
 import pandas as pd
 import streamlit as st
@@ -13,7 +12,7 @@ from fl_core.report.build import PART_TITLES, ReportSettings
 from fl_core.report.html import HOW_TO_READ
 from fl_core.report.plots import trajectory_summary_figure, weight_norms_figure
 from fl_ui.forms import settings_widgets
-from fl_ui.report import report_document, report_key, report_result, report_sources
+from fl_ui.report import report_document, report_key, report_result, report_sources, shareable_json
 from fl_ui.sidebar import server_path_error
 from fl_ui.state import current_selection, page_model, page_param, set_page_param
 from fl_ui.widgets import heavy_result, plot_with_explanation, slug, user_errors
@@ -61,7 +60,7 @@ with user_errors():
     left.download_button("⬇ HTML report", functools.partial(report_document, *key),
                          file_name=f"{slug(label)}_report.html", mime="text/html", key="report-html",
                          on_click="ignore", type="primary")
-    right.download_button("⬇ JSON", lambda: json.dumps(report.to_dict(), indent=2, allow_nan=False),
+    right.download_button("⬇ JSON", functools.partial(shareable_json, report),
                           file_name=f"{slug(label)}_report.json", mime="application/json", key="report-json",
                           on_click="ignore")
     st.caption(f"{len(report.models)} checkpoint(s), images: {report.images}.")

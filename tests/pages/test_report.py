@@ -73,3 +73,42 @@ def test_a_link_restores_every_widget_of_the_report_page() -> None:
     again = assert_round_trip(PAGE, {"report_source": "selected", "report_seeds": 3, "report_trajectory_distance": 6},
                               fixed=frozenset({"report_dir"}), models="demo:tiny_vgg_init,demo:tiny_vgg")
     assert again.query_params["report_trajectory_distance"] == "6" and again.query_params["report"] == "selected"
+
+
+@pytest.mark.slow
+def test_the_downloaded_report_names_an_upload_by_its_file_name_not_the_servers_folder(tmp_path, monkeypatch) -> None:
+    import io
+    import json
+
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from fl_core.io.checkpoints import save_state_dict
+    from fl_core.report.build import build_report
+    from fl_ui.report import shareable_html, shareable_json
+    from fl_ui.uploads import UPLOADED_IMAGES, upload_store
+
+    monkeypatch.setenv("FL_UPLOAD_DIR", str(tmp_path / "uploads"))
+    store = upload_store()
+    save_state_dict({"stem.weight": torch.randn(8, 3, 3, 3, generator=torch.Generator().manual_seed(0))},
+                    tmp_path / "net.pt")
+    path, _ = store.add_checkpoint((tmp_path / "net.pt").read_bytes(), "my net (v2).pt")
+    noise = np.random.default_rng(0).integers(0, 256, (3, 48, 64, 3), dtype=np.uint8)
+    photos = []
+    for number, pixels in enumerate(noise):
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format="PNG")
+        photos.append((f"photo{number}.png", buffer.getvalue()))
+    images = store.add_images(photos)
+    report = build_report(f"weights:{path}", str(images), seeds=2)
+    assert str(store.root) in json.dumps(report.to_dict())  # what the worker computed on: the server's paths
+    document, data = shareable_html(report), shareable_json(report)
+    for text in (document, data):
+        assert str(store.root) not in text and f"{path.parent.name}/" not in text and images.name not in text
+    written = json.loads(data)
+    assert written["final"] == written["models"][0]["spec"] == "weights:my_net_(v2).pt"
+    assert written["settings"]["images"] == UPLOADED_IMAGES and UPLOADED_IMAGES in written["images"]
+    embedded = document.split('id="filterlens-report">')[1].removesuffix("</script></body></html>")
+    assert json.loads(embedded)["final"] == "weights:my_net_(v2).pt"
+    assert "<td>weights:my_net_(v2).pt</td>" in document  # the table of what was loaded
