@@ -254,3 +254,34 @@ def test_each_bank_keeps_its_colour_when_the_chosen_model_changes_the_order() ->
     second = assignment_comparison_figure({"convnext_atto (random init)": bank, "text detector": bank})
     colours = [{trace.name.split(":")[0]: trace.marker.color for trace in fig.data} for fig in (first, second)]
     assert colours[0] == colours[1] and len(set(colours[0].values())) == 2
+
+
+SMALL_GLYPHS = set("₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₒₓₔₕₖₗₘₙₚₛₜ")
+"""Unicode subscripts: at the 13-px size of subplot titles and 12-px ticks they read as specks."""
+
+
+def _shown_texts(fig: go.Figure) -> list[tuple[str, float | None]]:
+    """Every text a figure shows with its font size where set: annotations, tick labels, categories, trace names."""
+    shown = [(a.text, a.font.size) for a in fig.layout.annotations]
+    shown += [(text, None) for axis in axes(fig).values() for text in (axis.ticktext or ())]
+    for trace in fig.data:
+        shown += [(trace.name, None)] if trace.name else []
+        categories = getattr(trace, "x", None)
+        shown += [(value, None) for value in (() if categories is None else categories) if isinstance(value, str)]
+    return shown
+
+
+@pytest.mark.slow
+def test_master_key_names_are_written_on_the_line_at_a_readable_size() -> None:
+    from fl_core.masterkeys.plots import GRID_TITLE_PX, KEY_NAMES
+
+    assert not SMALL_GLYPHS & set("".join(KEY_NAMES)) and GRID_TITLE_PX >= 13
+    figures = {name: fig for name, fig in gallery().items() if name.startswith(("masterkeys.", "report."))}
+    naming = 0
+    for name, fig in figures.items():
+        for text, size in _shown_texts(fig):
+            if any(key in text for key in KEY_NAMES):
+                naming += 1
+                assert "<sub>" not in text and not SMALL_GLYPHS & set(text), (name, text)
+                assert size is None or size >= 13, (name, text, size)
+    assert naming >= 8 * 3  # the key grid's titles, the counts' categories and the stage bars' legend at least
