@@ -156,7 +156,7 @@ st.markdown(
     "informative and still removable because its peers cover it. Pick a layer, see every channel on both axes, "
     "then *test* removability directly: lesion it, let its peers stand in for it, prune.\n\n"
     "The paper's method section is not public: every definition here is this project's **proposed** one "
-    "(reference: `channel_axes.md`).")
+    "(their formulas: the section *Channel axes* of `docs/methods.md`).")
 
 selection = current_selection()
 with user_errors():
