@@ -56,7 +56,7 @@ VOLUME ["/cache", "/data"]
 
 # Under load the health endpoint has answered in up to 5.3 s: 10 s per try (the request gives up at 8 s with a clear
 # error), three failures in a row before "unhealthy". Docker itself only reports it; see README for what restarts it.
-# The start period covers fl_ui.serve computing the default views before it listens (minutes on 2 cores).
+# The start period covers fl_ui.serve loading torch, the analyses and Home's default view before it listens.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=300s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/_stcore/health' % os.environ.get('STREAMLIT_SERVER_PORT', '8501'), timeout=8)"]
 

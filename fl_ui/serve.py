@@ -3,8 +3,10 @@
 ``streamlit run app.py`` imports torch, torchvision, timm and the analyses when the first visitor's script runs, in
 a thread of the server: that import holds the GIL for seconds (loading torch's shared libraries), and every other
 request, the health check included, waits. Here the imports and the heavy-job workers are done *before* the server
-listens, so a fresh server answers its first health check only once it is ready, and never stalls afterwards.
-Options are passed on to ``streamlit run app.py`` unchanged.
+listens, so a fresh server answers its first health check only once it is ready, and never stalls afterwards. The
+default views that run in the heavy-job workers (Channel Axes' default layer, Swap & Re-score's default re-score: a
+minute or more on 2 cores) are computed while the server already listens; a visitor who comes first follows that
+job's progress. Options are passed on to ``streamlit run app.py`` unchanged.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import gc
 import importlib
 import pkgutil
 import sys
+import threading
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
@@ -27,9 +30,9 @@ in their threads; a shorter interval hands it back sooner, at a small cost in th
 def preload() -> None:
     """Import every module of :data:`PRELOADED_PACKAGES`, start the heavy-job workers, decode the bundled photos
     (which imports scikit-image's, scikit-learn's and matplotlib's loaders: in the first visitor's page thread that
-    held the GIL for ~1 s), compute the depthwise pages' default results
-    (:func:`fl_ui.masterkeys.warm_default_results`) and the other default views' (:func:`warm_default_views`),
-    freeze what was imported out of the garbage collector's
+    held the GIL for ~1 s), compute the default views that run in this process (the depthwise pages' grid searches,
+    :func:`fl_ui.masterkeys.warm_default_results`, and Home's, :func:`warm_home`), start computing those that run in
+    the workers (:func:`warm_worker_views`, in a background thread), freeze what was imported out of the garbage collector's
     generations (a full collection of it takes ~0.4 s, holding the GIL), and shorten the GIL switch interval
     (:data:`SWITCH_INTERVAL_S`)."""
     for package in PRELOADED_PACKAGES:
@@ -46,26 +49,33 @@ def preload() -> None:
     for index in range(len(photos)):
         photos.image(index)  # each photo is decoded once per process (cached)
     warm_default_results()
-    warm_default_views()
+    warm_home()
+    threading.Thread(target=warm_worker_views, name="filterlens-warm", daemon=True).start()
     gc.collect()
     gc.freeze()  # the ~0.5 M objects imported here are never scanned again by a full collection
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
-def warm_default_views() -> None:
-    """What the default views show on a first visit, computed into the caches: Home's energy profiles and whitening
-    of the sidebar's default models, Channel Axes' default layer (in a worker; it also times the analysis, so later
-    requests get an estimate) and Swap & Re-score's default re-score of the bundled photos."""
+def warm_home() -> None:
+    """Home's first view computed into the caches: the energy profiles and whitening of the sidebar's default
+    models (a few seconds)."""
     from fl_core.firstlayer.energy import EnergySettings
     from fl_core.firstlayer.whitening import WhiteningSettings
     from fl_ui.cache import energy_result, whitening_result
-    from fl_ui.channels import warm_default_result
-    from fl_ui.masterkeys import warm_default_rescore
     from fl_ui.state import default_selection
 
     home = default_selection()
     energy_result(home.model_keys(), home.images, EnergySettings(), False, home.device)
     whitening_result(home.model_keys(), home.images, WhiteningSettings(), home.device)
+
+
+def warm_worker_views() -> None:
+    """The heavy pages' first views computed in the workers into the caches: Channel Axes' default layer (it also
+    times the analysis, so later requests get an estimate) and Swap & Re-score's default re-score of the bundled
+    photos. Each is one job that a visitor asking for it meanwhile follows."""
+    from fl_ui.channels import warm_default_result
+    from fl_ui.masterkeys import warm_default_rescore
+
     warm_default_result()
     warm_default_rescore()
 
