@@ -1,7 +1,7 @@
 """Re-scoring throughput: FilterLens vs a plain torchvision ``ImageFolder`` + ``DataLoader`` + ``model(x)`` loop on the
 same model, images, batch size, workers and device, and how the cost grows with the variants scored together (the
 original plus 0, 1, 3 and 6 swapped ones, all depthwise layers — or those of ``--stages`` — swapped by the fitting
-methods in order). Variants run only from their first swapped module on (:mod:`fl_core.masterkeys.prefix`); the 1 + 6
+methods in order). Variants run only from their first swapped module on (:mod:`fl_core.suffix`); the 1 + 6
 point is also timed with every variant running the whole network (``share_prefix=False``), the cost before that sharing.
 
 Prints images/s of both loops; one table row per number of variants — seconds, seconds per variant, seconds per

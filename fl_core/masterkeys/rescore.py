@@ -13,7 +13,7 @@
 * Variants: the original and every swap run on each decoded batch, by copying the swapped tensors into one private
   copy of the model before each forward pass, so decoding is shared by all variants. A variant that differs from
   the original only from some module on (a stage-wise swap, one layer of a sweep) runs only from there, on the
-  original's activation at that point (:mod:`fl_core.masterkeys.prefix`, checked on the first batch against its full
+  original's activation at that point (:mod:`fl_core.suffix`, checked on the first batch against its full
   forward pass).
 * Per variant: top-1, top-5, mean cross-entropy (labelled images), the top-1 agreement with the original and the
   mean KL(p_original ‖ p_variant) in nats (all images).
@@ -55,11 +55,11 @@ from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.distributed import all_reduce_sums, distributed_rank, rank_device, shard_range
 from fl_core.masterkeys.fitting import FIT_METHODS
 from fl_core.masterkeys.kmeans import DEFAULT_K
-from fl_core.masterkeys.prefix import PROBE_IMAGES, PrefixPlan, changed_keys, full_forwards, plan_prefix_sharing
 from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
 from fl_core.masterkeys.swap import REPLACEMENTS, FilterSwap, parameter_patch, swap_filters
 from fl_core.results import Result
 from fl_core.settings import MAX_SEED, setting
+from fl_core.suffix import PROBE_IMAGES, PrefixPlan, changed_keys, full_forwards, plan_prefix_sharing
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class ScoringSettings:
             is then scored on the held-out rest); ``None``: score the swaps as they are.
         batch_size: images per batch.
         workers: DataLoader worker processes (``None``: CPU cores − 1, at most 8; none for a single batch).
-        share_prefix: run each variant only from its first changed module on (:mod:`fl_core.masterkeys.prefix`);
+        share_prefix: run each variant only from its first changed module on (:mod:`fl_core.suffix`);
             off: every variant runs the whole network (the same numbers, for timing).
     """
 
@@ -164,7 +164,7 @@ class VariantScore(Scores):
         relative_error: ‖W - Ŵ‖/‖W‖ of the swap (``None`` for the original).
         recovered: the same swap's scores after recovery, when recovery ran.
         computed_from: the module from which this variant's own forward passes ran, on the original's activation
-            there (:mod:`fl_core.masterkeys.prefix`); ``None``: the whole network ran.
+            there (:mod:`fl_core.suffix`); ``None``: the whole network ran.
     """
 
     method: str
@@ -200,7 +200,7 @@ class RescoreResult(Result):
         resumed_images: images taken from a resume file instead of being scored again.
         recovery: the recovery protocol and split, when recovery ran (every score is then on the held-out images).
         sharing: why variants that differ only from some module on still ran the whole network
-        (:mod:`fl_core.masterkeys.prefix`).
+        (:mod:`fl_core.suffix`).
     """
 
     spec: str
@@ -336,7 +336,7 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
         batch_size, workers: data loading.
         resume: resume file (module docstring).
         names: variant names (for the fingerprint and the sharing notes).
-        share_prefix: run variants that differ only from some module on from there (:mod:`fl_core.masterkeys.prefix`;
+        share_prefix: run variants that differ only from some module on from there (:mod:`fl_core.suffix`;
             the plan is made on the first batch).
         progress: ``progress(fraction, message)`` with speed and ETA.
 

@@ -14,11 +14,10 @@ from fl_core.io.images import bundled_images
 from fl_core.io.models import LoadedModel, load_model
 from fl_core.io.preprocessing import InputConfig
 from fl_core.masterkeys.depthwise import depthwise_bank
-from fl_core.masterkeys.prefix import changed_keys, module_chain, plan_prefix_sharing
 from fl_core.masterkeys.rescore import rescore
 from fl_core.masterkeys.swap import swap_filters
-
-from .test_clustering import tiny_loaded
+from fl_core.suffix import changed_keys, module_chain, plan_prefix_sharing
+from tests.masterkeys.test_clustering import tiny_loaded
 
 
 def scores(result) -> list[tuple]:
