@@ -1,35 +1,46 @@
-"""Shared prefix: variants of one network that differ only from some module on run the common start once per batch.
+"""Modified copies of one network, each run only from the first module where it differs from the original.
+
+Re-scoring filter swaps, the per-layer sweep, lesions, peer replacement and pruning curves all score copies of one
+network that equal it up to some module. The original's input of that module is computed once per batch (or kept for
+a whole in-memory image set that fits a memory budget: :class:`PrefixPasses`) and every copy runs only its suffix.
 
 * **Chain** (:func:`module_chain`): the model's children in execution order, recursing into ``nn.Sequential``
   containers (torchvision's ``features``, timm's ``blocks`` / ``stages``), found with hooks on one forward pass.
   Module i is *fed directly* when its input is the very tensor module i − 1 returned (nothing computed between).
   Modules called more than once end the chain.
-* **Start** of a variant: the first chain module holding a parameter or buffer that differs from the original's,
-  lowered to the last module up to which every link is direct (0: the whole network runs).
-* **Per batch** (:meth:`PrefixPlan.variant_logits`): the original runs in full and the input of every needed start
-  is copied on the way; a variant starting at s then runs the model's own forward with modules 0 … s − 1 replaced
-  by stubs returning that copy, so its modules s, s + 1, … and whatever the forward computes after them run as usual.
-* **Checked** (:func:`plan_prefix_sharing`): on the first images of the first batch every sharing variant's logits
-  from its start must equal those of its full forward pass (``torch.allclose``, rtol 1e-5); otherwise (e.g. a later
-  module reads a prefix activation too) that variant falls back to full forward passes and the reason is noted.
-  A suffix that changes the copied input in place is given a fresh copy each time.
+* **Start** of a copy (:meth:`ModuleChain.start`): the first chain module holding a changed parameter or buffer,
+  lowered to the nearest module fed directly (0: the whole network runs). Callers that know more may start later on
+  a transformed activation: a lesion after the module whose output it changes, a pruned copy at the first module
+  that reads the remaining channels (on the original's activation without the removed ones).
+* **Suffix** (:func:`suffix_forward`): the copy's own forward with chain modules 0 … s − 1 replaced by stubs returning
+  the activation at s, so modules s, s + 1, … and whatever the forward computes after them run as usual.
+* **Checked** (:func:`suffix_check`): on the first images of the first batch every copy's suffix output must equal
+  its full forward pass (``torch.allclose``, rtol 1e-5 of the largest output); otherwise (e.g. a later module reads a
+  prefix activation too) the copy runs whole and a note says why. A suffix that changes its input in place gets a
+  fresh copy of it each time.
+* **Built once**: a copy with other weights is new modules sharing every unchanged tensor with the original
+  (:func:`shared_copy`); nothing is copied per batch.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import copy
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 PROBE_IMAGES = 2
+"""Images of the first batch on which every suffix is checked against its full forward pass."""
 RTOL = 1e-5
 
 log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------------------------------- chain
 
 
 @dataclass(frozen=True)
@@ -44,20 +55,28 @@ class ModuleChain:
     names: tuple[str, ...]
     direct: tuple[bool, ...]
 
+    def owner(self, name: str) -> int | None:
+        """Index of the chain module that is or holds module, parameter or buffer ``name``; ``None`` when none does."""
+        return next((i for i, chain_name in enumerate(self.names)
+                     if name == chain_name or name.startswith(f"{chain_name}.")), None)
+
+    def lowered(self, index: int) -> int:
+        """The nearest start at or before ``index``: a module fed directly by the one before it (0: everything)."""
+        start = min(index, len(self.names) - 1)
+        while start > 0 and not self.direct[start]:
+            start -= 1
+        return max(start, 0)
+
     def start(self, changed: Sequence[str]) -> int:
-        """Chain index where a variant with these changed parameter / buffer names starts (0: the whole network)."""
-        owners = [self.owner(key) for key in changed]
+        """Chain index where a copy with these changed modules, parameters or buffers starts (0: the whole network)."""
+        owners = [self.owner(name) for name in changed]
         if None in owners:
             return 0
-        last = min([*owners, len(self.names) - 1])
-        start = 0
-        while start < last and self.direct[start + 1]:
-            start += 1
-        return start
+        return self.lowered(min([*owners, len(self.names) - 1]))
 
-    def owner(self, key: str) -> int | None:
-        """Index of the chain module holding parameter / buffer ``key``, ``None`` when none does."""
-        return next((i for i, name in enumerate(self.names) if key.startswith(f"{name}.")), None)
+    def name(self, start: int) -> str | None:
+        """The module a copy starting at ``start`` runs from, ``None`` for the whole network."""
+        return self.names[start] if start > 0 else None
 
 
 def chain_candidates(model: nn.Module) -> list[str]:
@@ -102,8 +121,11 @@ def module_chain(model: nn.Module, x: torch.Tensor) -> tuple[ModuleChain, torch.
     return ModuleChain(tuple(order[:once]), tuple(direct[:once])), output
 
 
+# ---------------------------------------------------------------------------------------------------- suffixes
+
+
 @contextlib.contextmanager
-def capturing_inputs(model: nn.Module, chain: ModuleChain, starts: set[int]) -> Iterator[dict[int, torch.Tensor]]:
+def capturing_inputs(model: nn.Module, chain: ModuleChain, starts: Iterable[int]) -> Iterator[dict[int, torch.Tensor]]:
     """During the forward passes in this context, record a copy of the input of each chain module in ``starts``."""
     captured: dict[int, torch.Tensor] = {}
 
@@ -112,7 +134,7 @@ def capturing_inputs(model: nn.Module, chain: ModuleChain, starts: set[int]) -> 
             captured[index] = args[0].clone()
         return record
 
-    handles = [model.get_submodule(chain.names[i]).register_forward_pre_hook(hook(i)) for i in starts if i > 0]
+    handles = [model.get_submodule(chain.names[i]).register_forward_pre_hook(hook(i)) for i in set(starts) if i > 0]
     try:
         yield captured
     finally:
@@ -122,7 +144,9 @@ def capturing_inputs(model: nn.Module, chain: ModuleChain, starts: set[int]) -> 
 
 def suffix_forward(model: nn.Module, chain: ModuleChain, start: int, activation: torch.Tensor,
                    x: torch.Tensor) -> torch.Tensor:
-    """``model(x)`` with chain modules 0 … start − 1 replaced by stubs returning ``activation`` (module docstring)."""
+    """``model(x)`` with chain modules 0 … start − 1 replaced by stubs returning ``activation`` (module docstring).
+
+    ``model`` may be the original or any copy with the same module names; ``x`` only goes to the stubbed prefix."""
     prefix = [model.get_submodule(name) for name in chain.names[:start]]
 
     def stub(*args, **kwargs) -> torch.Tensor:
@@ -137,16 +161,63 @@ def suffix_forward(model: nn.Module, chain: ModuleChain, start: int, activation:
             del module.forward
 
 
+def same_output(split: torch.Tensor, full: torch.Tensor) -> bool:
+    """Whether a suffix output equals the full forward pass's: same shape, ``allclose`` within :data:`RTOL` of the
+    largest value."""
+    scale = float(full.abs().max()) if full.numel() else 0.0
+    return split.shape == full.shape and torch.allclose(split.float(), full.float(), rtol=RTOL, atol=RTOL * scale)
+
+
+def suffix_check(model: nn.Module, chain: ModuleChain, start: int, activation: torch.Tensor, x: torch.Tensor,
+                 full: torch.Tensor) -> tuple[bool, bool]:
+    """``(matches, in_place)``: whether ``model``'s suffix from ``start`` on ``activation`` reproduces ``full`` (its
+    own forward pass on ``x``), and whether the suffix changed ``activation`` in place (it then needs a fresh copy)."""
+    kept = activation.clone()
+    try:
+        matches = same_output(suffix_forward(model, chain, start, activation, x), full)
+    except Exception as error:  # a forward that cannot take the stubs: run it whole
+        log.debug("suffix forward pass failed: %s", error)
+        matches = False
+    return matches, not torch.equal(activation, kept)
+
+
+def fallback_note(label: str, chain: ModuleChain, start: int) -> str:
+    """Why a copy that could have run from ``start`` runs whole."""
+    return (f"{label}: full forward passes (from {chain.names[start]} on, its output did not match its full forward "
+            "pass)")
+
+
+def shared_copy(model: nn.Module, replaced: Mapping[str, torch.Tensor]) -> nn.Module:
+    """New modules with ``model``'s structure and tensors, except the parameters / buffers named in ``replaced``,
+    which get their own storage holding the given values (the original is not changed)."""
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    memo = {id(tensor): tensor for name, tensor in tensors.items() if name not in replaced}
+    clone = copy.deepcopy(model, memo)
+    with torch.no_grad():
+        for name, value in replaced.items():
+            module, _, attribute = name.rpartition(".")
+            getattr(clone.get_submodule(module), attribute).copy_(value)
+    return clone
+
+
+def changed_keys(patches: Sequence[Mapping[str, torch.Tensor]], originals: Mapping[str, torch.Tensor]
+                 ) -> list[list[str]]:
+    """Per patch, the names whose tensors differ from the original's."""
+    return [[key for key, tensor in patch.items() if not torch.equal(tensor, originals[key])] for patch in patches]
+
+
+# ------------------------------------------------------------------------------------------------------- plans
+
+
 @dataclass(frozen=True)
-class PrefixPlan:
-    """How each variant runs on a batch.
+class SuffixPlan:
+    """How each copy of a list runs on a batch.
 
     Attributes:
-        chain: the model's chain.
-        starts: per variant, the chain index where its own forward pass starts (0: the whole network; the
-            original, first, always 0).
-        fresh_copy: per variant, whether its suffix changes its input in place (so it gets a copy).
-        notes: why variants that could have shared the prefix did not.
+        chain: the original's chain.
+        starts: per copy, the chain index where its own forward pass starts (0: the whole network).
+        fresh_copy: per copy, whether its suffix changes its input in place (so it gets a copy).
+        notes: why copies that could have run from a later module did not.
     """
 
     chain: ModuleChain
@@ -154,75 +225,115 @@ class PrefixPlan:
     fresh_copy: tuple[bool, ...]
     notes: tuple[str, ...]
 
-    def start_name(self, variant: int) -> str | None:
-        """The module where the variant's own forward pass starts, ``None`` for the whole network."""
-        start = self.starts[variant]
-        return self.chain.names[start] if start > 0 else None
+    def start_name(self, index: int) -> str | None:
+        """The module where copy ``index``'s own forward pass starts, ``None`` for the whole network."""
+        return self.chain.name(self.starts[index])
 
-    def variant_logits(self, model: nn.Module, x: torch.Tensor, load: Callable[[int], None]) -> Iterator[torch.Tensor]:
-        """Each variant's output on ``x``, in order; ``load(i)`` puts variant i's weights into ``model``."""
-        load(0)
-        with capturing_inputs(model, self.chain, set(self.starts)) as captured:
-            yield model(x)
-        for i in range(1, len(self.starts)):
-            load(i)
-            start = self.starts[i]
+    def outputs(self, original: nn.Module, copies: Sequence[nn.Module], x: torch.Tensor) -> Iterator[torch.Tensor]:
+        """The original's output on ``x``, then each copy's, in order."""
+        with capturing_inputs(original, self.chain, self.starts) as captured:
+            yield original(x)
+        for model, start, fresh in zip(copies, self.starts, self.fresh_copy):
             if start == 0:
                 yield model(x)
             else:
-                activation = captured[start].clone() if self.fresh_copy[i] else captured[start]
+                activation = captured[start].clone() if fresh else captured[start]
                 yield suffix_forward(model, self.chain, start, activation, x)
 
 
-def full_forwards(variants: int) -> PrefixPlan:
-    """The plan of no sharing: every variant runs the whole network."""
-    return PrefixPlan(ModuleChain((), ()), (0,) * variants, (False,) * variants, ())
+def full_forwards(copies: int) -> SuffixPlan:
+    """The plan of no sharing: every copy runs the whole network."""
+    return SuffixPlan(ModuleChain((), ()), (0,) * copies, (False,) * copies, ())
 
 
-def plan_prefix_sharing(model: nn.Module, changed: Sequence[Sequence[str]], x: torch.Tensor,
-                        load: Callable[[int], None], names: Sequence[str] = ()) -> PrefixPlan:
-    """Probe the chain and check every sharing variant on ``x`` (the first images of a batch; module docstring).
+def plan_suffixes(original: nn.Module, copies: Sequence[nn.Module], changed: Sequence[Sequence[str]],
+                  x: torch.Tensor, names: Sequence[str] = ()) -> SuffixPlan:
+    """Probe the original's chain and check every copy's suffix on ``x`` (the first images of a batch).
 
     Args:
-        model: the scored model.
-        changed: per variant, the parameter / buffer names whose values differ from the original's (the first
-            variant must be the original: ``[]``).
+        original: the unchanged model.
+        copies: models with the original's module names (e.g. from :func:`shared_copy`).
+        changed: per copy, the modules, parameters or buffers that differ from the original's.
         x: probe images.
-        load: ``load(i)`` puts variant i's weights into ``model``.
-        names: variant names for the notes.
+        names: copy names for the notes.
     """
-    if changed[0]:
-        return dataclasses.replace(full_forwards(len(changed)), notes=("the first variant is not the original",))
-    load(0)
-    chain, _ = module_chain(model, x)
-    starts = [0] + [chain.start(keys) for keys in changed[1:]]
-    with capturing_inputs(model, chain, set(starts)) as captured:
-        model(x)
+    chain, _ = module_chain(original, x)
+    starts = [chain.start(keys) for keys in changed]
+    with capturing_inputs(original, chain, starts) as captured:
+        original(x)
     fresh, notes = [False] * len(starts), []
-    for i in range(1, len(starts)):
-        if starts[i] == 0:
+    for i, (model, start) in enumerate(zip(copies, starts)):
+        if start == 0:
             continue
-        load(i)
-        full = model(x)
-        activation = captured[starts[i]].clone()
-        try:
-            split = suffix_forward(model, chain, starts[i], activation, x)
-            scale = float(full.abs().max()) if full.numel() else 0.0
-            same = split.shape == full.shape and torch.allclose(split, full, rtol=RTOL, atol=RTOL * scale)
-        except Exception as error:  # a model whose forward cannot take the stubs: run it whole
-            same = False
-            log.debug("suffix forward pass failed: %s", error)
-        if not same:
-            label = names[i] if i < len(names) else f"variant {i}"
-            notes.append(f"{label}: full forward passes (from {chain.names[starts[i]]} on, its output did not "
-                         "match its full forward pass)")
+        matches, fresh[i] = suffix_check(model, chain, start, captured[start].clone(), x, model(x))
+        if not matches:
+            notes.append(fallback_note(names[i] if i < len(names) else f"copy {i + 1}", chain, start))
             starts[i] = 0
-            continue
-        fresh[i] = not torch.equal(activation, captured[starts[i]])
-    return PrefixPlan(chain, tuple(starts), tuple(fresh), tuple(notes))
+    return SuffixPlan(chain, tuple(starts), tuple(fresh), tuple(notes))
 
 
-def changed_keys(patches: Sequence[Mapping[str, torch.Tensor]], originals: Mapping[str, torch.Tensor]
-                 ) -> list[list[str]]:
-    """Per variant, the patched names whose tensors differ from the original's."""
-    return [[key for key, tensor in patch.items() if not torch.equal(tensor, originals[key])] for patch in patches]
+# ------------------------------------------------------------------------------------------------ kept passes
+
+
+@dataclass(frozen=True)
+class PrefixPass:
+    """The original's pass over one batch.
+
+    Attributes:
+        x, y: the batch on the device.
+        output: the original's output.
+        activations: chain index → the original's input of that chain module.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    output: torch.Tensor
+    activations: dict[int, torch.Tensor]
+
+    @property
+    def nbytes(self) -> int:
+        tensors = (self.x, self.y, self.output, *self.activations.values())
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class PrefixPasses:
+    """The original's passes over labelled batches, with its inputs of the chain modules ``starts`` captured.
+
+    The first complete iteration keeps every pass when they fit ``memory_bytes`` together (later iterations then run
+    nothing before the starts); otherwise each iteration runs the batches again.
+
+    Args:
+        model: the original.
+        chain: its chain.
+        starts: chain indices whose inputs the copies need.
+        batches: returns a fresh iterable of ``(x, y)`` batches.
+        device: where to run.
+        memory_bytes: budget for keeping the passes.
+    """
+
+    def __init__(self, model: nn.Module, chain: ModuleChain, starts: Iterable[int],
+                 batches: Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]], device: torch.device,
+                 memory_bytes: int) -> None:
+        self.model, self.chain, self.starts = model, chain, set(starts)
+        self.batches, self.device, self.memory_bytes = batches, device, memory_bytes
+        self.kept: list[PrefixPass] | None = None
+
+    def __iter__(self) -> Iterator[PrefixPass]:
+        if self.kept is not None:
+            yield from self.kept
+            return
+        kept: list[PrefixPass] | None = []
+        size = 0
+        for x, y in self.batches():
+            x, y = x.to(self.device), y.to(self.device)
+            with torch.no_grad(), capturing_inputs(self.model, self.chain, self.starts) as captured:
+                output = self.model(x)
+            prefix_pass = PrefixPass(x, y, output, dict(captured))
+            if kept is not None:
+                size += prefix_pass.nbytes
+                if size <= self.memory_bytes:
+                    kept.append(prefix_pass)
+                else:
+                    kept = None
+            yield prefix_pass
+        self.kept = kept

@@ -1,6 +1,7 @@
-"""Shared prefix across re-score variants: the same scores as full forward passes (all-layer, stage-wise and
-one-layer swaps on a random-init MobileNetV2), the prefix run once per batch, and a model whose later modules read a
-prefix activation falling back to full forward passes with the same numbers."""
+"""The shared prefix (fl_core.suffix) across re-score variants: the same scores as full forward passes (all-layer,
+stage-wise and one-layer swaps on a random-init MobileNetV2), the prefix run once per batch, copies that share every
+unchanged tensor and change nothing per batch, kept passes, and a model whose later modules read a prefix activation
+falling back to full forward passes with the same numbers."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from fl_core.io.preprocessing import InputConfig
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.rescore import rescore
 from fl_core.masterkeys.swap import swap_filters
-from fl_core.suffix import changed_keys, module_chain, plan_prefix_sharing
+from fl_core.suffix import PrefixPasses, changed_keys, module_chain, plan_suffixes, shared_copy
 from tests.masterkeys.test_clustering import tiny_loaded
 
 
@@ -31,20 +32,15 @@ def both_ways(loaded: LoadedModel, swaps, images=None, batch_size: int = 2):
             for share in (True, False)]
 
 
-def patched_variants(model: nn.Module, patches: list[dict], x: torch.Tensor):
-    """``(load, state, expected)``: ``load(i)`` puts variant i (the model's state with ``patches[i]`` applied) into
-    ``model``, and ``expected[i]`` is that variant's full forward pass on ``x``."""
-    state = {key: value.clone() for key, value in model.state_dict().items()}
-
-    def load(variant: int) -> None:
-        model.load_state_dict({**state, **patches[variant]})
-
-    expected = []
+def patched_copies(model: nn.Module, patches: list[dict], x: torch.Tensor):
+    """``(copies, changed, expected)``: a shared copy of ``model`` per patch, the names each changes, and each
+    copy's full forward pass on ``x`` (the original's first)."""
+    state = model.state_dict()
+    changed = changed_keys(patches, state)
+    copies = [shared_copy(model, {key: patch[key] for key in keys}) for patch, keys in zip(patches, changed)]
     with torch.no_grad():
-        for i in range(len(patches)):
-            load(i)
-            expected.append(model(x))
-    return load, state, expected
+        expected = [model(x)] + [copy(x) for copy in copies]
+    return copies, changed, expected
 
 
 @pytest.fixture(scope="module")
@@ -102,19 +98,47 @@ def chain_net() -> nn.Sequential:
 def test_the_prefix_runs_once_per_batch():
     model = chain_net()
     generator = torch.Generator().manual_seed(2)
-    patches = [{}, {"3.weight": torch.randn(8, 1, 3, 3, generator=generator)},
+    patches = [{"3.weight": torch.randn(8, 1, 3, 3, generator=generator)},
                {"1.weight": torch.randn(8, 1, 3, 3, generator=generator)}, {"0.bias": torch.zeros(8)}]
     x = torch.randn(6, 3, 12, 12, generator=generator)
-    load, state, expected = patched_variants(model, patches, x)
+    copies, changed, expected = patched_copies(model, patches, x)
     with torch.no_grad():
-        plan = plan_prefix_sharing(model, changed_keys(patches, state), x[:2], load)
-        assert plan.starts == (0, 3, 1, 0) and plan.notes == ()
-        assert [plan.start_name(i) for i in range(4)] == [None, "3", "1", None]
+        plan = plan_suffixes(model, copies, changed, x[:2])
+        assert plan.starts == (3, 1, 0) and plan.notes == ()
+        assert [plan.start_name(i) for i in range(3)] == ["3", "1", None]
         CountingConv.calls = 0
-        logits = list(plan.variant_logits(model, x, load))
-    assert CountingConv.calls == 2  # the original, and the variant that changes the stem; not the other two
+        logits = list(plan.outputs(model, copies, x))
+    assert CountingConv.calls == 2  # the original, and the copy that changes the stem; not the other two
     for got, want in zip(logits, expected):
         assert torch.equal(got, want)
+
+
+def test_copies_share_every_unchanged_tensor_and_leave_the_original_alone():
+    model = chain_net()
+    before = {key: value.clone() for key, value in model.state_dict().items()}
+    copy = shared_copy(model, {"3.weight": torch.ones(8, 1, 3, 3)})
+    assert torch.equal(copy[3].weight, torch.ones(8, 1, 3, 3)) and copy[3].weight is not model[3].weight
+    assert all(getattr(copy[i], name) is getattr(model[i], name) for i, name in
+               ((0, "weight"), (0, "bias"), (1, "weight"), (3, "bias"), (7, "weight")))
+    assert all(torch.equal(model.state_dict()[key], value) for key, value in before.items())
+
+
+def test_kept_passes_run_the_prefix_once_and_stream_beyond_the_budget():
+    model = chain_net()
+    x, y = torch.randn(6, 3, 12, 12), torch.arange(6) % 4
+    with torch.no_grad():
+        chain, _ = module_chain(model, x[:1])
+    batches = [(x[:4], y[:4]), (x[4:], y[4:])]
+    for budget, runs in ((1 << 30, 1), (1, 2)):
+        passes = PrefixPasses(model, chain, {3}, lambda: iter(batches), torch.device("cpu"), budget)
+        CountingConv.calls = 0
+        iterations = [list(passes) for _ in range(2)]
+        assert CountingConv.calls == 2 * runs  # two batches, once when kept, on every iteration when not
+        for seen in iterations:
+            assert [len(p.x) for p in seen] == [4, 2] and set(seen[0].activations) == {3}
+            with torch.no_grad():
+                assert torch.equal(seen[1].output, model(x[4:]))
+                assert torch.equal(seen[1].activations[3], model[:3](x[4:]))
 
 
 class InPlaceShift(nn.Module):
@@ -131,14 +155,13 @@ class InPlaceShift(nn.Module):
 def test_a_suffix_changing_its_input_in_place_gets_a_fresh_copy():
     torch.manual_seed(5)
     model = nn.Sequential(nn.Conv2d(3, 8, 3), InPlaceShift(8), nn.Conv2d(8, 4, 3), nn.Flatten()).eval()
-    patches = [{}, {"1.shift": torch.ones(8, 1, 1)}, {"1.shift": torch.full((8, 1, 1), -2.0)}]
-
+    patches = [{"1.shift": torch.ones(8, 1, 1)}, {"1.shift": torch.full((8, 1, 1), -2.0)}]
     x = torch.randn(3, 3, 9, 9)
-    load, state, expected = patched_variants(model, patches, x)
+    copies, changed, expected = patched_copies(model, patches, x)
     with torch.no_grad():
-        plan = plan_prefix_sharing(model, changed_keys(patches, state), x[:2], load)
-        assert plan.starts == (0, 1, 1) and plan.fresh_copy == (False, True, True)
-        for got, want in zip(plan.variant_logits(model, x, load), expected):
+        plan = plan_suffixes(model, copies, changed, x[:2])
+        assert plan.starts == (1, 1) and plan.fresh_copy == (True, True)
+        for got, want in zip(plan.outputs(model, copies, x), expected):
             assert torch.equal(got, want)
 
 

@@ -10,11 +10,11 @@
 * Inference copy: every eval-mode BatchNorm (also timm's ``BatchNormAct2d``) that reads a conv's output is folded into
   that conv (:func:`fold_batchnorm`; about 1.4× faster for MobileNetV2 on CPU), and swapped filters are scaled the
   same way, so the numbers are those of the unfolded network up to float rounding.
-* Variants: the original and every swap run on each decoded batch, by copying the swapped tensors into one private
-  copy of the model before each forward pass, so decoding is shared by all variants. A variant that differs from
-  the original only from some module on (a stage-wise swap, one layer of a sweep) runs only from there, on the
-  original's activation at that point (:mod:`fl_core.suffix`, checked on the first batch against its full
-  forward pass).
+* Variants: the original and every swap run on each decoded batch, so decoding is shared by all variants. Each swap
+  is a copy of the private model built once, sharing every tensor it does not change (no parameters are copied per
+  batch). A variant that differs from the original only from some module on (a stage-wise swap, one layer of a
+  sweep) runs only from there, on the original's activation at that point (:mod:`fl_core.suffix`, checked on the
+  first batch against its full forward pass).
 * Per variant: top-1, top-5, mean cross-entropy (labelled images), the top-1 agreement with the original and the
   mean KL(p_original ‖ p_variant) in nats (all images).
 * Resumable: with ``resume=PATH`` the running sums are saved after every batch and a rerun with the same model,
@@ -59,7 +59,7 @@ from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
 from fl_core.masterkeys.swap import REPLACEMENTS, FilterSwap, parameter_patch, swap_filters
 from fl_core.results import Result
 from fl_core.settings import MAX_SEED, setting
-from fl_core.suffix import PROBE_IMAGES, PrefixPlan, changed_keys, full_forwards, plan_prefix_sharing
+from fl_core.suffix import PROBE_IMAGES, SuffixPlan, changed_keys, full_forwards, plan_suffixes, shared_copy
 
 log = logging.getLogger(__name__)
 
@@ -323,12 +323,13 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
                    images: ImageSet, label_map: np.ndarray | None, *, device: torch.device,
                    batch_size: int = DEFAULT_BATCH_SIZE, workers: int | None = None, resume: Path | None = None,
                    names: Sequence[str] = (), share_prefix: bool = True, progress: Progress | None = None
-                   ) -> tuple[np.ndarray, int, float, PrefixPlan]:
+                   ) -> tuple[np.ndarray, int, float, SuffixPlan]:
     """Run every variant on each decoded batch of this rank's shard; return the all-reduced sums.
 
     Args:
-        model: a private model on ``device``; its parameters are overwritten batch by batch and restored at the end.
-        patches: per variant, parameter or buffer name -> tensor (the first is usually ``{}``, the original).
+        model: a private model on ``device`` (never changed: each variant is a copy sharing its unchanged tensors,
+            built once, :func:`fl_core.suffix.shared_copy`).
+        patches: per variant, parameter or buffer name -> tensor (the first must be ``{}``, the original).
         loaded: the model's spec, hash and preprocessing (for the data and the resume fingerprint).
         images: the image set (labels are tree class indices).
         label_map: tree class -> model output, or ``None`` to ignore labels.
@@ -336,14 +337,16 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
         batch_size, workers: data loading.
         resume: resume file (module docstring).
         names: variant names (for the fingerprint and the sharing notes).
-        share_prefix: run variants that differ only from some module on from there (:mod:`fl_core.suffix`;
-            the plan is made on the first batch).
+        share_prefix: run variants that differ only from some module on from there (:mod:`fl_core.suffix`; the plan
+            is made on the first batch).
         progress: ``progress(fraction, message)`` with speed and ETA.
 
     Returns:
         (sums (variants, len(TALLY_COLUMNS)) over all ranks, images resumed from files, seconds of this run, how
-        the variants ran on this rank).
+        the variants after the original ran on this rank).
     """
+    if patches and patches[0]:
+        raise AnalysisError("The first variant must be the original (an empty patch).")
     rank, world = distributed_rank()
     shard = shard_range(len(images), rank, world)
     resume_path = _resume_file(Path(resume), rank, world) if resume else None
@@ -351,9 +354,9 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
     done, sums = _load_resume(resume_path, fingerprint, len(patches))
     resumed = done
     mapping = None if label_map is None else torch.as_tensor(np.append(label_map, -1), device=device)
-    parameters = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    keys = sorted({key for patch in patches for key in patch})
-    originals = {key: parameters[key].detach().clone() for key in keys}
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    changed = changed_keys(patches[1:], tensors)
+    copies = [shared_copy(model, {key: patch[key] for key in keys}) for patch, keys in zip(patches[1:], changed)]
     todo = images.subset(shard[done:])
     workers = _default_workers(len(todo), batch_size) if workers is None else workers
     loader = _loader(todo, loaded, batch_size, workers, device)
@@ -361,38 +364,27 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
     scored = 0
     tally = torch.as_tensor(sums, dtype=statistics_dtype(device), device=device)
     plan = None
-
-    def load(variant: int) -> None:
-        with torch.no_grad():
-            for key in keys:
-                parameters[key].copy_(patches[variant].get(key, originals[key]))
-
-    try:
-        for x, labels in loader:
-            x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
-            labels = mapping[labels.to(device)] if mapping is not None else torch.full_like(labels, -1).to(device)
-            with inference_autocast(device):
-                if plan is None:
-                    plan = (plan_prefix_sharing(model, changed_keys(patches, originals), x[:PROBE_IMAGES], load, names)
-                            if share_prefix and len(patches) > 1 else full_forwards(len(patches)))
-                    for note in plan.notes:
-                        log.warning("prefix sharing: %s", note)
-                outputs = [logits.float() for logits in plan.variant_logits(model, x, load)]
-            reference = F.log_softmax(outputs[0].to(statistics_dtype(device)), dim=1)
-            tally += torch.stack([_batch_tally(logits, labels, reference) for logits in outputs])
-            scored += len(x)
-            if resume_path is not None:  # (copying the sums to the CPU waits for the device)
-                _save_resume(resume_path, fingerprint, done + scored, tally.cpu().numpy())
-            elapsed = time.perf_counter() - start
-            rate = scored / elapsed
-            report(progress, (done + scored) / max(len(shard), 1),
-                   f"{done + scored}/{len(shard)} images × {len(patches)} variants · {rate:.1f} img/s · "
-                   f"ETA {_eta((len(shard) - done - scored) / rate)}")
-    finally:
-        with torch.no_grad():
-            for key in keys:
-                parameters[key].copy_(originals[key])
-    return (*all_reduce_sums(tally, resumed, time.perf_counter() - start), plan or full_forwards(len(patches)))
+    for x, labels in loader:
+        x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
+        labels = mapping[labels.to(device)] if mapping is not None else torch.full_like(labels, -1).to(device)
+        with torch.no_grad(), inference_autocast(device):
+            if plan is None:
+                plan = (plan_suffixes(model, copies, changed, x[:PROBE_IMAGES], names[1:])
+                        if share_prefix and copies else full_forwards(len(copies)))
+                for note in plan.notes:
+                    log.warning("prefix sharing: %s", note)
+            outputs = [logits.float() for logits in plan.outputs(model, copies, x)]
+        reference = F.log_softmax(outputs[0].to(statistics_dtype(device)), dim=1)
+        tally += torch.stack([_batch_tally(logits, labels, reference) for logits in outputs])
+        scored += len(x)
+        if resume_path is not None:  # (copying the sums to the CPU waits for the device)
+            _save_resume(resume_path, fingerprint, done + scored, tally.cpu().numpy())
+        elapsed = time.perf_counter() - start
+        rate = scored / elapsed
+        report(progress, (done + scored) / max(len(shard), 1),
+               f"{done + scored}/{len(shard)} images × {len(patches)} variants · {rate:.1f} img/s · "
+               f"ETA {_eta((len(shard) - done - scored) / rate)}")
+    return (*all_reduce_sums(tally, resumed, time.perf_counter() - start), plan or full_forwards(len(copies)))
 
 
 def _scores(row: np.ndarray, original: np.ndarray) -> dict[str, float | None]:
@@ -468,7 +460,7 @@ def rescore(model: ModelLike, data: str | ImageSet | None = None, settings: Resc
     original = _variant(ORIGINAL, sums[0], sums[0], None)
     scored = original.n_images - resumed
     variants = [_variant(s.replacement, row, sums[0], s.relative_error, plan.start_name(i))
-                for i, (s, row) in enumerate(zip(swaps, sums[1:]), start=1)]
+                for i, (s, row) in enumerate(zip(swaps, sums[1:]))]
     if info is not None:
         variants = [dataclasses.replace(v, recovered=RecoveredScore(steps=recovery.steps, **_scores(row, sums[0])))
                     for v, row in zip(variants, sums[1 + len(swaps):])]
