@@ -10,11 +10,12 @@
 * peer replacement: ``a_i ← b₀ + Σ_{j∈P(i)} β_j a_j``, the ridge fit of
   :func:`fl_core.channelaxes.moments.ridge_peer_coefficients`.
 
-**Batched replay.** One forward pass serves many lesioned copies: at the site, the batch of B images is expanded to
-G·B (copy-major), each copy with its own substitution, and every tensor from before the site that a later module
-reads is expanded alike, so the network before the site runs once per G lesions instead of G times. Where that
-expansion cannot follow the network (a residual add that reads a pre-site tensor directly), the replay is checked
-against plain forward passes on the first batch and falls back to replicating the input ("full" mode).
+**Shared prefix** (:mod:`fl_core.suffix`). A lesioned copy equals the intact network up to the chain module that holds
+the site, so the intact network runs once per batch and G copies run together from there: the intact input of that
+module is repeated G times (copy-major G·B samples) and each copy's substitution is applied at the site by a hook, or
+directly to the repeated input when the site is the output of the chain module before (then only the layers after
+the site run per copy). The copies' suffixes are checked against their full forward passes on the first images and
+fall back to replicating the input ("full" mode) when they differ.
 
 **Folding.** Where every reader of ``a`` is a groups-1 convolution (and nothing else reads it), peer replacement can
 be folded into the readers' weights, ``W[:, j] += β_j W[:, i]``, ``bias += b₀ Σ_spatial W[:, i]``, ``W[:, i] = 0``
@@ -37,9 +38,10 @@ from torch import nn
 
 from fl_core.backend import Progress, inference_autocast, report
 from fl_core.channelaxes.calibration import LabelledInputs
-from fl_core.channelaxes.site import ChannelSite, is_container, on_call
+from fl_core.channelaxes.site import ChannelSite, on_call
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
+from fl_core.suffix import PROBE_IMAGES, ModuleChain, PrefixPasses, module_chain, same_output, suffix_forward
 
 LESION_KINDS = ("mean", "zero", "replace")
 
@@ -109,53 +111,70 @@ def _substituted(a: torch.Tensor, subs: Substitutions, batch: int) -> torch.Tens
     return copies.reshape(n * batch, *a.shape[1:])
 
 
-class _Replay:
-    """Hooks that turn one forward pass of B images into G·B lesioned copies (see the module docstring)."""
+def lesion_start(chain: ModuleChain, site: ChannelSite) -> tuple[int, bool]:
+    """``(start, at_start)``: the chain module the lesioned copies run from (:mod:`fl_core.suffix`; 0: the whole
+    network) and whether the substitution applies to that module's input (the site is the chain module before it)
+    rather than at the site inside the suffix."""
+    owner = chain.owner(site.activation)
+    if owner is None:
+        return 0, False
+    if chain.names[owner] == site.activation and owner + 1 < len(chain.names) and chain.direct[owner + 1]:
+        return owner + 1, True
+    return chain.lowered(owner), False
 
-    def __init__(self, model: nn.Module, site: ChannelSite) -> None:
-        self.model, self.site = model, site
+
+class LesionedCopies:
+    """G substituted copies of one network run together, their G·B samples copy-major (module docstring).
+
+    From ``start`` on the suffix runs on the original's input of that chain module repeated G times (substituted
+    first when ``at_start``); from 0 the input is replicated. Otherwise the substitution happens in a hook at the site.
+    """
+
+    def __init__(self, model: nn.Module, site: ChannelSite, chain: ModuleChain, start: int, at_start: bool) -> None:
+        self.model, self.site, self.chain = model, site, chain
+        self.start, self.at_start = start, at_start
         self.subs: Substitutions | None = None
-        self.batch, self.expanded = 0, False
+        self.batch = 0
 
     def _at_site(self, _module: nn.Module, _args: tuple, output: torch.Tensor) -> torch.Tensor | None:
-        if self.subs is None:
-            return None
-        self.expanded = True
-        return _substituted(output, self.subs, self.batch)
-
-    def _expand_inputs(self, _module: nn.Module, args: tuple) -> tuple | None:
-        if not self.expanded or self.subs is None:
-            return None
-        n = len(self.subs)
-        return tuple(a.repeat(n, *([1] * (a.ndim - 1))) if isinstance(a, torch.Tensor) and a.ndim
-                     and a.shape[0] == self.batch else a for a in args)
+        return None if self.subs is None else _substituted(output, self.subs, self.batch)
 
     @contextlib.contextmanager
-    def installed(self, replay: bool) -> Iterator[None]:
-        site_module = self.model.get_submodule(self.site.activation)
+    def installed(self) -> Iterator[None]:
+        """The site hook (it fires only where the site runs: never when the copies start after it)."""
+        with on_call(self.model, self.model.get_submodule(self.site.activation), self.site.activation_call,
+                     self._at_site):
+            yield
 
-        def reset(_module: nn.Module, _args: tuple) -> None:
-            self.expanded = False
-
-        handles = [self.model.register_forward_pre_hook(reset)]
-        if replay:
-            handles += [m.register_forward_pre_hook(self._expand_inputs) for m in self.model.modules()
-                        if m is not self.model and not is_container(m)]
+    def logits(self, x: torch.Tensor, activation: torch.Tensor | None, subs: Substitutions) -> torch.Tensor:
+        """Logits ``(G, B, K)`` of the copies on images ``x``; ``activation``: the original's input of the start."""
+        n, self.batch = len(subs), len(x)
+        substituted_first = self.at_start and self.start > 0
+        self.subs = None if substituted_first else subs  # (a stubbed site module's hooks still fire)
         try:
-            with on_call(self.model, site_module, self.site.activation_call, self._at_site):
-                yield
+            if self.start == 0:
+                return self.model(x.repeat(n, *([1] * (x.ndim - 1)))).reshape(n, len(x), -1).float()
+            expanded = (_substituted(activation, subs, len(x)) if substituted_first
+                        else activation.repeat(n, *([1] * (activation.ndim - 1))))
+            out = suffix_forward(self.model, self.chain, self.start, expanded, x)
         finally:
-            for handle in handles:
-                handle.remove()
+            self.subs = None
+        return out.reshape(n, len(x), -1).float()
 
-    def logits(self, x: torch.Tensor, subs: Substitutions | None, replay: bool) -> torch.Tensor:
-        """Logits ``(G, B, K)`` of the copies (``(1, B, K)`` intact when ``subs`` is None)."""
-        self.subs, self.batch = subs, x.shape[0]
-        n = 1 if subs is None else len(subs)
-        inputs = x if replay or subs is None else x.repeat(n, *([1] * (x.ndim - 1)))
-        out = self.model(inputs)
-        self.subs = None
-        return out.reshape(n, x.shape[0], -1).float()
+    def check(self, x: torch.Tensor, activation: torch.Tensor | None, subs: Substitutions) -> bool:
+        """Whether the copies' suffix reproduces their full forward passes on ``x`` (in full precision: reduced-
+        precision kernels differ by batch size)."""
+        if self.start == 0:
+            return True
+        with torch.autocast(x.device.type, enabled=False):
+            split = self.logits(x, activation, subs)
+            start, at_start = self.start, self.at_start
+            self.start, self.at_start = 0, False
+            try:
+                full = self.logits(x, None, subs)
+            finally:
+                self.start, self.at_start = start, at_start
+        return same_output(split, full)
 
 
 @dataclass(frozen=True)
@@ -166,8 +185,10 @@ class SubstitutionEffects(Result):
         loss: ``(G,)`` mean cross-entropy per copy.
         accuracy: ``(G,)`` top-1 per copy.
         base_loss, base_accuracy: the intact model on the same images.
-        mode: ``"replay"`` (network before the site run once per pass) or ``"full"`` (input replicated).
-        passes: forward passes run; copies_per_pass: lesioned copies per pass; n_images: evaluation images.
+        mode: ``"suffix"`` (the copies ran from ``computed_from`` on, on the intact network's activation there) or
+            ``"full"`` (whole copies, the input replicated).
+        computed_from: the chain module the copies ran from (``None``: the whole network).
+        passes: batched runs of copies; copies_per_pass: lesioned copies per run; n_images: evaluation images.
     """
 
     loss: np.ndarray
@@ -178,23 +199,13 @@ class SubstitutionEffects(Result):
     passes: int
     copies_per_pass: int
     n_images: int
+    computed_from: str | None = None
 
 
-def _replay_matches(replay: _Replay, x: torch.Tensor, plain: torch.Tensor, n_channels: int) -> bool:
-    """Whether replay mode reproduces the intact logits for two no-op copies (else the network needs full mode)."""
-    if x.shape[0] < 2:
-        return False
-    try:
-        copies = replay.logits(x, Substitutions.identity(torch.arange(2) % n_channels, n_channels), replay=True)
-    except RuntimeError:
-        return False
-    scale = plain.abs().max().clamp_min(1.0)
-    return bool(((copies - plain).abs().max() <= 1e-3 * scale).item())
-
-
-def plan_replay(site: ChannelSite, n_substitutions: int, batch_size: int, memory_bytes: int) -> tuple[int, int]:
-    """``(images per pass, copies per pass)`` so that copies × images × activation size fits ``memory_bytes``."""
-    per_sample = 4 * max(site.sample_bytes, 1)
+def plan_passes(sample_bytes: int, n_substitutions: int, batch_size: int, memory_bytes: int) -> tuple[int, int]:
+    """``(images per pass, copies per pass)`` so that copies × images × 4 × ``sample_bytes`` (an activation per
+    image, with room for the temporaries) fits ``memory_bytes``."""
+    per_sample = 4 * max(sample_bytes, 1)
     images = int(np.clip(memory_bytes // (per_sample * max(n_substitutions, 1)), 2, max(batch_size, 2)))
     copies = int(np.clip(memory_bytes // (per_sample * images), 1, max(n_substitutions, 1)))
     return images, copies
@@ -203,9 +214,11 @@ def plan_replay(site: ChannelSite, n_substitutions: int, batch_size: int, memory
 def substitution_effects(model: nn.Module, site: ChannelSite, inputs: LabelledInputs, subs: Substitutions, *,
                          device: torch.device, batch_size: int = 32, memory_bytes: int = 1 << 30,
                          progress: Progress | None = None) -> SubstitutionEffects:
-    """Evaluate G substituted copies of ``model`` on ``inputs`` with batched replay (module docstring).
+    """Evaluate G substituted copies of ``model`` on ``inputs``, each run from the chain module where it first
+    differs on the intact network's activation there (:mod:`fl_core.suffix`; module docstring).
 
-    The intact model is evaluated as one more (no-op) copy in the same passes.
+    The intact network runs once per batch (its loss is the baseline); the copies' suffixes are checked against
+    their full forward passes on the first images and run whole if they differ.
 
     Args:
         model: a private copy of the network, on ``device`` and in eval mode.
@@ -218,34 +231,45 @@ def substitution_effects(model: nn.Module, site: ChannelSite, inputs: LabelledIn
         progress: ``progress(fraction, message)``.
     """
     n = len(subs)
-    subs = Substitutions.concat([subs, Substitutions.identity(torch.zeros(1, dtype=torch.long), site.n_channels)])
-    images_per_pass, copies = plan_replay(site, len(subs), batch_size, memory_bytes)
-    replay = _Replay(model, site)
-    loss = torch.zeros(len(subs), dtype=torch.float64)
-    correct = torch.zeros(len(subs), dtype=torch.float64)
-    mode, passes, seen = None, 0, 0
-    with replay.installed(replay=True), inference_autocast(device):
-        for x, y in inputs.batches(images_per_pass):
-            x, y = x.to(device), y.to(device)
-            if mode is None:  # checked once, in full precision: reduced-precision kernels differ by batch size
-                with torch.autocast(device.type, enabled=False):
-                    plain = replay.logits(x, None, replay=False)
-                    mode = "replay" if _replay_matches(replay, x, plain, site.n_channels) else "full"
-            for start in range(0, len(subs), copies):
-                part = subs[start: start + copies]
-                logits = replay.logits(x, part, replay=mode == "replay")
+    example = inputs.head(PROBE_IMAGES)[0].to(device)
+    with torch.no_grad():
+        chain, _ = module_chain(model, example)
+    copies = LesionedCopies(model, site, chain, *lesion_start(chain, site))
+    sample_bytes = max(site.sample_bytes, example[0].numel() * example.element_size())
+    images_per_pass, per_pass = plan_passes(sample_bytes, n, batch_size, memory_bytes)
+    passes = PrefixPasses(model, chain, {copies.start}, lambda: inputs.batches(images_per_pass), device, 0)
+    loss = torch.zeros(n, dtype=torch.float64)
+    correct = torch.zeros(n, dtype=torch.float64)
+    base_loss = base_correct = 0.0
+    runs = seen = 0
+    checked = False
+    with copies.installed(), torch.no_grad(), inference_autocast(device):
+        for batch in passes:
+            x, y, activation = batch.x, batch.y, batch.activations.get(copies.start)
+            if not checked:
+                probe = subs[torch.tensor([0, n - 1])] if n > 1 else subs
+                if not copies.check(x[:PROBE_IMAGES], None if activation is None else activation[:PROBE_IMAGES],
+                                    probe):
+                    copies.start, copies.at_start = 0, False
+                checked = True
+            base_loss += float(F.cross_entropy(batch.output.float(), y, reduction="sum"))
+            base_correct += float((batch.output.argmax(1) == y).sum())
+            for first in range(0, n, per_pass):
+                part = subs[first: first + per_pass]
+                logits = copies.logits(x, activation, part)
                 losses = F.cross_entropy(logits.flatten(0, 1), y.repeat(len(part)), reduction="none")
-                loss[start: start + len(part)] += losses.view(len(part), -1).sum(1).double().cpu()
-                correct[start: start + len(part)] += (logits.argmax(2) == y).sum(1).double().cpu()
-                passes += 1
+                loss[first: first + len(part)] += losses.view(len(part), -1).sum(1).double().cpu()
+                correct[first: first + len(part)] += (logits.argmax(2) == y).sum(1).double().cpu()
+                runs += 1
             seen += len(y)
             report(progress, seen / len(inputs), f"lesions: {seen}/{len(inputs)} images")
     if seen == 0:
         raise AnalysisError("The evaluation set is empty: give more images.")
-    loss, accuracy = (loss / seen).numpy(), (correct / seen).numpy()
-    return SubstitutionEffects(loss=loss[:n], accuracy=accuracy[:n], base_loss=float(loss[n]),
-                               base_accuracy=float(accuracy[n]), mode=mode or "replay", passes=passes,
-                               copies_per_pass=min(copies, len(subs)), n_images=seen)
+    return SubstitutionEffects(loss=(loss / seen).numpy(), accuracy=(correct / seen).numpy(),
+                               base_loss=base_loss / seen, base_accuracy=base_correct / seen,
+                               mode="suffix" if copies.start else "full", passes=runs,
+                               copies_per_pass=min(per_pass, n), n_images=seen,
+                               computed_from=chain.name(copies.start))
 
 
 # ---------------------------------------------------------------------------------------- per-channel effects

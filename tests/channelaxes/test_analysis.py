@@ -127,7 +127,7 @@ def test_demo_analysis_contract_and_the_cached_model_is_untouched(demo) -> None:
     assert all(c["flops_removed"] == curves[0]["flops_removed"] for c in curves)  # FLOPs-matched
     assert curves[0]["flops_removed"][0] == 0 and np.all(np.diff(curves[0]["flops_removed"]) > 0)
     assert all(0 <= c["auc"] <= 1 and len(c["accuracy_finetuned"]) == 3 for c in curves)
-    assert out["interventions"]["mode"] == "replay" and out["interventions"]["base_accuracy"] > 0.5
+    assert out["interventions"]["mode"] == "suffix" and out["interventions"]["base_accuracy"] > 0.5
     assert result.removability.better_axis_pruning in ("local", "target")
     assert {"score_l1", "score_taylor"} <= set(result.to_frame().columns)
     assert progress[-1] == 1.0 and progress == sorted(progress)
@@ -190,7 +190,7 @@ def test_real_squeezenet_fire_module_on_the_imagenet_sample(squeezenet, imagenet
     assert len(table) == 64 and np.isfinite(table[["input_capture", "peer_overlap", "task_info",
                                                    "target_excess", "lesion_dloss", "replacement_dloss"]]).all().all()
     assert (table["peer_overlap"] > 0).all() and (table["task_info"] >= 0).all()
-    assert result.interventions.effects.mode == "replay"
+    assert (result.interventions.effects.mode, result.interventions.effects.computed_from) == ("suffix", "features.12")
     pruning_result = result.pruning
     assert pruning_result.macs[0] == pytest.approx(0.830e9, rel=0.01) and pruning_result.channels_removed == [0, 16, 32]
     assert np.all(np.diff(pruning_result.macs) < 0)

@@ -1,4 +1,5 @@
-"""Lesions and peer replacement: where they act, batched replay against one-lesion-at-a-time hooks, folding."""
+"""Lesions and peer replacement: where they act, batched copies run from the shared prefix against one-lesion-at-a-time
+hooks (and the fallback to whole copies), folding."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.interventions import (
@@ -96,8 +98,8 @@ def test_substitutions_write_the_planned_values() -> None:
     torch.testing.assert_close(out[4, :, 0], expected)
 
 
-@pytest.mark.parametrize(("layer", "mode"), [("layer2.0.conv1", "replay"), ("layer1.0.conv1", "full")])
-def test_batched_lesions_equal_one_at_a_time(resnet18, layer: str, mode: str) -> None:
+@pytest.mark.parametrize(("layer", "start"), [("layer2.0.conv1", "layer2.0"), ("layer1.0.conv1", "layer1.0")])
+def test_batched_lesions_equal_one_at_a_time(resnet18, layer: str, start: str) -> None:
     model = resnet18.copy_model()
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(4, 3, 64, 64, generator=generator)
@@ -106,7 +108,7 @@ def test_batched_lesions_equal_one_at_a_time(resnet18, layer: str, mode: str) ->
     means = torch.linspace(0.0, 1.0, site.n_channels, dtype=torch.float64)
     subs = Substitutions.constant(means)[torch.tensor([0, 5, 17])]
     effects = substitution_effects(model, site, LabelledInputs(x=x, y=y), subs, device=CPU, batch_size=4)
-    assert effects.mode == mode and effects.n_images == 4
+    assert (effects.mode, effects.computed_from, effects.n_images) == ("suffix", start, 4)  # the block of the site on
     base_loss, base_accuracy = naive_effect(model, site, x, y, 0, lambda out: out[:, 0])
     assert effects.base_accuracy == pytest.approx(base_accuracy)
     assert effects.base_loss == pytest.approx(base_loss, rel=1e-5)
@@ -114,6 +116,35 @@ def test_batched_lesions_equal_one_at_a_time(resnet18, layer: str, mode: str) ->
         loss, _ = naive_effect(model, site, x, y, channel, lambda out, c=channel: float(means[c]))
         assert effects.loss[g] == pytest.approx(loss, rel=1e-5, abs=1e-6)
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+class ReadsTheStemLater(nn.Module):
+    """stem → mid → block → head, the head also reading the stem's output: the copies cannot start in the block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(7)
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.mid = nn.Conv2d(4, 4, 3, padding=1)
+        self.block = nn.Sequential(nn.Conv2d(4, 6, 3, padding=1), nn.ReLU())
+        self.head = nn.Linear(6, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        stem = self.stem(x)
+        return self.head((self.block(self.mid(stem)) + stem.mean(1, keepdim=True)).mean((2, 3)))
+
+
+def test_copies_whose_suffix_differs_from_the_full_pass_run_whole_with_the_same_numbers() -> None:
+    model = ReadsTheStemLater().eval().requires_grad_(False)
+    generator = torch.Generator().manual_seed(2)
+    x, y = torch.randn(3, 3, 8, 8, generator=generator), torch.tensor([0, 3, 4])
+    site = locate_site(model, "block.0", x[:1])
+    means = torch.linspace(0.0, 1.0, site.n_channels, dtype=torch.float64)
+    effects = substitution_effects(model, site, LabelledInputs(x=x, y=y), Substitutions.constant(means), device=CPU)
+    assert (effects.mode, effects.computed_from) == ("full", None)
+    for channel in range(site.n_channels):
+        loss, _ = naive_effect(model, site, x, y, channel, lambda out, c=channel: float(means[c]))
+        assert effects.loss[channel] == pytest.approx(loss, rel=1e-5, abs=1e-6)
 
 
 def test_memory_budget_splits_copies_without_changing_results(demo) -> None:
@@ -125,10 +156,10 @@ def test_memory_budget_splits_copies_without_changing_results(demo) -> None:
     subs = Substitutions.constant(torch.zeros(site.n_channels, dtype=torch.float64))
     roomy = substitution_effects(model, site, inputs, subs, device=CPU)
     tight = substitution_effects(model, site, inputs, subs, device=CPU, memory_bytes=4 * site.sample_bytes * 2 * 32)
-    assert (tight.copies_per_pass, roomy.copies_per_pass) == (32, site.n_channels + 1)
-    assert tight.passes == 3 * 5 and roomy.passes == 1
+    assert (tight.copies_per_pass, roomy.copies_per_pass) == (32, site.n_channels)
+    assert tight.passes == 3 * 4 and roomy.passes == 1
     np.testing.assert_allclose(tight.loss, roomy.loss, rtol=1e-5)
-    assert roomy.mode == tight.mode == "replay"
+    assert roomy.mode == tight.mode == "suffix" and roomy.computed_from == "features.14"  # after the site's ReLU
 
 
 def test_duplicate_channel_is_replaced_exactly_and_the_fold_matches_the_hook() -> None:
