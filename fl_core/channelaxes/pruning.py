@@ -1,10 +1,9 @@
 """Structured pruning of one conv layer's channels by each criterion: accuracy vs FLOPs removed, with and without a
 short recovery fine-tune, and the area under each curve (docs/methods.md §6).
 
-* **Removal is physical.** Torch-Pruning's DepGraph (``tp.DependencyGraph``) finds every coupled tensor (the
-  conv's outputs, its BatchNorm, the readers' input channels, concatenations, residual partners); the graph is built
-  once on a template and its pruning plan applied to fresh copies (:class:`LayerPruner`). FLOPs (MACs) and
-  parameters of the pruned networks are counted with ``tp.utils.count_ops_and_params``.
+* **Removal is physical** (:mod:`fl_core.channelaxes.pruner`: Torch-Pruning's DepGraph, built once; each pruned copy
+  is scored from the first layer that reads the remaining channels). FLOPs (MACs) and parameters of the pruned
+  networks are counted with ``tp.utils.count_ops_and_params``.
 * **Mean compensation [proposed].** Removing a post-activation channel also removes its mean (the zero-ablation
   pitfall of §5), which can swamp every criterion before any fine-tune. By default the removed channels' calibration
   means are folded into the biases of the convolutions that read them directly, so removal acts like mean-ablation.
@@ -33,11 +32,11 @@ import torch
 import torch.nn.functional as F
 import torch_pruning as tp
 from torch import nn
-from torch_pruning.ops import OPTYPE
 
 from fl_core.backend import Progress, evaluate_classifier, report
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.comparison import auc_accuracy_vs_flops
+from fl_core.channelaxes.pruner import LayerPruner, PrunedEvaluation
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
 from fl_core.settings import MAX_SEED, setting
@@ -112,109 +111,6 @@ class PruningSettings:
     gradient_images: int = setting(64, minimum=1, maximum=10_000)
     compensate_mean: bool = setting(True, flag="mean-compensation")
     seed: int = setting(0, minimum=0, maximum=MAX_SEED)
-
-
-class LayerPruner:
-    """Torch-Pruning's dependency graph of a model, built once, pruning any subset of one conv's output channels
-    on fresh copies (the template is never changed).
-
-    Args:
-        model: a private copy of the network (gradients get enabled on it for tracing).
-        layer: the conv whose output channels are pruned.
-        example: an example input batch.
-    """
-
-    def __init__(self, model: nn.Module, layer: str, example: torch.Tensor) -> None:
-        self.template = model.requires_grad_(True)
-        self.conv = model.get_submodule(layer)
-        self.layer = layer
-        self.graph = tp.DependencyGraph().build_dependency(model, example_inputs=example)
-        self.n_channels = self.conv.out_channels
-
-    def group(self, channels: Sequence[int] | None = None):
-        """The DepGraph group of the given channels (all when ``None``)."""
-        idxs = list(range(self.n_channels)) if channels is None else [int(c) for c in channels]
-        return self.graph.get_pruning_group(self.conv, tp.prune_conv_out_channels, idxs=idxs)
-
-    def coupled_layers(self) -> list[str]:
-        """Other layers whose output channels are removed together with this layer's (residual partners)."""
-        names = self.graph._module2name
-        return sorted({names[dep.target.module] for dep, _ in self.group() if dep.target.module in names
-                       and dep.target.module is not self.conv and self.graph.is_out_channel_pruning_fn(dep.handler)
-                       and isinstance(dep.target.module, nn.Conv2d | nn.Linear)})
-
-    def has_batchnorm(self) -> bool:
-        return any(isinstance(dep.target.module, nn.modules.batchnorm._BatchNorm) for dep, _ in self.group())
-
-    def pruned_copy(self, channels: Sequence[int], means: np.ndarray | None = None,
-                    readers: Sequence[str] = ()) -> nn.Module:
-        """A copy of the template with ``channels`` removed for real from every coupled layer.
-
-        With ``means`` (the removed channels' calibration means of ``a``, indexed by channel), each of ``readers``
-        (convolutions or linear layers that read ``a`` directly) first absorbs the removed inputs' mean contribution
-        into its bias, ``b += Σ_i μ_i Σ_spatial W[:, i]``: the network then behaves as if the channels were
-        mean-ablated (exactly for unpadded readers) instead of zeroed.
-        """
-        pruned = copy.deepcopy(self.template)
-        if not len(channels):
-            return pruned
-        modules = dict(pruned.named_modules())
-        names = self.graph._module2name
-        for item in self.group(channels):
-            dep, idxs, target = item.dep, item.idxs, item.dep.target.module
-            if dep.target.type == OPTYPE.PARAMETER:
-                path = self.graph._param_to_name[target].split(".")
-                parent = pruned.get_submodule(".".join(path[:-1]))
-                setattr(parent, path[-1], dep.handler(getattr(parent, path[-1]), idxs))
-            elif target in names:
-                module = modules[names[target]]
-                if means is not None and names[target] in readers and not self.graph.is_out_channel_pruning_fn(
-                        dep.handler):
-                    _absorb_mean_inputs(module, idxs, np.asarray(means)[item.root_idxs])
-                dep.handler(module, idxs)
-        return pruned
-
-    def importance(self, name: str, calibration: LabelledInputs, device: torch.device, gradient_images: int,
-                   seed: int) -> np.ndarray:
-        """A Torch-Pruning baseline's importance of every channel (higher = keep)."""
-        first = {"normalizer": None, "group_reduction": "first"}
-        group = self.group()
-        if name == "taylor":
-            return self._taylor(calibration, device, gradient_images)
-        if name == "random":
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                return tp.importance.RandomImportance()(group).cpu().double().numpy()
-        if name == "bn_gamma":
-            if not self.has_batchnorm():
-                raise AnalysisError(f"no BatchNorm follows {self.layer}")
-            importance = tp.importance.BNScaleImportance(normalizer=None)
-        else:
-            importance = {"l1": lambda: tp.importance.GroupMagnitudeImportance(p=1, **first),
-                          "l2": lambda: tp.importance.GroupMagnitudeImportance(p=2, **first),
-                          "fpgm": lambda: tp.importance.FPGMImportance(p=2, **first)}[name]()
-        with torch.no_grad():
-            return importance(group).cpu().double().numpy()
-
-    def _taylor(self, calibration: LabelledInputs, device: torch.device, n_images: int) -> np.ndarray:
-        model = self.template
-        x, y = calibration.head(n_images)
-        model.zero_grad(set_to_none=True)
-        with torch.enable_grad():
-            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
-        scores = tp.importance.GroupTaylorImportance(normalizer=None, group_reduction="first")(self.group())
-        model.zero_grad(set_to_none=True)
-        return scores.detach().cpu().double().numpy()
-
-
-def _absorb_mean_inputs(layer: nn.Module, inputs: Sequence[int], means: np.ndarray) -> None:
-    """``bias += Σ_k μ_k Σ_spatial W[:, inputs_k]`` for a groups-1 conv or a linear layer (in place, on a copy)."""
-    with torch.no_grad():
-        weight = layer.weight[:, list(inputs)].flatten(2).sum(2) if layer.weight.ndim > 2 else layer.weight[:, inputs]
-        shift = weight @ torch.as_tensor(means, dtype=weight.dtype, device=weight.device)
-        if layer.bias is None:
-            layer.bias = nn.Parameter(torch.zeros_like(shift), requires_grad=layer.weight.requires_grad)
-        layer.bias += shift
 
 
 def evaluate_model(model: nn.Module, inputs: LabelledInputs, device: torch.device, batch_size: int = 64
@@ -304,6 +200,9 @@ class PruningResult(Result):
         scores: importance per criterion ``(C,)`` (higher = keep).
         skipped: criteria that could not run, with the reason.
         settings: the protocol; n_images: evaluation images.
+        notes: how removal treats the channels' means, and pruned networks that ran whole.
+        computed_from: the module every pruned network ran from (:class:`PrunedEvaluation`; ``None``: the whole
+            network, or not the same for all).
     """
 
     layer: str
@@ -320,6 +219,7 @@ class PruningResult(Result):
     settings: PruningSettings
     n_images: int = 0
     notes: list[str] = field(default_factory=list)
+    computed_from: str | None = None
 
     _private_fields = ("scores",)
 
@@ -374,13 +274,14 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
         image_bytes = example[0].numel() * example.element_size()
         tune_x, _ = calibration.head(max(2, min(len(calibration), memory_bytes // image_bytes)))
     pruner = LayerPruner(model, layer, example.to(device))
+    evaluator = PrunedEvaluation(pruner, evaluation, device, batch_size, memory_bytes)
     counts = removal_counts(pruner.n_channels, settings.fractions)
     compensation = means if settings.compensate_mean and means is not None and len(readers) else None
     reason = ("switched off" if not settings.compensate_mean else "no calibration means" if means is None
               else "no convolution reads the channels directly")
     notes = [f"the removed channels' calibration means are folded into {', '.join(readers)}"
              if compensation is not None else f"removal zeroes the channels (no mean compensation: {reason})"]
-    base_loss, base_accuracy = evaluate_model(pruner.template, evaluation, device, batch_size)
+    base_loss, base_accuracy = evaluator.template_scores()
     base_macs, base_params = tp.utils.count_ops_and_params(pruner.template, example.to(device))
     if settings.finetune_steps > 0:
         teacher_logits = batched_logits(pruner.template.eval(), tune_x, device, batch_size)
@@ -405,18 +306,18 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
             step = c_index * len(counts) + p_index
             report(progress, step / total, f"pruning by {CRITERIA[name].label}: {count}/{pruner.n_channels}")
             channels = lowest_first(score, count)
-            pruned = pruner.pruned_copy(channels, compensation, readers).requires_grad_(False).eval()
+            pruned = pruner.pruned_copy(channels, compensation, readers)
             if len(macs) <= len(counts):
-                ops, n_params = tp.utils.count_ops_and_params(pruned, example.to(device))
+                ops, n_params = tp.utils.count_ops_and_params(pruned.model, example.to(device))
                 macs.append(int(ops))
                 params.append(int(n_params))
-            loss, acc = evaluate_model(pruned, evaluation, device, batch_size)
+            loss, acc = evaluator.scores(pruned, f"{CRITERIA[name].label}, {count} channels removed")
             losses.append(loss)
             accuracy.append(acc)
             removed.append(channels)
-            if settings.finetune_steps > 0:
-                recovery_finetune(pruned, tune_x, teacher_logits, settings, device)
-                tuned.append(evaluate_model(pruned, evaluation, device, batch_size)[1])
+            if settings.finetune_steps > 0:  # (on a copy of its own: the pruned copy shares the template's tensors)
+                tuned_model = recovery_finetune(copy.deepcopy(pruned.model), tune_x, teacher_logits, settings, device)
+                tuned.append(evaluate_model(tuned_model, evaluation, device, batch_size)[1])
             del pruned
         flops = [1.0 - m / base_macs for m in macs]
         finetuned = tuned if settings.finetune_steps > 0 else None
@@ -425,10 +326,10 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
             criterion=name, label=criterion.label, axis=criterion.axis, flops_removed=flops, accuracy=accuracy,
             loss=losses, auc=auc_accuracy_vs_flops(flops, accuracy), accuracy_finetuned=finetuned,
             auc_finetuned=auc_accuracy_vs_flops(flops, finetuned) if finetuned else None, removed=removed)
-    pruner.template.requires_grad_(False)
     report(progress, 1.0, "pruning done")
     return PruningResult(layer=layer, coupled_layers=pruner.coupled_layers(), channels_removed=[0, *counts],
                          flops_removed=[1.0 - m / base_macs for m in macs], macs=macs, params=params,
                          base_accuracy=base_accuracy, base_loss=base_loss, curves=curves, scores=scores,
-                         skipped=skipped, settings=settings, n_images=len(evaluation), notes=notes)
+                         skipped=skipped, settings=settings, n_images=len(evaluation), notes=notes + evaluator.notes,
+                         computed_from=evaluator.computed_from)
 

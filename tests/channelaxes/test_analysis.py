@@ -16,7 +16,8 @@ from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import LabelledInputs, channel_data, class_mapping, folder_channel_data
 from fl_core.channelaxes.interventions import fold_peer_replacement
 from fl_core.channelaxes.layerstats import AxisSettings, collect_layer_statistics, local_axis
-from fl_core.channelaxes.pruning import LayerPruner, PruningSettings
+from fl_core.channelaxes.pruner import LayerPruner
+from fl_core.channelaxes.pruning import PruningSettings
 from fl_core.channelaxes.site import locate_site
 from fl_core.errors import DataError
 from fl_core.io.models import load_model
@@ -87,7 +88,7 @@ def test_exact_duplicate_is_replaceable_and_removable_after_peer_replacement() -
     site, peers = result.site, result.interventions.replacement_peers[2]
     fold_peer_replacement(model, site, 2, torch.from_numpy(peers), torch.from_numpy(
         result.interventions.replacement_beta[2]), float(result.interventions.replacement_intercept[2]))
-    pruned = LayerPruner(model, "conv", data.calibration.head(1)[0]).pruned_copy([2])
+    pruned = LayerPruner(model, "conv", data.calibration.head(1)[0]).pruned_copy([2]).model
     assert pruned.conv.out_channels == 4
     x, y = data.evaluation.head(len(data.evaluation))
     with torch.inference_mode():

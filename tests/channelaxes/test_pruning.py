@@ -12,8 +12,8 @@ import torch_pruning as tp
 from fl_core.backend import evaluate_classifier
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.comparison import auc_accuracy_vs_flops
+from fl_core.channelaxes.pruner import LayerPruner
 from fl_core.channelaxes.pruning import (
-    LayerPruner,
     PruningSettings,
     evaluate_model,
     lowest_first,
@@ -21,6 +21,7 @@ from fl_core.channelaxes.pruning import (
     recovery_finetune,
     removal_counts,
 )
+from fl_core.channelaxes.site import locate_site
 from fl_core.errors import AnalysisError
 from fl_core.io.models import load_model
 
@@ -67,7 +68,7 @@ def test_physical_removal_equals_zeroing_the_channels_and_leaves_the_template(de
     model = demo[0].copy_model()
     pruner = LayerPruner(model, "features.7", tiny_inputs.head(1)[0])
     channels = [1, 8, 40, 63]
-    pruned = pruner.pruned_copy(channels).eval()
+    pruned = pruner.pruned_copy(channels).model.eval()
     assert pruned.get_submodule("features.7").out_channels == 60
     assert pruned.get_submodule("features.8").num_features == 60
     assert pruned.get_submodule("features.11").in_channels == 60
@@ -130,8 +131,9 @@ def test_curves_are_flops_matched_with_auc_and_fine_tune() -> None:
     scores = {"peer_r2": -np.array([0.0, 1.0, 1.0, 0.0, 0.0])}
     settings = PruningSettings(criteria=("peer_r2", "l1", "random"), fractions=(0.2, 0.4), finetune_steps=15,
                                finetune_lr=0.05, finetune_batch=50)
-    result = prune_curves(loaded.copy_model(), "conv", data.calibration, data.evaluation, scores, settings,
-                          device=CPU)
+    template = loaded.copy_model()
+    result = prune_curves(template, "conv", data.calibration, data.evaluation, scores, settings, device=CPU)
+    assert all(torch.equal(before[k], v) for k, v in template.state_dict().items())  # copies share, never train, it
     assert result.channels_removed == [0, 1, 2] and result.skipped == {}
     assert np.all(np.diff(result.macs) < 0) and result.flops_removed[0] == 0.0
     for curve in result.curves.values():
@@ -156,7 +158,7 @@ def test_mean_compensated_removal_acts_like_mean_ablation() -> None:
     x, _ = data.evaluation.head(200)
     pruner = LayerPruner(model, "conv", x[:1])
     means = np.array([0.9, 1.1, 1.2, 0.8, 1.05])
-    pruned = pruner.pruned_copy([1, 3], means=means, readers=("head",)).eval()
+    pruned = pruner.pruned_copy([1, 3], means=means, readers=("head",)).model.eval()
     assert pruned.head.in_channels == 3
 
     def mean_ablate(_module, _args, output):
@@ -193,3 +195,32 @@ def test_recovery_fine_tune_leaves_the_intact_network_unchanged() -> None:
         model = recovery_finetune(loaded.copy_model().eval(), x, target, settings, CPU)
         same = all(torch.allclose(loaded.state_dict[k], v, atol=1e-5) for k, v in model.state_dict().items())
         assert same != should_move
+
+
+@pytest.mark.parametrize(("spec", "layer", "size", "start"), [
+    ("demo:tiny_vgg", "features.14", 32, "pool"),  # the reader is the linear head, after pooling and flattening
+    ("demo:tiny_vgg", "features.7", 32, "features.11"),
+    pytest.param("torchvision:resnet18", "layer1.0.conv2", 64, "layer1.0", marks=pytest.mark.slow),  # + the stem
+    pytest.param("torchvision:squeezenet1_0", "features.12.expand3x3", 64, "classifier.1", marks=pytest.mark.slow),
+    pytest.param("torchvision:squeezenet1_0", "features.12.squeeze", 64, "features.12", marks=pytest.mark.slow),
+    pytest.param("torchvision:mobilenet_v2", "features.16.conv.2", 64, "features.15", marks=pytest.mark.slow),
+])
+def test_pruned_networks_scored_from_their_first_reader_equal_whole_forward_passes(spec, layer, size, start) -> None:
+    """The speed-up against the slow path: every point of every curve equals evaluating the whole pruned network."""
+    loaded = load_model(spec)
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(10, 3, size, size, generator=generator)
+    evaluation = LabelledInputs(x=x, y=torch.randint(0, loaded.num_classes, (10,), generator=generator))
+    model = loaded.copy_model()
+    site = locate_site(model, layer, x[:1])
+    means = np.linspace(0.1, 1.0, site.n_channels)
+    readers = site.consumers if site.foldable else ()
+    settings = PruningSettings(criteria=("l1", "random"), fractions=(0.25, 0.5), finetune_steps=0)
+    result = prune_curves(model, layer, evaluation, evaluation, {}, settings, device=CPU, means=means,
+                          readers=readers, batch_size=4)
+    assert result.computed_from == start and len(result.notes) == 1  # (the note on mean compensation)
+    whole = LayerPruner(loaded.copy_model(), layer, x[:1])
+    for curve in result.curves.values():
+        for channels, loss, accuracy in zip(curve.removed[1:], curve.loss[1:], curve.accuracy[1:]):
+            pruned = whole.pruned_copy(channels, means, readers).model
+            assert evaluate_model(pruned, evaluation, CPU, batch_size=4) == pytest.approx((loss, accuracy), rel=1e-5)

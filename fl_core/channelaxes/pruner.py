@@ -1,0 +1,290 @@
+"""Removing a conv layer's output channels for real, on copies of a template, and scoring the pruned copies from
+the first layer that reads the remaining channels (``channel_axes.md`` §6; the curves: :mod:`.pruning`).
+
+* **Removal** (:class:`LayerPruner`): Torch-Pruning's DepGraph (``tp.DependencyGraph``) finds every coupled tensor (the
+  conv's outputs, its BatchNorm, the readers' input channels, concatenations, residual partners); the graph is built
+  once on a template and its pruning plan applied to fresh copies that share every tensor the removal does not touch.
+* **Mean compensation [proposed]**: each reader may absorb the removed channels' calibration means into its bias, so
+  removal acts like mean-ablation (:meth:`LayerPruner.pruned_copy`).
+* **Evaluated from the first reader** (:class:`PrunedEvaluation`, :mod:`fl_core.suffix`): the remaining channels keep
+  their values up to the layers that read them, so each pruned network runs only from there, on the intact
+  network's activation without the removed channels (checked against its full forward pass on the first images).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torch_pruning as tp
+from torch import nn
+from torch_pruning.ops import OPTYPE
+
+from fl_core.backend import evaluate_classifier, evaluate_logits, inference_autocast
+from fl_core.channelaxes.calibration import LabelledInputs
+from fl_core.errors import AnalysisError
+from fl_core.suffix import (
+    PROBE_IMAGES,
+    PrefixPass,
+    PrefixPasses,
+    capturing_inputs,
+    fallback_note,
+    module_chain,
+    suffix_check,
+    suffix_forward,
+)
+
+
+@dataclass(frozen=True)
+class PrunedNetwork:
+    """A pruned copy of a :class:`LayerPruner`'s template.
+
+    Attributes:
+        model: the copy; modules the removal does not touch share the template's tensors (never train it in place).
+        removed_inputs: per channel-mixing reader (groups-1 convolution or linear layer), the input channels removed.
+    """
+
+    model: nn.Module
+    removed_inputs: dict[str, list[int]]
+
+
+class LayerPruner:
+    """Torch-Pruning's dependency graph of a model, built once, pruning any subset of one conv's output channels
+    on fresh copies (the template is never changed).
+
+    Args:
+        model: a private copy of the network (gradients are enabled on it while the graph is traced).
+        layer: the conv whose output channels are pruned.
+        example: an example input batch.
+    """
+
+    def __init__(self, model: nn.Module, layer: str, example: torch.Tensor) -> None:
+        self.template = model
+        self.conv = model.get_submodule(layer)
+        self.layer = layer
+        with _gradients(model):
+            self.graph = tp.DependencyGraph().build_dependency(model, example_inputs=example)
+        self.n_channels = self.conv.out_channels
+
+    def group(self, channels: Sequence[int] | None = None):
+        """The DepGraph group of the given channels (all when ``None``)."""
+        idxs = list(range(self.n_channels)) if channels is None else [int(c) for c in channels]
+        return self.graph.get_pruning_group(self.conv, tp.prune_conv_out_channels, idxs=idxs)
+
+    def coupled_layers(self) -> list[str]:
+        """Other layers whose output channels are removed together with this layer's (residual partners)."""
+        names = self.graph._module2name
+        return sorted({names[dep.target.module] for dep, _ in self.group() if dep.target.module in names
+                       and dep.target.module is not self.conv and self.graph.is_out_channel_pruning_fn(dep.handler)
+                       and isinstance(dep.target.module, nn.Conv2d | nn.Linear)})
+
+    def changed_modules(self) -> list[str]:
+        """Names of the modules and parameters a removal changes (the same for every non-empty subset; Torch-Pruning's
+        stand-ins for functional operations hold no tensors and are left out)."""
+        return [name for name in (self._name(item.dep) for item in self.group()) if name]
+
+    def readers(self) -> list[str]:
+        """The channel-mixing modules whose input channels a removal drops (the same for every non-empty subset)."""
+        return [self._name(item.dep) for item in self.group() if self._reads(item.dep)]
+
+    def has_batchnorm(self) -> bool:
+        return any(isinstance(dep.target.module, nn.modules.batchnorm._BatchNorm) for dep, _ in self.group())
+
+    def pruned_copy(self, channels: Sequence[int], means: np.ndarray | None = None,
+                    readers: Sequence[str] = ()) -> PrunedNetwork:
+        """A copy of the template with ``channels`` removed for real from every coupled layer; the modules the
+        removal does not touch share the template's tensors.
+
+        With ``means`` (the removed channels' calibration means of ``a``, indexed by channel), each of ``readers``
+        (convolutions or linear layers that read ``a`` directly) first absorbs the removed inputs' mean contribution
+        into its bias, ``b += Σ_i μ_i Σ_spatial W[:, i]``: the network then behaves as if the channels were
+        mean-ablated (exactly for unpadded readers) instead of zeroed.
+        """
+        group = self.group(channels) if len(channels) else []
+        touched = {id(item.dep.target.module) for item in group}
+        memo = {id(t): t for module in self.template.modules() if id(module) not in touched
+                for t in (*module._parameters.values(), *module._buffers.values()) if t is not None
+                and id(t) not in touched}
+        pruned = copy.deepcopy(self.template, memo)
+        modules = dict(pruned.named_modules())
+        names = self.graph._module2name
+        removed_inputs = {}
+        for item in group:
+            dep, idxs, target = item.dep, item.idxs, item.dep.target.module
+            if dep.target.type == OPTYPE.PARAMETER:
+                path = self.graph._param_to_name[target].split(".")
+                parent = pruned.get_submodule(".".join(path[:-1]))
+                setattr(parent, path[-1], dep.handler(getattr(parent, path[-1]), idxs))
+            elif target in names:
+                module = modules[names[target]]
+                if self._reads(dep):
+                    removed_inputs[names[target]] = sorted(int(i) for i in idxs)
+                if means is not None and names[target] in readers and not self.graph.is_out_channel_pruning_fn(
+                        dep.handler):
+                    _absorb_mean_inputs(module, idxs, np.asarray(means)[item.root_idxs])
+                dep.handler(module, idxs)
+        return PrunedNetwork(pruned, removed_inputs)
+
+    def _name(self, dep) -> str:
+        target = dep.target.module
+        return self.graph._param_to_name[target] if dep.target.type == OPTYPE.PARAMETER \
+            else self.graph._module2name.get(target, "")
+
+    def _reads(self, dep) -> bool:
+        """Whether a dependency drops input channels of a channel-mixing module (groups-1 conv, linear layer)."""
+        target = dep.target.module
+        return self.graph.is_in_channel_pruning_fn(dep.handler) and (
+            isinstance(target, nn.Linear) or (isinstance(target, nn.Conv2d) and target.groups == 1))
+
+    def importance(self, name: str, calibration: LabelledInputs, device: torch.device, gradient_images: int,
+                   seed: int) -> np.ndarray:
+        """A Torch-Pruning baseline's importance of every channel (higher = keep)."""
+        first = {"normalizer": None, "group_reduction": "first"}
+        group = self.group()
+        if name == "taylor":
+            return self._taylor(calibration, device, gradient_images)
+        if name == "random":
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                return tp.importance.RandomImportance()(group).cpu().double().numpy()
+        if name == "bn_gamma":
+            if not self.has_batchnorm():
+                raise AnalysisError(f"no BatchNorm follows {self.layer}")
+            importance = tp.importance.BNScaleImportance(normalizer=None)
+        else:
+            importance = {"l1": lambda: tp.importance.GroupMagnitudeImportance(p=1, **first),
+                          "l2": lambda: tp.importance.GroupMagnitudeImportance(p=2, **first),
+                          "fpgm": lambda: tp.importance.FPGMImportance(p=2, **first)}[name]()
+        with torch.no_grad():
+            return importance(group).cpu().double().numpy()
+
+    def _taylor(self, calibration: LabelledInputs, device: torch.device, n_images: int) -> np.ndarray:
+        model = self.template
+        x, y = calibration.head(n_images)
+        with _gradients(model):
+            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            scores = tp.importance.GroupTaylorImportance(normalizer=None, group_reduction="first")(self.group())
+        return scores.detach().cpu().double().numpy()
+
+
+@contextlib.contextmanager
+def _gradients(model: nn.Module) -> Iterator[None]:
+    """Gradients on ``model``'s parameters inside the context (tracing, Taylor scores); none, and none kept, after."""
+    model.zero_grad(set_to_none=True)
+    model.requires_grad_(True)
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        model.requires_grad_(False)
+        model.zero_grad(set_to_none=True)
+
+
+def _absorb_mean_inputs(layer: nn.Module, inputs: Sequence[int], means: np.ndarray) -> None:
+    """``bias += Σ_k μ_k Σ_spatial W[:, inputs_k]`` for a groups-1 conv or a linear layer (in place, on a copy)."""
+    with torch.no_grad():
+        weight = layer.weight[:, list(inputs)].flatten(2).sum(2) if layer.weight.ndim > 2 else layer.weight[:, inputs]
+        shift = weight @ torch.as_tensor(means, dtype=weight.dtype, device=weight.device)
+        if layer.bias is None:
+            layer.bias = nn.Parameter(torch.zeros_like(shift), requires_grad=layer.weight.requires_grad)
+        layer.bias += shift
+
+
+class PrunedEvaluation:
+    """Loss and accuracy of pruned copies on the evaluation set, each run from where it first differs (module
+    docstring, :mod:`fl_core.suffix`).
+
+    Removing channels leaves every remaining value unchanged up to the modules that read them, so a pruned copy runs
+    from the chain module holding its first channel-mixing reader, on the template's input of that module without the
+    removed channels (or from the nearest module before it that is fed directly, after the first changed one);
+    failing its check on the first images, from the first module it changes, on the template's input there; failing
+    that, whole (with a note). The template's passes over the evaluation set are kept when they
+    fit ``memory_bytes``, so what comes before runs once for every copy.
+
+    Args:
+        pruner: the layer's pruner (its template is the intact network).
+        evaluation: the evaluation set.
+        device, batch_size, memory_bytes: where and how to run.
+    """
+
+    def __init__(self, pruner: LayerPruner, evaluation: LabelledInputs, device: torch.device, batch_size: int,
+                 memory_bytes: int) -> None:
+        self.template, self.evaluation = pruner.template.eval(), evaluation
+        self.device, self.batch_size = device, batch_size
+        self.probe = evaluation.head(PROBE_IMAGES)[0].to(device)
+        with torch.no_grad():
+            self.chain, _ = module_chain(self.template, self.probe)
+        first = self.chain.start(pruner.changed_modules())
+        readers = {self.chain.owner(name): name for name in reversed(pruner.readers())}
+        owner = min((owner for owner in readers if owner is not None), default=None)
+        sliced = None if owner is None else self.chain.lowered(owner)
+        self.routes: list[tuple[int, str | None]] = [(sliced, readers[owner])] if sliced and sliced > first else []
+        self.routes += [(first, None)] if first > 0 else []
+        starts = {start for start, _ in self.routes}
+        with torch.no_grad(), capturing_inputs(self.template, self.chain, starts) as captured:
+            self.template(self.probe)
+        self.probe_inputs = dict(captured)
+        self.passes = PrefixPasses(self.template, self.chain, starts, lambda: evaluation.batches(batch_size), device,
+                                   memory_bytes)
+        self.notes: list[str] = []
+        self.starts_used: set[int] = set()
+
+    @property
+    def computed_from(self) -> str | None:
+        """The module every pruned copy so far ran from (``None``: the whole network, or not the same for all)."""
+        return self.chain.name(next(iter(self.starts_used))) if len(self.starts_used) == 1 else None
+
+    def template_scores(self) -> tuple[float, float]:
+        """The intact network's loss and accuracy (from the kept passes)."""
+        with inference_autocast(self.device):
+            return evaluate_logits((p.output.float(), p.y) for p in self.passes)
+
+    def scores(self, pruned: PrunedNetwork, label: str) -> tuple[float, float]:
+        """Loss and accuracy of one pruned copy (``label`` names it in a note if it runs whole)."""
+        route = self._route(pruned, label)
+        if route is None:
+            self.starts_used.add(0)
+            return evaluate_classifier(pruned.model, self.evaluation.batches(self.batch_size), self.device,
+                                       autocast=True)
+        start, keep, in_place = route
+        self.starts_used.add(start)
+
+        def activation(p: PrefixPass) -> torch.Tensor:
+            value = p.activations[start]
+            return value[:, keep] if keep is not None else value.clone() if in_place else value
+
+        with inference_autocast(self.device):
+            return evaluate_logits((suffix_forward(pruned.model.eval(), self.chain, start, activation(p), p.x).float(),
+                                    p.y) for p in self.passes)
+
+    def _route(self, pruned: PrunedNetwork, label: str) -> tuple[int, torch.Tensor | None, bool] | None:
+        """``(start, kept input channels or None, whether the suffix changes its input in place)`` of the first route
+        whose suffix reproduces the copy's own forward pass on the probe images; ``None``: run it whole."""
+        with torch.no_grad():
+            full = pruned.model.eval()(self.probe)
+        for start, reader in self.routes:
+            if reader is not None and reader not in pruned.removed_inputs:
+                continue
+            activation = self.probe_inputs[start]
+            keep = None if reader is None else _kept(activation.shape[1], pruned.removed_inputs[reader], self.device)
+            with torch.no_grad():
+                matches, in_place = suffix_check(pruned.model, self.chain, start,
+                                                 activation[:, keep] if keep is not None else activation.clone(),
+                                                 self.probe, full)
+            if matches:
+                return start, keep, in_place
+        if self.routes:
+            self.notes.append(fallback_note(label, self.chain, self.routes[-1][0]))
+        return None
+
+
+def _kept(channels: int, removed: Sequence[int], device: torch.device) -> torch.Tensor:
+    """Indices of the ``channels`` not in ``removed``."""
+    keep = torch.ones(channels, dtype=torch.bool)
+    keep[[c for c in removed if c < channels]] = False
+    return keep.nonzero().squeeze(1).to(device)
