@@ -1,5 +1,5 @@
 """Removing a conv layer's output channels for real, on copies of a template, and scoring the pruned copies from
-the first layer that reads the remaining channels (``channel_axes.md`` §6; the curves: :mod:`.pruning`).
+the first layer that reads the remaining channels (docs/methods.md §6; the curves: :mod:`.pruning`).
 
 * **Removal** (:class:`LayerPruner`): Torch-Pruning's DepGraph (``tp.DependencyGraph``) finds every coupled tensor (the
   conv's outputs, its BatchNorm, the readers' input channels, concatenations, residual partners); the graph is built
