@@ -94,3 +94,18 @@ def test_float32_band_products_stay_within_the_stated_accuracy_of_float64(monkey
     assert product_dtype(torch.device("cuda")) == torch.float32
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # an H100 / H200
     assert product_dtype(torch.device("cuda")) == torch.float64
+
+
+@pytest.mark.parametrize("chunk_elements", [300, 27 * 18 * 15, 27 * 18 * 15 * 3 + 5, 2**21])
+def test_bands_of_rows_one_image_or_many_images_give_the_same_statistics(chunk_elements) -> None:
+    """Bands of a few patch rows, of exactly one image, of three images with room to spare and of a whole batch (the
+    accelerator's path, on the CPU) give the mean and covariance of all materialised patches to float64 rounding."""
+    gen = torch.Generator().manual_seed(4)
+    images = torch.randn(7, 3, 20, 17, generator=gen, dtype=torch.float64) + 2.0
+    stats = PatchStatistics((3, 3), device="cpu", chunk_elements=chunk_elements)
+    for batch in images.split(4):
+        stats.update(batch)
+    patches = all_patches(images, 3)
+    assert stats.count == len(patches) == 7 * 18 * 15
+    np.testing.assert_allclose(stats.mean().numpy(), patches.mean(0), rtol=1e-13)
+    np.testing.assert_allclose(stats.covariance().numpy(), np.cov(patches, rowvar=False), rtol=1e-12, atol=1e-14)
