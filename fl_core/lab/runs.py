@@ -353,7 +353,7 @@ def train_run(config: RunSettings, out: str | Path | None = None, *, name: str |
         device: where to train (default: ``FL_DEVICE`` or automatic).
         save_checkpoints: also write ``init.safetensors`` and ``final.safetensors``.
         progress: ``progress(fraction, message)``.
-        should_stop: polled every step (cancel); a cancelled run keeps what it has done so far.
+        should_stop: polled at every logging interval (cancel); a cancelled run keeps what it has done so far.
         on_snapshot: ``(step, first-layer weights)`` as snapshots are taken (live views).
     """
     started = time.perf_counter()

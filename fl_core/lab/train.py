@@ -115,8 +115,13 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
         first_layer: the module whose weights are snapshotted (and frozen with ``freeze_first``).
         config: optimizer and schedule.
         device: where to train.
-        progress: ``progress(fraction, message)``, called about every 1 % of the steps and at each evaluation.
-        should_stop: polled every step; training ends early when it returns True (cancel button).
+        progress: ``progress(fraction, message)``, called at every logging interval (about 1 % of the steps, the
+            running training loss since the last evaluation) and at each evaluation.
+        should_stop: polled at every logging interval (nothing per step); training ends there when it returns True
+            (cancel button).
+
+    The steps between logging intervals never wait for the device: the running loss and accuracy stay on it and
+    are read once per interval.
         on_snapshot: called with ``(step, weights)`` whenever a first-layer snapshot is taken (live views).
     """
     device = resolve_device(device)
@@ -138,35 +143,44 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
     if 0 in config.snapshot_steps:
         snapshot(0)
     report_every = max(1, config.steps // 100)
-    running_loss, running_correct, running_count = 0.0, 0, 0
-    order = torch.randperm(len(train_x), generator=generator)
+    train_x, train_y = train_x.to(device), train_y.to(device)  # in-memory data: batches are drawn on the device
+    running = torch.zeros(2, dtype=torch.float64, device=device)  # Σ loss·batch, Σ correct since the last record
+    running_count = 0
+    order = torch.randperm(len(train_x), generator=generator).to(device)
     step, cursor, start = 0, 0, time.perf_counter()
     for step in range(1, config.steps + 1):
         if cursor + config.batch_size > len(order):
-            order, cursor = torch.randperm(len(train_x), generator=generator), 0
+            order, cursor = torch.randperm(len(train_x), generator=generator).to(device), 0
         index = order[cursor: cursor + config.batch_size]
         cursor += config.batch_size
-        xb, yb = prepare(train_x[index].to(device)), train_y[index].to(device)
+        xb, yb = prepare(train_x[index]), train_y[index]
         logits = model(xb)
         loss = F.cross_entropy(logits, yb)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        running_loss += loss.item() * len(index)
-        running_correct += int((logits.argmax(1) == yb).sum())
+        with torch.no_grad():
+            running += torch.stack([loss.detach().double() * len(index), (logits.argmax(1) == yb).sum().double()])
         running_count += len(index)
-        stop = should_stop is not None and should_stop()
+        evaluating = step % config.eval_every == 0 or step == config.steps
+        logging = evaluating or step % report_every == 0
+        stop = logging and should_stop is not None and should_stop()
         if step in config.snapshot_steps or (stop and config.snapshot_steps):
             snapshot(step)
-        if step % config.eval_every == 0 or step == config.steps or stop:
+        if not logging:
+            continue
+        loss_sum, correct = running.tolist()  # the one wait for the device in a logging interval
+        if evaluating or stop:
             val_loss, val_acc = evaluate(model, val_x, val_y, prepare, device)
-            for key, value in zip(history, (step, running_loss / running_count, running_correct / running_count,
-                                            val_loss, val_acc)):
+            for key, value in zip(history, (step, loss_sum / running_count, correct / running_count, val_loss,
+                                            val_acc)):
                 history[key].append(value)
-            running_loss, running_correct, running_count = 0.0, 0, 0
+            running.zero_()
+            running_count = 0
             report(progress, step / config.steps, f"step {step}/{config.steps}: validation accuracy {val_acc:.1%}")
-        elif step % report_every == 0:
-            report(progress, step / config.steps, f"step {step}/{config.steps}: training loss {loss.item():.3f}")
+        else:
+            report(progress, step / config.steps,
+                   f"step {step}/{config.steps}: training loss {loss_sum / running_count:.3f}")
         if stop:
             break
     model.eval()

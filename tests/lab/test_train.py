@@ -91,7 +91,8 @@ def test_cancelling_keeps_what_was_trained(tmp_path) -> None:
     run = train_run(replace_settings(TINY, {"steps": 200}), tmp_path / "cancelled",
                     should_stop=lambda: calls.append(1) or len(calls) >= 4,
                     progress=lambda f, m: messages.append((f, m)))
-    assert run.history.stopped_early and run.steps[-1] == 4 and run.history.steps[-1] == 4
+    # polled once per logging interval (every 2 of 200 steps), not every step: the 4th poll is at step 8
+    assert run.history.stopped_early and run.steps[-1] == 8 and run.history.steps[-1] == 8 and len(calls) == 4
     assert load_run(tmp_path / "cancelled").history.stopped_early
     assert any("step 2/200" in m for _, m in messages) and messages[-1][0] == 1.0
 
@@ -217,3 +218,24 @@ def test_a_background_job_reports_live_snapshots_and_can_be_cancelled(tmp_path) 
     slow.cancel()
     status = slow.wait(timeout=600)
     assert status.state == "cancelled" and status.error is None
+
+
+def test_the_trainer_reads_the_device_once_per_logging_interval(monkeypatch) -> None:
+    """Between logging intervals (every 3 of 300 steps here) nothing waits for the device, and the stop check is
+    polled once per interval, not per step."""
+    import fl_core.lab.train as train
+
+    reads = []
+    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "cpu", "numpy"):
+        method = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _m=method, _n=name, **k: reads.append(_n) or
+                            _m(self, *a, **k))
+    monkeypatch.setattr(train, "evaluate", lambda *args: (0.0, 0.0))  # (the validation pass reads on purpose)
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 3, 8, 8, generator=generator), torch.randint(0, 4, (64,), generator=generator)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(144, 4))
+    polls = []
+    history = train.train_classifier(model, x, y, x, y, lambda b: b, model[0],
+                                     TrainSettings(steps=300, batch_size=16, eval_every=1000),
+                                     should_stop=lambda: polls.append(1) and False)
+    assert len(polls) == 100 and reads == ["tolist"] * 100 and history.steps == [300]
