@@ -5,19 +5,26 @@ For each (channels C, images N) the analysed layer is the last conv of a random-
 C/2, C wide (32×32 inputs, 11 classes, random labels); calibration and evaluation sets have N images each. Stages:
 
 * ``statistics`` — the one streaming pass + both axes, vs one forward pass over the N calibration images;
-* ``lesions``    — mean/zero-ablation and peer replacement of all C channels (3C + 1 copies, batched replay), vs one
-  forward pass over the N evaluation images; ``per copy`` divides by 3C + 1, i.e. compares with running each
-  lesioned network separately (1.0 = no saving);
-* ``pruning``    — 4 criteria × 4 pruning points, physically pruned and evaluated, vs one forward pass;
+* ``lesions``    — mean/zero-ablation and peer replacement of all C channels (3C copies run from the first changed
+  module on, :mod:`fl_core.suffix`), vs one forward pass over the N evaluation images; ``per copy`` divides by
+  3C + 1, i.e. compares with running each lesioned network separately (1.0 = no saving);
+* ``pruning``    — 4 criteria × 4 pruning points, physically pruned and evaluated (each from the first layer that
+  reads the remaining channels), vs one forward pass;
 * ``memory``     — peak resident memory above the process's level before the stage (CPU; Linux ``VmHWM``, reset
   per stage) or peak CUDA memory, vs the same for one forward pass.
 
 Each time is the least of ``--repeats`` runs; each configuration runs in a fresh subprocess so memory peaks do not
 leak between rows. One table per N, one row per C, and as the last row the growth exponent of each cost against C
-(a conv layer's FLOPs grow as C²). Usage::
+(a conv layer's FLOPs grow as C²).
+
+``--page SPEC [--data SOURCE]`` instead times the Channel Axes page's job for a model's default layer at the page's
+default settings (256 calibration and 128 evaluation images, the page's five pruning criteria without fine-tune,
+compared with the initialization when the model names one; as ``views/channel_axes.py`` sets them), in seconds per
+stage, once, next to one forward pass over the evaluation images. Usage::
 
     python bench/bench_channels.py                 # C ∈ {16, 32, 64, 128}, N = 128
     python bench/bench_channels.py --channels 64 128 256 --images 256 1024
+    python bench/bench_channels.py --page demo:mobilenet_v2 --data ../shared/fixtures/imagenet-sample
 """
 
 from __future__ import annotations
@@ -128,13 +135,62 @@ def row(channels: int, images: int, repeats: int) -> list:
             r["forward_mb"], r["statistics_mb"], r["lesions_mb"], r["pruning_mb"]]
 
 
+PAGE_IMAGES = (256, 128)
+"""The page's default calibration and evaluation images."""
+PAGE_CRITERIA = ("local", "target", "l1", "bn_gamma", "random")
+"""The page's pruning criteria (its recovery fine-tune is off by default)."""
+
+
+def page_job(spec: str, source: str) -> None:
+    """Print the seconds of the page's default-layer job (module docstring) and of one forward pass."""
+    import time
+
+    import torch
+
+    from fl_core.backend import inference_autocast, resolve_device
+    from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels, default_channel_layer
+    from fl_core.channelaxes.calibration import channel_data
+    from fl_core.channelaxes.pruning import PruningSettings
+    from fl_core.io.layers import conv_inventory
+    from fl_core.io.models import load_model
+
+    device = resolve_device(None)
+    loaded = load_model(spec)
+    layer = default_channel_layer([lay for lay in conv_inventory(loaded) if lay.out_channels >= 2])
+    settings = ChannelSettings(layer=layer, pruning=PruningSettings(criteria=PAGE_CRITERIA, finetune_steps=0))
+    init = load_model(loaded.init_spec) if loaded.init_spec else None
+    data = channel_data(loaded, source, *PAGE_IMAGES, seed=settings.axes.seed)
+    evaluation = data.evaluation.materialized(settings.memory_bytes)
+    model = loaded.copy_model().to(device).eval()
+    start = time.perf_counter()
+    with inference_autocast(device):
+        for x, _ in evaluation.batches(settings.batch_size):
+            model(x.to(device))
+    forward = time.perf_counter() - start
+    start = time.perf_counter()
+    result = analyze_channels(loaded, data, settings, init=init, device=device)
+    total = time.perf_counter() - start
+    stages = "  ".join(f"{name} {seconds:.1f} s" for name, seconds in result.timings.items())
+    effects = result.interventions.effects
+    print(f"{spec}, layer {layer} ({result.site.n_channels} channels), {data.description}: "
+          f"{len(data.calibration)} + {len(evaluation)} images, {torch.get_num_threads()} threads, {device}")
+    print(f"page job {total:.1f} s ({stages}); one forward pass over the evaluation images {forward:.2f} s")
+    print(f"lesions ran from {effects.computed_from or 'the input'} ({effects.mode}); pruned networks from "
+          f"{result.pruning.computed_from or 'the input'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--channels", type=int, nargs="+", default=[16, 32, 64, 128])
     parser.add_argument("--images", type=int, nargs="+", default=[128])
     parser.add_argument("--repeats", type=int, default=3, help="time each stage this many times, keep the least")
     parser.add_argument("--one", type=int, nargs=2, metavar=("C", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--page", metavar="SPEC", help="time the page's default-layer job of this model instead")
+    parser.add_argument("--data", default="crops", help="the page job's images: 'crops' or a labelled ImageFolder")
     args = parser.parse_args()
+    if args.page:
+        page_job(args.page, args.data)
+        return
     if args.one:
         print(json.dumps(run_one(*args.one, args.repeats)))
         return

@@ -142,7 +142,7 @@ class JobStatus:
 
 class TrainingJob:
     """Train ``config`` into ``folder`` in a heavy-job worker; poll :meth:`status`, stop with :meth:`cancel`
-    (the run stops after the current step and keeps what it trained)."""
+    (the run stops at its next logging interval, within a second, and keeps what it trained)."""
 
     def __init__(self, config: RunSettings, folder: str | Path, device=None) -> None:
         self.config, self.folder, self.device = config, Path(folder), device

@@ -20,6 +20,10 @@ from fl_core.backend import Progress, evaluate_classifier, report, resolve_devic
 from fl_core.results import Result
 from fl_core.settings import MAX_SEED, MAX_STEPS, setting
 
+LOG_SECONDS = 1.0
+"""Longest wall time between two logging intervals (progress, the one read of the device, the stop check), so a long
+run reports and can be cancelled every second even when 1 % of its steps takes longer."""
+
 
 @dataclass(frozen=True)
 class TrainSettings:
@@ -115,8 +119,9 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
         first_layer: the module whose weights are snapshotted (and frozen with ``freeze_first``).
         config: optimizer and schedule.
         device: where to train.
-        progress: ``progress(fraction, message)``, called at every logging interval (about 1 % of the steps, the
-            running training loss since the last evaluation) and at each evaluation.
+        progress: ``progress(fraction, message)``, called at every logging interval (every 1 % of the steps and at
+            least every :data:`LOG_SECONDS`: the running training loss since the last evaluation) and at each
+            evaluation.
         should_stop: polled at every logging interval (nothing per step); training ends there when it returns True
             (cancel button).
 
@@ -148,6 +153,7 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
     running_count = 0
     order = torch.randperm(len(train_x), generator=generator).to(device)
     step, cursor, start = 0, 0, time.perf_counter()
+    logged = start
     for step in range(1, config.steps + 1):
         if cursor + config.batch_size > len(order):
             order, cursor = torch.randperm(len(train_x), generator=generator).to(device), 0
@@ -163,12 +169,13 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
             running += torch.stack([loss.detach().double() * len(index), (logits.argmax(1) == yb).sum().double()])
         running_count += len(index)
         evaluating = step % config.eval_every == 0 or step == config.steps
-        logging = evaluating or step % report_every == 0
+        logging = evaluating or step % report_every == 0 or time.perf_counter() - logged >= LOG_SECONDS
         stop = logging and should_stop is not None and should_stop()
         if step in config.snapshot_steps or (stop and config.snapshot_steps):
             snapshot(step)
         if not logging:
             continue
+        logged = time.perf_counter()
         loss_sum, correct = running.tolist()  # the one wait for the device in a logging interval
         if evaluating or stop:
             val_loss, val_acc = evaluate(model, val_x, val_y, prepare, device)
