@@ -18,8 +18,8 @@ a whole in-memory image set that fits a memory budget: :class:`PrefixPasses`) an
   its full forward pass (``torch.allclose``, rtol 1e-5 of the largest output); otherwise (e.g. a later module reads a
   prefix activation too) the copy runs whole and a note says why. A suffix that changes its input in place gets a
   fresh copy of it each time.
-* **Built once**: a copy with other weights is new modules sharing every unchanged tensor with the original
-  (:func:`shared_copy`); nothing is copied per batch.
+* **Built once**: a copy with other weights shares every module it does not change with the original
+  (:func:`copy_modules`, :func:`shared_copy`); nothing is copied per batch.
 """
 
 from __future__ import annotations
@@ -187,12 +187,34 @@ def fallback_note(label: str, chain: ModuleChain, start: int) -> str:
             "pass)")
 
 
+def copy_modules(model: nn.Module, names: Iterable[str]) -> nn.Module:
+    """A copy of ``model`` whose modules ``names`` are deep copies and whose other modules are ``model``'s own.
+
+    Only the containers on the way to a copied module are new (shallow copies with their own child, parameter,
+    buffer and hook dictionaries), so a copy costs what the copied modules hold. Run the copy, stub it
+    (:func:`suffix_forward`) or change its copied modules; never train it or change a shared module in place (a hook
+    on a shared module fires in both).
+    """
+    names = set(names)
+
+    def clone(module: nn.Module, prefix: str) -> nn.Module:
+        if prefix in names:
+            return copy.deepcopy(module)
+        if prefix and not any(name.startswith(f"{prefix}.") for name in names):
+            return module
+        new = copy.copy(module)
+        new.__dict__.update({key: value.copy() for key, value in vars(module).items() if isinstance(value, dict)})
+        for child, submodule in module.named_children():
+            new._modules[child] = clone(submodule, f"{prefix}.{child}" if prefix else child)
+        return new
+
+    return clone(model, "")
+
+
 def shared_copy(model: nn.Module, replaced: Mapping[str, torch.Tensor]) -> nn.Module:
-    """New modules with ``model``'s structure and tensors, except the parameters / buffers named in ``replaced``,
-    which get their own storage holding the given values (the original is not changed)."""
-    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    memo = {id(tensor): tensor for name, tensor in tensors.items() if name not in replaced}
-    clone = copy.deepcopy(model, memo)
+    """A copy of ``model`` (:func:`copy_modules`) with new values for the parameters / buffers named in ``replaced``:
+    the modules holding them are copied, every other module is the original's (the original is not changed)."""
+    clone = copy_modules(model, {name.rpartition(".")[0] for name in replaced})
     with torch.no_grad():
         for name, value in replaced.items():
             module, _, attribute = name.rpartition(".")

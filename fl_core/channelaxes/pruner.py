@@ -14,7 +14,6 @@ the first layer that reads the remaining channels (docs/methods.md §6; the curv
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -30,9 +29,9 @@ from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.errors import AnalysisError
 from fl_core.suffix import (
     PROBE_IMAGES,
-    PrefixPass,
     PrefixPasses,
     capturing_inputs,
+    copy_modules,
     fallback_note,
     module_chain,
     suffix_check,
@@ -45,7 +44,7 @@ class PrunedNetwork:
     """A pruned copy of a :class:`LayerPruner`'s template.
 
     Attributes:
-        model: the copy; modules the removal does not touch share the template's tensors (never train it in place).
+        model: the copy; modules the removal does not touch are the template's own (never train it in place).
         removed_inputs: per channel-mixing reader (groups-1 convolution or linear layer), the input channels removed.
     """
 
@@ -98,7 +97,7 @@ class LayerPruner:
     def pruned_copy(self, channels: Sequence[int], means: np.ndarray | None = None,
                     readers: Sequence[str] = ()) -> PrunedNetwork:
         """A copy of the template with ``channels`` removed for real from every coupled layer; the modules the
-        removal does not touch share the template's tensors.
+        removal does not touch are the template's own (:func:`fl_core.suffix.copy_modules`).
 
         With ``means`` (the removed channels' calibration means of ``a``, indexed by channel), each of ``readers``
         (convolutions or linear layers that read ``a`` directly) first absorbs the removed inputs' mean contribution
@@ -106,11 +105,7 @@ class LayerPruner:
         mean-ablated (exactly for unpadded readers) instead of zeroed.
         """
         group = self.group(channels) if len(channels) else []
-        touched = {id(item.dep.target.module) for item in group}
-        memo = {id(t): t for module in self.template.modules() if id(module) not in touched
-                for t in (*module._parameters.values(), *module._buffers.values()) if t is not None
-                and id(t) not in touched}
-        pruned = copy.deepcopy(self.template, memo)
+        pruned = copy_modules(self.template, {self._owner(item.dep) for item in group} - {""})
         modules = dict(pruned.named_modules())
         names = self.graph._module2name
         removed_inputs = {}
@@ -134,6 +129,11 @@ class LayerPruner:
         target = dep.target.module
         return self.graph._param_to_name[target] if dep.target.type == OPTYPE.PARAMETER \
             else self.graph._module2name.get(target, "")
+
+    def _owner(self, dep) -> str:
+        """The module holding what a dependency changes (a standalone parameter's module)."""
+        name = self._name(dep)
+        return name.rpartition(".")[0] if dep.target.type == OPTYPE.PARAMETER else name
 
     def _reads(self, dep) -> bool:
         """Whether a dependency drops input channels of a channel-mixing module (groups-1 conv, linear layer)."""
@@ -203,8 +203,9 @@ class PrunedEvaluation:
     from the chain module holding its first channel-mixing reader, on the template's input of that module without the
     removed channels (or from the nearest module before it that is fed directly, after the first changed one);
     failing its check on the first images, from the first module it changes, on the template's input there; failing
-    that, whole (with a note). The template's passes over the evaluation set are kept when they
-    fit ``memory_bytes``, so what comes before runs once for every copy.
+    that, whole (with a note). Copies that remove as many channels share a structure: the first of each is checked.
+    The template's passes over the evaluation set are kept when they fit ``memory_bytes``, so what comes before runs
+    once for every copy.
 
     Args:
         pruner: the layer's pruner (its template is the intact network).
@@ -233,6 +234,7 @@ class PrunedEvaluation:
                                    memory_bytes)
         self.notes: list[str] = []
         self.starts_used: set[int] = set()
+        self.route: tuple[int, str | None, bool] | None = None
 
     @property
     def computed_from(self) -> str | None:
@@ -244,40 +246,46 @@ class PrunedEvaluation:
         with inference_autocast(self.device):
             return evaluate_logits((p.output.float(), p.y) for p in self.passes)
 
-    def scores(self, pruned: PrunedNetwork, label: str) -> tuple[float, float]:
-        """Loss and accuracy of one pruned copy (``label`` names it in a note if it runs whole)."""
-        route = self._route(pruned, label)
-        if route is None:
+    def scores(self, pruned: PrunedNetwork, label: str, check: bool = True) -> tuple[float, float]:
+        """Loss and accuracy of one pruned copy (``label`` names it in a note if it runs whole). ``check``: find its
+        route by checking it on the probe images; otherwise take the route of the last checked copy (copies that
+        remove as many channels have the same structure)."""
+        if check:
+            self.route = self._checked_route(pruned, label)
+        if self.route is None:
             self.starts_used.add(0)
             return evaluate_classifier(pruned.model, self.evaluation.batches(self.batch_size), self.device,
                                        autocast=True)
-        start, keep, in_place = route
+        start, reader, in_place = self.route
         self.starts_used.add(start)
-
-        def activation(p: PrefixPass) -> torch.Tensor:
-            value = p.activations[start]
-            return value[:, keep] if keep is not None else value.clone() if in_place else value
-
         with inference_autocast(self.device):
-            return evaluate_logits((suffix_forward(pruned.model.eval(), self.chain, start, activation(p), p.x).float(),
-                                    p.y) for p in self.passes)
+            return evaluate_logits((suffix_forward(pruned.model.eval(), self.chain, start,
+                                                   self._input(pruned, p.activations[start], reader, in_place),
+                                                   p.x).float(), p.y) for p in self.passes)
 
-    def _route(self, pruned: PrunedNetwork, label: str) -> tuple[int, torch.Tensor | None, bool] | None:
-        """``(start, kept input channels or None, whether the suffix changes its input in place)`` of the first route
-        whose suffix reproduces the copy's own forward pass on the probe images; ``None``: run it whole."""
+    def _input(self, pruned: PrunedNetwork, activation: torch.Tensor, reader: str | None,
+               in_place: bool) -> torch.Tensor:
+        """The copy's input of its start: the template's without the reader's removed channels (a new tensor), or
+        the template's itself (a fresh copy when the suffix changes it in place)."""
+        if reader is not None:
+            return activation[:, _kept(activation.shape[1], pruned.removed_inputs[reader], activation.device)]
+        return activation.clone() if in_place else activation
+
+    def _checked_route(self, pruned: PrunedNetwork, label: str) -> tuple[int, str | None, bool] | None:
+        """``(start, reader whose removed inputs are dropped or None, whether the suffix changes its input in place)``
+        of the first route whose suffix reproduces the copy's own forward pass on the probe images; ``None``: run the
+        copy whole."""
         with torch.no_grad():
             full = pruned.model.eval()(self.probe)
         for start, reader in self.routes:
             if reader is not None and reader not in pruned.removed_inputs:
                 continue
-            activation = self.probe_inputs[start]
-            keep = None if reader is None else _kept(activation.shape[1], pruned.removed_inputs[reader], self.device)
             with torch.no_grad():
                 matches, in_place = suffix_check(pruned.model, self.chain, start,
-                                                 activation[:, keep] if keep is not None else activation.clone(),
+                                                 self._input(pruned, self.probe_inputs[start], reader, True),
                                                  self.probe, full)
             if matches:
-                return start, keep, in_place
+                return start, reader, in_place and reader is None
         if self.routes:
             self.notes.append(fallback_note(label, self.chain, self.routes[-1][0]))
         return None

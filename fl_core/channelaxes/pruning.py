@@ -307,11 +307,12 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
             report(progress, step / total, f"pruning by {CRITERIA[name].label}: {count}/{pruner.n_channels}")
             channels = lowest_first(score, count)
             pruned = pruner.pruned_copy(channels, compensation, readers)
-            if len(macs) <= len(counts):
+            first_at_count = len(macs) <= len(counts)
+            if first_at_count:
                 ops, n_params = tp.utils.count_ops_and_params(pruned.model, example.to(device))
                 macs.append(int(ops))
                 params.append(int(n_params))
-            loss, acc = evaluator.scores(pruned, f"{CRITERIA[name].label}, {count} channels removed")
+            loss, acc = evaluator.scores(pruned, f"{count} channels removed", check=first_at_count)
             losses.append(loss)
             accuracy.append(acc)
             removed.append(channels)
