@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -147,18 +148,34 @@ def suffix_forward(model: nn.Module, chain: ModuleChain, start: int, activation:
     """``model(x)`` with chain modules 0 … start − 1 replaced by stubs returning ``activation`` (module docstring).
 
     ``model`` may be the original or any copy with the same module names; ``x`` only goes to the stubbed prefix."""
-    prefix = [model.get_submodule(name) for name in chain.names[:start]]
+    prefix = [model.get_submodule(name) for name in prefix_stubs(chain, start)]
 
     def stub(*args, **kwargs) -> torch.Tensor:
         return activation
 
     try:
         for module in prefix:
-            module.forward = stub
+            object.__setattr__(module, "forward", stub)  # (nn.Module.__setattr__'s checks cost more than the stub)
         return model(x)
     finally:
         for module in prefix:
-            del module.forward
+            object.__delattr__(module, "forward")
+
+
+@functools.cache
+def prefix_stubs(chain: ModuleChain, start: int) -> tuple[str, ...]:
+    """The fewest modules to stub for a suffix from ``start``: each chain module before it, or the largest
+    ``nn.Sequential`` holding it and no chain module from ``start`` on (a container of stubs returns the activation
+    too: its last stub's)."""
+    later = chain.names[start:]
+    stubs: list[str] = []
+    for name in chain.names[:start]:
+        parts = name.split(".")
+        outer = next((".".join(parts[:i]) for i in range(1, len(parts))
+                      if not any(n.startswith(".".join(parts[:i]) + ".") for n in later)), name)
+        if outer not in stubs:
+            stubs.append(outer)
+    return tuple(stubs)
 
 
 def same_output(split: torch.Tensor, full: torch.Tensor) -> bool:
@@ -188,7 +205,8 @@ def fallback_note(label: str, chain: ModuleChain, start: int) -> str:
 
 
 def copy_modules(model: nn.Module, names: Iterable[str]) -> nn.Module:
-    """A copy of ``model`` whose modules ``names`` are deep copies and whose other modules are ``model``'s own.
+    """A copy of ``model`` whose modules ``names`` are copies with tensors of their own and whose other modules are
+    ``model``'s own.
 
     Only the containers on the way to a copied module are new (shallow copies with their own child, parameter,
     buffer and hook dictionaries), so a copy costs what the copied modules hold. Run the copy, stub it
@@ -199,16 +217,33 @@ def copy_modules(model: nn.Module, names: Iterable[str]) -> nn.Module:
 
     def clone(module: nn.Module, prefix: str) -> nn.Module:
         if prefix in names:
-            return copy.deepcopy(module)
+            return _own_copy(module)
         if prefix and not any(name.startswith(f"{prefix}.") for name in names):
             return module
-        new = copy.copy(module)
-        new.__dict__.update({key: value.copy() for key, value in vars(module).items() if isinstance(value, dict)})
+        new = _shallow_copy(module)
         for child, submodule in module.named_children():
             new._modules[child] = clone(submodule, f"{prefix}.{child}" if prefix else child)
         return new
 
     return clone(model, "")
+
+
+def _shallow_copy(module: nn.Module) -> nn.Module:
+    """The module's attributes in a new object, with dictionaries of its own (children, tensors, hooks)."""
+    new = copy.copy(module)
+    new.__dict__.update({key: value.copy() for key, value in vars(module).items() if isinstance(value, dict)})
+    return new
+
+
+def _own_copy(module: nn.Module) -> nn.Module:
+    """A deep copy; for a module without children, its tensors cloned into a shallow copy (the same, faster)."""
+    if next(module.children(), None) is not None:
+        return copy.deepcopy(module)
+    new = _shallow_copy(module)
+    new._parameters.update({key: nn.Parameter(value.detach().clone(), value.requires_grad)
+                            for key, value in module._parameters.items() if value is not None})
+    new._buffers.update({key: value.clone() for key, value in module._buffers.items() if value is not None})
+    return new
 
 
 def shared_copy(model: nn.Module, replaced: Mapping[str, torch.Tensor]) -> nn.Module:

@@ -69,6 +69,14 @@ class LayerPruner:
         with _gradients(model):
             self.graph = tp.DependencyGraph().build_dependency(model, example_inputs=example)
         self.n_channels = self.conv.out_channels
+        self.positions = output_positions(model, example[:1])
+
+    def cost(self, model: nn.Module) -> tuple[int, int]:
+        """``(MACs per image, parameters)`` of the template or a pruned copy: Σ weight size × output positions over
+        the convolutions and linear layers (removing channels never changes the positions), and Σ parameter sizes."""
+        macs = sum(module.weight.numel() * self.positions[name] for name, module in model.named_modules()
+                   if name in self.positions)
+        return macs, sum(p.numel() for p in model.parameters())
 
     def group(self, channels: Sequence[int] | None = None):
         """The DepGraph group of the given channels (all when ``None``)."""
@@ -172,6 +180,29 @@ class LayerPruner:
         return scores.detach().cpu().double().numpy()
 
 
+def output_positions(model: nn.Module, example: torch.Tensor) -> dict[str, int]:
+    """Output positions per image of every convolution (spatial positions) and linear layer (tokens), summed over
+    its calls in one forward pass of ``example`` (one image)."""
+    positions: dict[str, int] = {}
+
+    def record(name: str):
+        def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+            count = output[0, 0].numel() if isinstance(module, nn.modules.conv._ConvNd) else \
+                output.numel() // output.shape[-1]
+            positions[name] = positions.get(name, 0) + count
+        return hook
+
+    handles = [module.register_forward_hook(record(name)) for name, module in model.named_modules()
+               if isinstance(module, nn.modules.conv._ConvNd | nn.Linear)]
+    try:
+        with torch.no_grad():
+            model(example)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return positions
+
+
 @contextlib.contextmanager
 def _gradients(model: nn.Module) -> Iterator[None]:
     """Gradients on ``model``'s parameters inside the context (tracing, Taylor scores); none, and none kept, after."""
@@ -258,17 +289,24 @@ class PrunedEvaluation:
                                        autocast=True)
         start, reader, in_place = self.route
         self.starts_used.add(start)
+        keep = None if reader is None else self._kept(pruned, reader, start)
         with inference_autocast(self.device):
-            return evaluate_logits((suffix_forward(pruned.model.eval(), self.chain, start,
-                                                   self._input(pruned, p.activations[start], reader, in_place),
-                                                   p.x).float(), p.y) for p in self.passes)
+            return evaluate_logits((suffix_forward(pruned.model, self.chain, start, self._input(
+                p.activations[start], keep, in_place), p.x).float(), p.y) for p in self.passes)
 
-    def _input(self, pruned: PrunedNetwork, activation: torch.Tensor, reader: str | None,
-               in_place: bool) -> torch.Tensor:
-        """The copy's input of its start: the template's without the reader's removed channels (a new tensor), or
-        the template's itself (a fresh copy when the suffix changes it in place)."""
-        if reader is not None:
-            return activation[:, _kept(activation.shape[1], pruned.removed_inputs[reader], activation.device)]
+    def _kept(self, pruned: PrunedNetwork, reader: str, start: int) -> torch.Tensor:
+        """Indices of the channels of the start's input that the reader keeps."""
+        keep = torch.ones(self.probe_inputs[start].shape[1], dtype=torch.bool)
+        removed = torch.as_tensor(pruned.removed_inputs[reader], dtype=torch.long)
+        keep[removed[removed < len(keep)]] = False
+        return keep.nonzero().squeeze(1).to(self.device)
+
+    @staticmethod
+    def _input(activation: torch.Tensor, keep: torch.Tensor | None, in_place: bool) -> torch.Tensor:
+        """A copy's input of its start: the template's without the removed channels (a new tensor), or the
+        template's itself (a fresh copy when the suffix changes it in place)."""
+        if keep is not None:
+            return activation[:, keep]
         return activation.clone() if in_place else activation
 
     def _checked_route(self, pruned: PrunedNetwork, label: str) -> tuple[int, str | None, bool] | None:
@@ -276,23 +314,17 @@ class PrunedEvaluation:
         of the first route whose suffix reproduces the copy's own forward pass on the probe images; ``None``: run the
         copy whole."""
         with torch.no_grad():
-            full = pruned.model.eval()(self.probe)
+            full = pruned.model(self.probe)
         for start, reader in self.routes:
             if reader is not None and reader not in pruned.removed_inputs:
                 continue
+            keep = None if reader is None else self._kept(pruned, reader, start)
             with torch.no_grad():
                 matches, in_place = suffix_check(pruned.model, self.chain, start,
-                                                 self._input(pruned, self.probe_inputs[start], reader, True),
-                                                 self.probe, full)
+                                                 self._input(self.probe_inputs[start], keep, True), self.probe, full)
             if matches:
                 return start, reader, in_place and reader is None
         if self.routes:
             self.notes.append(fallback_note(label, self.chain, self.routes[-1][0]))
         return None
 
-
-def _kept(channels: int, removed: Sequence[int], device: torch.device) -> torch.Tensor:
-    """Indices of the ``channels`` not in ``removed``."""
-    keep = torch.ones(channels, dtype=torch.bool)
-    keep[[c for c in removed if c < channels]] = False
-    return keep.nonzero().squeeze(1).to(device)

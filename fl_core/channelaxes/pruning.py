@@ -2,8 +2,9 @@
 short recovery fine-tune, and the area under each curve (docs/methods.md §6).
 
 * **Removal is physical** (:mod:`fl_core.channelaxes.pruner`: Torch-Pruning's DepGraph, built once; each pruned copy
-  is scored from the first layer that reads the remaining channels). FLOPs (MACs) and parameters of the pruned
-  networks are counted with ``tp.utils.count_ops_and_params``.
+  is scored from the first layer that reads the remaining channels). FLOPs are the multiply-accumulates (MACs) of the
+  pruned networks' convolutions and linear layers, counted on their weights (:meth:`LayerPruner.cost`), and
+  parameters are counted likewise.
 * **Mean compensation [proposed].** Removing a post-activation channel also removes its mean (the zero-ablation
   pitfall of §5), which can swamp every criterion before any fine-tune. By default the removed channels' calibration
   means are folded into the biases of the convolutions that read them directly, so removal acts like mean-ablation.
@@ -30,7 +31,6 @@ from typing import ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torch_pruning as tp
 from torch import nn
 
 from fl_core.backend import Progress, evaluate_classifier, report
@@ -282,7 +282,7 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
     notes = [f"the removed channels' calibration means are folded into {', '.join(readers)}"
              if compensation is not None else f"removal zeroes the channels (no mean compensation: {reason})"]
     base_loss, base_accuracy = evaluator.template_scores()
-    base_macs, base_params = tp.utils.count_ops_and_params(pruner.template, example.to(device))
+    base_macs, base_params = pruner.cost(pruner.template)
     if settings.finetune_steps > 0:
         teacher_logits = batched_logits(pruner.template.eval(), tune_x, device, batch_size)
 
@@ -309,9 +309,9 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
             pruned = pruner.pruned_copy(channels, compensation, readers)
             first_at_count = len(macs) <= len(counts)
             if first_at_count:
-                ops, n_params = tp.utils.count_ops_and_params(pruned.model, example.to(device))
-                macs.append(int(ops))
-                params.append(int(n_params))
+                ops, n_params = pruner.cost(pruned.model)
+                macs.append(ops)
+                params.append(n_params)
             loss, acc = evaluator.scores(pruned, f"{count} channels removed", check=first_at_count)
             losses.append(loss)
             accuracy.append(acc)

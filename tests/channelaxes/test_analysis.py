@@ -193,7 +193,8 @@ def test_real_squeezenet_fire_module_on_the_imagenet_sample(squeezenet, imagenet
     assert (table["peer_overlap"] > 0).all() and (table["task_info"] >= 0).all()
     assert (result.interventions.effects.mode, result.interventions.effects.computed_from) == ("suffix", "features.12")
     pruning_result = result.pruning
-    assert pruning_result.macs[0] == pytest.approx(0.830e9, rel=0.01) and pruning_result.channels_removed == [0, 16, 32]
+    assert pruning_result.macs[0] == 818_924_576  # SqueezeNet 1.0's convolutions at 224²: 0.82 GMACs
+    assert pruning_result.channels_removed == [0, 16, 32]
     assert np.all(np.diff(pruning_result.macs) < 0)
     json.dumps(result.to_dict(), allow_nan=False)
 
