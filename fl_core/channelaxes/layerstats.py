@@ -4,7 +4,8 @@ Section numbers (§) refer to docs/methods.md, "Channel axes"; every definition 
 **proposed** one. The pass hooks three places of a private copy of the network (float64 accumulators on the device,
 memory independent of the number of images except the per-image values the copula ranks need):
 
-* the conv's input: per-column variances of its zero-padded im2col patches → ``tr Σ_X`` per group (§1);
+* the conv's input: per-column variances of its zero-padded im2col patches → ``tr Σ_X`` per group (§1), from box
+  sums of the input and its square (:func:`patch_column_sums`: no im2col);
 * the conv's output ``u`` (pre-activation): per-position channel moments → Var(u_i) = w_iᵀΣ_X w_i and the
   channel correlation (§1, §2);
 * the site's output ``a`` (post-BN-activation, :func:`fl_core.channelaxes.site.locate_site`): per-position
@@ -49,8 +50,6 @@ from fl_core.channelaxes.site import ChannelSite, on_call
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
 from fl_core.settings import MAX_SEED, setting
-
-PATCH_CHUNK_ELEMENTS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -112,18 +111,35 @@ class LayerStatistics:
         return merged.merge(self.post_fit).merge(self.post_test)
 
 
-def conv_patches(x: torch.Tensor, conv: nn.Conv2d) -> torch.Tensor:
-    """The conv's im2col patches of ``x`` as rows ``(N·L, C_in·kh·kw)``, padded exactly as the conv pads."""
-    padding: tuple[int, ...] | str = conv.padding
-    if conv.padding_mode != "zeros":
-        x = F.pad(x, conv._reversed_padding_repeated_twice, mode=conv.padding_mode)
-        padding = (0, 0)
-    elif padding == "valid":
-        padding = (0, 0)
-    elif padding == "same":
-        padding = tuple(d * (k - 1) // 2 for d, k in zip(conv.dilation, conv.kernel_size))
-    columns = F.unfold(x, conv.kernel_size, dilation=conv.dilation, padding=padding, stride=conv.stride)
-    return columns.transpose(1, 2).reshape(-1, columns.shape[1])
+def padded_input(x: torch.Tensor, conv: nn.Conv2d) -> torch.Tensor:
+    """``x`` padded exactly as ``conv`` pads it (zeros, or its padding mode)."""
+    if conv.padding == "valid":
+        return x
+    if conv.padding == "same":
+        total = [d * (k - 1) for d, k in zip(conv.dilation, conv.kernel_size)]
+        padding = (total[1] // 2, total[1] - total[1] // 2, total[0] // 2, total[0] - total[0] // 2)
+    else:
+        padding = conv._reversed_padding_repeated_twice
+    return F.pad(x, padding, mode="constant" if conv.padding_mode == "zeros" else conv.padding_mode)
+
+
+def patch_column_sums(x: torch.Tensor, conv: nn.Conv2d, dtype: torch.dtype) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """``(n, Σ p, Σ p²)`` over the conv's im2col patches ``p`` of ``x``, per column (``C_in·kh·kw``, the order of
+    ``conv.weight.flatten(1)``), without materialising the patches.
+
+    Column ``(c, dy, dx)`` holds ``x_pad[·, c, dy·d + s·i, dx·d + s·j]`` over the output grid (stride s, dilation d),
+    so its sums are box sums of ``Σ_n x_pad`` and ``Σ_n x_pad²`` over that grid at offset ``(dy·d, dx·d)``: one
+    correlation of the two sums with a ones kernel of the grid's size, stride d and dilation s.
+    """
+    x = padded_input(x, conv).to(dtype)
+    (kh, kw), (sh, sw), (dh, dw) = conv.kernel_size, conv.stride, conv.dilation
+    n, channels, height, width = x.shape
+    rows, columns = (height - dh * (kh - 1) - 1) // sh + 1, (width - dw * (kw - 1) - 1) // sw + 1
+    sums = torch.cat([x.sum(0), x.square().sum(0)]).unsqueeze(1)  # (2·C_in, 1, H, W)
+    grid = torch.ones(1, 1, rows, columns, dtype=dtype, device=x.device)
+    boxes = F.conv2d(sums, grid, stride=(dh, dw), dilation=(sh, sw))[..., :kh, :kw]
+    total, squares = boxes.reshape(2, channels * kh * kw)
+    return n * rows * columns, total, squares
 
 
 def collect_layer_statistics(model: nn.Module, site: ChannelSite, inputs: LabelledInputs, *,
@@ -149,11 +165,7 @@ def collect_layer_statistics(model: nn.Module, site: ChannelSite, inputs: Labell
     state = {"first": 0, "positions": 0}
 
     def on_input(module: nn.Module, args: tuple) -> None:
-        x = args[0].detach()
-        per_image = conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1] * max(
-            1, x.shape[-1] * x.shape[-2] // (conv.stride[0] * conv.stride[1]))
-        for chunk in torch.split(x, max(1, PATCH_CHUNK_ELEMENTS // per_image)):
-            patches.update(conv_patches(chunk, conv))
+        patches.add(*patch_column_sums(args[0].detach(), conv, dtype))
 
     def on_output(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
         pre.update(output)

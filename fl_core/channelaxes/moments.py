@@ -134,10 +134,11 @@ class ChannelMoments:
 
 
 class FeatureVariance:
-    """Streaming per-feature variance of rows ``(n, D)``: the diagonal of :class:`ChannelMoments` in O(D) memory.
+    """Streaming per-feature variance of batches given by their sums: the diagonal of :class:`ChannelMoments` in
+    O(D) memory.
 
-    Same pairwise merge (Chan, Golub & LeVeque), so a large mean costs no precision. Used for ``tr Σ_X`` of im2col
-    patches, whose dimension D = C_in·k·k is too large for a D×D comoment.
+    Batches are merged pairwise (Chan, Golub & LeVeque), so a mean that drifts between batches costs no precision.
+    Used for ``tr Σ_X`` of im2col patches, whose dimension D = C_in·k·k is too large for a D×D comoment.
     """
 
     def __init__(self, n_features: int, device: str | torch.device = "cpu", dtype: torch.dtype | None = None):
@@ -147,20 +148,22 @@ class FeatureVariance:
         self.sum = torch.zeros(n_features, dtype=self.dtype, device=self.device)
         self.squares = torch.zeros(n_features, dtype=self.dtype, device=self.device)
 
-    def update(self, rows: torch.Tensor) -> FeatureVariance:
-        """Add samples ``(n, D)``; returns ``self``."""
-        rows = rows.detach().to(self.device, self.dtype)
-        n = rows.shape[0]
+    def add(self, n: int, total: torch.Tensor, squares: torch.Tensor) -> FeatureVariance:
+        """Add ``n`` samples given by their per-feature sums Σx and Σx² (centred within the batch as Σx² − (Σx)²/n,
+        exact for features whose mean is not many orders above their spread); returns ``self``."""
         if n == 0:
             return self
-        total = rows.sum(dim=0)
-        squares = (rows - total / n).square().sum(dim=0)
+        total, squares = total.to(self.device, self.dtype), squares.to(self.device, self.dtype)
+        return self._absorb(n, total, (squares - total.square() / n).clamp_min(0))
+
+    def _absorb(self, n: int, total: torch.Tensor, centred: torch.Tensor) -> FeatureVariance:
+        """Pairwise merge of (n, Σx, Σ(x − x̄)²) into the running state."""
         if self.count == 0:
-            self.count, self.sum, self.squares = n, total, squares
+            self.count, self.sum, self.squares = n, total, centred
             return self
         merged = self.count + n
         delta = total / n - self.sum / self.count
-        self.squares = self.squares + squares + delta.square() * (self.count * n / merged)
+        self.squares = self.squares + centred + delta.square() * (self.count * n / merged)
         self.sum = self.sum + total
         self.count = merged
         return self

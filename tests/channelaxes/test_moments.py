@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from fl_core.channelaxes.layerstats import padded_input, patch_column_sums
 from fl_core.channelaxes.moments import (
     ChannelMoments,
+    FeatureVariance,
     input_capture,
     peer_overlap,
     peer_r2_all,
@@ -226,3 +229,26 @@ def test_ridge_peer_coefficients_without_ridge_equal_least_squares() -> None:
         assert intercept[i].item() == pytest.approx(coefficients[0], abs=1e-10)
     with pytest.raises(ValueError, match="itself"):
         ridge_peer_coefficients(moments.covariance(), moments.mean(), torch.tensor([[0, 1]] * 5), ridge=0.0)
+
+
+@pytest.mark.parametrize("conv", [
+    nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1, groups=2), nn.Conv2d(3, 2, 5, stride=2, padding=2),
+    nn.Conv2d(3, 2, 3, dilation=2, padding="same"), nn.Conv2d(3, 2, (3, 2), stride=(1, 2)),
+    nn.Conv2d(3, 2, 3, padding=1, padding_mode="reflect"), nn.Conv2d(2, 2, 1)])
+def test_patch_column_sums_equal_the_sums_over_materialised_patches(conv) -> None:
+    """The input-capture statistics' box sums against every im2col patch the conv sees (padding, stride, dilation,
+    groups, padding modes), and their variances against the rows' own."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(5, conv.in_channels, 11, 9, generator=generator, dtype=torch.float64) + 0.5
+    padded = padded_input(x, conv)
+    patches = F.unfold(padded, conv.kernel_size, dilation=conv.dilation, stride=conv.stride)
+    rows = patches.transpose(1, 2).reshape(-1, patches.shape[1])
+    assert F.conv2d(x, conv.weight.double(), None, conv.stride, conv.padding, conv.dilation, conv.groups) \
+        .shape[-2:].numel() * len(x) == len(rows)  # the conv's own output grid
+    n, total, squares = patch_column_sums(x, conv, torch.float64)
+    assert n == len(rows)
+    torch.testing.assert_close(total, rows.sum(0), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(squares, rows.square().sum(0), rtol=1e-12, atol=1e-12)
+    variance = FeatureVariance(len(total)).add(*patch_column_sums(x[:2], conv, torch.float64))
+    variance.add(*patch_column_sums(x[2:], conv, torch.float64))
+    torch.testing.assert_close(variance.variance(), rows.var(0, unbiased=False), rtol=1e-10, atol=1e-12)
