@@ -180,7 +180,7 @@ def test_streamlit_config_is_set_for_a_shared_server() -> None:
     assert options["server.fileWatcherType"] == "none" and options["server.runOnSave"] is False
     assert options["runner.postScriptGC"] is False  # a full collection after every run holds the GIL for seconds
     assert options["client.showErrorDetails"] in ("none", False)
-    assert options["client.toolbarMode"] == "minimal"  # no "Clear cache" for users: the caches are shared
+    assert options["client.toolbarMode"] == "viewer"  # no "Clear cache" (shared caches), but Running / Stop
     assert options["browser.gatherUsageStats"] is False
     assert str(options["server.maxUploadSize"]) in compose_service()["environment"]["STREAMLIT_SERVER_MAX_UPLOAD_SIZE"]
 

@@ -7,6 +7,9 @@ Screenshots go to ``test-artifacts/browser/`` (git-ignored); look at them.
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import pytest
 
 from ..conftest import TINY_MODELS
@@ -67,7 +70,7 @@ def test_channel_axes_kernel_picture_has_a_colour_bar_and_a_layer_change_waits_f
     page.goto(f"{app_url}/channel-axes?models=demo:tiny_vgg&axes_ncal=64&axes_neval=32&axes_layer=features.11")
     settle(page)
     drawn_plots(page, at_least=5, timeout_ms=300_000)
-    kernel = page.locator('.js-plotly-plot', has=page.locator('.gtitle', has_text="kernels"))
+    kernel = page.locator('.js-plotly-plot', has=page.locator('.gtitle', has_text="its kernel on each"))
     assert kernel.locator('.colorbar').count() == 1 and kernel.bounding_box()["height"] >= 300
     layer = page.locator('[data-testid="stSelectbox"]', has_text="Layer")
     layer.click()
@@ -76,18 +79,39 @@ def test_channel_axes_kernel_picture_has_a_colour_bar_and_a_layer_change_waits_f
     assert "not applied yet" in main_text(page) and "about" in main_text(page)  # the estimate, before starting
     page.screenshot(path=str(artifacts / "classroom-channel-axes-pending.png"), full_page=True)
     page.get_by_role("button", name="Apply").click()
-    running = page.locator('[data-testid="stStatusWidget"]')
-    running.wait_for(state="visible", timeout=20_000)  # Streamlit's Running / Stop while the layer is analysed
+    assert running_is_shown(page), "a run of over 2 s without Streamlit's Running / Stop indicator"
     page.screenshot(path=str(artifacts / "classroom-channel-axes-running.png"))
     settle(page)
     assert "not applied yet" not in main_text(page) and "features.7" in page.url
+    page.locator('[data-testid="stMainMenuButton"]').click()  # the menu users get: no "Clear cache" (shared caches)
+    assert "Print" in page.locator('[data-testid="stMainMenuList"]').inner_text()
+    assert "Clear cache" not in page.locator('[data-testid="stMainMenuList"]').inner_text()
+
+
+def running_is_shown(page, within_s: float = 2.0, poll_ms: int = 100, limit_s: float = 60.0) -> bool:
+    """Whether Streamlit's Running / Stop indicator shows while the script run that just started lasts more than
+    ``within_s`` (a run that ends sooner needs none)."""
+    from playwright.sync_api import expect
+
+    app, status = page.locator('[data-testid="stApp"]'), page.locator('[data-testid="stStatusWidget"]')
+    with contextlib.suppress(AssertionError):
+        expect(app).to_have_attribute("data-test-script-state", "running", timeout=3_000)
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        if status.is_visible():
+            return True
+        if app.get_attribute("data-test-script-state") == "notRunning":
+            return time.monotonic() - started <= within_s
+        page.wait_for_timeout(poll_ms)
+    return False
 
 
 def test_enter_in_the_run_form_starts_no_run(page, app_url: str) -> None:
     page.goto(f"{app_url}/training-lab?lab=train&models={TINY_MODELS}")
     settle(page)
-    steps = page.get_by_label("Steps")
+    steps = page.get_by_role("spinbutton", name="Steps")
     steps.fill("7")
     steps.press("Enter")
     settle(page)
-    assert "Your run" not in main_text(page) and "Cancel" not in main_text(page)
+    assert page.get_by_role("heading", name="Your run", exact=True).count() == 0  # "Your runs" is a mode, not a run
+    assert page.get_by_role("button", name="Cancel").count() == 0
