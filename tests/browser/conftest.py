@@ -1,4 +1,4 @@
-"""Browser end-to-end fixtures: one real ``streamlit run app.py`` server for the module, and Debian's Chromium driven
+"""Browser end-to-end fixtures: one real server (the image's command) for the session, and Debian's Chromium driven
 by Playwright (never a browser download). Without Chromium the tests skip locally; under ``CI=true`` they fail."""
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ def upload_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def app_url(chromium: Path, artifacts: Path, upload_dir: Path, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[str]:
-    """A real ``streamlit run app.py`` on a free localhost port, shared by every browser test."""
+    """The image's server (``python -m fl_ui.serve``: ``streamlit run app.py`` warmed, computing the heavy pages'
+    default views as soon as it listens) on a free localhost port, shared by every browser test."""
     port = free_port()
     env = server_env(port, FL_UPLOAD_DIR=str(upload_dir), HOME=str(tmp_path_factory.mktemp("home")))
-    command = ["streamlit", "run", "app.py", "--server.address=127.0.0.1", "--server.headless=true"]
+    command = ["python", "-m", "fl_ui.serve", "--server.address=127.0.0.1", "--server.headless=true"]
     with running_server(command, port, env, artifacts / "server.log"):
         yield f"http://127.0.0.1:{port}"
 

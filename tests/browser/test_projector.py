@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 VIEWPORTS = {"projector": (1024, 768), "wide": (1440, 900)}
 MIN_PLOT_AREA_PX = 150
-"""The smallest plot area (px tall) a figure may leave between its title, legend and axes."""
+"""The smallest plot area (px tall) a chart may leave between its title, legend and axes (a picture of filters with
+square pixels is as tall as its rows of tiles)."""
 
 LAYOUT_PROBLEMS_JS = """() => {
     const problems = [];
@@ -39,7 +40,9 @@ LAYOUT_PROBLEMS_JS = """() => {
             texts.forEach(t => { if (overlap(lb, box(t))) problems.push(`${title}: legend over "${t.textContent}"`); });
         }
         const tallest = Math.max(0, ...Array.from(plots).map(p => box(p).height));
-        if (plots.length && gd._fullLayout && !gd._fullLayout.grid && plots.length === 1 && tallest < MIN_PLOT_AREA_PX)
+        const picture = gd._fullLayout && gd._fullLayout.yaxis && gd._fullLayout.yaxis.scaleanchor;  // its aspect sets it
+        if (plots.length && gd._fullLayout && !gd._fullLayout.grid && plots.length === 1 && !picture
+            && tallest < MIN_PLOT_AREA_PX)
             problems.push(`${title}: plot area ${Math.round(tallest)} px tall`);
         const gtitle = gd.querySelector('.gtitle');
         if (gtitle && box(gtitle).right > box(gd).right + 1) problems.push(`${title}: title runs off the figure`);
