@@ -32,8 +32,8 @@ def preload() -> None:
     (which imports scikit-image's, scikit-learn's and matplotlib's loaders: in the first visitor's page thread that
     held the GIL for ~1 s), compute the default views that run in this process (the depthwise pages' grid searches,
     :func:`fl_ui.masterkeys.warm_default_results`, and Home's, :func:`warm_home`), start computing those that run in
-    the workers (:func:`warm_worker_views`, in a background thread), freeze what was imported out of the garbage collector's
-    generations (a full collection of it takes ~0.4 s, holding the GIL), and shorten the GIL switch interval
+    the workers (:func:`warm_worker_views`, in a background thread), freeze what was imported out of the garbage
+    collector's generations (a full collection of it takes ~0.4 s, holding the GIL), and shorten the GIL switch interval
     (:data:`SWITCH_INTERVAL_S`)."""
     for package in PRELOADED_PACKAGES:
         root = importlib.import_module(package)

@@ -40,7 +40,7 @@ LAYOUT_PROBLEMS_JS = """() => {
             texts.forEach(t => { if (overlap(lb, box(t))) problems.push(`${title}: legend over "${t.textContent}"`); });
         }
         const tallest = Math.max(0, ...Array.from(plots).map(p => box(p).height));
-        const picture = gd._fullLayout && gd._fullLayout.yaxis && gd._fullLayout.yaxis.scaleanchor;  // its aspect sets it
+        const picture = gd._fullLayout && gd._fullLayout.yaxis && gd._fullLayout.yaxis.scaleanchor;  // sized by aspect
         if (plots.length && gd._fullLayout && !gd._fullLayout.grid && plots.length === 1 && !picture
             && tallest < MIN_PLOT_AREA_PX)
             problems.push(`${title}: plot area ${Math.round(tallest)} px tall`);

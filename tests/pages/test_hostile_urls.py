@@ -39,7 +39,8 @@ FOLDERS = ({"images": f"/tmp/{LONG_NAME}"}, {"images": "/tmp/\ufffd\ufffd"}, {"i
 """Image sources naming no folder (a URL's undecodable bytes arrive as U+FFFD)."""
 
 PAGE_VALUES = {
-    "models": "demo:tiny_vgg", "dmax": "abc", "method": "Z", "report_dir": "/tmp/runs\x00", "report": "zzz", "k": "lots", "sweep": "maybe",
+    "models": "demo:tiny_vgg",
+    "dmax": "abc", "method": "Z", "report_dir": "/tmp/runs\x00", "report": "zzz", "k": "lots", "sweep": "maybe",
     "axes_ncal": "99999999", "axes_neval": "-1", "axes_layer": "x" * 5000, "layer": "\x00", "init": "2",
     "mk_model": "weights:/\x00", "ss_source": "demo:\x00", "sw_model": "zzz", "swaps": "Q,\x00", "lab": "nonsense",
     "step": "-5", "run": "../../etc/passwd", "energy_seeds": "1000000", "whitening_seeds": "0",
