@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import gc
 import importlib
+import logging
 import pkgutil
 import sys
 import threading
 from pathlib import Path
 
+LOG = logging.getLogger(__name__)
 APP = Path(__file__).resolve().parent.parent / "app.py"
 PRELOADED_PACKAGES = ("fl_core", "fl_ui")
 """Every module of these packages is imported before serving (they import torch, torchvision, timm, plotly)."""
@@ -72,12 +74,16 @@ def warm_home() -> None:
 def warm_worker_views() -> None:
     """The heavy pages' first views computed in the workers into the caches: Channel Axes' default layer (it also
     times the analysis, so later requests get an estimate) and Swap & Re-score's default re-score of the bundled
-    photos. Each is one job that a visitor asking for it meanwhile follows."""
+    photos. Each is one job that a visitor asking for it meanwhile follows. A warm-up that stops (the server shutting
+    down cancels its job) or fails is logged in one line: the page computes its view when visited."""
     from fl_ui.channels import warm_default_result
     from fl_ui.masterkeys import warm_default_rescore
 
-    warm_default_result()
-    warm_default_rescore()
+    for warm in (warm_default_result, warm_default_rescore):
+        try:
+            warm()
+        except Exception as error:  # a background warm-up never takes the server down
+            LOG.warning("%s did not finish: %s", warm.__name__, error)
 
 
 def main() -> int:
