@@ -18,12 +18,12 @@ leak between rows. One table per N, one row per C, and as the last row the growt
 (a conv layer's FLOPs grow as C²).
 
 ``--page SPEC [--data SOURCE]`` instead times the Channel Axes page's job for a model's default layer at the page's
-default settings (256 calibration and 128 evaluation images, the page's five pruning criteria without fine-tune,
-compared with the initialization when the model names one; as ``views/channel_axes.py`` sets them), in seconds per
-stage, once, next to one forward pass over the evaluation images. Usage::
+default settings (:func:`fl_ui.channels.default_request`), in seconds per stage, once, next to one forward pass over
+the evaluation images. Usage::
 
     python bench/bench_channels.py                 # C ∈ {16, 32, 64, 128}, N = 128
     python bench/bench_channels.py --channels 64 128 256 --images 256 1024
+    python bench/bench_channels.py --page demo:mobilenet_v2      # the bundled photos' crops, as the page opens
     python bench/bench_channels.py --page demo:mobilenet_v2 --data ../shared/fixtures/imagenet-sample
 """
 
@@ -135,31 +135,24 @@ def row(channels: int, images: int, repeats: int) -> list:
             r["forward_mb"], r["statistics_mb"], r["lesions_mb"], r["pruning_mb"]]
 
 
-PAGE_IMAGES = (256, 128)
-"""The page's default calibration and evaluation images."""
-PAGE_CRITERIA = ("local", "target", "l1", "bn_gamma", "random")
-"""The page's pruning criteria (its recovery fine-tune is off by default)."""
-
-
 def page_job(spec: str, source: str) -> None:
-    """Print the seconds of the page's default-layer job (module docstring) and of one forward pass."""
+    """Print the seconds of the page's default-layer job (:func:`fl_ui.channels.default_request`: the request the
+    page makes before any setting is changed) and of one forward pass over its evaluation images."""
     import time
 
     import torch
 
     from fl_core.backend import inference_autocast, resolve_device
-    from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels, default_channel_layer
+    from fl_core.channelaxes.analysis import analyze_channels
     from fl_core.channelaxes.calibration import channel_data
-    from fl_core.channelaxes.pruning import PruningSettings
-    from fl_core.io.layers import conv_inventory
     from fl_core.io.models import load_model
+    from fl_ui.channels import default_request
 
-    device = resolve_device(None)
+    request = default_request(spec, images=source)
+    settings, device = request.settings, resolve_device(None)
     loaded = load_model(spec)
-    layer = default_channel_layer([lay for lay in conv_inventory(loaded) if lay.out_channels >= 2])
-    settings = ChannelSettings(layer=layer, pruning=PruningSettings(criteria=PAGE_CRITERIA, finetune_steps=0))
-    init = load_model(loaded.init_spec) if loaded.init_spec else None
-    data = channel_data(loaded, source, *PAGE_IMAGES, seed=settings.axes.seed)
+    init = load_model(loaded.init_spec) if request.compare_init else None
+    data = channel_data(loaded, request.source, request.n_calibration, request.n_evaluation, seed=settings.axes.seed)
     evaluation = data.evaluation.materialized(settings.memory_bytes)
     model = loaded.copy_model().to(device).eval()
     start = time.perf_counter()
@@ -172,8 +165,10 @@ def page_job(spec: str, source: str) -> None:
     total = time.perf_counter() - start
     stages = "  ".join(f"{name} {seconds:.1f} s" for name, seconds in result.timings.items())
     effects = result.interventions.effects
-    print(f"{spec}, layer {layer} ({result.site.n_channels} channels), {data.description}: "
-          f"{len(data.calibration)} + {len(evaluation)} images, {torch.get_num_threads()} threads, {device}")
+    print(f"{spec}, layer {settings.layer} ({result.site.n_channels} channels), {data.description}: "
+          f"{len(data.calibration)} + {len(evaluation)} images, lesions {', '.join(settings.lesion_kinds)}, "
+          f"{len(settings.pruning.criteria)} pruning criteria, initialization {'compared' if init else 'none'}, "
+          f"{torch.get_num_threads()} threads, {device}")
     print(f"page job {total:.1f} s ({stages}); one forward pass over the evaluation images {forward:.2f} s")
     print(f"lesions ran from {effects.computed_from or 'the input'} ({effects.mode}); pruned networks from "
           f"{result.pruning.computed_from or 'the input'}")
@@ -186,7 +181,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="time each stage this many times, keep the least")
     parser.add_argument("--one", type=int, nargs=2, metavar=("C", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--page", metavar="SPEC", help="time the page's default-layer job of this model instead")
-    parser.add_argument("--data", default="crops", help="the page job's images: 'crops' or a labelled ImageFolder")
+    parser.add_argument("--data", default="bundled", help="the page job's images: 'bundled' (their labelled crops, "
+                        "as the page opens) or a labelled ImageFolder")
     args = parser.parse_args()
     if args.page:
         page_job(args.page, args.data)
