@@ -122,11 +122,12 @@ def _cell_text(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def dashed(frame: pd.DataFrame) -> pd.DataFrame | Any:
-    """``frame`` for ``st.dataframe`` with its missing values written "—" (Streamlit writes "None", which reads as a
-    value): columns that have any are formatted cell by cell, the others left as they are."""
+def dashed(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` for ``st.dataframe`` with its missing values written "—": Streamlit's grid draws a missing cell as
+    "None" (which reads as a value) whatever a Styler says, so the columns that have any become text, cell by cell
+    (numbers to 6 significant digits); the others are left as they are."""
     missing = [column for column in frame.columns if frame[column].isna().any()]
-    return frame.style.format(_cell_text, subset=missing) if missing else frame
+    return frame.assign(**{column: frame[column].map(_cell_text) for column in missing}) if missing else frame
 
 
 def table_with_download(frame: pd.DataFrame, name: str) -> None:

@@ -25,7 +25,7 @@ from fl_ui.forms import setting_widget
 from fl_ui.jobs import TrainingJob
 from fl_ui.lab import RUNS_TOKEN, demo_name_of, get_claims, get_correlations, get_trajectory, my_runs_dir, runs_in
 from fl_ui.state import current_selection, encode_token, set_url_param, url_param, url_setting
-from fl_ui.widgets import downloads, plot_with_explanation, table_with_download, user_errors
+from fl_ui.widgets import dashed, downloads, plot_with_explanation, table_with_download, user_errors
 
 MODES = {"shipped": "📦 Shipped runs", "train": "🏋 Train a run", "yours": "🗂 Your runs"}
 DEFAULT_RUN = "lab_vgg_true_s0"
@@ -123,7 +123,7 @@ def show_claims(runs: list[Run]) -> None:
                "same fitted training time: the theory says the profile depends on ηt only, so runs of different "
                "lengths are compared where they have trained equally far.")
     frame = summary.to_frame()
-    st.dataframe(frame, width="stretch", hide_index=True, column_config={
+    st.dataframe(dashed(frame), width="stretch", hide_index=True, column_config={
         "verdict": st.column_config.TextColumn("verdict", help="Whether our value lies in the interval that agrees "
                                                "with the paper's claim (column 'agrees when'; our proposal)."),
         "detail": st.column_config.TextColumn("detail", width="small"),
