@@ -214,7 +214,7 @@ class WorkerPool:
 
     def queue_position(self, job_id: int) -> int:
         """1-based place of a queued job among the jobs that have not started yet."""
-        board = dict(self._board)
+        board = self._board.copy()  # one call to the manager: dict(proxy) read key by key while jobs left the board
         with self._lock:
             waiting = [j for j, future in self._queued.items() if j not in board and not future.done()]
         return waiting.index(job_id) + 1 if job_id in waiting else 1
