@@ -60,5 +60,5 @@ VOLUME ["/cache", "/data"]
 HEALTHCHECK --interval=30s --timeout=10s --start-period=300s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/_stcore/health' % os.environ.get('STREAMLIT_SERVER_PORT', '8501'), timeout=8)"]
 
-# fl_ui.serve = `streamlit run app.py` with torch, the analyses and the heavy-job workers loaded before it listens
+# fl_ui.serve = `streamlit run app.py` with torch, the analyses and the engine's workers ready before it listens
 CMD ["python", "-m", "fl_ui.serve", "--server.address=0.0.0.0"]

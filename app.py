@@ -10,7 +10,7 @@ import logging
 
 import streamlit as st
 
-from fl_ui.cache import start_workers
+from fl_ui.cache import start_engine
 from fl_ui.sidebar import render_sidebar
 from fl_ui.state import url_notices_above
 
@@ -30,7 +30,7 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name
 st.set_page_config(page_title="FilterLens", page_icon="🔍", layout="wide")
 navigation = st.navigation([st.Page(path, title=title, icon=icon, url_path=url, default=i == 0)
                             for i, (path, title, icon, url) in enumerate(PAGES)])
-start_workers()
+start_engine()
 render_sidebar()
 with url_notices_above():
     navigation.run()

@@ -2,8 +2,8 @@
 
 Models are cached with ``st.cache_resource`` (shared across sessions and threads, never mutated: analyses that
 change weights work on ``LoadedModel.copy_model()``, hooks go on ``LoadedModel.forward_copy()``). Results are
-memoized by :func:`memoize` (computed in the session's thread) or :func:`pooled` (heavy: computed in a worker process
-of :mod:`fl_ui.pool`), keyed by the selection; unlike ``st.cache_data`` both let the computation draw a
+memoized by :func:`memoize` (computed in the session's thread) or :func:`pooled` (heavy: computed by a worker of
+the engine, :mod:`fl_ui.engine`), keyed by the selection; unlike ``st.cache_data`` both let the computation draw a
 progress bar (passed as ``progress``, which is not part of the key). Sessions asking for a result that is being computed
 wait for that computation instead of starting their own. Results are frozen dataclasses shared between sessions: pages
 only read them.
@@ -33,7 +33,7 @@ from fl_core.io.images import BUNDLED_PHOTOS, ImageSet, is_bundled, open_images
 from fl_core.io.layers import find_layer
 from fl_core.io.models import LoadedModel, load_model, spec_file_stamp
 from fl_ui import jobs
-from fl_ui.pool import Job, heavy_pool
+from fl_ui.engine import Job, heavy_engine
 
 WAIT_POLL_S = 0.25
 """How often a session waiting for another session's computation redraws its progress bar."""
@@ -48,7 +48,7 @@ class _Results:
     """A thread-safe LRU of finished results by key."""
 
     def __init__(self, max_entries: int) -> None:
-        self.max_entries, self.lock = max_entries, threading.Lock()
+        self.max_entries, self.lock = max_entries, threading.RLock()
         self._entries: OrderedDict[Hashable, object] = OrderedDict()
 
     def get(self, key: Hashable) -> tuple[bool, object]:
@@ -192,65 +192,86 @@ def memoize(max_entries: int) -> Callable[[Callable], Callable]:
 
 
 def pooled(job: Callable, max_entries: int) -> Callable:
-    """Memoize a heavy job of :mod:`fl_ui.jobs` by its positional arguments, computed in a worker process.
+    """Memoize a heavy job of :mod:`fl_ui.jobs` by its request, computed by an engine worker.
 
-    Each key runs at most once at a time on the server: every session asking for it follows the same
-    :class:`~fl_ui.pool.Job` (queue position, then progress), and a session interrupted while waiting takes up
-    the same job again on its next run. ``wrapper.cancel(*args)`` cancels it (for every session following it);
-    ``wrapper.abandon(*args)`` cancels it only when no session is waiting for it (a page's request superseded by
-    another: nothing queues behind it); ``wrapper.cached(*args)`` says whether its result is at hand.
+    Each request runs at most once at a time on the server: every session asking for it follows the same
+    :class:`~fl_ui.engine.Job` (queue position, then progress), and a session interrupted while waiting (its user
+    clicked something, or closed the tab) takes up the same job again on its next run; the result is kept as soon as
+    the job ends, whether or not a session is waiting. ``wrapper.cancel(request)`` cancels it (for every session
+    following it); ``wrapper.abandon(request)`` cancels it only when no session is waiting for it (a page's request
+    superseded by another: nothing queues behind it); ``wrapper.cached(request)`` says whether its result is at hand;
+    ``wrapper.start(request)`` submits it without waiting (several requests then run side by side on the workers) and
+    returns its job.
     """
     results, running, waiting = _Results(max_entries), {}, {}
 
-    @functools.wraps(job)
-    def wrapper(*args, progress: Progress | None = None):
-        found, value = results.get(args)
-        if found:
-            return value
-        pool = heavy_pool()  # outside the lock: the first call starts the workers
+    def keep(request: Hashable, handle: Job) -> None:
+        """When a job ends: keep its result (it stays in the engine only until then), drop the handle."""
+        if handle.status().state == "done":
+            results.put(request, handle.result())
         with results.lock:
-            handle = running.get(args)
+            if running.get(request) is handle:
+                del running[request]
+
+    def start(request: Hashable, follow: bool = False) -> Job | None:
+        """The job computing ``request`` (submitted now unless one is running), or ``None`` when its result is
+        kept; ``follow``: the caller waits for it (counted until :func:`unfollow`)."""
+        if results.get(request)[0]:
+            return None
+        engine = heavy_engine()  # outside the lock: the first call starts the engine
+        with results.lock:
+            if results.get(request)[0]:
+                return None
+            handle = running.get(request)
             if handle is None or handle.status().state in ("cancelled", "failed"):
-                handle = running[args] = pool.submit(job, *args)
-            waiting[args] = waiting.get(args, 0) + 1
-        try:
-            value = handle.wait(progress)
-        finally:
-            finished = handle.status().finished
-            with results.lock:
-                waiting[args] -= 1
-                if not waiting[args]:
-                    del waiting[args]
-                if finished and running.get(args) is handle:
-                    del running[args]
-        results.put(args, value)
-        return value
+                handle = running[request] = engine.submit(job, request, device=getattr(request, "device", None))
+                handle.on_finish(functools.partial(keep, request))
+            if follow:
+                waiting[request] = waiting.get(request, 0) + 1
+        return handle
 
-    def _running(*args) -> Job | None:
+    def unfollow(request: Hashable) -> None:
         with results.lock:
-            return running.get(args)
+            waiting[request] -= 1
+            if not waiting[request]:
+                del waiting[request]
 
-    def cancel(*args) -> None:
-        if (handle := _running(*args)) is not None:
-            handle.cancel()
+    @functools.wraps(job)
+    def wrapper(request: Hashable, progress: Progress | None = None):
+        while True:
+            found, value = results.get(request)
+            if found:
+                return value
+            if (handle := start(request, follow=True)) is not None:
+                try:
+                    return handle.wait(progress)
+                finally:
+                    unfollow(request)
 
-    def abandon(*args) -> None:
+    def cancel(request: Hashable) -> None:
         with results.lock:
-            handle = None if waiting.get(args) else running.get(args)
+            handle = running.get(request)
         if handle is not None:
             handle.cancel()
 
-    def cached(*args) -> bool:
-        return results.get(args)[0]
+    def abandon(request: Hashable) -> None:
+        with results.lock:
+            handle = None if waiting.get(request) else running.get(request)
+        if handle is not None:
+            handle.cancel()
 
-    wrapper.cancel, wrapper.abandon, wrapper.cached, wrapper.clear = cancel, abandon, cached, results.clear
+    def cached(request: Hashable) -> bool:
+        return results.get(request)[0]
+
+    wrapper.start, wrapper.cancel, wrapper.abandon = start, cancel, abandon
+    wrapper.cached, wrapper.clear = cached, results.clear
     return wrapper
 
 
 @st.cache_resource(show_spinner=False)
-def start_workers() -> None:
-    """Start the heavy-job workers once per server, in the background (the first page does not wait for them)."""
-    threading.Thread(target=lambda: heavy_pool().warm_up(), name="filterlens-workers", daemon=True).start()
+def start_engine() -> None:
+    """Start (or connect to) the engine once per server, in the background (the first page does not wait)."""
+    threading.Thread(target=heavy_engine, name="filterlens-engine", daemon=True).start()
 
 
 @st.cache_resource(show_spinner=False, max_entries=24)
@@ -274,7 +295,7 @@ IN_THREAD_WORK = 1e9
 
 
 def is_heavy(models: jobs.ModelKeys, images: str, layer: str | None = None) -> bool:
-    """Patch statistics run in a worker (their memory returned when the job ends) for a folder (up to a whole ImageNet
+    """Patch statistics run on the engine (their memory returned when the job ends) for a folder (up to a whole ImageNet
     split), or when the models' layers cost the bundled photos more than :data:`IN_THREAD_WORK`
     (:func:`fl_core.budgets.patch_work` of :func:`fl_core.firstlayer.energy.patch_geometry`: a 7×7 first layer
     already does). A model or layer that cannot be found, or whose work is over the analysis budget, is left to the
@@ -298,17 +319,18 @@ _whitening_in_worker = pooled(jobs.whitening_job, max_entries=32)
 
 def energy_result(models: jobs.ModelKeys, images: str, settings: EnergySettings, subtract_init: bool, device: str,
                   progress: Progress | None = None) -> EnergyResult:
-    """:func:`fl_core.firstlayer.energy.analyze_energy` for ``(spec, overrides)`` pairs (:func:`is_heavy`: in a
-    worker)."""
+    """:func:`fl_core.firstlayer.energy.analyze_energy` for ``(spec, overrides)`` pairs (:func:`is_heavy`: on the
+    engine)."""
     compute = _energy_in_worker if is_heavy(models, images, settings.layer) else _energy_here
-    return compute(models, images, settings, subtract_init, device, progress=progress)
+    return compute(jobs.EnergyRequest(models, images, settings, subtract_init, device), progress=progress)
 
 
 def whitening_result(models: jobs.ModelKeys, images: str, settings: WhiteningSettings, device: str,
                      progress: Progress | None = None) -> WhiteningResult:
-    """:func:`fl_core.firstlayer.whitening.analyze_whitening` for ``(spec, overrides)`` pairs (folders: in a worker)."""
+    """:func:`fl_core.firstlayer.whitening.analyze_whitening` for ``(spec, overrides)`` pairs (:func:`is_heavy`: on
+    the engine)."""
     compute = _whitening_in_worker if is_heavy(models, images) else _whitening_here
-    return compute(models, images, settings, device, progress=progress)
+    return compute(jobs.WhiteningRequest(models, images, settings, device), progress=progress)
 
 
 @memoize(max_entries=16)

@@ -1,14 +1,13 @@
 """Cached Channel Axes analyses for the page (results are shared between sessions and only read), the page's default
 request (ready before a shared server listens), and how long a request will take before it starts.
 
-A request (:class:`ChannelRequest`) is the tuple of :data:`channel_axes_result`'s arguments.
+A request is a :class:`~fl_ui.jobs.ChannelAxesRequest`, the key of :data:`channel_axes_result`.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, default_channel_layer
 from fl_core.channelaxes.calibration import CROPS
@@ -20,8 +19,8 @@ from fl_ui.cache import get_model, pooled
 from fl_ui.state import Selection
 
 channel_axes_result = pooled(jobs.channel_axes_job, max_entries=16)
-"""The page's channel analysis of one layer (:func:`fl_ui.jobs.channel_axes_job`), keyed by the model, the
-data and the :class:`~fl_core.channelaxes.analysis.ChannelSettings`, computed in a worker process; the last 16
+"""The page's channel analysis of one layer (:func:`fl_ui.jobs.channel_axes_job`), keyed by its
+:class:`~fl_ui.jobs.ChannelAxesRequest` (the model, the data, the settings), computed on the engine; the last 16
 requests stay at hand (a layer already analysed shows at once)."""
 
 DEFAULT_CHANNEL_SPEC = "demo:mobilenet_v2"
@@ -51,27 +50,14 @@ def channel_models(selection: Selection) -> list[str]:
     return list(dict.fromkeys([*selection.specs, DEFAULT_CHANNEL_SPEC]))
 
 
-class ChannelRequest(NamedTuple):
-    """The arguments of :data:`channel_axes_result` (``channel_axes_result(*request)``)."""
-
-    spec: str
-    overrides: tuple
-    source: str
-    n_calibration: int
-    n_evaluation: int
-    settings: ChannelSettings
-    compare_init: bool
-    device: str
-
-
 def default_request(spec: str | None = None, overrides: tuple = (), images: str = BUNDLED,
-                    device: str = "auto") -> ChannelRequest:
+                    device: str = "auto") -> jobs.ChannelAxesRequest:
     """The request the page makes for a model (default: :data:`DEFAULT_CHANNEL_SPEC`) before any setting is changed:
     its default layer (:func:`~fl_core.channelaxes.analysis.default_channel_layer`), the page's image counts,
     interventions and pruning protocol, and the comparison with the initialization where the model names one."""
     spec = spec or DEFAULT_CHANNEL_SPEC
     layer = default_channel_layer(analysable_layers(spec, overrides))
-    return ChannelRequest(spec, overrides, data_source(images), PAGE_CALIBRATION, PAGE_EVALUATION,
+    return jobs.ChannelAxesRequest(spec, overrides, data_source(images), PAGE_CALIBRATION, PAGE_EVALUATION,
                           ChannelSettings(layer=layer, lesion_kinds=PAGE_LESIONS, pruning=PAGE_PRUNING),
                           bool(get_model(spec, overrides).init_spec), device)
 
@@ -80,7 +66,7 @@ def warm_default_result() -> None:
     """Compute the page's default request (:func:`default_request`) into the cache and time it
     (:func:`learn_durations`): a shared server (:mod:`fl_ui.serve`) does this before it listens, so the first visit
     shows the default layer at once and every later request has an estimate."""
-    learn_durations(channel_axes_result(*default_request()))
+    learn_durations(channel_axes_result(default_request()))
 
 
 # ----------------------------------------------------------------------------------------------- durations
@@ -139,7 +125,7 @@ def learn_durations(result: ChannelAxesResult, overrides: tuple = ()) -> None:
         _RATES[result.spec] = _RATES[None] = rates
 
 
-def estimated_duration(request: ChannelRequest) -> Estimate:
+def estimated_duration(request: jobs.ChannelAxesRequest) -> Estimate:
     """The duration of a request: its :func:`stage_work` times the rates this server measured for the same model,
     else for the latest model analysed, else :data:`FALLBACK_MACS_PER_SECOND`. Folders are decoded as they are
     read, which this leaves out."""

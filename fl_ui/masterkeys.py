@@ -7,6 +7,7 @@ by their arguments (:func:`fl_ui.cache.memoize`), so the pages can draw progress
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import streamlit as st
@@ -24,7 +25,8 @@ from fl_core.masterkeys.assignment import (
 from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, analyze_master_keys
 from fl_core.masterkeys.depthwise import DepthwiseBank, depthwise_bank
 from fl_core.masterkeys.fitting import FIT_METHODS, ScaleSpaceResult, fit_published_filters
-from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE
+from fl_core.masterkeys.layersweep import LayerSweepSettings
+from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, RescoreSettings
 from fl_core.masterkeys.swap import FilterSwap, swap_filters
 from fl_ui import jobs
 from fl_ui.cache import get_model, memoize, pooled
@@ -136,25 +138,27 @@ def filter_swap(spec: str, overrides: tuple, replacement: str, stages: tuple[int
 
 
 rescore_result = pooled(jobs.rescore_job, max_entries=16)
-"""The original and the chosen swaps re-scored, recovered first if asked (:func:`fl_ui.jobs.rescore_job`), in
-a worker process."""
+"""The original and the chosen swaps re-scored, recovered first if asked (:func:`fl_ui.jobs.rescore_job`), on
+the engine."""
 
-def default_rescore_request(spec: str = DEFAULT_SWAP_SPEC, images: str = BUNDLED, device: str = "auto") -> tuple:
-    """The arguments of :data:`rescore_result` that Swap & Re-score asks for before any choice: every stage of the
+def default_rescore_request(spec: str = DEFAULT_SWAP_SPEC, images: str = BUNDLED,
+                           device: str = "auto") -> jobs.ScoringRequest:
+    """The request of :data:`rescore_result` that Swap & Re-score makes before any choice: every stage of the
     model's depthwise layers, :data:`DEFAULT_REPLACEMENTS`, no recovery."""
-    return (spec, (), images, RESCORE_IMAGES, DEFAULT_REPLACEMENTS, tuple(get_bank(spec).stages), RESCORE_K,
-            RESCORE_SEED, DEFAULT_BATCH_SIZE, device, None)
+    return jobs.ScoringRequest(spec, (), images, RESCORE_IMAGES, RescoreSettings(
+        replacements=DEFAULT_REPLACEMENTS, stages=tuple(get_bank(spec).stages), k=RESCORE_K, seed=RESCORE_SEED,
+        batch_size=DEFAULT_BATCH_SIZE), device)
 
 
 def warm_default_rescore() -> None:
-    """Swap & Re-score's default view computed into the caches, in a worker: the re-score of
+    """Swap & Re-score's default view computed into the caches, on the engine: the re-score of
     :func:`default_rescore_request` and the sweep of every depthwise layer by method B (:data:`layer_sweep_result`)."""
     request = default_rescore_request()
-    rescore_result(*request)
-    spec, overrides, images, max_images, _, stages, k, seed, batch_size, device, recovery = request
-    layer_sweep_result(spec, overrides, images, max_images, "B", stages, k, seed, batch_size, device, recovery)
+    rescore_result(request)
+    scoring = request.settings
+    layer_sweep_result(replace(request, settings=LayerSweepSettings(
+        replacement="B", stages=scoring.stages, k=scoring.k, seed=scoring.seed, batch_size=scoring.batch_size)))
 
 
 layer_sweep_result = pooled(jobs.layer_sweep_job, max_entries=8)
-"""Each depthwise layer swapped alone and zeroed alone (:func:`fl_ui.jobs.layer_sweep_job`), in a worker
-process."""
+"""Each depthwise layer swapped alone and zeroed alone (:func:`fl_ui.jobs.layer_sweep_job`), on the engine."""

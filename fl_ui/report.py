@@ -1,6 +1,7 @@
-"""Cached checkpoint reports for the Report page: built in a heavy-job worker, keyed by the models, their files'
-stamps, the settings and the device; the HTML document is written once per report. The documents a user downloads
-name uploads as the user named them, not by the server's upload folder (:meth:`fl_ui.uploads.UploadStore.shareable`).
+"""Cached checkpoint reports for the Report page: built on the engine, keyed by a
+:class:`~fl_ui.jobs.ReportRequest` (the models, their files' stamps, the settings and the device); the HTML document is
+written once per report. The documents a user downloads name uploads as the user named them, not by the server's upload
+folder (:meth:`fl_ui.uploads.UploadStore.shareable`).
 """
 
 from __future__ import annotations
@@ -20,19 +21,18 @@ from fl_ui.state import Selection
 from fl_ui.uploads import upload_store
 
 report_result = pooled(jobs.report_job, max_entries=8)
-"""The report of ``(models, stamps, settings, device)`` (:func:`fl_ui.jobs.report_job`), in a worker
-process."""
+"""The report a :class:`~fl_ui.jobs.ReportRequest` asks for (:func:`fl_ui.jobs.report_job`), on the engine."""
 
 
-def report_key(models: jobs.ModelKeys, settings: ReportSettings, device: str) -> tuple:
-    """The arguments of :data:`report_result` for these models: their stamps go into the key."""
-    return models, tuple(series_stamp(spec) for spec, _ in models), settings, device
+def report_key(models: jobs.ModelKeys, settings: ReportSettings, device: str) -> jobs.ReportRequest:
+    """The request of :data:`report_result` for these models: their stamps go into the key."""
+    return jobs.ReportRequest(models, tuple(series_stamp(spec) for spec, _ in models), settings, device)
 
 
 @memoize(max_entries=8)
-def report_document(models: jobs.ModelKeys, stamps: tuple[str, ...], settings: ReportSettings, device: str) -> str:
+def report_document(request: jobs.ReportRequest) -> str:
     """The self-contained HTML file of a finished report (:func:`fl_core.report.html.report_html`)."""
-    return shareable_html(report_result(models, stamps, settings, device))
+    return shareable_html(report_result(request))
 
 
 def shareable_html(report: Report) -> str:

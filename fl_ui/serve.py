@@ -2,10 +2,10 @@
 
 ``streamlit run app.py`` imports torch, torchvision, timm and the analyses when the first visitor's script runs, in
 a thread of the server: that import holds the GIL for seconds (loading torch's shared libraries), and every other
-request, the health check included, waits. Here the imports and the heavy-job workers are done *before* the server
-listens, so a fresh server answers its first health check only once it is ready, and never stalls afterwards. The
-default views that run in the heavy-job workers (Channel Axes' default layer, Swap & Re-score's default re-score: a
-minute or more on 2 cores) are computed while the server already listens; a visitor who comes first follows that
+request, the health check included, waits. Here the imports and the engine's workers are made ready *before* the
+server listens, so a fresh server answers its first health check only once it is ready, and never stalls afterwards.
+The default views that run on the engine's workers (Channel Axes' default layer, Swap & Re-score's default re-score:
+a minute or more on 2 cores) are computed while the server already listens; a visitor who comes first follows that
 job's progress. Options are passed on to ``streamlit run app.py`` unchanged.
 """
 
@@ -17,6 +17,7 @@ import logging
 import pkgutil
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 LOG = logging.getLogger(__name__)
@@ -29,33 +30,40 @@ answers every request, the health check included, needs the GIL many times per r
 in their threads; a shorter interval hands it back sooner, at a small cost in the scripts' throughput."""
 
 
-def preload() -> None:
-    """Import every module of :data:`PRELOADED_PACKAGES`, start the heavy-job workers, decode the bundled photos
-    (which imports scikit-image's, scikit-learn's and matplotlib's loaders: in the first visitor's page thread that
-    held the GIL for ~1 s), compute the default views that run in this process (the depthwise pages' grid searches,
-    :func:`fl_ui.masterkeys.warm_default_results`, and Home's, :func:`warm_home`), start computing those that run in
-    the workers (:func:`warm_worker_views`, in a background thread), freeze what was imported out of the garbage
-    collector's generations (a full collection of it takes ~0.4 s, holding the GIL), and shorten the GIL switch interval
-    (:data:`SWITCH_INTERVAL_S`)."""
+def import_packages() -> None:
+    """Import every module of :data:`PRELOADED_PACKAGES`."""
     for package in PRELOADED_PACKAGES:
         root = importlib.import_module(package)
         for module in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
             if module.name not in ("fl_core.__main__", __name__):
                 importlib.import_module(module.name)
-    from fl_core.io.images import bundled_images
-    from fl_ui.masterkeys import warm_default_results
-    from fl_ui.pool import heavy_pool
 
-    heavy_pool().warm_up()
+
+def start_engine() -> None:
+    """Start the embedded engine and wait until its workers have joined (or connect to ``FL_SCHEDULER``, whose
+    workers may come and go: jobs wait for them in its queue)."""
+    from fl_ui.engine import heavy_engine
+
+    engine = heavy_engine()
+    if engine.embedded:
+        engine.wait_for_workers()
+
+
+def decode_bundled_photos() -> None:
+    """Decode the bundled photos once per process: this imports scikit-image's, scikit-learn's and matplotlib's
+    loaders, which in the first visitor's page thread held the GIL for ~1 s."""
+    from fl_core.io.images import bundled_images
+
     photos = bundled_images()
     for index in range(len(photos)):
-        photos.image(index)  # each photo is decoded once per process (cached)
+        photos.image(index)
+
+
+def warm_depthwise_pages() -> None:
+    """The depthwise pages' default results (:func:`fl_ui.masterkeys.warm_default_results`)."""
+    from fl_ui.masterkeys import warm_default_results
+
     warm_default_results()
-    warm_home()
-    threading.Thread(target=warm_worker_views, name="filterlens-warm", daemon=True).start()
-    gc.collect()
-    gc.freeze()  # the ~0.5 M objects imported here are never scanned again by a full collection
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def warm_home() -> None:
@@ -72,7 +80,7 @@ def warm_home() -> None:
 
 
 def warm_worker_views() -> None:
-    """The heavy pages' first views computed in the workers into the caches: Channel Axes' default layer (it also
+    """The heavy pages' first views computed on the engine into the caches: Channel Axes' default layer (it also
     times the analysis, so later requests get an estimate) and Swap & Re-score's default re-score of the bundled
     photos. Each is one job that a visitor asking for it meanwhile follows. A warm-up that stops (the server shutting
     down cancels its job) or fails is logged in one line: the page computes its view when visited."""
@@ -84,6 +92,23 @@ def warm_worker_views() -> None:
             warm()
         except Exception as error:  # a background warm-up never takes the server down
             LOG.warning("%s did not finish: %s", warm.__name__, error)
+
+
+PRELOAD_STEPS: tuple[Callable[[], None], ...] = (import_packages, start_engine, decode_bundled_photos,
+                                                 warm_depthwise_pages, warm_home)
+"""What the server does before it listens, in order (add a step here to have something ready on first visit)."""
+
+
+def preload() -> None:
+    """Run :data:`PRELOAD_STEPS`, start :func:`warm_worker_views` in a background thread (the server listens
+    meanwhile), freeze what the steps created out of the garbage collector's generations (a full collection of it
+    takes ~0.4 s, holding the GIL), and shorten the GIL switch interval (:data:`SWITCH_INTERVAL_S`)."""
+    for step in PRELOAD_STEPS:
+        step()
+    threading.Thread(target=warm_worker_views, name="filterlens-warm", daemon=True).start()
+    gc.collect()
+    gc.freeze()  # the ~0.5 M objects imported here are never scanned again by a full collection
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def main() -> int:

@@ -32,7 +32,6 @@ from fl_ui.channels import (
     PAGE_EVALUATION,
     PAGE_LESIONS,
     PAGE_PRUNING,
-    ChannelRequest,
     analysable_layers,
     channel_axes_result,
     channel_models,
@@ -42,6 +41,7 @@ from fl_ui.channels import (
     learn_durations,
 )
 from fl_ui.forms import settings_widgets
+from fl_ui.jobs import ChannelAxesRequest
 from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_model, set_url_param, url_param
 from fl_ui.widgets import (
@@ -125,12 +125,12 @@ def forget_choices_of_another_result(result, choices: dict[str, list]) -> None:
     st.session_state["axes_shown"] = shown
 
 
-def applied_request(wanted: ChannelRequest) -> ChannelRequest:
+def applied_request(wanted: ChannelAxesRequest) -> ChannelAxesRequest:
     """The request whose result the page shows: ``wanted`` on a first visit, when its result is at hand, or once the
     user presses Apply (the estimated duration is shown before); else the one applied last. The request it replaces
     is abandoned: cancelled at once unless another session waits for it, so nothing queues behind it."""
     applied = st.session_state.get(APPLIED)
-    if applied is not None and applied != wanted and not channel_axes_result.cached(*wanted):
+    if applied is not None and applied != wanted and not channel_axes_result.cached(wanted):
         estimate = estimated_duration(wanted)
         box = st.empty()
         with box.container(border=True):
@@ -143,7 +143,7 @@ def applied_request(wanted: ChannelRequest) -> ChannelRequest:
                 return applied
         box.empty()
     if applied is not None and applied != wanted:
-        channel_axes_result.abandon(*applied)
+        channel_axes_result.abandon(applied)
     st.session_state[APPLIED] = wanted
     return wanted
 
@@ -178,19 +178,19 @@ with user_errors():
     default_layer = default_request(spec, overrides, selection.images, selection.device).settings.layer
     n_calibration, n_evaluation, settings, compare_init = settings_form(loaded)
 
-    def request(layer: str) -> ChannelRequest:
-        return ChannelRequest(spec, overrides, source, n_calibration, n_evaluation, replace(settings, layer=layer),
+    def request(layer: str) -> ChannelAxesRequest:
+        return ChannelAxesRequest(spec, overrides, source, n_calibration, n_evaluation, replace(settings, layer=layer),
                               compare_init, selection.device)
 
     with layer_column:
         layer = layer_choice(layers, default_layer, {lay.name for lay in layers
-                                                     if channel_axes_result.cached(*request(lay.name))})
+                                                     if channel_axes_result.cached(request(lay.name))})
     st.caption("Data: " + ("crops of the bundled photos (calibration from the training crops, evaluation from the "
                            "held-out crops)" if source == CROPS else
                            f"the labelled ImageFolder tree {source}, split at random into calibration and "
                            "evaluation halves") + ". Change it in the sidebar.")
     applied = applied_request(request(layer))
-    result = heavy_result("Channel axes", channel_axes_result, *applied)
+    result = heavy_result("Channel axes", channel_axes_result, applied)
     learn_durations(result, applied.overrides)
     layer = result.layer
     for warning in result.warnings:

@@ -54,10 +54,10 @@ with user_errors():
                                                      "checkpoints (px)"}, key="report", container=c2, base=settings,
                                     url=True, options={"trajectory_distance": {"slider": True, "max_value": 40}})
     key = report_key(models, settings, selection.device)
-    report = heavy_result("Checkpoint report", report_result, *key)
+    report = heavy_result("Checkpoint report", report_result, key)
     left, right = st.columns(2)
     # Both files are written only when their button is clicked: the HTML inlines plotly.js and every figure (MiBs).
-    left.download_button("⬇ HTML report", functools.partial(report_document, *key),
+    left.download_button("⬇ HTML report", functools.partial(report_document, key),
                          file_name=f"{slug(label)}_report.html", mime="text/html", key="report-html",
                          on_click="ignore", type="primary")
     right.download_button("⬇ JSON", functools.partial(shareable_json, report),

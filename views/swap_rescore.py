@@ -7,12 +7,14 @@ import streamlit as st
 
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.images import is_bundled
+from fl_core.masterkeys.layersweep import LayerSweepSettings
 from fl_core.masterkeys.plots import layer_sweep_figure, reconstruction_figure, scores_figure
 from fl_core.masterkeys.recovery import RecoverySettings
-from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE
+from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, RescoreSettings
 from fl_core.masterkeys.swap import REPLACEMENTS
 from fl_ui.cache import get_images, get_model
 from fl_ui.forms import settings_widgets
+from fl_ui.jobs import ScoringRequest
 from fl_ui.masterkeys import (
     DEFAULT_DEPTHWISE_SPEC,
     DEFAULT_REPLACEMENTS,
@@ -137,17 +139,18 @@ with user_errors():
         st.caption(f"{loaded.label} has random weights: its predictions are arbitrary (often one class for every "
                    "image), so compare the variants by how far their outputs move (KL), not by accuracy.")
 
-    key = (spec, overrides, selection.images, max_images, tuple(replacements), stage_key, k, seed, batch_size,
-           selection.device, recovery)
+    key = ScoringRequest(spec, overrides, selection.images, max_images, RescoreSettings(
+        replacements=tuple(replacements), stages=stage_key, k=k, seed=seed, batch_size=batch_size, recovery=recovery),
+        selection.device)
     quick = is_bundled(selection.images) and recovery is None  # the 11 photos, no training: it runs at once
-    if not (quick or rescore_result.cached(*key)) and st.button("▶ Re-score", type="primary", key="sw_run"):
+    if not (quick or rescore_result.cached(key)) and st.button("▶ Re-score", type="primary", key="sw_run"):
         st.session_state["sw_requested"] = key
-    if not (quick or rescore_result.cached(*key) or st.session_state.get("sw_requested") == key):
+    if not (quick or rescore_result.cached(key) or st.session_state.get("sw_requested") == key):
         st.caption(f"Scores {len(images)} images × {len(replacements) + 1} variants when you press Re-score"
                    + (f", after recovering each swap ({len(replacements)} recoveries)" if recovery else "")
                    + ". From a shell, `python -m fl_core rescore` does the same, on several GPUs with torchrun.")
     else:
-        result = heavy_result("Re-scoring", rescore_result, *key)
+        result = heavy_result("Re-scoring", rescore_result, key)
         after = ("the orange bars are each swap after recovery on "
                  f"{result.recovery.n_calibration} calibration images ({result.recovery.seconds:.0f} s); every bar "
                  f"is measured on the same {result.recovery.n_held_out} held-out images." if result.recovery else
@@ -186,13 +189,14 @@ with user_errors():
     n_layers = len(bank.chosen(stages=stages))
     s2.caption(f"{n_layers} layers × 2 variants + the original on each image"
                + (f", every variant recovered first ({2 * n_layers} recoveries)" if recovery else "") + ".")
-    sweep_key = (spec, overrides, selection.images, max_images, sweep_replacement, stage_key, k, seed, batch_size,
-                 selection.device, recovery)
-    at_once = quick or layer_sweep_result.cached(*sweep_key)
+    sweep_key = ScoringRequest(spec, overrides, selection.images, max_images, LayerSweepSettings(
+        replacement=sweep_replacement, stages=stage_key, k=k, seed=seed, batch_size=batch_size, recovery=recovery),
+        selection.device)
+    at_once = quick or layer_sweep_result.cached(sweep_key)
     if not at_once and st.button("▶ Sweep the layers", key="sw_sweep_run"):
         st.session_state["sw_sweep_requested"] = sweep_key
     if at_once or st.session_state.get("sw_sweep_requested") == sweep_key:
-        sweep = heavy_result("Sweeping the layers", layer_sweep_result, *sweep_key)
+        sweep = heavy_result("Sweeping the layers", layer_sweep_result, sweep_key)
         plot_with_explanation(
             layer_sweep_figure(sweep),
             "Each group of bars is one depthwise layer, in the order the image flows through the network. **Grey**: "

@@ -11,7 +11,8 @@ from fl_core.channelaxes.analysis import ChannelSettings
 from fl_core.channelaxes.pruning import PruningSettings
 from fl_ui import cache as cache_module
 from fl_ui import channels
-from fl_ui.channels import PAGE_LESIONS, PAGE_PRUNING, ChannelRequest, channel_axes_result, default_request
+from fl_ui.channels import PAGE_LESIONS, PAGE_PRUNING, channel_axes_result, default_request
+from fl_ui.jobs import ChannelAxesRequest
 
 from ..conftest import RESNET20_SPEC, page_app
 
@@ -33,10 +34,10 @@ def texts(app) -> str:
     return " ".join(e.value for e in [*app.markdown, *app.caption, *app.info, *app.warning])
 
 
-def demo_request(layer: str, **settings) -> ChannelRequest:
+def demo_request(layer: str, **settings) -> ChannelAxesRequest:
     """The page's request for the tiny demo on 64 + 32 crops."""
     settings = {"lesion_kinds": PAGE_LESIONS, **settings}
-    return ChannelRequest(DEMO, (), "crops", 64, 32, ChannelSettings(layer=layer, **settings), True, "auto")
+    return ChannelAxesRequest(DEMO, (), "crops", 64, 32, ChannelSettings(layer=layer, **settings), True, "auto")
 
 
 @pytest.mark.slow
@@ -61,7 +62,7 @@ def test_an_added_model_is_analysed_with_both_axes_lesions_and_pruning() -> None
     summary = app.dataframe[-2].value
     assert summary["quantity"].str.contains("at initialization").any()  # the demo knows its initialization
     assert len(app.get("download_button")) >= 8
-    assert channel_axes_result.cached(*demo_request("features.14", pruning=PAGE_PRUNING))
+    assert channel_axes_result.cached(demo_request("features.14", pruning=PAGE_PRUNING))
     kernels = json.loads(app.get("plotly_chart")[1].proto.spec)
     assert kernels["data"][0]["type"] == "heatmap" and kernels["data"][0]["colorbar"]["title"]["text"]  # a colour bar
     assert "Channel" in kernels["layout"]["title"]["text"] and kernels["layout"]["height"] >= 300
@@ -76,7 +77,7 @@ def test_a_new_layer_is_one_apply_with_an_estimate_and_analysed_layers_show_at_o
     assert len(app.dataframe[-1].value) == 128
     app.selectbox(key="axes_layer").select("features.7").run()
     assert_clean(app)
-    assert not channel_axes_result.cached(*demo_request("features.7", pruning=PAGE_PRUNING))  # nothing started yet
+    assert not channel_axes_result.cached(demo_request("features.7", pruning=PAGE_PRUNING))  # nothing started yet
     pending = texts(app)
     assert "not applied yet" in pending and "features.7" in pending and " s (" in pending  # the estimate
     assert len(app.dataframe[-1].value) == 128  # the last applied result (features.11) stays on the page
@@ -107,9 +108,9 @@ def test_every_widget_comes_back_from_the_url_and_reaches_the_job() -> None:
         "peer_r2", "target_excess", "peer_overlap"]
     assert app.selectbox(key="axes_channel").value == 5 and app.toggle(key="axes_tuned").value is True
     pruning = PruningSettings(criteria=("local", "random"), finetune_steps=3)
-    request = ChannelRequest(DEMO, (), "crops", 64, 32, ChannelSettings(layer="features.11", lesion_kinds=("mean",),
-                                                                         pruning=pruning), False, "auto")
-    assert channel_axes_result.cached(*request)
+    request = ChannelAxesRequest(DEMO, (), "crops", 64, 32, ChannelSettings(
+        layer="features.11", lesion_kinds=("mean",), pruning=pruning), False, "auto")
+    assert channel_axes_result.cached(request)
     for key, value in query.items():
         assert app.query_params[key] == value, key  # written back unchanged: a copied link restores the view
 
@@ -147,7 +148,7 @@ def test_a_server_that_computed_the_default_before_listening_shows_it_at_once(mo
     def no_new_job():
         raise AssertionError("the page started a job: the server's warm-up computed another request")
 
-    monkeypatch.setattr(cache_module, "heavy_pool", no_new_job)
+    monkeypatch.setattr(cache_module, "heavy_engine", no_new_job)
     app = page_app(PAGE)  # the sidebar's default models: none that the page prefers to its own default
     app.run()
     assert_clean(app)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -122,16 +119,6 @@ def test_a_bad_registry_name_is_explained_once_and_the_selection_kept() -> None:
     assert app.session_state["selection"].specs == before
     app.run()  # the next page or rerun: the error does not follow the user around
     assert not any("timm has no architecture" in e.value for e in app.error)
-
-
-@pytest.mark.parametrize("package", ["fl_core"])
-def test_the_library_never_imports_streamlit(package: str) -> None:
-    for path in Path(REPO / package).rglob("*.py"):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            assert not any(n.split(".")[0] == "streamlit" for n in names), path
 
 
 @pytest.mark.slow

@@ -1,0 +1,83 @@
+"""The embedded engine: a Dask scheduler and worker processes on loopback, in a helper process of the server.
+
+``python -m fl_ui.cluster --workers N --parent PID`` starts a ``LocalCluster``: the scheduler and N worker processes
+(one thread each, supervised by nannies that restart them, preloaded with :mod:`fl_ui.worker`), prints the
+scheduler's address as its only line of output, and closes the cluster when the process ``PID`` is gone or on
+SIGTERM. It runs beside the server, not in it: worker processes are spawned, and a spawned child re-imports its
+parent's ``__main__``, which in a Streamlit server is the app script of the last page run (here it is this module,
+whose import does nothing); and the scheduler's event loop stays out of the server's GIL.
+
+A cluster of other machines is configured the same way (:data:`SCHEDULER_CONFIG`, as ``DASK_...`` variables of the
+``dask scheduler`` process; docs/deploy.md, "Scaling out").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+
+PARENT_CHECK_S = 0.5
+"""How often the helper checks that the server that started it is still there."""
+SCHEDULER_CONFIG = {
+    "distributed.scheduler.allowed-failures": 0,
+    "distributed.scheduler.worker-saturation": 1.0,
+}
+"""The scheduler's settings: a job whose worker dies fails at once with a message (it is not run again on the next
+worker, where it could kill that one too), and a worker thread runs one job while the others wait in the scheduler's
+queue, in order."""
+NANNY_CONFIG = {"distributed.deploy.lost-worker-timeout": "1 day"}
+"""The helper's own setting: a worker that died stays in the cluster while its nanny starts a fresh one (Dask's default
+gives up on it after 15 s, and a fresh worker takes longer to import torch and the analyses on a busy machine)."""
+WORKER_PRELOAD = "fl_ui.worker"
+"""The module every worker imports at start (:func:`fl_ui.worker.dask_setup`)."""
+
+
+def dask_environment(config: dict[str, object] = SCHEDULER_CONFIG) -> dict[str, str]:
+    """The Dask settings as environment variables (``distributed.a.b-c`` → ``DASK_DISTRIBUTED__A__B_C``)."""
+    return {"DASK_" + name.upper().replace(".", "__").replace("-", "_"): str(value) for name, value in config.items()}
+
+
+def run_cluster(workers: int, parent: int) -> None:
+    """Serve a local cluster of ``workers`` worker processes until ``parent`` is gone or SIGTERM arrives."""
+    import dask
+    from distributed import LocalCluster
+
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    dask.config.set(SCHEDULER_CONFIG | NANNY_CONFIG)
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    with LocalCluster(n_workers=0, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+                      memory_limit=0, preload=[WORKER_PRELOAD], env={"FL_TORCH_THREADS": str(threads)}) as cluster:
+        print(cluster.scheduler_address, flush=True)
+        cluster.scale(workers)
+        while not done.wait(PARENT_CHECK_S):
+            if os.getppid() != parent:
+                break
+
+
+def start_embedded_cluster(workers: int) -> tuple[subprocess.Popen, str]:
+    """Start the helper for this process; returns it and its scheduler's address (workers still starting)."""
+    helper = subprocess.Popen([sys.executable, "-m", __name__, "--workers", str(workers), "--parent", str(os.getpid())],
+                              stdout=subprocess.PIPE, text=True)
+    address = helper.stdout.readline().strip()
+    if not address:
+        helper.wait()
+        raise RuntimeError(f"the embedded Dask cluster did not start (exit status {helper.returncode}); see the log")
+    return helper, address
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, required=True)
+    parser.add_argument("--parent", type=int, required=True, help="process id of the server")
+    args = parser.parse_args(argv)
+    run_cluster(args.workers, args.parent)
+
+
+if __name__ == "__main__":
+    main()
