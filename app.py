@@ -24,6 +24,7 @@ PAGES = (
     ("views/scale_space.py", "Scale-Space Models", "📐", "scale-space"),
     ("views/swap_rescore.py", "Swap & Re-score", "🔁", "swap-rescore"),
     ("views/report.py", "Report", "📄", "report"),
+    ("views/survey.py", "Survey", "🗂️", "survey"),
 )
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -10,7 +10,7 @@ as ``load``. :class:`TrainingJob` follows a Training Lab run with its live snaps
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +28,9 @@ from fl_core.masterkeys.layersweep import LayerSweepResult, LayerSweepSettings, 
 from fl_core.masterkeys.rescore import RescoreResult, RescoreSettings, rescore
 from fl_core.report.build import Report, ReportSettings, build_report
 from fl_core.report.series import load_series
+from fl_core.survey.analysis import SurveyRow, SurveySettings, survey_row
 from fl_ui.engine import Job, heavy_engine
-from fl_ui.worker import publish, stop_requested, worker_model
+from fl_ui.worker import current_worker, publish, stop_requested, worker_model
 
 ModelKeys = tuple[tuple[str, tuple], ...]
 """``(spec, overrides)`` pairs: the models of a job, as the sidebar selects them."""
@@ -111,6 +112,15 @@ class TrainingRequest:
     device: str | None
 
 
+@dataclass(frozen=True)
+class SurveyRowRequest:
+    """One model's row of a survey."""
+
+    spec: str
+    settings: SurveySettings
+    device: str
+
+
 def energy_job(request: EnergyRequest, progress: Progress | None = None,
                load: ModelLoader = worker_model) -> EnergyResult:
     """:func:`fl_core.firstlayer.energy.analyze_energy` of the request's models."""
@@ -155,6 +165,12 @@ def report_job(request: ReportRequest, progress: Progress | None = None) -> Repo
     """:func:`fl_core.report.build.build_report` of the request's checkpoints."""
     loaded = [m for spec, overrides in request.models for m in load_series([spec], overrides, load=worker_model)]
     return build_report(loaded, settings=request.settings, device=request.device, progress=progress)
+
+
+def survey_row_job(request: SurveyRowRequest, progress: Progress | None = None) -> SurveyRow:
+    """:func:`fl_core.survey.analysis.survey_row` of one model, with the worker that computed it."""
+    row = survey_row(request.spec, request.settings, device=request.device, load=worker_model)
+    return replace(row, worker=current_worker())
 
 
 def training_job(request: TrainingRequest, progress: Progress | None = None) -> Run:

@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "rescore": "swap depthwise filters for idealized models and re-score top-1/top-5 (torchrun for several GPUs)",
     "channels": "two axes per channel (local replaceability vs task relevance), lesions, peer replacement, pruning",
     "report": "one self-contained offline HTML report of a checkpoint or of a run's checkpoints (--html PATH)",
+    "survey": "one analysis over many models (patterns, lists, folders), a row per model, on a Dask cluster's workers",
 }
 
 CONSOLE_SCRIPT = "filterlens"

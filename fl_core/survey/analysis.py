@@ -1,0 +1,241 @@
+"""A survey: one analysis family measured on many models, one row of numbers per model.
+
+Each row is computed on its own (:func:`survey_row`), so a survey maps over an engine's workers (the ``survey``
+command) or runs here in order (:func:`analyze_survey`). A model that fails to load or to analyse gives a row with its
+error, never a stopped survey. The numbers per family (:data:`COLUMNS`):
+
+* ``energy``: the first layer's energy profile e_i on the patch PCA of the images and its fit by the linear theory
+  (Chowers & Weiss, Def. 2.2 and §3): Pearson ``theory_r`` (and on log values), ηt, and the mean r of random-init
+  banks of the same shape (``random_init_r``);
+* ``whitening``: the spatial autocorrelation C(δ)/C(0) of the first layer's responses at the distance δ, beside that
+  of the RGB input, of the ZCA whitening bank and of random-init banks (the mean over seeds);
+* ``masterkeys``: the depthwise filters (the most common kernel size) assigned to the 8 published master keys by the
+  affine rule (B.6): the share of each key, and the median |cos| of a filter to its key;
+* ``weights``: over every convolution, the shares of dead and of duplicate filters (a filter its peers reconstruct
+  with R² ≥ 0.999), non-finite weights and the mean filter norm.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from fl_core.backend import Progress, report
+from fl_core.errors import FilterLensError, ModelSpecError
+from fl_core.io.images import BUNDLED, ImageSet, open_images
+from fl_core.io.models import LoadedModel, ModelSpec, load_model
+from fl_core.results import Result
+from fl_core.settings import setting
+from fl_core.survey.models import survey_models
+
+log = logging.getLogger("filterlens")
+
+FAMILIES = ("energy", "whitening", "masterkeys", "weights")
+COLUMNS: dict[str, dict[str, str]] = {
+    "energy": {"theory_r": "Pearson r of the energy profile with the linear theory",
+               "theory_r_log": "the same r on log values", "eta_t": "the fitted ηt",
+               "random_init_r": "mean r of random-init banks of the same shape",
+               "filters": "first-layer filters"},
+    "whitening": {"whitening": "C(δ)/C(0) of the first layer's responses (lower: whiter)",
+                  "rgb": "C(δ)/C(0) of the RGB input", "zca": "C(δ)/C(0) of the ZCA whitening bank",
+                  "random": "C(δ)/C(0) of random-init banks (mean)"},
+    "masterkeys": {"filters": "depthwise filters clustered", "kernel_size": "their kernel size",
+                   "median_abs_cosine": "median |cos| of a filter to its master key",
+                   **{f"key_{k}": f"share of the filters assigned to master key {k}" for k in range(1, 9)}},
+    "weights": {"convolutions": "convolutions", "filters": "filters", "dead_share": "share of dead filters",
+                "duplicate_share": "share of duplicate filters", "non_finite": "non-finite weights",
+                "norm_mean": "mean filter norm"},
+}
+"""The numbers of each family's rows and what they mean (the table's columns, in order)."""
+HEADLINES = {"energy": ("theory_r", "random_init_r"), "whitening": ("whitening", "rgb"),
+             "masterkeys": ("median_abs_cosine", "key_1"), "weights": ("dead_share", "duplicate_share")}
+"""The two numbers of each family that the survey figure shows side by side."""
+LOCAL = "local"
+"""The worker of a row computed in this process."""
+
+
+@dataclass(frozen=True)
+class SurveySettings:
+    """What a survey measures on every model (defaults here only; the CLI's options and the page's widgets derive
+    from it).
+
+    Attributes:
+        family: the analysis: ``energy`` (energy profile and linear-theory fit), ``whitening`` (C(δ)/C(0) at
+            ``distance``), ``masterkeys`` (master-key composition of the depthwise filters) or ``weights`` (weight
+            statistics of every convolution).
+        images: image source of the patch statistics (energy, whitening).
+        max_images: use at most this many images (none: all).
+        distance: the whitening distance δ in pixels (the paper quotes 10).
+        seeds: random-init seeds of the energy baseline and the whitening reference.
+        max_models: the most models one survey may hold (a pattern that matches more is refused).
+    """
+
+    family: str = setting("energy", choices=FAMILIES)
+    images: str = BUNDLED
+    max_images: int | None = setting(None, minimum=1, maximum=1_000_000)
+    distance: int = setting(10, minimum=1, maximum=64)
+    seeds: int = setting(10, minimum=1, maximum=100)
+    max_models: int = setting(500, minimum=1, maximum=5000)
+
+
+@dataclass(frozen=True)
+class SurveyRow(Result):
+    """One model of a survey.
+
+    Attributes:
+        spec, label: the model.
+        model_family: its architecture family (the registry name's stem: ``convnext``, ``resnet``, ``mobilenetv3``;
+            the source for a file or a demo: ``weights``, ``onnx``, ``demo``).
+        values: the numbers of the survey's family (:data:`COLUMNS`); empty when it failed.
+        worker: where it was computed (an engine worker's address, or ``local``).
+        seconds: how long it took there.
+        error: why it failed (``None`` when it did not).
+    """
+
+    spec: str
+    label: str
+    model_family: str
+    values: dict[str, float] = field(default_factory=dict)
+    worker: str = LOCAL
+    seconds: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SurveyResult(Result):
+    """A survey: the settings, one row per model in the order given, and its wall-clock seconds.
+
+    Attributes:
+        settings: what was measured.
+        rows: one per model.
+        seconds: the whole survey, start to last row.
+    """
+
+    settings: SurveySettings
+    rows: tuple[SurveyRow, ...]
+    seconds: float
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """The workers that computed rows, sorted."""
+        return tuple(sorted({row.worker for row in self.rows if row.error is None}))
+
+    @property
+    def failed(self) -> tuple[SurveyRow, ...]:
+        return tuple(row for row in self.rows if row.error is not None)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per model: spec, label, model family, worker, seconds, error, then the family's numbers."""
+        columns = list(COLUMNS[self.settings.family])
+        return pd.DataFrame([{"spec": row.spec, "label": row.label, "model_family": row.model_family,
+                              "worker": row.worker, "seconds": row.seconds, "error": row.error,
+                              **{name: row.values.get(name, np.nan) for name in columns}} for row in self.rows])
+
+    def plot(self):
+        """:func:`fl_core.survey.plots.survey_figure`."""
+        from fl_core.survey.plots import survey_figure
+
+        return survey_figure(self)
+
+
+def model_family(spec: str) -> str:
+    """The architecture family of a spec: the stem of its registry name (``convnext_atto`` → ``convnext``,
+    ``mobilenetv3_large_100`` → ``mobilenetv3``), or its source for a file or a demo (``weights``, ``onnx``,
+    ``demo``)."""
+    try:
+        parsed = ModelSpec.parse(spec)
+    except ModelSpecError:
+        return "unknown"
+    if parsed.source not in ("timm", "torchvision"):
+        return parsed.source
+    stem = re.match(r"[a-z]+?(?:v\d+)?(?![a-z])", parsed.name.lower())
+    return stem.group(0) if stem else parsed.name
+
+
+def _images(settings: SurveySettings) -> ImageSet:
+    return open_images(settings.images, settings.max_images)
+
+
+def energy_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float]:
+    from fl_core.firstlayer.energy import EnergySettings, analyze_energy
+
+    model = analyze_energy([loaded], _images(settings), EnergySettings(seeds=settings.seeds), device=device).models[0]
+    return {"theory_r": model.theory.r, "theory_r_log": model.theory.r_log, "eta_t": model.theory.eta_t,
+            "random_init_r": model.random_init.mean, "filters": float(model.n_filters)}
+
+
+def whitening_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float]:
+    from fl_core.firstlayer.whitening import WhiteningSettings, analyze_whitening
+
+    result = analyze_whitening([loaded], _images(settings),
+                               WhiteningSettings(max_distance=settings.distance, seeds=settings.seeds), device=device)
+    at = int(np.flatnonzero(np.asarray(result.distances) == settings.distance)[0])
+    return {"whitening": float(result.curves[loaded.spec][at]),
+            **{name: float(result.curves[name][at]) for name in ("rgb", "zca", "random")}}
+
+
+def masterkey_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float]:
+    from fl_core.masterkeys.clustering import analyze_master_keys
+
+    result = analyze_master_keys(loaded, device=device)
+    assignment = result.published_assignment
+    shares = np.asarray(assignment.counts, dtype=float) / max(1, int(np.sum(assignment.counts)))
+    return {"filters": float(result.n_filters), "kernel_size": float(result.kernel_size),
+            "median_abs_cosine": float(assignment.median_abs_cosine),
+            **{f"key_{k + 1}": float(share) for k, share in enumerate(shares)}}
+
+
+def weight_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float]:
+    from fl_core.report.weightstats import weight_statistics
+
+    stats = weight_statistics(loaded)
+    totals = stats.totals
+    filters = sum(layer.filters for layer in stats.layers)
+    finite = [layer for layer in stats.layers if not layer.non_finite]
+    norm_mean = (sum(layer.norm_mean * layer.filters for layer in finite) / sum(layer.filters for layer in finite)
+                 if finite else np.nan)
+    return {"convolutions": float(len(stats.layers)), "filters": float(filters),
+            "dead_share": totals["dead"] / max(1, filters), "duplicate_share": totals["duplicates"] / max(1, filters),
+            "non_finite": float(totals["non_finite"]), "norm_mean": float(norm_mean)}
+
+
+MEASURES: dict[str, Callable[[LoadedModel, SurveySettings, object], dict[str, float]]] = {
+    "energy": energy_values, "whitening": whitening_values, "masterkeys": masterkey_values, "weights": weight_values}
+
+
+def error_text(error: BaseException) -> str:
+    """What a failed row says: a FilterLens error's own message, otherwise the exception's type and text."""
+    return str(error) if isinstance(error, FilterLensError) else f"{type(error).__name__}: {error}"
+
+
+def survey_row(spec: str, settings: SurveySettings = SurveySettings(), *, device=None,
+               load: Callable[[str], LoadedModel] = load_model) -> SurveyRow:
+    """The survey's numbers for one model, or a row with the error (one bad model never stops a survey)."""
+    began = time.perf_counter()
+    try:
+        loaded = load(spec)
+        values = MEASURES[settings.family](loaded, settings, device)
+    except Exception as err:  # every failure becomes the row's error
+        if not isinstance(err, FilterLensError):
+            log.exception("survey row %s failed", spec)
+        return SurveyRow(spec, spec, model_family(spec), seconds=time.perf_counter() - began, error=error_text(err))
+    return SurveyRow(spec, loaded.label, model_family(spec), values, seconds=time.perf_counter() - began)
+
+
+def analyze_survey(models: Sequence[str], settings: SurveySettings = SurveySettings(), *, device=None,
+                   progress: Progress | None = None) -> SurveyResult:
+    """A survey computed here, one model after the other (``models``: specs or registry name patterns,
+    :func:`fl_core.survey.models.survey_models`; ``python -m fl_core survey`` spreads the rows over workers)."""
+    specs = survey_models(models, limit=settings.max_models)
+    began, rows = time.perf_counter(), []
+    for done, spec in enumerate(specs):
+        report(progress, done / len(specs), f"{done}/{len(specs)} models: {spec}")
+        rows.append(survey_row(spec, settings, device=device))
+    report(progress, 1.0, f"{len(specs)} models surveyed")
+    return SurveyResult(settings, tuple(rows), time.perf_counter() - began)

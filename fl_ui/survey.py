@@ -1,0 +1,50 @@
+"""Surveys for the Survey page: one engine job per model, run side by side on the workers, each row kept (a model
+surveyed before with the same settings is not computed again)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from fl_core.backend import Progress, report
+from fl_core.errors import FilterLensError
+from fl_core.survey.analysis import SurveyResult, SurveyRow, SurveySettings, model_family
+from fl_ui import jobs
+from fl_ui.cache import WAIT_POLL_S, pooled
+from fl_ui.engine import Job
+
+survey_row_result = pooled(jobs.survey_row_job, max_entries=512)
+"""One model's row (:func:`fl_ui.jobs.survey_row_job`), keyed by its :class:`~fl_ui.jobs.SurveyRowRequest`."""
+
+
+def survey_requests(specs: Sequence[str], settings: SurveySettings, device: str) -> list[jobs.SurveyRowRequest]:
+    return [jobs.SurveyRowRequest(spec, settings, device) for spec in specs]
+
+
+def run_survey(specs: Sequence[str], settings: SurveySettings, device: str,
+               progress: Progress | None = None) -> SurveyResult:
+    """Every model's row: the rows not kept yet are submitted at once and computed side by side on the engine's
+    workers; ``seconds`` is this call's wall-clock time."""
+    began = time.perf_counter()
+    requests = survey_requests(specs, settings, device)
+    started = [(request, survey_row_result.start(request)) for request in requests]
+    running = [job for _, job in started if job is not None]
+    while (done := sum(job.done for job in running)) < len(running):
+        report(progress, done / len(running), f"{done} of {len(running)} models computed"
+               + (f", {len(requests) - len(running)} kept from before" if len(running) < len(requests) else ""))
+        time.sleep(WAIT_POLL_S)
+    return SurveyResult(settings, tuple(_row(request, job) for request, job in started), time.perf_counter() - began)
+
+
+def cancel_survey(specs: Sequence[str], settings: SurveySettings, device: str) -> None:
+    """Cancel every row of a survey still waiting or running."""
+    for request in survey_requests(specs, settings, device):
+        survey_row_result.cancel(request)
+
+
+def _row(request: jobs.SurveyRowRequest, job: Job | None) -> SurveyRow:
+    """A finished row: its job's result, or the kept one (``job`` is ``None``)."""
+    try:
+        return survey_row_result(request) if job is None else job.result()
+    except FilterLensError as err:  # the job itself failed (its worker died) or was cancelled
+        return SurveyRow(request.spec, request.spec, model_family(request.spec), error=str(err))

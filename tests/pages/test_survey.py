@@ -1,0 +1,39 @@
+"""AppTest of the Survey page: nothing runs before the button; a survey's rows come from engine workers, a bad model
+is a row with its error, the figure compares the models; a pattern matching too many models is refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ..conftest import page_app
+
+PAGE = "views/survey.py"
+MODELS = "demo:tiny_vgg\ndemo:tiny_vgg_init\nweights:/no/such/file.pt  # a bad row, not a stopped survey"
+
+
+@pytest.mark.slow
+def test_a_survey_runs_each_model_on_a_worker_and_keeps_bad_models_as_rows() -> None:
+    app = page_app(PAGE, models="demo:tiny_vgg").run()
+    assert not app.exception and not app.error
+    assert not app.get("plotly_chart")  # nothing is computed before Run survey
+    app.text_area(key="survey_models").input(MODELS).run()
+    assert any("3 models × energy profile vs linear theory" in caption.value for caption in app.caption)
+    app.button(key="survey_run").click().run()
+    assert not app.exception and not app.error, [e.value for e in (*app.exception, *app.error)]
+    table = app.dataframe[-1].value.set_index("spec")
+    assert list(table.index) == ["demo:tiny_vgg", "demo:tiny_vgg_init", "weights:/no/such/file.pt"]
+    assert table["worker"].iloc[:2].str.startswith("tcp://127.0.0.1:").all()
+    assert "No checkpoint file" in table.loc["weights:/no/such/file.pt", "error"]
+    # the trained network's first layer follows the linear theory much better than its own initialization
+    assert table.loc["demo:tiny_vgg", "theory_r"] > 0.8 > table.loc["demo:tiny_vgg_init", "theory_r"] + 0.2
+    layout = json.loads(app.get("plotly_chart")[0].proto.spec)["layout"]
+    assert layout["title"]["text"] == "energy survey of 3 models (1 failed)"
+
+
+def test_a_pattern_matching_more_models_than_the_page_takes_is_refused() -> None:
+    app = page_app(PAGE).run()
+    app.text_area(key="survey_models").input("timm:*").run()
+    assert any("more than its limit of 50" in error.value for error in app.error)
+    assert not app.get("plotly_chart")

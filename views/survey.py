@@ -1,0 +1,76 @@
+"""Survey: one measure over many models, side by side: does every architecture learn the same first layer?"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from fl_core.survey.analysis import SurveySettings
+from fl_core.survey.models import specs_in_text, survey_models
+from fl_ui.forms import settings_widgets
+from fl_ui.state import current_selection
+from fl_ui.survey import cancel_survey, run_survey
+from fl_ui.widgets import plot_with_explanation, progress_bar, table_with_download, user_errors
+
+PAGE_MAX_MODELS = 50
+"""The most models one survey on the page may hold (``python -m fl_core survey`` takes more)."""
+EXAMPLES = ("demo:mobilenet_v2", "demo:squeezenet1_0", "timm:resnet18", "timm:convnext_atto",
+            "timm:mobilenetv3_small_100")
+"""Offered beside the sidebar's models: two ImageNet-trained networks and three architectures at random init."""
+MEASURES = {"energy": "energy profile vs linear theory", "whitening": "whitening at a fixed distance",
+            "masterkeys": "master-key composition", "weights": "weight statistics"}
+EXPLANATIONS = {
+    "energy": "Each dot is one model. **Left**: how well the linear theory explains its first layer's energy profile "
+              "(Pearson r; Chowers & Weiss find r ≈ 0.9 across trained architectures). **Right**: the same r for "
+              "random-init filters of that shape, the baseline a trained layer should beat.",
+    "whitening": "Each dot is one model. **Left**: how correlated the first layer's responses still are at the "
+                 "chosen distance, C(δ)/C(0): trained layers decorrelate (whiten) the image, so they sit left of "
+                 "the RGB input (**right**, the same for models with the same preprocessing).",
+    "masterkeys": "Each dot is one model with depthwise filters. **Left**: the median |cos| of a filter to the "
+                  "master key it is assigned to (random filters: low). **Right**: the share of filters assigned to "
+                  "key 1, the Gaussian blob. Models without depthwise filters are rows with an error.",
+    "weights": "Each dot is one model. **Left**: the share of dead filters (norm near 0) over every convolution; "
+               "**right**: the share of duplicates (a filter its peers reconstruct, R² ≥ 0.999).",
+}
+
+st.title("🗂️ Survey")
+st.markdown(
+    "The papers compared dozens of networks by hand. Here one measure runs over every model you list, each model on "
+    "the next free worker of the engine, and the numbers come back side by side, coloured by architecture family. "
+    "List specs (`timm:NAME`, `demo:NAME`, uploads from the sidebar) or name patterns such as `timm:convnext_*`; "
+    "`python -m fl_core survey` runs the same from a shell, with folders and lists of checkpoints.")
+
+selection = current_selection()
+with user_errors():
+    left, right = st.columns([2, 1])
+    text = left.text_area(
+        "Models, one a line", "\n".join(dict.fromkeys([*selection.specs, *EXAMPLES])), height=190, key="survey_models",
+        help=f"A spec or a registry name pattern a line (timm:resnet1*, timm:convnext_*@pretrained); at most "
+             f"{PAGE_MAX_MODELS} models. A model that fails becomes a row with its error.")
+    settings = settings_widgets(SurveySettings, {"family": "Measure", "distance": "Whitening distance δ (px)",
+                                                 "seeds": "Random-init seeds"},
+                                key="survey", container=right, base=SurveySettings(images=selection.images),
+                                options={"family": {"format_func": MEASURES.get}, "seeds": {"max_value": 20}})
+    specs = survey_models(specs_in_text(text), limit=PAGE_MAX_MODELS)
+    asked = (specs, settings, selection.device)
+    run, stop = st.columns([1, 5])
+    if run.button("▶ Run survey", type="primary", key="survey_run"):
+        st.session_state["survey_requested"] = asked
+    if st.session_state.get("survey_requested") != asked:
+        st.caption(f"{len(specs)} models × {MEASURES[settings.family]} on {selection.images} when you press Run "
+                   "survey.")
+        st.stop()
+
+    def cancel() -> None:
+        cancel_survey(*asked)
+        st.session_state.pop("survey_requested", None)
+
+    stop.button("■ Cancel", key="survey_cancel", on_click=cancel, help="Stop the rows still waiting or running.")
+    with progress_bar("Survey") as progress:
+        result = run_survey(specs, settings, selection.device, progress)
+    workers = ", ".join(result.workers) or "none"
+    st.caption(f"{len(result.rows)} models in {result.seconds:.1f} s on {len(result.workers)} worker(s) ({workers}); "
+               f"{len(result.failed)} failed. Rows computed before with the same settings are kept.")
+    plot_with_explanation(result.plot(), EXPLANATIONS[settings.family], "survey", frame=result.to_frame(),
+                          data=result.to_dict())
+    st.subheader("One row per model")
+    table_with_download(result.to_frame().round(4), "survey_table")
