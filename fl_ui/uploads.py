@@ -9,6 +9,8 @@ Layout of the folder (``FL_UPLOAD_DIR``)::
     images-<sha256[:16]>/    uploaded images saved as PNGs (digest over every file's bytes and name)
     .<random>.part           a write in progress, or a leftover of a killed process (no spec ever names one)
 
+and beside it ``<folder>.lock``, the lock writers hold while they make room and land an upload.
+
 Rules:
 
 * **Atomic writes.** A file is written to a temp file in the same folder, fsynced and ``os.replace``\\ d into place;
@@ -22,6 +24,11 @@ Rules:
   unused for longest are removed until it fits. Entries used in the last :data:`IN_USE_SECONDS` are never removed
   (a running analysis may be reading them), so an upload that would fit only by removing those is refused, and so
   is one larger than the quota, both before anything is written.
+* **Several writers.** App replicas may share the folder (a shared volume). Making room and landing an upload
+  happen under an exclusive lock of ``<folder>.lock`` (a POSIX record lock, so the volume must support them: local
+  disks, Docker volumes, NFSv4), so two uploads never both fit in the room one of them made; an entry's last use is
+  read again just before it is evicted, so an upload another replica has just used stays. Everything else (reads,
+  touches, the removal of leftovers, which tolerates the same entry going twice) needs no lock.
 * **Age** (``FL_UPLOAD_MAX_AGE_HOURS``, default :data:`DEFAULT_MAX_AGE_HOURS`). Entries unused for longer are removed
   by the sweep, which runs on the first use of the store in each process (:func:`upload_store`), again every
   :data:`SWEEP_INTERVAL_SECONDS`, and before every new upload.
@@ -31,6 +38,8 @@ A link that names an upload (``weights:/data/uploads/ab12…/resnet20.th``) rest
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import math
 import os
@@ -39,7 +48,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -53,8 +62,9 @@ IN_USE_SECONDS = 15 * 60
 """Entries used (or, for temp entries, written to) this recently are never removed."""
 SWEEP_INTERVAL_SECONDS = 10 * 60
 TEMP_SUFFIX = ".part"
+LOCK_SUFFIX = ".lock"
 
-_ADDING = threading.Lock()  # one upload at a time makes room and lands, so two uploads cannot overshoot the quota
+_ADDING = threading.Lock()  # POSIX record locks are per process: threads of one process take turns here first
 _LAST_SWEEP: dict[Path, float] = {}
 
 
@@ -109,6 +119,28 @@ def _size_text(size: int) -> str:
 
 def _is_temp(path: Path) -> bool:
     return path.name.endswith(TEMP_SUFFIX)
+
+
+def lock_path(root: Path) -> Path:
+    """The writers' lock file of a store: beside its folder, so that the folder holds uploads only."""
+    return root.with_name(root.name + LOCK_SUFFIX)
+
+
+@contextlib.contextmanager
+def writers_lock(root: Path) -> Iterator[None]:
+    """Hold the store's writer lock: one thread of one process (of every app replica sharing the folder) at a time."""
+    with _ADDING, open(lock_path(root), "a+b") as handle:
+        fcntl.lockf(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.lockf(handle, fcntl.LOCK_UN)
+
+
+def _last_used(path: Path) -> float:
+    """An entry's last use: a file's access time, a folder's modification time (module docstring)."""
+    stat = path.stat()
+    return stat.st_mtime if path.is_dir() else stat.st_atime
 
 
 def _delete(path: Path) -> None:
@@ -193,11 +225,10 @@ class UploadStore:
             if _is_temp(path):
                 continue
             try:
-                stat = path.stat()
-                size = sum(f.stat().st_size for f in path.iterdir()) if path.is_dir() else stat.st_size
+                size = sum(f.stat().st_size for f in path.iterdir()) if path.is_dir() else path.stat().st_size
+                found.append(StoredEntry(path, size, _last_used(path)))
             except FileNotFoundError:  # removed meanwhile
                 continue
-            found.append(StoredEntry(path, size, stat.st_mtime if path.is_dir() else stat.st_atime))
         return sorted(found, key=lambda entry: entry.last_used)
 
     def sweep(self) -> None:
@@ -224,7 +255,7 @@ class UploadStore:
         """
         folder = self.root / hashlib.sha256(data).hexdigest()[:CHECKPOINT_DIGEST_CHARS]
         path = folder / upload_name(name)
-        with _ADDING:
+        with writers_lock(self.root):
             if path.exists():
                 self.touch(path)
                 return path, False
@@ -269,7 +300,7 @@ class UploadStore:
         building = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{folder.name}.", suffix=TEMP_SUFFIX))
         try:
             save_uploaded_images(files, building)
-            with _ADDING:
+            with writers_lock(self.root):
                 if not folder.is_dir():
                     self._make_room(sum(f.stat().st_size for f in building.iterdir()), label)
                     _rename_folder_into_place(building, folder)
@@ -285,7 +316,8 @@ class UploadStore:
                             "or ask the admin to raise the quota.")
 
     def _make_room(self, size: int, name: str) -> None:
-        """Remove expired uploads, then the least recently used ones not in use, until ``size`` more bytes fit."""
+        """Remove expired uploads, then the least recently used ones not in use, until ``size`` more bytes fit (the
+        caller holds :func:`writers_lock`)."""
         self._refuse_larger_than_quota(size, name)
         self.sweep()
         entries = self.entries()
@@ -294,6 +326,9 @@ class UploadStore:
         for entry in entries:
             if used + size <= self.quota_bytes or now - entry.last_used <= self.in_use_seconds:
                 break
+            with contextlib.suppress(FileNotFoundError):  # another replica may have used it since it was listed
+                if now - _last_used(entry.path) <= self.in_use_seconds:
+                    continue
             _remove(entry.path)
             used -= entry.size
         if used + size > self.quota_bytes:

@@ -26,6 +26,8 @@ import yaml
 from streamlit import config as streamlit_config
 
 from fl_core.io.checkpoints import max_checkpoint_bytes, save_state_dict
+from fl_ui.cluster import SCHEDULER_CONFIG, WORKER_PRELOAD, dask_environment
+from fl_ui.engine import GPU_RESOURCE
 from fl_ui.sidebar import shared_address
 from fl_ui.testing import page_app
 from fl_ui.uploads import DEFAULT_MAX_AGE_HOURS, DEFAULT_QUOTA_MB
@@ -36,6 +38,10 @@ from .test_hostile_uploads import _png
 
 DOCKERFILE = REPO / "Dockerfile"
 COMPOSE = REPO / "docker-compose.yml"
+CADDYFILE = REPO / "deploy" / "Caddyfile"
+IMAGE_SERVICES = ("filterlens", "filterlens-gpu", "scheduler", "worker", "worker-gpu", "app")
+"""The services that run the FilterLens image."""
+SCALE_SERVICES = ("scheduler", "worker", "app", "proxy")
 CONFIG = REPO / ".streamlit" / "config.toml"
 ADMIN_SETTINGS = ("FL_DEVICE", "FL_MAX_CHECKPOINT_MB", "FL_UPLOAD_DIR", "FL_UPLOAD_QUOTA_MB", "FL_UPLOAD_MAX_AGE_HOURS",
                   "STREAMLIT_SERVER_MAX_UPLOAD_SIZE", "HF_HOME", "TORCH_HOME")
@@ -62,6 +68,11 @@ def exec_form(instruction: str) -> list[str]:
 
 def compose_service(name: str = "filterlens") -> dict:
     return yaml.safe_load(COMPOSE.read_text())["services"][name]
+
+
+def option(command: list[str], name: str) -> str:
+    """The value after ``name`` in a command's argument list."""
+    return command[command.index(name) + 1]
 
 
 def compose_default(value: object) -> str:
@@ -489,3 +500,56 @@ def test_the_readme_dashboard_command_serves_localhost_only(tmp_path: Path) -> N
                 pass
     assert f"http://localhost:{port}" in (tmp_path / "server.log").read_text()
     assert "--server.address=0.0.0.0" in exec_form("CMD")
+
+
+def test_the_scale_profile_runs_a_scheduler_workers_and_app_replicas_behind_a_sticky_proxy() -> None:
+    assert all(compose_service(name)["profiles"] == ["scale"] for name in SCALE_SERVICES)
+    assert compose_service("worker-gpu")["profiles"] == ["scale-gpu"]
+    scheduler = compose_service("scheduler")
+    command = scheduler["command"]
+    assert command[:2] == ["dask", "scheduler"] and scheduler["environment"] == dask_environment(SCHEDULER_CONFIG)
+    port, dashboard = option(command, "--port"), option(command, "--dashboard-address").rsplit(":", 1)[1]
+    # the operator's dashboard on the host's loopback only; the scheduler's own port on the compose network only
+    assert scheduler["ports"] == [f"127.0.0.1:${{FL_DASHBOARD_PORT:-{dashboard}}}:{dashboard}"]
+    app = compose_service("app")
+    assert int(compose_default(app["deploy"]["replicas"])) >= 2 and app["ports"] == [] and "command" not in app
+    assert app["environment"]["FL_SCHEDULER"] == f"tcp://scheduler:{port}"
+    worker = compose_service("worker")
+    assert worker["command"][:3] == ["dask", "worker", f"tcp://scheduler:{port}"] and worker["ports"] == []
+    assert option(worker["command"], "--nthreads") == "1" and option(worker["command"], "--preload") == WORKER_PRELOAD
+    assert int(compose_default(worker["deploy"]["replicas"])) >= 2
+    assert compose_default(worker["environment"]["FL_TORCH_THREADS"]) == compose_default(worker["cpus"])
+    gpu = compose_service("worker-gpu")
+    assert option(gpu["command"], "--resources") == f"{GPU_RESOURCE}=1"  # what a CUDA job asks for
+    assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    assert gpu["build"]["args"]["TORCH_VARIANT"].startswith("${FL_TORCH_CUDA:-cu")
+    single = compose_service()
+    for name in ("app", "worker", "worker-gpu"):  # one data volume: uploads, runs and the weight cache are shared
+        service = compose_service(name)
+        assert service["volumes"] == single["volumes"], name
+        assert {key: service["environment"][key] for key in single["environment"]} == single["environment"], name
+
+
+def test_the_proxy_sends_each_browser_to_one_app_replica() -> None:
+    proxy = compose_service("proxy")
+    assert re.fullmatch(r"caddy:\d+\.\d+\.\d+-alpine", proxy["image"])
+    assert proxy["volumes"] == ["./deploy/Caddyfile:/etc/caddy/Caddyfile:ro"] and CADDYFILE.exists()
+    assert proxy["ports"] == [compose_service()["ports"][0].rsplit(":", 1)[0] + ":8080"]  # the single service's port
+    caddy = re.sub(r"#.*", "", CADDYFILE.read_text())
+    assert re.search(r"^:8080 \{", caddy, flags=re.MULTILINE)
+    assert re.search(r"dynamic a app 8501\b", caddy)  # every replica of the app service, at Streamlit's port
+    assert re.search(r"lb_policy cookie \w+", caddy)  # sticky: a session's websocket stays on its replica
+    assert "health_uri" not in caddy  # Caddy runs no active health checks on dynamic upstreams
+    assert proxy["read_only"] is True and proxy["cap_drop"] == ["ALL"]
+
+
+def test_every_service_of_the_image_runs_read_only_bounded_and_checks_its_own_health() -> None:
+    for name in IMAGE_SERVICES:
+        service = compose_service(name)
+        assert service["read_only"] is True and service["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in service["security_opt"] and container_mounts(service)["/tmp"], name
+        assert all(service.get(key) for key in ("mem_limit", "cpus", "pids_limit")), name
+    for name in ("scheduler", "worker", "worker-gpu"):  # not Streamlit: the image's health check does not apply
+        service = compose_service(name)
+        port = option(service["command"], "--dashboard-address").rsplit(":", 1)[1]
+        assert f"http://127.0.0.1:{port}/health" in " ".join(service["healthcheck"]["test"]), name

@@ -5,6 +5,7 @@ sidebar's use of it (AppTest)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ import torch
 from fl_core.errors import DataError
 from fl_core.io.checkpoints import save_state_dict
 from fl_ui.testing import page_app
-from fl_ui.uploads import IN_USE_SECONDS, UploadStore, upload_store, write_atomically
+from fl_ui.uploads import IN_USE_SECONDS, UploadStore, upload_store, write_atomically, writers_lock
 
 from ..app_pages import app_pages
 from ..conftest import REPO, TINY_MODELS
@@ -185,7 +186,7 @@ def test_a_writer_killed_mid_upload_leaves_only_a_part_entry_that_the_sweep_remo
     finally:
         writer.send_signal(signal.SIGKILL)
         writer.wait()
-    leftovers = list(uploads.iterdir())
+    leftovers = [uploads / name for name in names(uploads)]
     assert len(leftovers) == 1 and leftovers[0].name.endswith(".part"), leftovers
     store = store_in(uploads)
     assert store.entries() == []
@@ -193,7 +194,79 @@ def test_a_writer_killed_mid_upload_leaves_only_a_part_entry_that_the_sweep_remo
     assert leftovers[0].exists()  # written to a moment ago: it may still be another process's upload
     os.utime(leftovers[0], (time.time() - 2 * store.in_use_seconds,) * 2)
     store.sweep()
-    assert list(uploads.iterdir()) == []
+    assert names(uploads) == set()
+
+
+LOCKED_WRITER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from fl_ui.uploads import UploadStore
+
+    store = UploadStore(Path(sys.argv[1]), 2**30, 3600.0)
+    print("adding", flush=True)
+    store.add_checkpoint(b"from another replica", "other.pt")
+    print(time.time(), flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_another_process_waits_for_the_writer_lock(tmp_path: Path) -> None:
+    """Two app replicas sharing the folder: an upload lands only when the other's making room is over."""
+    store = store_in(tmp_path / "uploads")
+    with writers_lock(store.root):
+        other = subprocess.Popen([sys.executable, "-c", LOCKED_WRITER, str(store.root)], cwd=REPO,
+                                 stdout=subprocess.PIPE, text=True)
+        assert other.stdout.readline().strip() == "adding"
+        time.sleep(1.5)
+        assert other.poll() is None and len(names(store.root)) == 0  # it waits for the lock
+        released = time.time()
+    landed = float(other.stdout.readline())
+    assert other.wait(timeout=60) == 0 and landed >= released and len(names(store.root)) == 1
+
+
+MANY_WRITERS = textwrap.dedent("""
+    import hashlib, sys
+    from pathlib import Path
+    from fl_ui.uploads import UploadStore
+
+    store = UploadStore(Path(sys.argv[1]), 3 * 2**20, 3600.0, in_use_seconds=0)
+    for i in range(4):
+        store.add_checkpoint(hashlib.sha256(f"{sys.argv[2]}-{i}".encode()).digest() * 2**15, "upload.pt")
+        total = sum(entry.size for entry in store.entries())
+        print(total, flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_writers_in_several_processes_keep_the_quota_and_whole_files(tmp_path: Path) -> None:
+    """Six processes each land four 1 MiB uploads at once into a 3 MiB store: every upload lands, the store never
+    holds more than the quota after a landing, and what remains is whole, named by its content."""
+    root = tmp_path / "uploads"
+    root.mkdir()
+    writers = [subprocess.Popen([sys.executable, "-c", MANY_WRITERS, str(root), str(n)], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(6)]
+    outputs = [writer.communicate(timeout=300) for writer in writers]
+    assert all(writer.returncode == 0 for writer in writers), [err[-1000:] for _, err in outputs]
+    totals = [int(line) for out, _ in outputs for line in out.split()]
+    assert len(totals) == 24 and max(totals) <= 3 * MIB
+    kept = [root / name for name in names(root)]
+    assert 1 <= len(kept) <= 3 and not [entry for entry in kept if entry.name.endswith(".part")]
+    for entry in kept:  # a folder named by its content, holding the upload under its name
+        [upload] = entry.iterdir()
+        assert upload.name == "upload.pt" and hashlib.sha256(upload.read_bytes()).hexdigest()[:24] == entry.name
+
+
+def test_an_upload_another_replica_used_after_the_listing_is_not_evicted(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    store = store_in(tmp_path / "uploads", quota_mb=1)
+    old, _ = store.add_checkpoint(b"o" * 600_000, "old.pt")
+    last_used(store.entry(old), 5)
+    stale_listing = store.entries()
+    store.touch(old)  # another replica's session selects it now
+    monkeypatch.setattr(UploadStore, "entries", lambda self: stale_listing)
+    with pytest.raises(DataError, match="does not fit right now"):
+        store.add_checkpoint(b"n" * 600_000, "new.pt")
+    assert old.exists()
 
 
 def test_the_first_use_of_the_store_in_a_process_sweeps_leftovers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
