@@ -39,8 +39,8 @@ from tests.app_pages import app_pages  # noqa: E402
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 from tests.streamlit_server import free_port, running_server, server_env  # noqa: E402
 
-LONG_JOB_QUERIES = ("models=demo:tiny_vgg&axes_layer=features.7&axes_ft=400",
-                    "models=demo:tiny_vgg&axes_layer=features.11&axes_ft=400")
+LONG_JOB_QUERIES = ("models=demo:tiny_vgg&axes_layer=features.7&axes_finetune_steps=400",
+                    "models=demo:tiny_vgg&axes_layer=features.11&axes_finetune_steps=400")
 """Channel analyses with a long recovery fine-tune: heavy jobs that run for minutes on two cores."""
 POLL_INTERVAL_S = 0.2
 BROWSER_NICENESS = 19
