@@ -11,11 +11,11 @@ from fl_ui.state import current_selection
 from fl_ui.survey import cancel_survey, run_survey
 from fl_ui.widgets import plot_with_explanation, progress_bar, table_with_download, user_errors
 
+# The most models one survey on the page may hold (`python -m fl_core survey` takes more).
 PAGE_MAX_MODELS = 50
-"""The most models one survey on the page may hold (``python -m fl_core survey`` takes more)."""
+# Offered beside the sidebar's models: two ImageNet-trained networks and three architectures at random init.
 EXAMPLES = ("demo:mobilenet_v2", "demo:squeezenet1_0", "timm:resnet18", "timm:convnext_atto",
             "timm:mobilenetv3_small_100")
-"""Offered beside the sidebar's models: two ImageNet-trained networks and three architectures at random init."""
 MEASURES = {"energy": "energy profile vs linear theory", "whitening": "whitening at a fixed distance",
             "masterkeys": "master-key composition", "weights": "weight statistics"}
 EXPLANATIONS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from fl_core.figures import color
+from fl_core.figures import color, readable
 from fl_core.survey.analysis import COLUMNS, HEADLINES, SurveyResult
 
 
@@ -30,6 +30,5 @@ def survey_figure(result: SurveyResult) -> go.Figure:
     fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=[row.label for row in rows])
     failed = len(result.failed)
     fig.update_layout(title=f"{family} survey of {len(result.rows)} models" + (f" ({failed} failed)" if failed else ""),
-                      height=max(320, 28 * len(rows) + 140), legend_title_text="family",
-                      margin={"l": 10, "r": 10, "t": 80, "b": 40})
-    return fig
+                      height=max(320, 28 * len(rows) + 140), legend_title_text="family")
+    return readable(fig)
