@@ -123,10 +123,6 @@ class Job:
         """Whether it has finished and its result (or error) is at hand; asks nothing of the scheduler."""
         return self._done.is_set()
 
-    @property
-    def started(self) -> bool:
-        return bool(self._latest_progress())
-
     def status(self) -> JobState:
         """Its state now (one round trip to the scheduler per :data:`STATUS_TTL_S` while it is unfinished)."""
         if self._final is not None:
@@ -167,11 +163,13 @@ class Job:
 
     def _stop_it(self) -> None:
         self._stop.set()
-        if not self.started:
+        worker = self._engine.worker_of(self.key)
+        if worker is None:  # still queued: dropped (a job its worker has taken runs on, so it must see the flag)
             self._future.cancel()
+            return
         if self.graceful or self._done.wait(HARD_CANCEL_AFTER_S):
             return
-        if not self._future.done() and (worker := self.status().worker):
+        if not self._future.done():
             log.warning("job %s did not stop within %.0f s: restarting its worker %s", self.key,
                         HARD_CANCEL_AFTER_S, worker)
             # the job holds the worker until the scheduler sees it gone, so no other job is sent to it meanwhile
@@ -338,6 +336,15 @@ class Engine:
         if (wanted.startswith("cuda") or wanted == "auto") and self._cluster_has_gpus():
             return {GPU_RESOURCE: 1}
         return None
+
+    def worker_of(self, key: str) -> str | None:
+        """The address of the worker the scheduler has sent the job ``key`` to, ``None`` while it waits (asked of the
+        scheduler, not of the job's progress reports, which start only once its worker has begun it)."""
+        def processing_on(dask_scheduler=None) -> str | None:  # pickled by value: the scheduler imports nothing here
+            task = dask_scheduler.tasks.get(key)
+            return None if task is None or task.processing_on is None else task.processing_on.address
+
+        return self.client.run_on_scheduler(processing_on)
 
     def _cluster_has_gpus(self) -> bool:
         workers = self.client.scheduler_info(n_workers=-1).get("workers", {}).values()

@@ -83,6 +83,18 @@ def test_a_graceful_job_ends_itself_and_keeps_its_result(engine) -> None:
     assert job.status().state == "done"
 
 
+def test_a_job_cancelled_as_its_worker_takes_it_still_stops(engine) -> None:
+    """Whether a job has been taken is asked of the scheduler, not read from its first progress report: cancelled
+    then, it sees its stop flag and frees the worker (dropping it from the queue instead left a 100,000-step run
+    holding the worker for minutes, every later job waiting behind it)."""
+    job = engine.submit(jobs.graceful, 100_000, graceful=True)
+    wait_until(lambda: engine.worker_of(job.key) is not None, poll=0.001)
+    job.cancel()
+    ended = job.join(timeout=60)  # cancelled before its function began, or stopped by itself at its first check
+    assert ended.state == "cancelled" or (ended.state == "done" and job.result().startswith("stopped after"))
+    assert engine.submit(jobs.counting, 1).result(timeout=60) != os.getpid()  # the worker is free again
+
+
 def test_errors_reach_the_caller_with_their_message(engine) -> None:
     with pytest.raises(DataError, match="holds no images"):
         engine.submit(jobs.failing, "user").result(timeout=60)
