@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 import threading
@@ -28,6 +29,9 @@ SWITCH_INTERVAL_S = 0.001
 """How long a thread holding the GIL may keep it when another asks (CPython's default is 5 ms). The event loop that
 answers every request, the health check included, needs the GIL many times per request while page scripts compute
 in their threads; a shorter interval hands it back sooner, at a small cost in the scripts' throughput."""
+WARM_WORKER_VIEWS_ENV = "FL_WARM_WORKER_VIEWS"
+"""``0``: leave the heavy pages' first views (:func:`warm_worker_views`) to their first visitor, e.g. on app replicas
+that share a cluster's workers, where each replica would otherwise run the same jobs for its own cache."""
 
 
 def import_packages() -> None:
@@ -100,12 +104,14 @@ PRELOAD_STEPS: tuple[Callable[[], None], ...] = (import_packages, start_engine, 
 
 
 def preload() -> None:
-    """Run :data:`PRELOAD_STEPS`, start :func:`warm_worker_views` in a background thread (the server listens
-    meanwhile), freeze what the steps created out of the garbage collector's generations (a full collection of it
-    takes ~0.4 s, holding the GIL), and shorten the GIL switch interval (:data:`SWITCH_INTERVAL_S`)."""
+    """Run :data:`PRELOAD_STEPS`; start :func:`warm_worker_views` in a background thread (the server listens
+    meanwhile) unless :data:`WARM_WORKER_VIEWS_ENV` is ``0``; freeze what the steps created out of the garbage
+    collector's generations (a full collection of it takes ~0.4 s, holding the GIL), and shorten the GIL switch
+    interval (:data:`SWITCH_INTERVAL_S`)."""
     for step in PRELOAD_STEPS:
         step()
-    threading.Thread(target=warm_worker_views, name="filterlens-warm", daemon=True).start()
+    if os.environ.get(WARM_WORKER_VIEWS_ENV, "1") != "0":
+        threading.Thread(target=warm_worker_views, name="filterlens-warm", daemon=True).start()
     gc.collect()
     gc.freeze()  # the ~0.5 M objects imported here are never scanned again by a full collection
     sys.setswitchinterval(SWITCH_INTERVAL_S)
