@@ -24,7 +24,6 @@ shared memory.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import itertools
 import logging
@@ -301,7 +300,9 @@ class Engine:
         self._lock = threading.Lock()
         self._order = itertools.count()
         self._jobs: dict[str, tuple[int, Job]] = {}
-        atexit.register(self.close)
+        # closed when the interpreter begins to exit, before Python shuts down the thread pools: the client then
+        # still runs the callbacks of the jobs it cancels (after atexit, each would log a traceback instead)
+        threading._register_atexit(self.close)
 
     @property
     def embedded(self) -> bool:

@@ -124,6 +124,9 @@ def run_job(payload: bytes) -> Any:
     """The engine task: ``function(request, progress=...)`` of a :func:`job_payload`, with this job's progress, stop
     flag and live values."""
     from distributed import Event, Variable, get_worker
+    from distributed.core import Status
+
+    closing = (Status.closing, Status.closing_gracefully, Status.stopping, Status.stopped, Status.closed)
 
     function, request, graceful = pickle.loads(payload)
 
@@ -140,7 +143,8 @@ def run_job(payload: bytes) -> Any:
     except FilterLensError:
         raise
     except Exception:
-        log.exception("heavy job %s failed", getattr(function, "__name__", function))
+        if worker.status not in closing:  # cut short by its worker closing (the engine shutting down) is no bug
+            log.exception("heavy job %s failed", getattr(function, "__name__", function))
         raise
     finally:
         _CURRENT.job = None
