@@ -127,7 +127,7 @@ def _page_url(server: str, layer: str, finetune: int) -> str:
             f"&axes_finetune_steps={finetune}")
 
 
-RESULT = "Spearman ρ between the axes"
+RESULT = "ρ between axes"
 WORKER_DIED = "worker process running this job stopped"
 
 
