@@ -7,8 +7,9 @@ SIGTERM. It runs beside the server, not in it: worker processes are spawned, and
 parent's ``__main__``, which in a Streamlit server is the app script of the last page run (here it is this module,
 whose import does nothing); and the scheduler's event loop stays out of the server's GIL.
 
-A cluster of other machines is configured the same way (:data:`SCHEDULER_CONFIG`, as ``DASK_...`` variables of the
-``dask scheduler`` process; docs/deploy.md, "Scaling out").
+A cluster of other machines is configured the same way (:data:`SCHEDULER_CONFIG` and
+:data:`~fl_core.survey.engine.WORKER_PROCESS_CONFIG`, as ``DASK_...`` variables of the ``dask scheduler`` and
+``dask worker`` processes; docs/deploy.md, "Scaling out").
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+
+from fl_core.survey.engine import WORKER_PROCESS_CONFIG
 
 PARENT_CHECK_S = 0.5
 """How often the helper checks that the server that started it is still there."""
@@ -49,7 +52,7 @@ def run_cluster(workers: int, parent: int) -> None:
 
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    dask.config.set(SCHEDULER_CONFIG | NANNY_CONFIG)
+    dask.config.set(SCHEDULER_CONFIG | NANNY_CONFIG | WORKER_PROCESS_CONFIG)
     threads = max(1, (os.cpu_count() or 1) // workers)
     with LocalCluster(n_workers=0, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
                       memory_limit=0, preload=[WORKER_PRELOAD], env={"FL_TORCH_THREADS": str(threads)}) as cluster:

@@ -26,6 +26,7 @@ import yaml
 from streamlit import config as streamlit_config
 
 from fl_core.io.checkpoints import max_checkpoint_bytes, save_state_dict
+from fl_core.survey.engine import WORKER_PROCESS_CONFIG
 from fl_ui.cluster import SCHEDULER_CONFIG, WORKER_PRELOAD, dask_environment
 from fl_ui.engine import GPU_RESOURCE
 from fl_ui.sidebar import shared_address
@@ -519,6 +520,7 @@ def test_the_scale_profile_runs_a_scheduler_workers_and_app_replicas_behind_a_st
     assert option(worker["command"], "--nthreads") == "1" and option(worker["command"], "--preload") == WORKER_PRELOAD
     assert int(compose_default(worker["deploy"]["replicas"])) >= 2
     assert compose_default(worker["environment"]["FL_TORCH_THREADS"]) == compose_default(worker["cpus"])
+    assert dask_environment(WORKER_PROCESS_CONFIG).items() <= worker["environment"].items()  # Dask's malloc trim off
     gpu = compose_service("worker-gpu")
     assert option(gpu["command"], "--resources") == f"{GPU_RESOURCE}=1"  # what a CUDA job asks for
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]

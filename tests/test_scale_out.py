@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import pytest
 
+from fl_core.survey.engine import WORKER_PROCESS_CONFIG
 from fl_ui.cluster import SCHEDULER_CONFIG, WORKER_PRELOAD, dask_environment
 
 from .streamlit_server import REPO, free_port, health, running_server, server_env
@@ -79,7 +80,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackCluste
     scripts = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONPATH": str(REPO),
            "FL_UPLOAD_DIR": str(logs / "uploads"), "FL_RUNS_DIR": str(logs / "runs"), "FL_TORCH_THREADS": "1",
-           **dask_environment(SCHEDULER_CONFIG)}
+           **dask_environment(SCHEDULER_CONFIG), **dask_environment(WORKER_PROCESS_CONFIG)}
     port, dashboard = free_port(), free_port()
     address = f"tcp://127.0.0.1:{port}"
     worker_ports = (free_port(), free_port())
