@@ -50,14 +50,16 @@ with user_errors():
                                                  "seeds": "Random-init seeds"},
                                 key="survey", container=right, base=SurveySettings(images=selection.images),
                                 options={"family": {"format_func": MEASURES.get}, "seeds": {"max_value": 20}})
-    specs = survey_models(specs_in_text(text), limit=PAGE_MAX_MODELS)
-    asked = (specs, settings, selection.device)
+    listed = (tuple(survey_models(specs_in_text(text), limit=PAGE_MAX_MODELS)), settings, selection.device)
     run, stop = st.columns([1, 5])
     if run.button("▶ Run survey", type="primary", key="survey_run"):
-        st.session_state["survey_requested"] = asked
-    if st.session_state.get("survey_requested") != asked:
-        st.caption(f"{len(specs)} models × {MEASURES[settings.family]} on {selection.images} when you press Run "
-                   "survey.")
+        st.session_state["survey_requested"] = listed
+    requested = st.session_state.get("survey_requested") == listed
+    asked = listed if requested else (selection.specs, *listed[1:])
+    if not requested:  # until the list runs: the sidebar's models, which every page shows at once
+        st.caption(f"Below: the sidebar's {len(selection.specs)} model(s). The {len(listed[0])} models listed × "
+                   f"{MEASURES[settings.family]} on {selection.images} when you press Run survey.")
+    if not asked[0]:
         st.stop()
 
     def cancel() -> None:
@@ -66,7 +68,7 @@ with user_errors():
 
     stop.button("■ Cancel", key="survey_cancel", on_click=cancel, help="Stop the rows still waiting or running.")
     with progress_bar("Survey") as progress:
-        result = run_survey(specs, settings, selection.device, progress)
+        result = run_survey(*asked, progress)
     workers = ", ".join(result.workers) or "none"
     st.caption(f"{len(result.rows)} models in {result.seconds:.1f} s on {len(result.workers)} worker(s) ({workers}); "
                f"{len(result.failed)} failed. Rows computed before with the same settings are kept.")

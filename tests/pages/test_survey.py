@@ -1,5 +1,6 @@
-"""AppTest of the Survey page: nothing runs before the button; a survey's rows come from engine workers, a bad model
-is a row with its error, the figure compares the models; a pattern matching too many models is refused."""
+"""AppTest of the Survey page: the sidebar's models are surveyed at once, a list typed in when the button is pressed;
+a survey's rows come from engine workers, a bad model is a row with its error, the figure compares the models; a
+pattern matching too many models is refused."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ MODELS = "demo:tiny_vgg\ndemo:tiny_vgg_init\nweights:/no/such/file.pt  # a bad r
 def test_a_survey_runs_each_model_on_a_worker_and_keeps_bad_models_as_rows() -> None:
     app = page_app(PAGE, models="demo:tiny_vgg").run()
     assert not app.exception and not app.error
-    assert not app.get("plotly_chart")  # nothing is computed before Run survey
+    assert list(app.dataframe[-1].value["spec"]) == ["demo:tiny_vgg"]  # the sidebar's model, at once
     app.text_area(key="survey_models").input(MODELS).run()
-    assert any("3 models × energy profile vs linear theory" in caption.value for caption in app.caption)
+    assert any("The 3 models listed × energy profile vs linear theory" in caption.value for caption in app.caption)
+    assert list(app.dataframe[-1].value["spec"]) == ["demo:tiny_vgg"]  # the list waits for Run survey
     app.button(key="survey_run").click().run()
     assert not app.exception and not app.error, [e.value for e in (*app.exception, *app.error)]
     table = app.dataframe[-1].value.set_index("spec")
