@@ -6,9 +6,10 @@ Every heavy job reaches a worker as :func:`run_job` of a :func:`job_payload` ``(
 ``<key>/progress`` holding ``[fraction, message, worker address]`` (empty until it starts), a ``Variable``
 ``<key>/published`` holding the live values the job :func:`publish`-es (name → pickled value: the Training Lab's
 snapshots), and a Dask ``Event`` ``<key>/stop`` that :meth:`fl_ui.engine.Job.cancel` sets. At each progress report
-(at most one per :data:`PROGRESS_INTERVAL_S`) the worker stores the progress and checks the stop flag: a job then
-raises :class:`JobCancelled`, while a ``graceful`` one sees :func:`stop_requested` turn true and ends itself, keeping
-what it did. Results go back through the engine as pickles over its connections, never through shared memory.
+(at most one per :data:`PROGRESS_INTERVAL_S`) the worker stores the progress and checks the stop flag, and whether
+the scheduler has dropped the task (which Dask cannot interrupt): a job then raises :class:`JobCancelled`, while a
+``graceful`` one sees :func:`stop_requested` turn true and ends itself, keeping what it did. Results go back through
+the engine as pickles over its connections, never through shared memory.
 
 :func:`dask_setup` prepares a worker process (``dask worker --preload fl_ui.worker``; the embedded cluster passes
 the same preload): lower CPU priority (:data:`WORKER_NICENESS`), torch's thread count (``FL_TORCH_THREADS``, default
@@ -89,7 +90,7 @@ class _JobContext:
     """The running job of this worker thread."""
 
     key: str
-    worker: str
+    worker: Any
     graceful: bool
     progress: Any
     published: Any
@@ -99,12 +100,23 @@ class _JobContext:
     stop_checked: float = 0.0
     stopping: bool = False
 
+    @property
+    def address(self) -> str:
+        return self.worker.address
+
     def stop_set(self) -> bool:
-        """The stop flag, asked of the scheduler at most once per :data:`PROGRESS_INTERVAL_S`."""
+        """Whether the job should stop: its stop flag (asked of the scheduler at most once per
+        :data:`PROGRESS_INTERVAL_S`) is set, or nobody wants its result any more: the scheduler dropped its task (a
+        cancel that found it still queued as its worker took it, a server gone), which Dask cannot interrupt."""
         now = time.monotonic()
         if not self.stopping and now - self.stop_checked >= PROGRESS_INTERVAL_S:
-            self.stop_checked, self.stopping = now, self.stop.is_set()
+            self.stop_checked, self.stopping = now, self.dropped() or self.stop.is_set()
         return self.stopping
+
+    def dropped(self) -> bool:
+        """The scheduler has released this task: the worker's record of it is gone or says ``cancelled``."""
+        task = self.worker.state.tasks.get(self.key)
+        return task is None or task.state == "cancelled"
 
 
 _CURRENT = threading.local()
@@ -132,11 +144,11 @@ def run_job(payload: bytes) -> Any:
 
     worker = get_worker()
     key = str(worker.get_current_task())
-    context = _JobContext(key, worker.address, graceful, Variable(progress_name(key)), Variable(published_name(key)),
+    context = _JobContext(key, worker, graceful, Variable(progress_name(key)), Variable(published_name(key)),
                           Event(stop_name(key)))
     if context.stop_set():
         raise JobCancelled("Cancelled before it started.")
-    context.progress.set([0.0, "started", worker.address])
+    context.progress.set([0.0, "started", context.address])
     _CURRENT.job = context
     try:
         return function(request, progress=_report)
@@ -156,7 +168,7 @@ def _report(fraction: float, message: str) -> None:
     if now - context.last_report < PROGRESS_INTERVAL_S and fraction < 1.0:
         return
     context.last_report = now
-    context.progress.set([float(fraction), str(message), context.worker])
+    context.progress.set([float(fraction), str(message), context.address])
     if not context.graceful and context.stop_set():
         raise JobCancelled("Cancelled. Start it again when you need it.")
 
@@ -164,7 +176,7 @@ def _report(fraction: float, message: str) -> None:
 def current_worker() -> str:
     """The address of the worker running the current job (``local`` outside a job)."""
     context = _current()
-    return context.worker if context is not None else "local"
+    return context.address if context is not None else "local"
 
 
 def stop_requested() -> bool:

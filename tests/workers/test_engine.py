@@ -95,6 +95,18 @@ def test_a_job_cancelled_as_its_worker_takes_it_still_stops(engine) -> None:
     assert engine.submit(jobs.counting, 1).result(timeout=60) != os.getpid()  # the worker is free again
 
 
+def test_a_running_job_whose_task_the_scheduler_dropped_stops(engine) -> None:
+    """A cancel can reach the scheduler as the job's worker takes it, and the job's stop flag is gone with its
+    future: the job stops because the scheduler no longer wants its task (a cancelled 100,000-step Training Lab run
+    otherwise held the only worker of the test process for minutes, every later page job waiting behind it)."""
+    job = engine.submit(jobs.graceful, 100_000, graceful=True)
+    wait_until(lambda: job.status().state == "running")
+    job._future.cancel()  # no stop flag: only the scheduler forgets the task
+    started = time.monotonic()
+    assert engine.submit(jobs.counting, 1).result(timeout=60) != os.getpid()
+    assert time.monotonic() - started < 10  # 100,000 steps of 10 ms would hold the worker for 17 minutes
+
+
 def test_errors_reach_the_caller_with_their_message(engine) -> None:
     with pytest.raises(DataError, match="holds no images"):
         engine.submit(jobs.failing, "user").result(timeout=60)
