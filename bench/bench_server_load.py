@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 
 from tests.app_pages import app_pages  # noqa: E402
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+from tests.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 from tests.streamlit_server import free_port, running_server, server_env  # noqa: E402
 
 LONG_JOB_QUERIES = ("models=demo:tiny_vgg&axes_layer=features.7&axes_finetune_steps=400",

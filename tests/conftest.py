@@ -32,6 +32,12 @@ TINY_MODELS = "demo:tiny_vgg,demo:tiny_vgg_init"
 sidebar's default is a real ImageNet SqueezeNet at 224 px)."""
 
 
+CHROMIUM = Path(os.environ.get("FL_CHROMIUM", "/usr/bin/chromium"))
+"""Debian's Chromium (never a browser download)."""
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
 def fixtures_required() -> bool:
     """True under CI (``CI=true``): a missing real fixture is then a failure, not a skip."""
     return os.environ.get("CI", "").lower() in ("true", "1")
@@ -45,6 +51,29 @@ def require_fixture(path: Path) -> Path:
             pytest.fail(f"{reason}; CI=true requires the real fixtures")
         pytest.skip(reason)
     return path
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's Chromium: without it browser tests skip locally and fail under ``CI=true``."""
+    if not CHROMIUM.exists():
+        reason = f"Chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium; .ci/run does it)"
+        if fixtures_required():
+            pytest.fail(reason + " — the browser tests must run in CI")
+        pytest.skip(reason)
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def browser(chromium: Path):
+    """The test run's one Chromium, driven by Playwright's sync API (which allows one instance per thread: a test
+    that started its own beside this one failed with "Sync API inside the asyncio loop")."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
 
 
 @pytest.fixture(scope="session")

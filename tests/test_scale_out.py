@@ -135,14 +135,8 @@ WORKER_DIED = "worker process running this job stopped"
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.timeout(3600)
-def test_two_app_servers_share_the_workers_and_keep_a_job_whose_session_ended(cluster: LoopbackCluster,
+def test_two_app_servers_share_the_workers_and_keep_a_job_whose_session_ended(cluster: LoopbackCluster, browser,
                                                                                tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
-    from .browser.conftest import CHROMIUM, CHROMIUM_ARGS
-
-    if not CHROMIUM.exists():
-        pytest.skip(f"Chromium is not installed at {CHROMIUM}")
     ports = (free_port(), free_port())
     with contextlib.ExitStack() as stack:
         servers = []
@@ -153,9 +147,6 @@ def test_two_app_servers_share_the_workers_and_keep_a_job_whose_session_ended(cl
             stack.enter_context(running_server(command, port, env, tmp_path / f"server{number}.log",
                                                timeout=STARTUP_S))
             servers.append(f"http://127.0.0.1:{port}")
-        playwright = stack.enter_context(sync_playwright())
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        stack.callback(browser.close)
 
         def session(url: str):
             context = browser.new_context(viewport={"width": 1280, "height": 1600})

@@ -1,9 +1,8 @@
-"""Browser end-to-end fixtures: one real server (the image's command) for the session, and Debian's Chromium driven
-by Playwright (never a browser download). Without Chromium the tests skip locally; under ``CI=true`` they fail."""
+"""Browser end-to-end fixtures: one real server (the image's command) for the session, and a new browser session per
+test in the one Chromium of the test run (``browser``, tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,20 +10,7 @@ import pytest
 
 from ..streamlit_server import REPO, free_port, running_server, server_env
 
-CHROMIUM = Path(os.environ.get("FL_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ARTIFACTS = REPO / "test-artifacts" / "browser"
-
-
-@pytest.fixture(scope="session")
-def chromium() -> Path:
-    if not CHROMIUM.exists():
-        reason = f"Chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium; .ci/run does it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason + " — the browser tests must run in CI")
-        pytest.skip(reason)
-    return CHROMIUM
 
 
 @pytest.fixture(scope="session")
@@ -48,16 +34,6 @@ def app_url(chromium: Path, artifacts: Path, upload_dir: Path, tmp_path_factory:
     command = ["python", "-m", "fl_ui.serve", "--server.address=127.0.0.1", "--server.headless=true"]
     with running_server(command, port, env, artifacts / "server.log"):
         yield f"http://127.0.0.1:{port}"
-
-
-@pytest.fixture(scope="session")
-def browser(chromium: Path):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture
