@@ -30,13 +30,16 @@ PROBE_S = 1.0
 
 
 def start_engine(workers: int):
-    """The checkout's heavy-job engine: the Dask engine, or the process pool of older checkouts."""
-    try:
-        from fl_ui.engine import Engine
-    except ImportError:
+    """The checkout's heavy-job engine: the Dask engine, or the process pool of older checkouts (told by the
+    checkout's files: an editable install of a newer one would otherwise lend it ``fl_ui.engine``)."""
+    import fl_ui
+
+    if not (Path(fl_ui.__file__).parent / "engine.py").exists():
         from fl_ui.pool import WorkerPool
 
         return WorkerPool(workers=workers)
+    from fl_ui.engine import Engine
+
     return Engine(workers=workers)
 
 

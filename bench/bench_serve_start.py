@@ -6,7 +6,7 @@ Starts ``python -m fl_ui.serve`` (the Docker image's command) of ``--repo`` on a
 folder, and times from its launch until ``/_stcore/health`` answers (polled every 0.5 s). It then sums the memory of
 the server and every process it started (its heavy-job workers, and the embedded engine's scheduler), RSS and PSS
 (pages shared between processes split among them): at its first health answer, and once the tree is idle again (the
-heavy pages' default views, which start computing when it listens, done: under 5 % of a core over 5 s, at most
+heavy pages' default views, which start computing when it listens, done: under 15 % of a core over 5 s, at most
 ``--settle`` seconds). ``--repo`` measures another checkout (a ``git worktree`` of an older commit: the process pool
 that the Dask engine replaced) for a before/after comparison.
 """
@@ -27,7 +27,9 @@ sys.path.insert(0, str(HERE))
 
 from tests.streamlit_server import free_port, running_server, server_env  # noqa: E402
 
-IDLE_CORES = 0.05
+IDLE_CORES = 0.15
+"""Below this many cores (summed over the tree) it is idle: the Dask engine's scheduler, nanny and worker heartbeats
+take ~0.06 of a core on their own."""
 IDLE_WINDOW_S = 5.0
 
 
