@@ -51,7 +51,7 @@ with user_errors():
                                 key="survey", container=right, base=SurveySettings(images=selection.images),
                                 options={"family": {"format_func": MEASURES.get}, "seeds": {"max_value": 20}})
     listed = (tuple(survey_models(specs_in_text(text), limit=PAGE_MAX_MODELS)), settings, selection.device)
-    run, stop = st.columns([1, 5])
+    run, stop = st.columns([1, 2])  # "▶ Run survey" whole at 1024 px
     if run.button("▶ Run survey", type="primary", key="survey_run"):
         st.session_state["survey_requested"] = listed
     requested = st.session_state.get("survey_requested") == listed

@@ -5,8 +5,11 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from fl_core.figures import color, readable
+from fl_core.figures import color, readable, title_lines
 from fl_core.survey.analysis import COLUMNS, HEADLINES, SurveyResult
+
+PANEL_TITLE_CHARS = 26
+"""A panel title's line length: two panels side by side in a 1024-px projector's page column."""
 
 
 def survey_figure(result: SurveyResult) -> go.Figure:
@@ -17,7 +20,8 @@ def survey_figure(result: SurveyResult) -> go.Figure:
     rows = [row for row in result.rows if row.error is None]
     families = list(dict.fromkeys(row.model_family for row in rows))
     fig = make_subplots(rows=1, cols=len(names), shared_yaxes=True, horizontal_spacing=0.04,
-                        subplot_titles=[COLUMNS[family][name] for name in names])
+                        subplot_titles=["<br>".join(title_lines(COLUMNS[family][name], PANEL_TITLE_CHARS))
+                                        for name in names])
     for panel, name in enumerate(names, start=1):
         for index, model_family in enumerate(families):
             members = [row for row in rows if row.model_family == model_family]

@@ -24,6 +24,7 @@ from fl_core.survey.analysis import (
     survey_row,
 )
 from fl_core.survey.models import expand_spec, specs_in_text, survey_models
+from fl_core.survey.plots import PANEL_TITLE_CHARS
 
 
 def test_a_timm_pattern_is_every_matching_architecture_and_pretrained_keeps_those_with_weights() -> None:
@@ -142,3 +143,6 @@ def test_the_figure_shows_the_headline_numbers_of_every_model_coloured_by_family
     assert [list(trace.x) for trace in resnets] == [[0.2, 0.4], [0.3, 0.3]]
     assert resnets[0].marker.color == resnets[1].marker.color != fig.data[1].marker.color
     assert sum(trace.showlegend for trace in fig.data) == 2
+    panel_titles = [annotation.text for annotation in fig.layout.annotations]
+    assert len(panel_titles) == 2 and panel_titles[0].startswith("Pearson r")  # side by side on a projector:
+    assert all(len(line) <= PANEL_TITLE_CHARS for title in panel_titles for line in title.split("<br>"))  # no overlap
