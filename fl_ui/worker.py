@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from fl_core import allocator
 from fl_core.errors import FilterLensError
 
 log = logging.getLogger("filterlens")
@@ -68,10 +69,13 @@ def torch_threads(worker_threads: int) -> int:
 
 
 def dask_setup(worker) -> None:
-    """Dask's preload hook, before the worker joins: nice it, size torch's thread pool, import the jobs' libraries
-    (here, not in a background thread: a job importing the same packages meanwhile could see them half-initialized)."""
+    """Dask's preload hook, before the worker joins: nice it, set malloc for torch (:func:`fl_core.allocator.tune`,
+    for a worker started without :data:`~fl_core.survey.engine.WORKER_PROCESS_CONFIG`), size torch's thread pool,
+    import the jobs' libraries (here, not in a background thread: a job importing the same packages meanwhile could
+    see them half-initialized)."""
     import torch
 
+    allocator.tune()
     with contextlib.suppress(OSError):  # not permitted here: run at the server's priority
         os.nice(WORKER_NICENESS)
     torch.set_num_threads(torch_threads(worker.state.nthreads))
@@ -160,6 +164,7 @@ def run_job(payload: bytes) -> Any:
         raise
     finally:
         _CURRENT.job = None
+        allocator.release_freed_memory()  # an idle worker holds only what it keeps
 
 
 def _report(fraction: float, message: str) -> None:

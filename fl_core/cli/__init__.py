@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from fl_core import __version__
+from fl_core import __version__, allocator
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.images import BUNDLED
 from fl_core.io.models import load_model
@@ -170,6 +170,7 @@ def write_output(path: Path, text: str, stdout: TextIO) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    allocator.tune()  # large tensors from the heap (fl_core.allocator)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)

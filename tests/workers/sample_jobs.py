@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from fl_core.backend import report
 from fl_core.errors import DataError
@@ -67,3 +68,19 @@ def reporting_pid(seconds: float, progress=None) -> int:
         report(progress, 0.5, "working")
         time.sleep(0.01)
     return os.getpid()
+
+
+def freed_block_kept(mib: int, progress=None) -> dict:
+    """The worker's malloc settings (:data:`fl_core.allocator.ENVIRONMENT`) and the MiB of resident memory a freed
+    ``mib``-MiB tensor leaves behind."""
+    import torch
+
+    from fl_core import allocator
+
+    def rss_mib() -> float:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**20
+
+    before = rss_mib()
+    block = torch.ones(mib * 2**18)
+    del block
+    return {"environment": {key: os.environ.get(key) for key in allocator.ENVIRONMENT}, "kept": rss_mib() - before}

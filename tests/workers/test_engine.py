@@ -59,6 +59,14 @@ def test_a_job_runs_in_another_process_and_reports_progress(engine) -> None:
     assert fractions == sorted(fractions) and 0 < max(fractions) < 1
 
 
+def test_workers_keep_freed_large_tensors_for_the_next_pass(engine) -> None:
+    from fl_core import allocator
+
+    seen = engine.submit(jobs.freed_block_kept, 100).wait()
+    assert seen["environment"] == allocator.ENVIRONMENT  # glibc's settings from the worker's start (not Dask's)
+    assert seen["kept"] > 90  # no fresh zero-filled pages for the next tensor of that size
+
+
 def test_jobs_queue_in_order_and_cancel(engine) -> None:
     first, second, third = (engine.submit(jobs.counting, 400) for _ in range(3))
     wait_until(lambda: first.status().state == "running")
