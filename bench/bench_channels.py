@@ -142,12 +142,14 @@ def page_job(spec: str, source: str) -> None:
 
     import torch
 
+    from fl_core import allocator
     from fl_core.backend import inference_autocast, resolve_device
     from fl_core.channelaxes.analysis import analyze_channels
     from fl_core.channelaxes.calibration import channel_data
     from fl_core.io.models import load_model
     from fl_ui.channels import default_request
 
+    allocator.tune()  # as in a worker (fl_core.survey.engine.WORKER_PROCESS_CONFIG)
     request = default_request(spec, images=source)
     settings, device = request.settings, resolve_device(None)
     loaded = load_model(spec)
@@ -170,7 +172,8 @@ def page_job(spec: str, source: str) -> None:
           f"{len(settings.pruning.criteria)} pruning criteria, initialization {'compared' if init else 'none'}, "
           f"{torch.get_num_threads()} threads, {device}")
     print(f"page job {total:.1f} s ({stages}); one forward pass over the evaluation images {forward:.2f} s")
-    print(f"lesions ran from {effects.computed_from or 'the input'} ({effects.mode}); pruned networks from "
+    print(f"lesions ran from {effects.computed_from or 'the input'} ({effects.mode}"
+          f"{f', {effects.reader} by the changed channel' if effects.reader else ''}); pruned networks from "
           f"{result.pruning.computed_from or 'the input'}")
 
 

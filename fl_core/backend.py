@@ -76,6 +76,13 @@ def product_dtype(device: torch.device) -> torch.dtype:
     return torch.float64 if device.type == "cpu" else torch.float32
 
 
+def cpu_layout(model: nn.Module, device: torch.device) -> nn.Module:
+    """``model`` (a private copy) with its 4-D weights channels-last on a CPU, so its convolutions run in oneDNN's
+    native layout instead of reordering every activation (MobileNetV2 forward passes on 2 cores: 1.4× faster); as it
+    is on other devices."""
+    return model.to(memory_format=torch.channels_last) if device.type == "cpu" else model
+
+
 @contextlib.contextmanager
 def inference_autocast(device: torch.device, enabled: bool = True) -> Iterator[None]:
     """``torch.inference_mode`` plus bf16/fp16 autocast on accelerators (never on CPU: it is slower there)."""

@@ -144,22 +144,24 @@ def capturing_inputs(model: nn.Module, chain: ModuleChain, starts: Iterable[int]
 
 
 def suffix_forward(model: nn.Module, chain: ModuleChain, start: int, activation: torch.Tensor,
-                   x: torch.Tensor) -> torch.Tensor:
-    """``model(x)`` with chain modules 0 … start − 1 replaced by stubs returning ``activation`` (module docstring).
+                   x: torch.Tensor, stubs: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+    """``model(x)`` with chain modules 0 … start − 1 replaced by stubs returning ``activation`` (module docstring),
+    and each module named in ``stubs`` (inside a later chain module) by one returning its tensor.
 
     ``model`` may be the original or any copy with the same module names; ``x`` only goes to the stubbed prefix."""
-    prefix = [model.get_submodule(name) for name in prefix_stubs(chain, start)]
-
-    def stub(*args, **kwargs) -> torch.Tensor:
-        return activation
-
+    outputs = {name: activation for name in prefix_stubs(chain, start)} | dict(stubs or {})
+    stubbed = [(model.get_submodule(name), value) for name, value in outputs.items()]
     try:
-        for module in prefix:
-            object.__setattr__(module, "forward", stub)  # (nn.Module.__setattr__'s checks cost more than the stub)
+        for module, value in stubbed:  # (nn.Module.__setattr__'s checks cost more than the stub)
+            object.__setattr__(module, "forward", functools.partial(_stub, value))
         return model(x)
     finally:
-        for module in prefix:
+        for module, _ in stubbed:
             object.__delattr__(module, "forward")
+
+
+def _stub(value: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    return value
 
 
 @functools.cache
@@ -214,15 +216,17 @@ def copy_modules(model: nn.Module, names: Iterable[str]) -> nn.Module:
     on a shared module fires in both).
     """
     names = set(names)
+    on_the_way = {".".join(parts[:i]) for parts in (name.split(".") for name in names) for i in range(len(parts))}
 
     def clone(module: nn.Module, prefix: str) -> nn.Module:
         if prefix in names:
             return _own_copy(module)
-        if prefix and not any(name.startswith(f"{prefix}.") for name in names):
+        if prefix and prefix not in on_the_way:
             return module
         new = _shallow_copy(module)
-        for child, submodule in module.named_children():
-            new._modules[child] = clone(submodule, f"{prefix}.{child}" if prefix else child)
+        for child, submodule in module._modules.items():
+            if submodule is not None:
+                new._modules[child] = clone(submodule, f"{prefix}.{child}" if prefix else child)
         return new
 
     return clone(model, "")

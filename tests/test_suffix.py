@@ -204,3 +204,4 @@ def test_functional_steps_between_modules_mean_full_forward_passes():
     shared, whole = both_ways(loaded, swaps)
     assert scores(shared) == scores(whole)
     assert [v.computed_from for v in shared.swaps] == [None, None] and shared.sharing == ()
+

@@ -29,7 +29,7 @@ import torch
 from scipy.stats import rankdata
 
 from fl_core.arguments import ModelLike, as_model, as_settings
-from fl_core.backend import Progress, report, resolve_device, sub_progress
+from fl_core.backend import Progress, cpu_layout, report, resolve_device, sub_progress
 from fl_core.budgets import check_channel_statistics
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman, spearman_matrix
@@ -400,7 +400,7 @@ def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, se
         raise AnalysisError(f"Use at least {2 * settings.axes.k} calibration images (got {len(data.calibration)}).")
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    model = loaded.copy_model().to(device).eval()
+    model = cpu_layout(loaded.copy_model().to(device).eval(), device)
     site, stats, local, table = layer_axes(model, conv.name, data, settings, device, sub_progress(progress, 0, 0.2))
     timings["statistics"] = time.perf_counter() - start
     evaluation = data.evaluation.materialized(settings.memory_bytes)
@@ -432,7 +432,7 @@ def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, se
     init_axes = None
     if init is not None:
         start = time.perf_counter()
-        init_model = init.copy_model().to(device).eval()
+        init_model = cpu_layout(init.copy_model().to(device).eval(), device)
         *_, init_table = layer_axes(init_model, conv.name, data, settings, device, sub_progress(progress, 0.9, 1))
         init_axes = compare_axes(init_table, settings)
         timings["initialization"] = time.perf_counter() - start

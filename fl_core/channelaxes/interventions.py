@@ -14,8 +14,20 @@
 the site, so the intact network runs once per batch and G copies run together from there: the intact input of that
 module is repeated G times (copy-major G·B samples) and each copy's substitution is applied at the site by a hook, or
 directly to the repeated input when the site is the output of the chain module before (then only the layers after
-the site run per copy). The copies' suffixes are checked against their full forward passes on the first images and
-fall back to replicating the input ("full" mode) when they differ.
+the site run per copy). When the site is inside that module (a residual block, a Fire module), the block's modules
+that finish before the site return the intact outputs and the site its substituted output, so only the block's code
+after the site runs per copy (:func:`inner_stubs`). Three more savings, all exact:
+
+* the first convolution after the site (:func:`first_reader`) sees each copy's input differ from the intact one in
+  one channel c only, so it adds that channel's term to the intact output, ``conv(u₀) + W[:, c] ⊛ (u − u₀)_c``,
+  instead of convolving every channel again (checked per pass: a copy whose input differs in more channels runs it
+  whole);
+* the BatchNorms after it run folded into their convolutions (:func:`~fl_core.masterkeys.batchnorm.folded_copy`);
+* on a CPU a pass's largest activation stays under :data:`CPU_PASS_BYTES`.
+
+The copies' suffixes are checked against their full forward passes on the first images; a plan that differs gives
+up one saving at a time (folding, the reader's term, the stubs in the block) down to replicating the input ("full"
+mode).
 
 **Folding.** Where every reader of ``a`` is a groups-1 convolution (and nothing else reads it), peer replacement can
 be folded into the readers' weights, ``W[:, j] += β_j W[:, i]``, ``bias += b₀ Σ_spatial W[:, i]``, ``W[:, i] = 0``
@@ -38,8 +50,9 @@ from torch import nn
 
 from fl_core.backend import Progress, inference_autocast, report
 from fl_core.channelaxes.calibration import LabelledInputs
-from fl_core.channelaxes.site import ChannelSite, on_call
+from fl_core.channelaxes.site import ChannelSite, is_container, on_call
 from fl_core.errors import AnalysisError
+from fl_core.masterkeys.batchnorm import conv_batchnorm_pairs, folded_copy
 from fl_core.results import Result
 from fl_core.suffix import PROBE_IMAGES, ModuleChain, PrefixPasses, module_chain, same_output, suffix_forward
 
@@ -123,18 +136,109 @@ def lesion_start(chain: ModuleChain, site: ChannelSite) -> tuple[int, bool]:
     return chain.lowered(owner), False
 
 
+def inner_stubs(model: nn.Module, chain: ModuleChain, start: int, site: ChannelSite, x: torch.Tensor
+                ) -> tuple[str, ...]:
+    """The modules inside chain module ``start`` that a copy need not run: the largest ones that finish before the
+    site's call begins, then the site itself (last); ``()`` when the site is not inside ``start`` or one of them is
+    called more than once. Stubbed with the original's outputs (the site's substituted), a copy runs only the
+    block's code after the site."""
+    owner = chain.names[start] if start > 0 else ""
+    if not site.activation.startswith(f"{owner}.") or chain.owner(site.activation) != start:
+        return ()
+    events: list[tuple[str, bool]] = []
+    handles = []
+    for name, module in model.get_submodule(owner).named_modules(prefix=owner):
+        if name != owner:
+            handles += [module.register_forward_pre_hook(lambda *_, n=name: events.append((n, False))),
+                        module.register_forward_hook(lambda *_, n=name: events.append((n, True)))]
+    try:
+        model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    starts = [i for i, (name, done) in enumerate(events) if name == site.activation and not done]
+    if len(starts) != 1:
+        return ()
+    finished = [name for name, done in events[:starts[0]] if done]
+    largest = [name for name in finished if not any(name.startswith(f"{other}.") for other in finished)]
+    stubs = (*largest, site.activation)
+    calls = [name for name, done in events if not done]
+    return stubs if all(calls.count(name) == 1 for name in stubs) else ()
+
+
+def unread_stubs(model: nn.Module, stubs: tuple[str, ...]) -> frozenset[str]:
+    """Stubs whose output no code reads: each followed in its ``nn.Sequential`` by another stub."""
+    unread = set()
+    for name in stubs[:-1]:
+        parent, _, child = name.rpartition(".")
+        container = model.get_submodule(parent)
+        if isinstance(container, nn.Sequential):
+            siblings = list(container._modules)
+            following = siblings.index(child) + 1
+            if following < len(siblings) and f"{parent}.{siblings[following]}" in stubs:
+                unread.add(name)
+    return frozenset(unread)
+
+
+def calls_after_site(model: nn.Module, site: ChannelSite, x: torch.Tensor) -> list[str]:
+    """The modules without children called after the site's call in one forward pass, in order, each once (a module
+    called more than once in the pass is left out)."""
+    order: list[str] = []
+    handles = [module.register_forward_pre_hook(lambda *_, n=name: order.append(n))
+               for name, module in model.named_modules() if name and not is_container(module)]
+    site_calls = [0]
+    ends: list[int] = []
+
+    def site_done(*_):
+        if site_calls[0] == site.activation_call:
+            ends.append(len(order))
+        site_calls[0] += 1
+
+    handles.append(model.get_submodule(site.activation).register_forward_hook(site_done))
+    try:
+        model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [name for name in order[ends[0]:] if order.count(name) == 1] if ends else []
+
+
+def first_reader(model: nn.Module, later: list[str]) -> str | None:
+    """The first groups-1 convolution with zero padding among the ``later`` calls: a lesion changes one channel of
+    its input, so its output changes by that channel's term alone (:meth:`LesionedCopies.reader_forward`)."""
+    return next((name for name in later if isinstance(conv := model.get_submodule(name), nn.Conv2d)
+                 and conv.groups == 1 and conv.padding_mode == "zeros"), None)
+
+
+def later_pairs(model: nn.Module, later: list[str], reader: str | None, x: torch.Tensor) -> list[tuple[str, str]]:
+    """The foldable convolution-BatchNorm pairs (:func:`~fl_core.masterkeys.batchnorm.conv_batchnorm_pairs`) that run
+    after the reader (or the site): the copies may run them folded."""
+    after = set(later[later.index(reader) + 1:] if reader else later)
+    return [(conv, norm) for conv, norm in conv_batchnorm_pairs(model, x)[0] if conv in after and norm in after]
+
+
 class LesionedCopies:
     """G substituted copies of one network run together, their G·B samples copy-major (module docstring).
 
     From ``start`` on the suffix runs on the original's input of that chain module repeated G times (substituted
-    first when ``at_start``); from 0 the input is replicated. Otherwise the substitution happens in a hook at the site.
+    first when ``at_start``); from 0 the input is replicated. With ``inner`` stubs (:func:`inner_stubs`) the modules
+    of the start's block that come before the site return the original's outputs (repeated G times where read) and
+    the site its substituted output. Otherwise the substitution happens in a hook at the site. With a ``reader``
+    (:func:`first_reader`) that convolution adds each copy's one changed input channel's term to the original's
+    output instead of convolving all its channels again. Copies that never run the site (``at_start`` or ``inner``)
+    run the BatchNorms of ``pairs`` (:func:`later_pairs`) folded into their convolutions.
     """
 
-    def __init__(self, model: nn.Module, site: ChannelSite, chain: ModuleChain, start: int, at_start: bool) -> None:
+    def __init__(self, model: nn.Module, site: ChannelSite, chain: ModuleChain, start: int, at_start: bool,
+                 inner: tuple[str, ...] = (), reader: str | None = None,
+                 pairs: list[tuple[str, str]] | None = None) -> None:
         self.model, self.site, self.chain = model, site, chain
-        self.start, self.at_start = start, at_start
+        self.start, self.at_start, self.inner, self.reader = start, at_start, inner, reader
+        self.folded = folded_copy(model, pairs) if pairs else None
+        self.unread = unread_stubs(model, inner)
         self.subs: Substitutions | None = None
         self.batch = 0
+        self.copies_running = False
 
     def _at_site(self, _module: nn.Module, _args: tuple, output: torch.Tensor) -> torch.Tensor | None:
         return None if self.subs is None else _substituted(output, self.subs, self.batch)
@@ -146,35 +250,129 @@ class LesionedCopies:
                      self._at_site):
             yield
 
-    def logits(self, x: torch.Tensor, activation: torch.Tensor | None, subs: Substitutions) -> torch.Tensor:
-        """Logits ``(G, B, K)`` of the copies on images ``x``; ``activation``: the original's input of the start."""
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[dict[str, torch.Tensor]]:
+        """During the original's passes in this context, a copy of each inner stub's output (by module name) and of
+        the reader's input (``"<name>:input"``) and output."""
+        recorded: dict[str, torch.Tensor] = {}
+
+        def record(name: str):
+            def hook(_module, args, output):
+                if not self.copies_running:
+                    recorded[name] = output.clone()
+                    if name == self.reader:
+                        recorded[f"{name}:input"] = args[0].clone()
+            return hook
+
+        names = [*self.inner, *([self.reader] if self.reader else [])]
+        handles = [self.model.get_submodule(name).register_forward_hook(record(name)) for name in names]
+        try:
+            yield recorded
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _inner_outputs(self, recorded: dict[str, torch.Tensor], subs: Substitutions) -> dict[str, torch.Tensor]:
+        n = len(subs)
+        *before, site = self.inner
+        outputs = {name: recorded[name] if name in self.unread
+                   else recorded[name].repeat(n, *([1] * (recorded[name].ndim - 1))) for name in before}
+        return outputs | {site: _substituted(recorded[site], subs, self.batch)}
+
+    def reader_forward(self, u: torch.Tensor, recorded: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The reader convolution on the copies' input ``u`` (G·B samples): where each copy's input differs from the
+        original's ``u₀`` in one channel c_g at most, ``conv(u) = conv(u₀) + W[:, c_g] ⊛ (u − u₀)[c_g]`` (a convolution
+        is linear; zero padding too); else the whole convolution."""
+        conv = self.model.get_submodule(self.reader)
+        u0, out0 = recorded[f"{self.reader}:input"], recorded[self.reader]
+        n = len(u) // len(u0)
+        if n * len(u0) != len(u):
+            return type(conv).forward(conv, u)
+        delta = u.reshape(n, *u0.shape) - u0
+        changed = delta.ne(0).flatten(3).any(3).any(1)  # (G, C)
+        if int(changed.sum(1).max()) > 1:
+            return type(conv).forward(conv, u)
+        channel = changed.to(torch.uint8).argmax(1)  # a copy without change: any channel (its difference is 0)
+        difference = delta[torch.arange(n, device=u.device), :, channel].transpose(0, 1)  # (B, G, H, W)
+        weight = conv.weight[:, channel].transpose(0, 1).to(difference.dtype)  # (G, O, kh, kw)
+        if weight.shape[2:] == (1, 1) and conv.padding in ((0, 0), "valid"):  # a product per position
+            sampled = difference[..., ::conv.stride[0], ::conv.stride[1]]
+            terms = sampled.unsqueeze(2) * weight.reshape(1, n, -1, 1, 1)
+        else:  # one input channel per copy: a grouped convolution
+            terms = F.conv2d(difference, weight.reshape(-1, 1, *weight.shape[2:]), None, conv.stride, conv.padding,
+                             conv.dilation, groups=n)
+        terms = terms.reshape(len(u0), n, *out0.shape[1:]).transpose(0, 1)  # (G, B, O, H', W')
+        return (out0 + terms).reshape(len(u), *out0.shape[1:])
+
+    @contextlib.contextmanager
+    def _reader_installed(self, recorded: dict[str, torch.Tensor] | None) -> Iterator[None]:
+        if self.reader is None or not recorded or self.reader not in recorded:
+            yield
+            return
+        conv = self.model.get_submodule(self.reader)
+        object.__setattr__(conv, "forward", lambda u: self.reader_forward(u, recorded))
+        try:
+            yield
+        finally:
+            object.__delattr__(conv, "forward")
+
+    def logits(self, x: torch.Tensor, activation: torch.Tensor | None, subs: Substitutions,
+               recorded: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Logits ``(G, B, K)`` of the copies on images ``x``; ``activation``: the original's input of the start;
+        ``recorded``: the original's outputs of the inner stubs and the reader's (:meth:`recording`)."""
         n, self.batch = len(subs), len(x)
         substituted_first = self.at_start and self.start > 0
-        self.subs = None if substituted_first else subs  # (a stubbed site module's hooks still fire)
+        inner = bool(self.inner) and self.start > 0
+        self.subs = None if substituted_first or inner else subs  # (a stubbed site module's hooks still fire)
+        model = self.folded if self.folded is not None and (substituted_first or inner) else self.model
+        self.copies_running = True
         try:
             if self.start == 0:
                 return self.model(x.repeat(n, *([1] * (x.ndim - 1)))).reshape(n, len(x), -1).float()
             expanded = (_substituted(activation, subs, len(x)) if substituted_first
                         else activation.repeat(n, *([1] * (activation.ndim - 1))))
-            out = suffix_forward(self.model, self.chain, self.start, expanded, x)
+            stubs = self._inner_outputs(recorded, subs) if inner else None
+            with self._reader_installed(recorded):
+                out = suffix_forward(model, self.chain, self.start, expanded, x, stubs)
         finally:
             self.subs = None
+            self.copies_running = False
         return out.reshape(n, len(x), -1).float()
 
-    def check(self, x: torch.Tensor, activation: torch.Tensor | None, subs: Substitutions) -> bool:
+    def check(self, x: torch.Tensor, activation: torch.Tensor | None, subs: Substitutions,
+              recorded: dict[str, torch.Tensor] | None = None) -> bool:
         """Whether the copies' suffix reproduces their full forward passes on ``x`` (in full precision: reduced-
-        precision kernels differ by batch size)."""
+        precision kernels differ by batch size) and leaves the original's recorded outputs unchanged."""
         if self.start == 0:
             return True
+        recorded = recorded or {}
+        kept = {name: t.clone() for name, t in recorded.items()}
         with torch.autocast(x.device.type, enabled=False):
-            split = self.logits(x, activation, subs)
-            start, at_start = self.start, self.at_start
-            self.start, self.at_start = 0, False
+            split = self.logits(x, activation, subs, recorded)
+            plan = self.start, self.at_start, self.inner, self.reader, self.folded
+            self.start, self.at_start, self.inner, self.reader, self.folded = 0, False, (), None, None
             try:
                 full = self.logits(x, None, subs)
             finally:
-                self.start, self.at_start = start, at_start
-        return same_output(split, full)
+                self.start, self.at_start, self.inner, self.reader, self.folded = plan
+        return same_output(split, full) and all(torch.equal(t, kept[name]) for name, t in recorded.items())
+
+    def fall_back(self) -> None:
+        """The next plan after a failed :meth:`check`: without folded BatchNorms, without the reader's shortcut,
+        without the inner stubs, then the whole network."""
+        if self.folded is not None:
+            self.folded = None
+        elif self.reader:
+            self.reader = None
+        elif self.inner:
+            self.inner, self.unread = (), frozenset()
+        else:
+            self.start, self.at_start = 0, False
+
+    @property
+    def computed_from(self) -> str | None:
+        """The site (its output) with inner stubs, else the chain module the copies run from (its input)."""
+        return self.inner[-1] if self.inner and self.start else self.chain.name(self.start)
 
 
 @dataclass(frozen=True)
@@ -187,7 +385,10 @@ class SubstitutionEffects(Result):
         base_loss, base_accuracy: the intact model on the same images.
         mode: ``"suffix"`` (the copies ran from ``computed_from`` on, on the intact network's activation there) or
             ``"full"`` (whole copies, the input replicated).
-        computed_from: the chain module the copies ran from (``None``: the whole network).
+        computed_from: the chain module the copies ran from (from its input), or the site when they ran from its
+            output inside its block (:func:`inner_stubs`); ``None``: the whole network.
+        reader: the convolution after the site that added each copy's changed channel's term to the original's
+            output (:func:`first_reader`) rather than running whole; ``None``: none did.
         passes: batched runs of copies; copies_per_pass: lesioned copies per run; n_images: evaluation images.
     """
 
@@ -200,14 +401,25 @@ class SubstitutionEffects(Result):
     copies_per_pass: int
     n_images: int
     computed_from: str | None = None
+    reader: str | None = None
 
 
-def plan_passes(sample_bytes: int, n_substitutions: int, batch_size: int, memory_bytes: int) -> tuple[int, int]:
+CPU_PASS_BYTES = 16 << 20
+"""On a CPU the largest activation of one batched pass (copies × images × its bytes per image) stays under this: glibc
+serves larger blocks as fresh pages that the kernel zero-fills on every pass, at a cost above the convolutions'
+(MobileNetV2's default layer on 2 cores: its lesions take 40 s in passes planned by the 1 GiB budget alone, 21 s in
+passes of at most 16 MiB)."""
+
+
+def plan_passes(sample_bytes: int, n_substitutions: int, batch_size: int, memory_bytes: int,
+                max_samples: int | None = None) -> tuple[int, int]:
     """``(images per pass, copies per pass)`` so that copies × images × 4 × ``sample_bytes`` (an activation per
-    image, with room for the temporaries) fits ``memory_bytes``."""
-    per_sample = 4 * max(sample_bytes, 1)
-    images = int(np.clip(memory_bytes // (per_sample * max(n_substitutions, 1)), 2, max(batch_size, 2)))
-    copies = int(np.clip(memory_bytes // (per_sample * images), 1, max(n_substitutions, 1)))
+    image, with room for the temporaries) fits ``memory_bytes`` and copies × images ≤ ``max_samples``."""
+    samples = memory_bytes // (4 * max(sample_bytes, 1))
+    if max_samples is not None:
+        samples = min(samples, max_samples)
+    images = int(np.clip(samples // max(n_substitutions, 1), 2, max(batch_size, 2)))
+    copies = int(np.clip(samples // images, 1, max(n_substitutions, 1)))
     return images, copies
 
 
@@ -227,36 +439,43 @@ def substitution_effects(model: nn.Module, site: ChannelSite, inputs: LabelledIn
         subs: the substitutions, one per copy.
         device: where to run.
         batch_size: largest number of images per pass.
-        memory_bytes: activation memory to plan the copies per pass with.
+        memory_bytes: activation memory to plan the copies per pass with (on a CPU, passes also stay under
+            :data:`CPU_PASS_BYTES`).
         progress: ``progress(fraction, message)``.
     """
     n = len(subs)
     example = inputs.head(PROBE_IMAGES)[0].to(device)
     with torch.no_grad():
         chain, _ = module_chain(model, example)
-    copies = LesionedCopies(model, site, chain, *lesion_start(chain, site))
+    start, at_start = lesion_start(chain, site)
+    with torch.no_grad():
+        later = calls_after_site(model, site, example)
+        reader = first_reader(model, later)
+        copies = LesionedCopies(model, site, chain, start, at_start, inner_stubs(model, chain, start, site, example),
+                                reader, later_pairs(model, later, reader, example))
     sample_bytes = max(site.sample_bytes, example[0].numel() * example.element_size())
-    images_per_pass, per_pass = plan_passes(sample_bytes, n, batch_size, memory_bytes)
+    pass_samples = CPU_PASS_BYTES // max(site.sample_bytes, 1) if device.type == "cpu" else None
+    images_per_pass, per_pass = plan_passes(sample_bytes, n, batch_size, memory_bytes, pass_samples)
     passes = PrefixPasses(model, chain, {copies.start}, lambda: inputs.batches(images_per_pass), device, 0)
     loss = torch.zeros(n, dtype=torch.float64)
     correct = torch.zeros(n, dtype=torch.float64)
     base_loss = base_correct = 0.0
     runs = seen = 0
     checked = False
-    with copies.installed(), torch.no_grad(), inference_autocast(device):
+    with copies.installed(), copies.recording() as recorded, torch.no_grad(), inference_autocast(device):
         for batch in passes:
             x, y, activation = batch.x, batch.y, batch.activations.get(copies.start)
             if not checked:
                 probe = subs[torch.tensor([0, n - 1])] if n > 1 else subs
-                if not copies.check(x[:PROBE_IMAGES], None if activation is None else activation[:PROBE_IMAGES],
-                                    probe):
-                    copies.start, copies.at_start = 0, False
+                while not copies.check(x[:PROBE_IMAGES], None if activation is None else activation[:PROBE_IMAGES],
+                                       probe, {name: t[:PROBE_IMAGES] for name, t in recorded.items()}):
+                    copies.fall_back()
                 checked = True
             base_loss += float(F.cross_entropy(batch.output.float(), y, reduction="sum"))
             base_correct += float((batch.output.argmax(1) == y).sum())
             for first in range(0, n, per_pass):
                 part = subs[first: first + per_pass]
-                logits = copies.logits(x, activation, part)
+                logits = copies.logits(x, activation, part, recorded)
                 losses = F.cross_entropy(logits.flatten(0, 1), y.repeat(len(part)), reduction="none")
                 loss[first: first + len(part)] += losses.view(len(part), -1).sum(1).double().cpu()
                 correct[first: first + len(part)] += (logits.argmax(2) == y).sum(1).double().cpu()
@@ -268,8 +487,8 @@ def substitution_effects(model: nn.Module, site: ChannelSite, inputs: LabelledIn
     return SubstitutionEffects(loss=(loss / seen).numpy(), accuracy=(correct / seen).numpy(),
                                base_loss=base_loss / seen, base_accuracy=base_correct / seen,
                                mode="suffix" if copies.start else "full", passes=runs,
-                               copies_per_pass=min(per_pass, n), n_images=seen,
-                               computed_from=chain.name(copies.start))
+                               copies_per_pass=min(per_pass, n), n_images=seen, computed_from=copies.computed_from,
+                               reader=copies.reader if copies.start else None)
 
 
 # ---------------------------------------------------------------------------------------- per-channel effects

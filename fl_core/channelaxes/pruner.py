@@ -14,8 +14,10 @@ the first layer that reads the remaining channels (docs/methods.md §6; the curv
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -52,6 +54,15 @@ class PrunedNetwork:
     removed_inputs: dict[str, list[int]]
 
 
+class Removal(NamedTuple):
+    """One coupled module's or parameter's part of a removal: its Torch-Pruning dependency, the indices it loses and
+    the layer channels they come from."""
+
+    dep: Any
+    idxs: list[int]
+    root_idxs: list[int]
+
+
 class LayerPruner:
     """Torch-Pruning's dependency graph of a model, built once, pruning any subset of one conv's output channels
     on fresh copies (the template is never changed).
@@ -78,10 +89,22 @@ class LayerPruner:
                    if name in self.positions)
         return macs, sum(p.numel() for p in model.parameters())
 
-    def group(self, channels: Sequence[int] | None = None):
-        """The DepGraph group of the given channels (all when ``None``)."""
-        idxs = list(range(self.n_channels)) if channels is None else [int(c) for c in channels]
-        return self.graph.get_pruning_group(self.conv, tp.prune_conv_out_channels, idxs=idxs)
+    def group(self):
+        """The DepGraph group of all the layer's channels."""
+        return self._whole_group
+
+    @functools.cached_property
+    def _whole_group(self):
+        return self.graph.get_pruning_group(self.conv, tp.prune_conv_out_channels, idxs=list(range(self.n_channels)))
+
+    def removals(self, channels: Sequence[int]) -> list[Removal]:
+        """What removing ``channels`` does to each coupled module or parameter: the whole group's items restricted to
+        the indices that come from those channels (their root indices), the empty ones left out. The same as
+        Torch-Pruning's group of ``channels`` without tracing the graph again (tests/channelaxes/test_pruning.py)."""
+        wanted = {int(c) for c in channels}
+        items = ([(i, r) for i, r in zip(item.idxs, item.root_idxs) if r in wanted] for item in self._whole_group)
+        return [Removal(item.dep, [i for i, _ in kept], [r for _, r in kept])
+                for item, kept in zip(self._whole_group, items) if kept]
 
     def coupled_layers(self) -> list[str]:
         """Other layers whose output channels are removed together with this layer's (residual partners)."""
@@ -112,7 +135,7 @@ class LayerPruner:
         into its bias, ``b += Σ_i μ_i Σ_spatial W[:, i]``: the network then behaves as if the channels were
         mean-ablated (exactly for unpadded readers) instead of zeroed.
         """
-        group = self.group(channels) if len(channels) else []
+        group = self.removals(channels)
         pruned = copy_modules(self.template, {self._owner(item.dep) for item in group} - {""})
         modules = dict(pruned.named_modules())
         names = self.graph._module2name

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from fl_core.backend import Progress, report
+from fl_core.suffix import copy_modules
 
 log = logging.getLogger(__name__)
 
@@ -84,16 +85,7 @@ def fold_batchnorm(model: nn.Module, example: torch.Tensor) -> dict[str, torch.T
     with torch.no_grad():
         saved = [(model.get_submodule(conv).weight.clone(), model.get_submodule(conv).bias, model.get_submodule(bn))
                  for conv, bn in pairs]
-        scales = {}
-        for conv_name, bn_name in pairs:
-            conv, bn = model.get_submodule(conv_name), model.get_submodule(bn_name)
-            scale = torch.rsqrt(bn.running_var + bn.eps) * (bn.weight if bn.affine else 1.0)
-            bias = conv.bias if conv.bias is not None else torch.zeros_like(bn.running_mean)
-            conv.weight.mul_(scale.view(-1, 1, 1, 1))
-            conv.bias = nn.Parameter((bias - bn.running_mean) * scale + (bn.bias if bn.affine else 0.0),
-                                     requires_grad=False)
-            model.set_submodule(bn_name, _unfolded_rest(bn))
-            scales[f"{conv_name}.weight"] = scale.detach()
+        scales = _fold(model, pairs)
         folded = model(example).float()
         if torch.allclose(folded, reference, rtol=1e-3, atol=1e-4 * float(reference.abs().max())):
             return scales
@@ -104,6 +96,31 @@ def fold_batchnorm(model: nn.Module, example: torch.Tensor) -> dict[str, torch.T
             conv.bias = bias
             model.set_submodule(bn_name, bn)
     return {}
+
+
+def _fold(model: nn.Module, pairs: Sequence[tuple[str, str]]) -> dict[str, torch.Tensor]:
+    """Fold each (conv, BN) pair in place (:func:`fold_batchnorm`'s arithmetic); conv weight name -> s."""
+    scales = {}
+    with torch.no_grad():
+        for conv_name, bn_name in pairs:
+            conv, bn = model.get_submodule(conv_name), model.get_submodule(bn_name)
+            scale = torch.rsqrt(bn.running_var + bn.eps) * (bn.weight if bn.affine else 1.0)
+            bias = conv.bias if conv.bias is not None else torch.zeros_like(bn.running_mean)
+            conv.weight.mul_(scale.view(-1, 1, 1, 1))
+            conv.bias = nn.Parameter((bias - bn.running_mean) * scale + (bn.bias if bn.affine else 0.0),
+                                     requires_grad=False)
+            model.set_submodule(bn_name, _unfolded_rest(bn))
+            scales[f"{conv_name}.weight"] = scale.detach()
+    return scales
+
+
+def folded_copy(model: nn.Module, pairs: Sequence[tuple[str, str]]) -> nn.Module:
+    """A copy of ``model`` with the pairs of :func:`conv_batchnorm_pairs` folded (:func:`fold_batchnorm`'s
+    arithmetic); only those modules are copied, the rest is ``model``'s own (:func:`fl_core.suffix.copy_modules`),
+    which stays as it was."""
+    clone = copy_modules(model, [name for pair in pairs for name in pair])
+    _fold(clone, pairs)
+    return clone
 
 
 def folded_patch(patch: Mapping[str, torch.Tensor], scales: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

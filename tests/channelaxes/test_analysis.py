@@ -191,7 +191,8 @@ def test_real_squeezenet_fire_module_on_the_imagenet_sample(squeezenet, imagenet
     assert len(table) == 64 and np.isfinite(table[["input_capture", "peer_overlap", "task_info",
                                                    "target_excess", "lesion_dloss", "replacement_dloss"]]).all().all()
     assert (table["peer_overlap"] > 0).all() and (table["task_info"] >= 0).all()
-    assert (result.interventions.effects.mode, result.interventions.effects.computed_from) == ("suffix", "features.12")
+    effects = result.interventions.effects
+    assert (effects.mode, effects.computed_from) == ("suffix", "features.12.squeeze_activation")  # from the site on
     pruning_result = result.pruning
     assert pruning_result.macs[0] == 818_924_576  # SqueezeNet 1.0's convolutions at 224²: 0.82 GMACs
     assert pruning_result.channels_removed == [0, 16, 32]

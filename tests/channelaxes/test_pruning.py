@@ -230,3 +230,24 @@ def test_pruned_networks_scored_from_their_first_reader_equal_whole_forward_pass
         for channels, loss, accuracy in zip(curve.removed[1:], curve.loss[1:], curve.accuracy[1:]):
             pruned = whole.pruned_copy(channels, means, readers).model
             assert evaluate_model(pruned, evaluation, CPU, batch_size=4) == pytest.approx((loss, accuracy), rel=1e-5)
+
+
+@pytest.mark.parametrize(("spec", "layer"), [
+    ("torchvision:resnet18", "layer2.0.conv2"),  # coupled with the downsample and the next blocks (residual)
+    ("torchvision:mobilenet_v2", "features.15.conv.2"),  # a residual stream of three blocks
+    ("torchvision:squeezenet1_0", "features.12.expand3x3"),  # concatenated, read at an offset
+    ("torchvision:densenet121", "features.denseblock1.denselayer2.conv2"),  # concatenated into every later layer
+])
+def test_a_removal_is_torch_prunings_group_of_the_removed_channels(spec: str, layer: str) -> None:
+    pruner = LayerPruner(load_model(spec).copy_model().eval(), layer, torch.zeros(1, 3, 64, 64))
+
+    def plain(items) -> list:
+        return sorted((id(item.dep.target.module), item.dep.handler.__name__, sorted(zip(item.idxs, item.root_idxs)))
+                      for item in items)
+
+    rng = np.random.default_rng(0)
+    for count in (1, 3, pruner.n_channels // 2):
+        channels = sorted(rng.choice(pruner.n_channels, count, replace=False).tolist())
+        traced = pruner.graph.get_pruning_group(pruner.conv, pruner.group()[0].dep.handler, idxs=channels)
+        assert plain(pruner.removals(channels)) == plain(traced)
+    assert pruner.removals([]) == []

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision
+from torch import nn
 from torchvision import transforms
 
 from fl_core.cli import main
@@ -216,3 +217,23 @@ def test_recovered_scores_share_the_variant_score_fields_and_keep_the_table_colu
     row = variant.row()
     assert list(row)[:8] == ["method", "n_images", "top1", "top5", "loss", "delta_top1", "agreement", "kl"]
     assert row["recovered_steps"] == 3 and row["recovered_top1"] == 0.5 and "recovered" not in row
+
+
+def test_a_folded_copy_computes_the_same_function_and_leaves_the_original_alone():
+    from fl_core.masterkeys.batchnorm import conv_batchnorm_pairs, folded_copy
+
+    model = load_model("torchvision:mobilenet_v2").copy_model().eval()
+    with torch.no_grad():  # BatchNorms that do something (random init has mean 0, variance 1)
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.5, 0.5)
+                module.running_var.uniform_(0.5, 2.0)
+    before = {key: value.clone() for key, value in model.state_dict().items()}
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    pairs, _ = conv_batchnorm_pairs(model, x)
+    folded = folded_copy(model, pairs[-3:])
+    with torch.no_grad():
+        torch.testing.assert_close(folded(x), model(x), rtol=1e-4, atol=1e-4)
+    assert all(isinstance(folded.get_submodule(norm), nn.Identity) for _, norm in pairs[-3:])
+    assert folded.get_submodule(pairs[0][0]) is model.get_submodule(pairs[0][0])  # the rest is shared
+    assert all(torch.equal(value, before[key]) for key, value in model.state_dict().items())
