@@ -22,12 +22,12 @@ after the site runs per copy (:func:`inner_stubs`). Three more savings, all exac
   one channel c only, so it adds that channel's term to the intact output, ``conv(u₀) + W[:, c] ⊛ (u − u₀)_c``,
   instead of convolving every channel again (checked per pass: a copy whose input differs in more channels runs it
   whole);
-* the BatchNorms after it run folded into their convolutions (:func:`~fl_core.masterkeys.batchnorm.folded_copy`);
+* every BatchNorm outside the site's chain runs folded into its convolution (:func:`lesion_model`);
 * on a CPU a pass's largest activation stays under :data:`CPU_PASS_BYTES`.
 
 The copies' suffixes are checked against their full forward passes on the first images; a plan that differs gives
-up one saving at a time (folding, the reader's term, the stubs in the block) down to replicating the input ("full"
-mode).
+up one saving at a time (the reader's term, the stubs in the block) down to replicating the input ("full" mode). The
+folded network is checked against the original on the same images (the original runs if they differ).
 
 **Folding.** Where every reader of ``a`` is a groups-1 convolution (and nothing else reads it), peer replacement can
 be folded into the readers' weights, ``W[:, j] += β_j W[:, i]``, ``bias += b₀ Σ_spatial W[:, i]``, ``W[:, i] = 0``
@@ -210,11 +210,16 @@ def first_reader(model: nn.Module, later: list[str]) -> str | None:
                  and conv.groups == 1 and conv.padding_mode == "zeros"), None)
 
 
-def later_pairs(model: nn.Module, later: list[str], reader: str | None, x: torch.Tensor) -> list[tuple[str, str]]:
-    """The foldable convolution-BatchNorm pairs (:func:`~fl_core.masterkeys.batchnorm.conv_batchnorm_pairs`) that run
-    after the reader (or the site): the copies may run them folded."""
-    after = set(later[later.index(reader) + 1:] if reader else later)
-    return [(conv, norm) for conv, norm in conv_batchnorm_pairs(model, x)[0] if conv in after and norm in after]
+def lesion_model(model: nn.Module, site: ChannelSite, x: torch.Tensor) -> nn.Module:
+    """The network the lesion passes run: a copy of ``model`` with every foldable BatchNorm but the site chain's
+    folded into its convolution (:func:`~fl_core.masterkeys.batchnorm.folded_copy`), when its output on ``x`` is the
+    original's (``model`` itself otherwise)."""
+    pairs, output = conv_batchnorm_pairs(model, x)
+    pairs = [(conv, norm) for conv, norm in pairs if not {conv, norm} & {site.layer, *site.chain}]
+    if not pairs:
+        return model
+    folded = folded_copy(model, pairs)
+    return folded if same_output(folded(x), output) else model
 
 
 class LesionedCopies:
@@ -225,16 +230,13 @@ class LesionedCopies:
     of the start's block that come before the site return the original's outputs (repeated G times where read) and
     the site its substituted output. Otherwise the substitution happens in a hook at the site. With a ``reader``
     (:func:`first_reader`) that convolution adds each copy's one changed input channel's term to the original's
-    output instead of convolving all its channels again. Copies that never run the site (``at_start`` or ``inner``)
-    run the BatchNorms of ``pairs`` (:func:`later_pairs`) folded into their convolutions.
+    output instead of convolving all its channels again.
     """
 
     def __init__(self, model: nn.Module, site: ChannelSite, chain: ModuleChain, start: int, at_start: bool,
-                 inner: tuple[str, ...] = (), reader: str | None = None,
-                 pairs: list[tuple[str, str]] | None = None) -> None:
+                 inner: tuple[str, ...] = (), reader: str | None = None) -> None:
         self.model, self.site, self.chain = model, site, chain
         self.start, self.at_start, self.inner, self.reader = start, at_start, inner, reader
-        self.folded = folded_copy(model, pairs) if pairs else None
         self.unread = unread_stubs(model, inner)
         self.subs: Substitutions | None = None
         self.batch = 0
@@ -293,16 +295,17 @@ class LesionedCopies:
         if int(changed.sum(1).max()) > 1:
             return type(conv).forward(conv, u)
         channel = changed.to(torch.uint8).argmax(1)  # a copy without change: any channel (its difference is 0)
-        difference = delta[torch.arange(n, device=u.device), :, channel].transpose(0, 1)  # (B, G, H, W)
+        difference = delta[torch.arange(n, device=u.device), :, channel]  # (G, B, H, W)
         weight = conv.weight[:, channel].transpose(0, 1).to(difference.dtype)  # (G, O, kh, kw)
         if weight.shape[2:] == (1, 1) and conv.padding in ((0, 0), "valid"):  # a product per position
             sampled = difference[..., ::conv.stride[0], ::conv.stride[1]]
-            terms = sampled.unsqueeze(2) * weight.reshape(1, n, -1, 1, 1)
+            terms = sampled.unsqueeze(2) * weight.reshape(n, 1, -1, 1, 1)
         else:  # one input channel per copy: a grouped convolution
-            terms = F.conv2d(difference, weight.reshape(-1, 1, *weight.shape[2:]), None, conv.stride, conv.padding,
-                             conv.dilation, groups=n)
-        terms = terms.reshape(len(u0), n, *out0.shape[1:]).transpose(0, 1)  # (G, B, O, H', W')
-        return (out0 + terms).reshape(len(u), *out0.shape[1:])
+            terms = F.conv2d(difference.transpose(0, 1), weight.reshape(-1, 1, *weight.shape[2:]), None, conv.stride,
+                             conv.padding, conv.dilation, groups=n)
+            terms = terms.reshape(len(u0), n, *out0.shape[1:]).transpose(0, 1).contiguous()
+        terms += out0  # (G, B, O, H', W')
+        return terms.reshape(len(u), *out0.shape[1:])
 
     @contextlib.contextmanager
     def _reader_installed(self, recorded: dict[str, torch.Tensor] | None) -> Iterator[None]:
@@ -324,7 +327,6 @@ class LesionedCopies:
         substituted_first = self.at_start and self.start > 0
         inner = bool(self.inner) and self.start > 0
         self.subs = None if substituted_first or inner else subs  # (a stubbed site module's hooks still fire)
-        model = self.folded if self.folded is not None and (substituted_first or inner) else self.model
         self.copies_running = True
         try:
             if self.start == 0:
@@ -333,7 +335,7 @@ class LesionedCopies:
                         else activation.repeat(n, *([1] * (activation.ndim - 1))))
             stubs = self._inner_outputs(recorded, subs) if inner else None
             with self._reader_installed(recorded):
-                out = suffix_forward(model, self.chain, self.start, expanded, x, stubs)
+                out = suffix_forward(self.model, self.chain, self.start, expanded, x, stubs)
         finally:
             self.subs = None
             self.copies_running = False
@@ -349,20 +351,18 @@ class LesionedCopies:
         kept = {name: t.clone() for name, t in recorded.items()}
         with torch.autocast(x.device.type, enabled=False):
             split = self.logits(x, activation, subs, recorded)
-            plan = self.start, self.at_start, self.inner, self.reader, self.folded
-            self.start, self.at_start, self.inner, self.reader, self.folded = 0, False, (), None, None
+            plan = self.start, self.at_start, self.inner, self.reader
+            self.start, self.at_start, self.inner, self.reader = 0, False, (), None
             try:
                 full = self.logits(x, None, subs)
             finally:
-                self.start, self.at_start, self.inner, self.reader, self.folded = plan
+                self.start, self.at_start, self.inner, self.reader = plan
         return same_output(split, full) and all(torch.equal(t, kept[name]) for name, t in recorded.items())
 
     def fall_back(self) -> None:
-        """The next plan after a failed :meth:`check`: without folded BatchNorms, without the reader's shortcut,
-        without the inner stubs, then the whole network."""
-        if self.folded is not None:
-            self.folded = None
-        elif self.reader:
+        """The next plan after a failed :meth:`check`: without the reader's shortcut, without the inner stubs, then
+        the whole network."""
+        if self.reader:
             self.reader = None
         elif self.inner:
             self.inner, self.unread = (), frozenset()
@@ -446,13 +446,11 @@ def substitution_effects(model: nn.Module, site: ChannelSite, inputs: LabelledIn
     n = len(subs)
     example = inputs.head(PROBE_IMAGES)[0].to(device)
     with torch.no_grad():
+        model = lesion_model(model, site, example)
         chain, _ = module_chain(model, example)
-    start, at_start = lesion_start(chain, site)
-    with torch.no_grad():
-        later = calls_after_site(model, site, example)
-        reader = first_reader(model, later)
+        start, at_start = lesion_start(chain, site)
         copies = LesionedCopies(model, site, chain, start, at_start, inner_stubs(model, chain, start, site, example),
-                                reader, later_pairs(model, later, reader, example))
+                                first_reader(model, calls_after_site(model, site, example)))
     sample_bytes = max(site.sample_bytes, example[0].numel() * example.element_size())
     pass_samples = CPU_PASS_BYTES // max(site.sample_bytes, 1) if device.type == "cpu" else None
     images_per_pass, per_pass = plan_passes(sample_bytes, n, batch_size, memory_bytes, pass_samples)

@@ -137,7 +137,6 @@ class LayerPruner:
         """
         group = self.removals(channels)
         pruned = copy_modules(self.template, {self._owner(item.dep) for item in group} - {""})
-        modules = dict(pruned.named_modules())
         names = self.graph._module2name
         removed_inputs = {}
         for item in group:
@@ -147,7 +146,7 @@ class LayerPruner:
                 parent = pruned.get_submodule(".".join(path[:-1]))
                 setattr(parent, path[-1], dep.handler(getattr(parent, path[-1]), idxs))
             elif target in names:
-                module = modules[names[target]]
+                module = pruned.get_submodule(names[target])
                 if self._reads(dep):
                     removed_inputs[names[target]] = sorted(int(i) for i in idxs)
                 if means is not None and names[target] in readers and not self.graph.is_out_channel_pruning_fn(
