@@ -33,7 +33,7 @@ from fl_core.backend import Progress, cpu_layout, report, resolve_device, sub_pr
 from fl_core.budgets import check_channel_statistics
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman, spearman_matrix
-from fl_core.channelaxes.interventions import LESION_KINDS, ChannelInterventions, channel_interventions
+from fl_core.channelaxes.interventions import LESION_KINDS, ChannelInterventions, channel_interventions, folded_around
 from fl_core.channelaxes.layerstats import (
     AxisSettings,
     LayerStatistics,
@@ -45,7 +45,6 @@ from fl_core.channelaxes.pruning import PruningResult, PruningSettings, prune_cu
 from fl_core.channelaxes.site import ChannelSite, locate_site
 from fl_core.errors import AnalysisError
 from fl_core.io.layers import ConvLayer, find_layer
-from fl_core.masterkeys.batchnorm import conv_batchnorm_pairs, folded_copy
 from fl_core.results import Result, jsonable
 from fl_core.settings import setting
 
@@ -362,22 +361,13 @@ def default_channel_layer(layers: list[ConvLayer]) -> str:
     return (fitting or layers)[-1].name
 
 
-def observed_copy(model: torch.nn.Module, site: ChannelSite, example: torch.Tensor) -> torch.nn.Module:
-    """A copy of ``model`` with the same function and every foldable BatchNorm folded into its convolution
-    (:func:`~fl_core.masterkeys.batchnorm.folded_copy`) except those of the site's chain: the layer's input, its
-    output before the BatchNorm and the site's activation are observed as they are."""
-    pairs, _ = conv_batchnorm_pairs(model, example)
-    observed = {site.layer, *site.chain}
-    return folded_copy(model, [(conv, norm) for conv, norm in pairs if not {conv, norm} & observed])
-
-
 def layer_axes(model: torch.nn.Module, layer: str, data: ChannelData, settings: ChannelSettings,
                 device: torch.device, progress: Progress | None):
     """Site, statistics, both axes and the per-channel table of one layer of a private model copy (its statistics
-    pass on a copy with every BatchNorm folded but the layer's own: :func:`observed_copy`)."""
+    pass on a copy with every BatchNorm folded but the layer's own: :func:`~.interventions.folded_around`)."""
     example, _ = data.calibration.head(1)
     site = locate_site(model, layer, example.to(device))
-    stats = collect_layer_statistics(observed_copy(model, site, example.to(device)), site, data.calibration,
+    stats = collect_layer_statistics(folded_around(model, site, example.to(device)), site, data.calibration,
                                      device=device, batch_size=settings.batch_size, progress=progress)
     local = local_axis(stats, settings.axes)
     target = target_axis(stats, local.peers, settings.axes)

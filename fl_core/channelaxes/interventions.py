@@ -22,7 +22,7 @@ after the site runs per copy (:func:`inner_stubs`). Three more savings, all exac
   one channel c only, so it adds that channel's term to the intact output, ``conv(u₀) + W[:, c] ⊛ (u − u₀)_c``,
   instead of convolving every channel again (checked per pass: a copy whose input differs in more channels runs it
   whole);
-* every BatchNorm outside the site's chain runs folded into its convolution (:func:`lesion_model`);
+* every BatchNorm outside the site's chain runs folded into its convolution (:func:`folded_around`);
 * on a CPU a pass's largest activation stays under :data:`CPU_PASS_BYTES`.
 
 The copies' suffixes are checked against their full forward passes on the first images; a plan that differs gives
@@ -210,10 +210,11 @@ def first_reader(model: nn.Module, later: list[str]) -> str | None:
                  and conv.groups == 1 and conv.padding_mode == "zeros"), None)
 
 
-def lesion_model(model: nn.Module, site: ChannelSite, x: torch.Tensor) -> nn.Module:
-    """The network the lesion passes run: a copy of ``model`` with every foldable BatchNorm but the site chain's
-    folded into its convolution (:func:`~fl_core.masterkeys.batchnorm.folded_copy`), when its output on ``x`` is the
-    original's (``model`` itself otherwise)."""
+def folded_around(model: nn.Module, site: ChannelSite, x: torch.Tensor) -> nn.Module:
+    """A copy of ``model`` with every foldable BatchNorm folded into its convolution
+    (:func:`~fl_core.masterkeys.batchnorm.folded_copy`) except the site chain's, whose layer input, pre-BatchNorm
+    output and activation stay observable, when its output on ``x`` is the original's (``model`` itself otherwise):
+    the network the statistics pass and the lesion passes run."""
     pairs, output = conv_batchnorm_pairs(model, x)
     pairs = [(conv, norm) for conv, norm in pairs if not {conv, norm} & {site.layer, *site.chain}]
     if not pairs:
@@ -446,7 +447,7 @@ def substitution_effects(model: nn.Module, site: ChannelSite, inputs: LabelledIn
     n = len(subs)
     example = inputs.head(PROBE_IMAGES)[0].to(device)
     with torch.no_grad():
-        model = lesion_model(model, site, example)
+        model = folded_around(model, site, example)
         chain, _ = module_chain(model, example)
         start, at_start = lesion_start(chain, site)
         copies = LesionedCopies(model, site, chain, start, at_start, inner_stubs(model, chain, start, site, example),

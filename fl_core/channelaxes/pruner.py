@@ -89,12 +89,9 @@ class LayerPruner:
                    if name in self.positions)
         return macs, sum(p.numel() for p in model.parameters())
 
+    @functools.cached_property
     def group(self):
         """The DepGraph group of all the layer's channels."""
-        return self._whole_group
-
-    @functools.cached_property
-    def _whole_group(self):
         return self.graph.get_pruning_group(self.conv, tp.prune_conv_out_channels, idxs=list(range(self.n_channels)))
 
     def removals(self, channels: Sequence[int]) -> list[Removal]:
@@ -102,28 +99,28 @@ class LayerPruner:
         the indices that come from those channels (their root indices), the empty ones left out. The same as
         Torch-Pruning's group of ``channels`` without tracing the graph again (tests/channelaxes/test_pruning.py)."""
         wanted = {int(c) for c in channels}
-        items = ([(i, r) for i, r in zip(item.idxs, item.root_idxs) if r in wanted] for item in self._whole_group)
+        items = ([(i, r) for i, r in zip(item.idxs, item.root_idxs) if r in wanted] for item in self.group)
         return [Removal(item.dep, [i for i, _ in kept], [r for _, r in kept])
-                for item, kept in zip(self._whole_group, items) if kept]
+                for item, kept in zip(self.group, items) if kept]
 
     def coupled_layers(self) -> list[str]:
         """Other layers whose output channels are removed together with this layer's (residual partners)."""
         names = self.graph._module2name
-        return sorted({names[dep.target.module] for dep, _ in self.group() if dep.target.module in names
+        return sorted({names[dep.target.module] for dep, _ in self.group if dep.target.module in names
                        and dep.target.module is not self.conv and self.graph.is_out_channel_pruning_fn(dep.handler)
                        and isinstance(dep.target.module, nn.Conv2d | nn.Linear)})
 
     def changed_modules(self) -> list[str]:
         """Names of the modules and parameters a removal changes (the same for every non-empty subset; Torch-Pruning's
         stand-ins for functional operations hold no tensors and are left out)."""
-        return [name for name in (self._name(item.dep) for item in self.group()) if name]
+        return [name for name in (self._name(item.dep) for item in self.group) if name]
 
     def readers(self) -> list[str]:
         """The channel-mixing modules whose input channels a removal drops (the same for every non-empty subset)."""
-        return [self._name(item.dep) for item in self.group() if self._reads(item.dep)]
+        return [self._name(item.dep) for item in self.group if self._reads(item.dep)]
 
     def has_batchnorm(self) -> bool:
-        return any(isinstance(dep.target.module, nn.modules.batchnorm._BatchNorm) for dep, _ in self.group())
+        return any(isinstance(dep.target.module, nn.modules.batchnorm._BatchNorm) for dep, _ in self.group)
 
     def pruned_copy(self, channels: Sequence[int], means: np.ndarray | None = None,
                     readers: Sequence[str] = ()) -> PrunedNetwork:
@@ -175,7 +172,7 @@ class LayerPruner:
                    seed: int) -> np.ndarray:
         """A Torch-Pruning baseline's importance of every channel (higher = keep)."""
         first = {"normalizer": None, "group_reduction": "first"}
-        group = self.group()
+        group = self.group
         if name == "taylor":
             return self._taylor(calibration, device, gradient_images)
         if name == "random":
@@ -198,7 +195,7 @@ class LayerPruner:
         x, y = calibration.head(n_images)
         with _gradients(model):
             F.cross_entropy(model(x.to(device)), y.to(device)).backward()
-            scores = tp.importance.GroupTaylorImportance(normalizer=None, group_reduction="first")(self.group())
+            scores = tp.importance.GroupTaylorImportance(normalizer=None, group_reduction="first")(self.group)
         return scores.detach().cpu().double().numpy()
 
 

@@ -248,6 +248,6 @@ def test_a_removal_is_torch_prunings_group_of_the_removed_channels(spec: str, la
     rng = np.random.default_rng(0)
     for count in (1, 3, pruner.n_channels // 2):
         channels = sorted(rng.choice(pruner.n_channels, count, replace=False).tolist())
-        traced = pruner.graph.get_pruning_group(pruner.conv, pruner.group()[0].dep.handler, idxs=channels)
+        traced = pruner.graph.get_pruning_group(pruner.conv, pruner.group[0].dep.handler, idxs=channels)
         assert plain(pruner.removals(channels)) == plain(traced)
     assert pruner.removals([]) == []
