@@ -330,7 +330,7 @@ class ChannelAxesResult(Result):
         if self.site.foldable:
             return (f"per-position substitution at {self.site.activation}; folding it into {readers} would be exact "
                     "only away from their zero-padded borders")
-        return f"per-position substitution at {self.site.activation} (a hook: its readers cannot absorb a fold)"
+        return f"per-position substitution at {self.site.activation} (its readers cannot absorb it as a fold)"
 
     def summary_frame(self) -> pd.DataFrame:
         """The per-layer summary: axis agreement, removability and pruning AUCs, one row per quantity."""
