@@ -40,6 +40,7 @@ Everything here runs on private copies of models (``LoadedModel.copy_model()``):
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -136,19 +137,13 @@ def lesion_start(chain: ModuleChain, site: ChannelSite) -> tuple[int, bool]:
     return chain.lowered(owner), False
 
 
-def inner_stubs(model: nn.Module, chain: ModuleChain, start: int, site: ChannelSite, x: torch.Tensor
-                ) -> tuple[str, ...]:
-    """The modules inside chain module ``start`` that a copy need not run: the largest ones that finish before the
-    site's call begins, then the site itself (last); ``()`` when the site is not inside ``start`` or one of them is
-    called more than once. Stubbed with the original's outputs (the site's substituted), a copy runs only the
-    block's code after the site."""
-    owner = chain.names[start] if start > 0 else ""
-    if not site.activation.startswith(f"{owner}.") or chain.owner(site.activation) != start:
-        return ()
+def module_events(model: nn.Module, x: torch.Tensor) -> list[tuple[str, bool]]:
+    """Each module call of one forward pass on ``x`` as ``(name, False)`` when it starts and ``(name, True)`` when it
+    returns, in order."""
     events: list[tuple[str, bool]] = []
     handles = []
-    for name, module in model.get_submodule(owner).named_modules(prefix=owner):
-        if name != owner:
+    for name, module in model.named_modules():
+        if name:
             handles += [module.register_forward_pre_hook(lambda *_, n=name: events.append((n, False))),
                         module.register_forward_hook(lambda *_, n=name: events.append((n, True)))]
     try:
@@ -156,14 +151,27 @@ def inner_stubs(model: nn.Module, chain: ModuleChain, start: int, site: ChannelS
     finally:
         for handle in handles:
             handle.remove()
-    starts = [i for i, (name, done) in enumerate(events) if name == site.activation and not done]
+    return events
+
+
+def inner_stubs(chain: ModuleChain, start: int, site: ChannelSite, events: list[tuple[str, bool]]
+                ) -> tuple[str, ...]:
+    """The modules inside chain module ``start`` that a copy need not run: the largest ones that finish before the
+    site's call begins, then the site itself (last); ``()`` when the site is not inside ``start`` or one of them is
+    called more than once (``events``: :func:`module_events`). Stubbed with the original's outputs (the site's
+    substituted), a copy runs only the block's code after the site."""
+    owner = chain.names[start] if start > 0 else ""
+    if not site.activation.startswith(f"{owner}.") or chain.owner(site.activation) != start:
+        return ()
+    inside = [(name, done) for name, done in events if name.startswith(f"{owner}.")]
+    starts = [i for i, (name, done) in enumerate(inside) if name == site.activation and not done]
     if len(starts) != 1:
         return ()
-    finished = [name for name, done in events[:starts[0]] if done]
+    finished = [name for name, done in inside[:starts[0]] if done]
     largest = [name for name in finished if not any(name.startswith(f"{other}.") for other in finished)]
     stubs = (*largest, site.activation)
-    calls = [name for name, done in events if not done]
-    return stubs if all(calls.count(name) == 1 for name in stubs) else ()
+    calls = Counter(name for name, done in inside if not done)
+    return stubs if all(calls[name] == 1 for name in stubs) else ()
 
 
 def unread_stubs(model: nn.Module, stubs: tuple[str, ...]) -> frozenset[str]:
@@ -180,27 +188,16 @@ def unread_stubs(model: nn.Module, stubs: tuple[str, ...]) -> frozenset[str]:
     return frozenset(unread)
 
 
-def calls_after_site(model: nn.Module, site: ChannelSite, x: torch.Tensor) -> list[str]:
-    """The modules without children called after the site's call in one forward pass, in order, each once (a module
-    called more than once in the pass is left out)."""
-    order: list[str] = []
-    handles = [module.register_forward_pre_hook(lambda *_, n=name: order.append(n))
-               for name, module in model.named_modules() if name and not is_container(module)]
-    site_calls = [0]
-    ends: list[int] = []
-
-    def site_done(*_):
-        if site_calls[0] == site.activation_call:
-            ends.append(len(order))
-        site_calls[0] += 1
-
-    handles.append(model.get_submodule(site.activation).register_forward_hook(site_done))
-    try:
-        model(x)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return [name for name in order[ends[0]:] if order.count(name) == 1] if ends else []
+def calls_after_site(model: nn.Module, site: ChannelSite, events: list[tuple[str, bool]]) -> list[str]:
+    """The modules without children called after the site's call (``events``: :func:`module_events`), in order, each
+    once (a module called more than once in the pass is left out)."""
+    ends = [i for i, (name, done) in enumerate(events) if name == site.activation and done]
+    if len(ends) <= site.activation_call:
+        return []
+    calls = [(i, name) for i, (name, done) in enumerate(events)
+             if not done and not is_container(model.get_submodule(name))]
+    counts = Counter(name for _, name in calls)
+    return [name for i, name in calls if i > ends[site.activation_call] and counts[name] == 1]
 
 
 def first_reader(model: nn.Module, later: list[str]) -> str | None:
@@ -450,8 +447,9 @@ def substitution_effects(model: nn.Module, site: ChannelSite, inputs: LabelledIn
         model = folded_around(model, site, example)
         chain, _ = module_chain(model, example)
         start, at_start = lesion_start(chain, site)
-        copies = LesionedCopies(model, site, chain, start, at_start, inner_stubs(model, chain, start, site, example),
-                                first_reader(model, calls_after_site(model, site, example)))
+        events = module_events(model, example)
+        copies = LesionedCopies(model, site, chain, start, at_start, inner_stubs(chain, start, site, events),
+                                first_reader(model, calls_after_site(model, site, events)))
     sample_bytes = max(site.sample_bytes, example[0].numel() * example.element_size())
     pass_samples = CPU_PASS_BYTES // max(site.sample_bytes, 1) if device.type == "cpu" else None
     images_per_pass, per_pass = plan_passes(sample_bytes, n, batch_size, memory_bytes, pass_samples)
