@@ -1,37 +1,11 @@
-"""FilterLens dashboard entry point: ``streamlit run app.py``.
+"""FilterLens dashboard from a clone: ``streamlit run app.py``.
 
-The page list is data (:data:`PAGES`); the shared sidebar (models, preprocessing, images, device) is drawn here
-once per run and its selection stored in the session and the URL.
+The dashboard is :data:`fl_ui.DASHBOARD` (its pages in ``fl_ui/views/``), inside the package so that an installed
+wheel serves it too; this file runs it.
 """
 
-from __future__ import annotations
+import runpy
 
-import logging
+from fl_ui import DASHBOARD
 
-import streamlit as st
-
-from fl_ui.cache import start_engine
-from fl_ui.sidebar import render_sidebar
-from fl_ui.state import url_notices_above
-
-PAGES = (
-    ("views/home.py", "Home", "🏠", ""),  # the default page is served at the root URL
-    ("views/energy_profiles.py", "Energy Profiles", "📈", "energy"),
-    ("views/whitening.py", "Whitening", "🌊", "whitening"),
-    ("views/channel_axes.py", "Channel Axes", "🧭", "channel-axes"),
-    ("views/training_lab.py", "Training Lab", "🧪", "training-lab"),
-    ("views/master_keys.py", "Master Keys", "🗝️", "master-keys"),
-    ("views/scale_space.py", "Scale-Space Models", "📐", "scale-space"),
-    ("views/swap_rescore.py", "Swap & Re-score", "🔁", "swap-rescore"),
-    ("views/report.py", "Report", "📄", "report"),
-    ("views/survey.py", "Survey", "🗂️", "survey"),
-)
-
-logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-st.set_page_config(page_title="FilterLens", page_icon="🔍", layout="wide")
-navigation = st.navigation([st.Page(path, title=title, icon=icon, url_path=url, default=i == 0)
-                            for i, (path, title, icon, url) in enumerate(PAGES)])
-start_engine()
-render_sidebar()
-with url_notices_above():
-    navigation.run()
+runpy.run_path(str(DASHBOARD), run_name="__main__")

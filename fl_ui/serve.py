@@ -6,7 +6,7 @@ request, the health check included, waits. Here the imports and the engine's wor
 server listens, so a fresh server answers its first health check only once it is ready, and never stalls afterwards.
 The default views that run on the engine's workers (Channel Axes' default layer, Swap & Re-score's default re-score:
 a minute or more on 2 cores) are computed while the server already listens; a visitor who comes first follows that
-job's progress. Options are passed on to ``streamlit run app.py`` unchanged.
+job's progress. Options are passed on to ``streamlit run`` of the dashboard (:data:`fl_ui.DASHBOARD`) unchanged.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import pkgutil
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
+
+from fl_ui import DASHBOARD
 
 LOG = logging.getLogger(__name__)
-APP = Path(__file__).resolve().parent.parent / "app.py"
 PRELOADED_PACKAGES = ("fl_core", "fl_ui")
 """Every module of these packages is imported before serving (they import torch, torchvision, timm, plotly)."""
 SWITCH_INTERVAL_S = 0.001
@@ -39,7 +39,7 @@ def import_packages() -> None:
     for package in PRELOADED_PACKAGES:
         root = importlib.import_module(package)
         for module in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
-            if module.name not in ("fl_core.__main__", __name__):
+            if module.name not in ("fl_core.__main__", "fl_ui.dashboard", __name__):  # scripts, not modules
                 importlib.import_module(module.name)
 
 
@@ -121,7 +121,7 @@ def main() -> int:
     from streamlit.web import cli
 
     preload()
-    sys.argv = ["streamlit", "run", str(APP), *sys.argv[1:]]
+    sys.argv = ["streamlit", "run", str(DASHBOARD), *sys.argv[1:]]
     return cli.main()
 
 

@@ -1,16 +1,14 @@
 """Headless runs of the dashboard with Streamlit's AppTest (page tests and the dashboard benchmark).
 
 AppTest does not re-execute an ``st.navigation`` entry point after ``switch_page``, so a page is run the way
-``app.py`` runs it: the shared sidebar first, then the page script.
+the dashboard (:data:`fl_ui.DASHBOARD`) runs it: the shared sidebar first, then the page script.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from streamlit.testing.v1 import AppTest
 
-REPO = Path(__file__).resolve().parent.parent
+from fl_ui import DASHBOARD
 
 
 def _page_with_sidebar(page: str) -> None:
@@ -25,11 +23,12 @@ def _page_with_sidebar(page: str) -> None:
 
 
 def page_app(page: str, timeout: float = 300, **query: str) -> AppTest:
-    """An AppTest of ``page`` (e.g. ``"views/home.py"``) behind the real sidebar, with URL query parameters.
+    """An AppTest of ``page`` (e.g. ``"views/home.py"``, relative to the dashboard's folder) behind the real sidebar,
+    with URL query parameters.
 
     Not yet run: call ``.run()``; widget interactions rerun the sidebar and the page.
     """
-    app = AppTest.from_function(_page_with_sidebar, args=(str(REPO / page),), default_timeout=timeout)
+    app = AppTest.from_function(_page_with_sidebar, args=(str(DASHBOARD.parent / page),), default_timeout=timeout)
     for key, value in query.items():
         app.query_params[key] = value
     return app

@@ -144,7 +144,7 @@ def test_dockerignore_keeps_what_the_image_needs_and_drops_the_rest() -> None:
         return any(fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/") or
                    fnmatch.fnmatch(path, p.replace("**/", "")) for p in patterns)
 
-    for needed in ("app.py", "views/home.py", "fl_core/io/models.py", "fl_ui/sidebar.py",
+    for needed in ("app.py", "fl_ui/dashboard.py", "fl_ui/views/home.py", "fl_core/io/models.py", "fl_ui/sidebar.py",
                    "fl_core/assets/demo/manifest.json", "requirements.txt", "pyproject.toml", "README.md",
                    ".streamlit/config.toml"):
         assert (REPO / needed).exists() and not ignored(needed), needed

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from fl_ui import DASHBOARD
+
 from ..app_pages import app_pages
-from ..conftest import REPO, TINY_MODELS, page_app
+from ..conftest import TINY_MODELS, page_app
 
 PICKER = textwrap.dedent("""
     import streamlit as st
@@ -61,7 +63,7 @@ PICKERS = {"views/channel_axes.py": '"Model"', "views/swap_rescore.py": '"Depthw
 
 @pytest.mark.parametrize("page", [p.path for p in app_pages()])
 def test_every_model_picker_of_every_page_follows_the_rule(page: str) -> None:
-    source = (REPO / page).read_text()
+    source = (DASHBOARD.parent / page).read_text()
     pickers = [line for line in source.splitlines() if f"({PICKERS.get(page, chr(0))}" in line]
     assert all("page_model(" in line for line in pickers) and (page not in PICKERS or pickers), (page, pickers)
     assert "choices=selection.specs" not in source and "selectbox(\"Model\", selection.specs" not in source, page

@@ -1,0 +1,41 @@
+"""The dashboard's main script, the one Streamlit runs for every visit (``streamlit run app.py`` runs it from a
+clone): navigation over the pages in ``views/`` beside it, and the shared sidebar.
+
+The page list is data (:data:`PAGES`, paths relative to this package); the shared sidebar (models, preprocessing,
+images, device) is drawn here once per run and its selection stored in the session and the URL. It ships inside the
+package, so an installed wheel serves the same dashboard.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import streamlit as st
+
+from fl_ui.cache import start_engine
+from fl_ui.sidebar import render_sidebar
+from fl_ui.state import url_notices_above
+
+HERE = Path(__file__).resolve().parent
+PAGES = (
+    ("views/home.py", "Home", "🏠", ""),  # the default page is served at the root URL
+    ("views/energy_profiles.py", "Energy Profiles", "📈", "energy"),
+    ("views/whitening.py", "Whitening", "🌊", "whitening"),
+    ("views/channel_axes.py", "Channel Axes", "🧭", "channel-axes"),
+    ("views/training_lab.py", "Training Lab", "🧪", "training-lab"),
+    ("views/master_keys.py", "Master Keys", "🗝️", "master-keys"),
+    ("views/scale_space.py", "Scale-Space Models", "📐", "scale-space"),
+    ("views/swap_rescore.py", "Swap & Re-score", "🔁", "swap-rescore"),
+    ("views/report.py", "Report", "📄", "report"),
+    ("views/survey.py", "Survey", "🗂️", "survey"),
+)
+
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+st.set_page_config(page_title="FilterLens", page_icon="🔍", layout="wide")
+navigation = st.navigation([st.Page(HERE / path, title=title, icon=icon, url_path=url, default=i == 0)
+                            for i, (path, title, icon, url) in enumerate(PAGES)])
+start_engine()
+render_sidebar()
+with url_notices_above():
+    navigation.run()
