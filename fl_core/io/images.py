@@ -295,7 +295,12 @@ def is_bundled(source: str) -> bool:
 
 
 def open_images(source: str, limit: int | None = None) -> ImageSet:
-    """:data:`BUNDLED` or a folder path -> :class:`ImageSet`."""
+    """The images of a source.
+
+    Args:
+        source: :data:`BUNDLED` (or empty: the bundled photos), a folder of images or a labelled ImageFolder tree.
+        limit: at most this many images (a folder's evenly spread over its sorted files, so every class is kept).
+    """
     if is_bundled(source):
         images = bundled_images()
         return images if limit is None else images.subset(range(min(limit, len(images))))
