@@ -6,9 +6,5 @@ Pages stay thin: they read :func:`fl_ui.state.current_selection`, call the cache
 
 from pathlib import Path
 
-from fl_core.extras import require_extra
-
-require_extra("app", "The dashboard")
-
 DASHBOARD = Path(__file__).resolve().parent / "dashboard.py"
 """The dashboard's main script (Streamlit runs it for every visit; its pages are in ``views/`` beside it)."""
