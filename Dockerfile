@@ -9,12 +9,11 @@ ARG TORCH_VARIANT=cpu
 ARG TORCH_INDEX=https://download.pytorch.org/whl/${TORCH_VARIANT}
 
 # The server writes only to the /cache and /data volumes and to /tmp (a tmpfs in docker-compose.yml, whose root
-# filesystem is read-only): temp files and multiprocessing there, and so matplotlib's config dir and any XDG cache,
-# which would otherwise go to the home folder.
+# filesystem is read-only): temp files and multiprocessing there, and so any XDG cache, which would otherwise go to
+# the home folder.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    MPLCONFIGDIR=/tmp/matplotlib \
     XDG_CACHE_HOME=/tmp/cache \
     HF_HOME=/cache/huggingface \
     TORCH_HOME=/cache/torch \

@@ -27,3 +27,7 @@ class AnalysisError(FilterLensError):
 
 class ArgumentError(FilterLensError, TypeError):
     """A public function was called with an argument it cannot use; the message names the argument."""
+
+
+class MissingExtraError(FilterLensError, ImportError):
+    """A feature needs an optional dependency that is not installed; the message names the extra that installs it."""

@@ -26,6 +26,7 @@ import streamlit as st
 from fl_core.backend import Progress, report
 from fl_core.budgets import analysis_budget, patch_work
 from fl_core.errors import FilterLensError
+from fl_core.extras import require_extra
 from fl_core.firstlayer.energy import EnergyResult, EnergySettings, patch_geometry
 from fl_core.firstlayer.plots import MAPS_SHOWN
 from fl_core.firstlayer.whitening import ActivationMaps, WhiteningResult, WhiteningSettings, activation_maps
@@ -270,7 +271,9 @@ def pooled(job: Callable, max_entries: int) -> Callable:
 
 @st.cache_resource(show_spinner=False)
 def start_engine() -> None:
-    """Start (or connect to) the engine once per server, in the background (the first page does not wait)."""
+    """Start (or connect to) the engine once per server, in the background (the first page does not wait); without
+    the engine installed, one line says which extra to install."""
+    require_extra("app", "The dashboard")
     threading.Thread(target=heavy_engine, name="filterlens-engine", daemon=True).start()
 
 

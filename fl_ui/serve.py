@@ -54,8 +54,7 @@ def start_engine() -> None:
 
 
 def decode_bundled_photos() -> None:
-    """Decode the bundled photos once per process: this imports scikit-image's, scikit-learn's and matplotlib's
-    loaders, which in the first visitor's page thread held the GIL for ~1 s."""
+    """Decode the bundled photos once per process (in the first visitor's page thread, decoding them held the GIL)."""
     from fl_core.io.images import bundled_images
 
     photos = bundled_images()

@@ -48,7 +48,7 @@ ADMIN_SETTINGS = ("FL_DEVICE", "FL_MAX_CHECKPOINT_MB", "FL_UPLOAD_DIR", "FL_UPLO
                   "STREAMLIT_SERVER_MAX_UPLOAD_SIZE", "HF_HOME", "TORCH_HOME")
 CONTAINER_HOME = "/home/filterlens"
 """The server user's home (``useradd --create-home``): on the read-only root, so nothing may write there."""
-WRITE_LOCATIONS = ("FL_UPLOAD_DIR", "FL_RUNS_DIR", "HF_HOME", "TORCH_HOME", "MPLCONFIGDIR", "XDG_CACHE_HOME")
+WRITE_LOCATIONS = ("FL_UPLOAD_DIR", "FL_RUNS_DIR", "HF_HOME", "TORCH_HOME", "XDG_CACHE_HOME")
 """The image's settings that name where something is written."""
 HEALTH_MEASURED_S = 5.27
 """The slowest health answer measured under load (8 sessions, 2 long jobs)."""

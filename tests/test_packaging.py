@@ -1,9 +1,11 @@
 """FilterLens as an installed library: a wheel built from the checkout and imported from outside it has its demo
-models, shipped runs, console script, licence files and type marker."""
+models, shipped runs, bundled photos, dashboard, console script, licence files and type marker; its plain requirements
+are the library's (the dashboard and the Dask engine are extras)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,9 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from fl_core.errors import MissingExtraError
+from fl_core.extras import require_extra
+from fl_core.survey.engine import survey_client
+
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "NOTICE", "fl_core", "fl_ui")
 """What the wheel is built from (copied, so the build leaves nothing in the checkout)."""
+EXTRA_ONLY = {"streamlit", "dask", "distributed", "bokeh", "scikit-image", "scikit-learn", "matplotlib"}
+"""Never a plain requirement: the dashboard, the engine, and what only tests and scripts use."""
 
 
 def test_dependencies_have_lower_bounds_that_the_pins_satisfy():
@@ -22,7 +30,9 @@ def test_dependencies_have_lower_bounds_that_the_pins_satisfy():
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     pins = dict(line.split("==") for line in (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines()
                 if "==" in line and not line.startswith("#"))
-    declared = project["dependencies"] + project["optional-dependencies"]["app"]
+    extras = project["optional-dependencies"]
+    declared = [r for r in project["dependencies"] + extras["app"] + extras["cluster"] if ">=" in r]
+    assert "filterlens[cluster]" in extras["app"]  # the dashboard's heavy jobs run on the engine
     for requirement in declared:
         name, bound = requirement.split(">=")
         assert name in pins, f"{name} is declared but not pinned in requirements.txt"
@@ -45,8 +55,14 @@ def test_the_wheel_works_outside_the_checkout(tmp_path):
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)], check=True,
                    cwd=tmp_path, timeout=600)
     wheel = next(wheels.glob("filterlens-*.whl"))
-    names = zipfile.ZipFile(wheel).namelist()
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
     assert "fl_core/py.typed" in names and "fl_core/assets/demo/manifest.json" in names
+    assert {"fl_ui/dashboard.py", "fl_ui/views/home.py", "fl_core/assets/photos/coffee.png"} <= set(names)
+    metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    plain = {re.split(r"[<>=\[;! ]", line.split(":", 1)[1].strip())[0].lower()
+             for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line}
+    assert "torch" in plain and not plain & EXTRA_ONLY
     licences = {Path(n).name for n in names if ".dist-info/licenses/" in n}
     assert {"LICENSE", "NOTICE", "ATTRIBUTION.md"} <= licences
     subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, timeout=600)
@@ -58,14 +74,26 @@ def test_the_wheel_works_outside_the_checkout(tmp_path):
             "print(m.label, len(m.conv_layers))\n"
             "from fl_core.lab.runs import SHIPPED_RUNS_DIR, list_runs, load_run\n"
             "runs = list_runs(SHIPPED_RUNS_DIR)\n"
-            "print(len(runs), load_run(runs[0]).name)\n")
+            "print(len(runs), load_run(runs[0]).name)\n"
+            "from fl_core.io.images import bundled_images\n"
+            "print(len(bundled_images()), bundled_images().image(0).size)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                          check=True, timeout=600).stdout.splitlines()
     assert Path(out[0]).is_relative_to(site)
     assert out[1].startswith("squeezenet1_0") and int(out[1].split()[-1]) == 26
     assert int(out[2].split()[0]) >= 10 and out[2].split()[1].startswith("lab_")  # the shipped Training Lab runs
+    assert out[3] == "11 (512, 512)"  # the bundled photos, from the package's own files
     script = site / "bin" / "filterlens"
     assert script.exists()
     shown = subprocess.run([sys.executable, str(script), "scalespace", "--method", "B", "--json", "-", "--quiet"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=600)
     assert '"method": "B"' in shown.stdout
+
+
+def test_a_missing_extra_is_one_line_naming_what_to_install(monkeypatch):
+    monkeypatch.setattr("fl_core.extras.find_spec", lambda name: None if name == "distributed" else object())
+    with pytest.raises(MissingExtraError, match=r"^The dashboard needs distributed \(not installed\): "
+                                                r"pip install 'filterlens\[app\]'$"):
+        require_extra("app", "The dashboard")
+    with pytest.raises(MissingExtraError, match=r"filterlens\[cluster\]"), survey_client(None, 1):
+        pass

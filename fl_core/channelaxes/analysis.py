@@ -232,18 +232,25 @@ class ChannelAxesResult(Result):
     """Both axes, the interventions, the pruning curves and their comparison for one layer.
 
     Attributes:
-        spec, label: the model; layer: the conv; site: where its channels were observed and intervened on.
-        data: description of the calibration / evaluation sets; n_calibration, n_evaluation: their sizes.
+        spec, label: the model.
+        layer: the conv.
+        site: where its channels were observed and intervened on.
+        data: description of the calibration / evaluation sets.
+        n_calibration, n_evaluation: their sizes.
         positions: spatial positions per image at the site.
-        settings: the estimator choices; seed: the data split / sampling seed.
+        settings: the estimator choices.
+        seed: the data split / sampling seed.
         table: one row per channel (every metric, lesion effect and baseline score).
-        axes: Spearman ρ and ARI between the axes; init_axes: the same at initialization (``None`` if not run).
+        axes: Spearman ρ and ARI between the axes.
+        init_axes: the same at initialization (``None`` if not run).
         init_spec: the initialization checkpoint compared.
         calibration_loss, calibration_accuracy: the network on the calibration images.
         interventions: the batched lesion / replacement run (``None`` if not run).
         removability: which scores predict removability.
         pruning: the pruning curves (``None`` if not run).
-        filters: the conv weight (for tiles and hover), warnings: notes for the user, timings: seconds per stage.
+        filters: the conv weight (for tiles and hover).
+        warnings: notes for the user.
+        timings: seconds per stage.
     """
 
     spec: str
@@ -386,6 +393,7 @@ def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, se
             (``"crops"``, the default, or a labelled ImageFolder tree: 256 + 256 images split with the axes' seed).
         settings: the layer, estimator choices, interventions and pruning protocol; ``setting_overrides`` replace
             fields (``layer=``, ``cluster_k=``, the axes' ``k=``, ``seed=``, ...).
+        **setting_overrides: fields of ``settings`` to replace, by name.
         init: the same architecture at initialization, to compare the axes before training.
         device: where to run.
         progress: ``progress(fraction, message)``.

@@ -215,7 +215,15 @@ def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int
 def channel_data(model: ModelLike, source: str = CROPS, n_calibration: int = 256, n_evaluation: int = 256,
                  seed: int = 0) -> ChannelData:
     """The labelled sets of a channel analysis of ``model``: ``"crops"`` (or the bundled photos' source: their
-    labelled crops) or a labelled ImageFolder tree, labels mapped onto the model's head."""
+    labelled crops) or a labelled ImageFolder tree, labels mapped onto the model's head.
+
+    Args:
+        model: the model analysed (a spec string, :class:`LoadedModel` or ``nn.Module``).
+        source: ``"crops"`` or a labelled ImageFolder tree.
+        n_calibration: images the axes are estimated on.
+        n_evaluation: images the lesions and pruning curves are scored on.
+        seed: seed of the split and of the sampling.
+    """
     loaded = as_model(model)
     if not isinstance(source, str | Path):
         raise ArgumentError(f"source must be 'crops' or a labelled ImageFolder tree, not {type(source).__name__}.")

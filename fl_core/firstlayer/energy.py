@@ -473,6 +473,7 @@ def analyze_energy(models: ModelLike | Sequence[ModelLike], data: str | ImageSet
             weights-only).
         data: the image source of the patch statistics (default: the bundled photos).
         settings: the layer and the random-init seeds; ``setting_overrides`` (``layer=``, ``seeds=``) replace fields.
+        **setting_overrides: fields of ``settings`` to replace, by name.
         inits: spec -> initialization checkpoint to subtract from that model's weights.
         device: where the patch statistics run.
         progress: ``progress(fraction, message)``.

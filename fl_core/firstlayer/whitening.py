@@ -260,6 +260,7 @@ def analyze_whitening(models: ModelLike | Sequence[ModelLike], data: str | Image
             weights-only); their first convolutions are compared.
         data: image source (each image at the model's scale, uncropped; default: the bundled photos).
         settings: the largest δ in pixels and the random-init seeds; ``setting_overrides`` replace fields.
+        **setting_overrides: fields of ``settings`` to replace, by name.
         device: where the statistics run.
         progress: ``progress(fraction, message)``.
     """

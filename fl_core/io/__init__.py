@@ -1,7 +1,7 @@
 """Input and output: model specs, safe checkpoint and ONNX loading, images and crop data sets, layers, small nets.
 
-The shipped files (demo checkpoints, Training Lab runs, the published master-key filters) are package data under
-``fl_core/assets``, found through :mod:`importlib.resources`, so an installed wheel has them too.
+The shipped files (demo checkpoints, Training Lab runs, the published master-key filters, the bundled photos) are
+package data under ``fl_core/assets``, found through :mod:`importlib.resources`, so an installed wheel has them too.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Image sources and their conversion into a model's input space.
 
-A source is ``bundled`` (natural photos that ship inside scikit-image, scikit-learn and matplotlib: no network),
+A source is ``bundled`` (natural photos shipped as package data, from the sample data of scikit-image, scikit-learn
+and matplotlib: no network),
 a folder of images, or a labelled ImageFolder tree (``root/<class>/*.jpg``, class index = sorted folder names,
 as in the ImageNet ``val/<wnid>/*.JPEG`` layout). Uploads are saved to a folder and read as one.
 
@@ -36,12 +37,13 @@ from torchvision.transforms import v2 as T
 
 from fl_core.budgets import check_decoding
 from fl_core.errors import DataError
+from fl_core.io import ASSETS_DIR
 from fl_core.io.preprocessing import InputConfig
 from fl_core.settings import path_text_problem, printable
 
 BUNDLED = "bundled"
-"""The image source of the natural photos that ship inside scikit-image, scikit-learn and matplotlib (offline; the
-empty string means the same)."""
+"""The image source of the bundled natural photos (:data:`BUNDLED_PHOTOS`, offline; the empty string means the
+same)."""
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
 MAX_IMAGE_PIXELS = 64_000_000
 """Pixels of one decoded image (192 MB as RGB), checked from its header."""
@@ -55,58 +57,51 @@ MAX_SCALED_PIXELS = 4096 * 4096
 Image.MAX_IMAGE_PIXELS = None  # Pillow's own check is off: decode_rgb checks every image itself (see there)
 
 
+PHOTOS_DIR = ASSETS_DIR / "photos"
+"""The bundled photos: package data, copied byte for byte from the sample data of scikit-image, scikit-learn and
+matplotlib by ``scripts/make_bundled_photos.py`` (credits and licences in ``fl_core/assets/ATTRIBUTION.md``)."""
+
+
 @dataclass(frozen=True)
 class BundledPhoto:
-    """A natural photo that ships inside an installed package, with its licence."""
+    """A natural photo shipped in :data:`PHOTOS_DIR`, with where it was copied from and its licence.
+
+    Attributes:
+        name: the photo's name (its class name in :func:`bundled_images`).
+        source: the file it is a copy of, inside the installed ``package`` (e.g. ``skimage/data/astronaut.png``).
+        package: the distribution that ships the original.
+        credit: author or owner.
+        licence: the licence the original is published under.
+    """
 
     name: str
+    source: str
     package: str
-    loader: Callable[[], np.ndarray]
     credit: str
     licence: str
 
-
-def _skimage(name: str) -> Callable[[], np.ndarray]:
-    def load() -> np.ndarray:
-        import skimage.data
-
-        image = getattr(skimage.data, name)()
-        return image[0] if isinstance(image, tuple) else image
-
-    return load
-
-
-def _sklearn(filename: str) -> Callable[[], np.ndarray]:
-    def load() -> np.ndarray:
-        from sklearn.datasets import load_sample_image
-
-        return load_sample_image(filename)
-
-    return load
-
-
-def _grace_hopper() -> np.ndarray:
-    import matplotlib.cbook
-
-    with matplotlib.cbook.get_sample_data("grace_hopper.jpg") as handle:
-        return np.asarray(Image.open(handle).convert("RGB"))
+    @property
+    def path(self) -> Path:
+        """The shipped copy."""
+        return PHOTOS_DIR / Path(self.source).name
 
 
 BUNDLED_PHOTOS: tuple[BundledPhoto, ...] = (
-    BundledPhoto("astronaut", "scikit-image", _skimage("astronaut"), "NASA (Eileen Collins)", "public domain"),
-    BundledPhoto("coffee", "scikit-image", _skimage("coffee"), "Rachel Michetti / Pikolo Espresso Bar", "CC0"),
-    BundledPhoto("chelsea", "scikit-image", _skimage("chelsea"), "Stefan van der Walt", "CC0"),
-    BundledPhoto("rocket", "scikit-image", _skimage("rocket"), "SpaceX (DSCOVR launch)", "public domain"),
-    BundledPhoto("hubble_deep_field", "scikit-image", _skimage("hubble_deep_field"), "NASA / HubbleSite",
+    BundledPhoto("astronaut", "skimage/data/astronaut.png", "scikit-image", "NASA (Eileen Collins)", "public domain"),
+    BundledPhoto("coffee", "skimage/data/coffee.png", "scikit-image", "Rachel Michetti / Pikolo Espresso Bar", "CC0"),
+    BundledPhoto("chelsea", "skimage/data/chelsea.png", "scikit-image", "Stefan van der Walt", "CC0"),
+    BundledPhoto("rocket", "skimage/data/rocket.jpg", "scikit-image", "SpaceX (DSCOVR launch)", "public domain"),
+    BundledPhoto("hubble_deep_field", "skimage/data/hubble_deep_field.jpg", "scikit-image", "NASA / HubbleSite",
                  "public domain"),
-    BundledPhoto("immunohistochemistry", "scikit-image", _skimage("immunohistochemistry"),
+    BundledPhoto("immunohistochemistry", "skimage/data/ihc.png", "scikit-image",
                  "Center for Microscopy and Molecular Imaging", "no known copyright restrictions"),
-    BundledPhoto("retina", "scikit-image", _skimage("retina"), "Mikael Häggström (Wikimedia Commons)", "CC0"),
-    BundledPhoto("motorcycle", "scikit-image", _skimage("stereo_motorcycle"),
+    BundledPhoto("retina", "skimage/data/retina.jpg", "scikit-image", "Mikael Häggström (Wikimedia Commons)", "CC0"),
+    BundledPhoto("motorcycle", "skimage/data/motorcycle_left.png", "scikit-image",
                  "Middlebury 2014 stereo benchmark (Scharstein et al.)", "free for research use"),
-    BundledPhoto("china", "scikit-learn", _sklearn("china.jpg"), "danielbuechele (Flickr)", "CC BY 2.0"),
-    BundledPhoto("flower", "scikit-learn", _sklearn("flower.jpg"), "vultilion (Flickr)", "CC BY 2.0"),
-    BundledPhoto("grace_hopper", "matplotlib", _grace_hopper, "US Navy (Grace Hopper portrait)", "public domain"),
+    BundledPhoto("china", "sklearn/datasets/images/china.jpg", "scikit-learn", "danielbuechele (Flickr)", "CC BY 2.0"),
+    BundledPhoto("flower", "sklearn/datasets/images/flower.jpg", "scikit-learn", "vultilion (Flickr)", "CC BY 2.0"),
+    BundledPhoto("grace_hopper", "matplotlib/mpl-data/sample_data/grace_hopper.jpg", "matplotlib",
+                 "US Navy (Grace Hopper portrait)", "public domain"),
 )
 
 
@@ -117,11 +112,9 @@ def bundled_licences() -> list[dict[str, str]]:
 
 @cache
 def _bundled_array(name: str) -> np.ndarray:
+    """The photo's RGB pixels, decoded once per process."""
     photo = next(p for p in BUNDLED_PHOTOS if p.name == name)
-    array = np.asarray(photo.loader())
-    if array.ndim == 2:
-        array = np.stack([array] * 3, axis=-1)
-    return np.ascontiguousarray(array[..., :3].astype(np.uint8))
+    return np.asarray(decode_rgb(photo.path, photo.name))
 
 
 def decode_rgb(source: str | Path | io.BytesIO, name: str | None = None) -> Image.Image:
@@ -302,7 +295,12 @@ def is_bundled(source: str) -> bool:
 
 
 def open_images(source: str, limit: int | None = None) -> ImageSet:
-    """:data:`BUNDLED` or a folder path -> :class:`ImageSet`."""
+    """The images of a source.
+
+    Args:
+        source: :data:`BUNDLED` (or empty: the bundled photos), a folder of images or a labelled ImageFolder tree.
+        limit: at most this many images (a folder's evenly spread over its sorted files, so every class is kept).
+    """
     if is_bundled(source):
         images = bundled_images()
         return images if limit is None else images.subset(range(min(limit, len(images))))

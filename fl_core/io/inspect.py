@@ -15,8 +15,12 @@ from fl_core.results import Result
 
 @dataclass(frozen=True)
 class InspectResult(Result):
-    """Per model: its description (:meth:`~fl_core.io.models.LoadedModel.describe`) and its convolution table
-    (``layers``: one record per convolution, :func:`~fl_core.io.layers.inventory_frame`)."""
+    """What :func:`inspect_models` found.
+
+    Attributes:
+        models: per model, its description (:meth:`~fl_core.io.models.LoadedModel.describe`) and its convolution
+            table (``layers``: one record per convolution, :func:`~fl_core.io.layers.inventory_frame`).
+    """
 
     models: list[dict]
 
@@ -36,7 +40,11 @@ class InspectResult(Result):
 
 
 def inspect_models(models: ModelLike | Sequence[ModelLike]) -> InspectResult:
-    """The description and convolution table of each model (spec strings, loaded models or ``nn.Module`` objects)."""
+    """The description and convolution table of each model.
+
+    Args:
+        models: one model or several (spec strings, loaded models or ``nn.Module`` objects).
+    """
     models = as_models(models)
     return InspectResult(models=[{**loaded.describe(), "layers": inventory_frame(conv_inventory(loaded)).to_dict(
         orient="records")} for loaded in models])

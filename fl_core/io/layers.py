@@ -70,6 +70,9 @@ def conv_inventory(loaded: LoadedModel) -> list[ConvLayer]:
     """All convolutions of a model in forward order (first conv first), or the 4-D tensors of a weights-only file.
 
     Taken once when the model was loaded (:attr:`~fl_core.io.models.LoadedModel.conv_layers`); no forward pass here.
+
+    Args:
+        loaded: the model, as :func:`~fl_core.io.models.load_model` returns it.
     """
     return list(loaded.conv_layers)
 

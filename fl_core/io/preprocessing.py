@@ -81,6 +81,14 @@ class InputConfig:
 
     Patches for every statistic are taken in this input space (after normalization). Bounded: input size 8-4096,
     crop fraction in [0.05, 1], resized edge at most :data:`MAX_RESIZE_SIZE`, finite mean and positive std.
+
+    Attributes:
+        input_size: side of the square the model takes, in pixels.
+        crop_pct: ``input_size`` / the resized edge ``s``.
+        interpolation: the resize's interpolation (``bilinear``, ``bicubic``, ``nearest``).
+        mean: per-channel mean (R, G, B) subtracted after scaling to [0, 1].
+        std: per-channel standard deviation (R, G, B) divided by.
+        crop_mode: ``center``, ``squash`` or ``border`` (above).
     """
 
     input_size: int = 224

@@ -434,7 +434,11 @@ def save_run(run: Run, folder: str | Path, states: tuple[dict, dict] | None = No
 
 
 def load_run(folder: str | Path) -> Run:
-    """Read a run folder written by :func:`save_run` (checkpoints are left on disk; see :meth:`Run.checkpoint`)."""
+    """Read a run folder written by :func:`save_run` (checkpoints are left on disk; see :meth:`Run.checkpoint`).
+
+    Args:
+        folder: the run's folder (``run.json`` and its first-layer snapshots).
+    """
     folder = Path(folder)
     try:
         document = json.loads((folder / "run.json").read_text())

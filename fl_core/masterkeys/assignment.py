@@ -208,7 +208,9 @@ def analyze_scale_space(model: ModelLike | DepthwiseBank | None = None, data: No
         data: none: the filters are the data (the argument keeps the family's call shape).
         settings: the fitting method and, for a model, which filters; ``setting_overrides`` replace fields
             (``method="D1"``).
-        device, progress: as every analysis takes them (the grid searches run in NumPy).
+        **setting_overrides: fields of ``settings`` to replace, by name.
+        device: as every analysis takes it (the grid searches run in NumPy).
+        progress: ``progress(fraction, message)``.
     """
     no_data(data, "analyze_scale_space")
     s = as_settings(ScaleSpaceSettings, settings, setting_overrides)

@@ -204,6 +204,7 @@ def analyze_master_keys(model: ModelLike | DepthwiseBank, data: None = None, set
         data: none: the filters are the data (the argument keeps the family's call shape).
         settings: clusters, restarts, seed, which filters, the sweep and the templates' fitting method;
             ``setting_overrides`` replace fields (``k=8``, ``stages=(2, 3)``, ...).
+        **setting_overrides: fields of ``settings`` to replace, by name.
         device: where to cluster.
         progress: ``progress(fraction, message)``.
     """

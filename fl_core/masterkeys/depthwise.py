@@ -139,6 +139,9 @@ def depthwise_bank(model: ModelLike) -> DepthwiseBank:
     """Extract every depthwise filter of a model or weights-only file (a spec string, :class:`LoadedModel` or
     ``nn.Module``; module docstring).
 
+    Args:
+        model: the model (a spec string, :class:`LoadedModel` or ``nn.Module``) or weights-only file.
+
     Raises:
         AnalysisError: the model has no depthwise convolution with a square odd kernel ≥ 3.
     """

@@ -126,8 +126,9 @@ def sweep_layers(model: ModelLike, data: str | ImageSet | None = None, settings:
         data: the images (an ImageFolder tree for accuracy; default: the bundled photos).
         settings: the replacement, which layers / stages, recovery (twice as many recoveries as layers), k and seed
             of ``centroid`` / ``random`` replacements, batching; ``setting_overrides`` replace fields.
-        device, progress: as in :func:`fl_core.masterkeys.rescore.rescore` (each layer's variants run from that
-            layer's block on).
+        **setting_overrides: fields of ``settings`` to replace, by name.
+        device: as in :func:`fl_core.masterkeys.rescore.rescore`.
+        progress: ``progress(fraction, message)`` (each layer's variants run from that layer's block on).
     """
     loaded = as_model(model)
     settings = as_settings(LayerSweepSettings, settings, setting_overrides)

@@ -6,6 +6,7 @@ swaps and re-scoring (:class:`~fl_core.masterkeys.swap.FilterSwap`, :class:`~fl_
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
@@ -19,13 +20,15 @@ from fl_core.figures import (
     square_pixels,
     tiles_figure,
 )
-from fl_core.masterkeys.assignment import PublishedAssignment
-from fl_core.masterkeys.clustering import MasterKeyResult
-from fl_core.masterkeys.fitting import ScaleSpaceResult
-from fl_core.masterkeys.kmeans import ClusterSweep
-from fl_core.masterkeys.layersweep import LayerSweepResult
-from fl_core.masterkeys.rescore import RescoreResult
-from fl_core.masterkeys.swap import FilterSwap
+
+if TYPE_CHECKING:  # annotations only: the re-scoring modules import torch_pruning, hence timm and its progress bars
+    from fl_core.masterkeys.assignment import PublishedAssignment
+    from fl_core.masterkeys.clustering import MasterKeyResult
+    from fl_core.masterkeys.fitting import ScaleSpaceResult
+    from fl_core.masterkeys.kmeans import ClusterSweep
+    from fl_core.masterkeys.layersweep import LayerSweepResult
+    from fl_core.masterkeys.rescore import RescoreResult
+    from fl_core.masterkeys.swap import FilterSwap
 
 KEY_NAMES = ("1 δy+ T", "2 δx− T", "3 δy− T", "4 δx+ T", "5 δx T", "6 δy T", "7 (δ − α∇²) T", "8 T")
 """Short names of the 8 master keys by their idealized model (docs/methods.md B.2): half-pixel differences δx±, δy±

@@ -200,7 +200,7 @@ class RescoreResult(Result):
         resumed_images: images taken from a resume file instead of being scored again.
         recovery: the recovery protocol and split, when recovery ran (every score is then on the held-out images).
         sharing: why variants that differ only from some module on still ran the whole network
-        (:mod:`fl_core.suffix`).
+            (:mod:`fl_core.suffix`).
     """
 
     spec: str
@@ -420,6 +420,7 @@ def rescore(model: ModelLike, data: str | ImageSet | None = None, settings: Resc
             (agreement with the original only, e.g. the bundled photos, the default, whose labels are photo names).
         settings: the swaps (replacements, layers, stages, k, seed), recovery and batching; ``setting_overrides``
             replace fields (``replacements=("B",)``, ``batch_size=32``, ``recovery=RecoverySettings()``).
+        **setting_overrides: fields of ``settings`` to replace, by name.
         swaps: variants made by :func:`fl_core.masterkeys.swap.swap_filters`, scored instead of the settings' ones.
         resume: file of running sums; a rerun with the same inputs continues from it.
         device: where to run (under torchrun with CUDA: this rank's GPU).

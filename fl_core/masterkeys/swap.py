@@ -139,7 +139,8 @@ def swap_filters(bank: DepthwiseBank | ModelLike, replacement: str, *, layers: S
     Args:
         bank: the model's depthwise filters (:func:`fl_core.masterkeys.depthwise.depthwise_bank`), or the model.
         replacement: a key of :data:`REPLACEMENTS`.
-        layers, stages: restrict the swap to these layer names / stage indices.
+        layers: restrict the swap to these layer names.
+        stages: restrict the swap to these stage indices.
         k: clusters per kernel size for ``centroid``.
         seed: seed of ``random`` and ``centroid``.
         device: where to cluster (``centroid``).

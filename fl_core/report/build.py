@@ -347,6 +347,7 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
             strings, loaded models or ``nn.Module`` objects.
         data: the image source (``"bundled"``, a folder or an ImageFolder tree; default: ``settings.images``).
         settings: what to compute; ``setting_overrides`` replace fields (``seeds=2``, ``k=8``).
+        **setting_overrides: fields of ``settings`` to replace, by name.
         device: where the statistics run.
         progress: ``progress(fraction, message)``.
 

@@ -235,7 +235,11 @@ def section_html(report: Report, name: str) -> str:
 
 
 def report_html(report: Report) -> str:
-    """The whole report as one self-contained HTML document (module docstring)."""
+    """The whole report as one self-contained HTML document (module docstring).
+
+    Args:
+        report: what :func:`~fl_core.report.build.build_report` returned.
+    """
     title = f"FilterLens report: {report.models[-1]['label']}"
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     nav = "".join(f'<a href="#{name}">{html.escape(heading)}</a>' for name, heading in SECTIONS.items())

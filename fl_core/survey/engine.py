@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 
 from fl_core import allocator
+from fl_core.extras import require_extra
 
 SCHEDULER_ENV = "FL_SCHEDULER"
 """The scheduler a survey uses when ``--scheduler`` is not given (the dashboard reads the same variable)."""
@@ -58,6 +59,7 @@ def _use_cores(threads: int) -> None:
 def survey_client(scheduler: str | None, workers: int) -> Iterator:
     """A Dask client of ``scheduler``, or of an embedded cluster of ``workers`` processes (the cores shared among
     them) that closes afterwards."""
+    require_extra("cluster", "The survey's engine")
     import dask
     from distributed import Client, LocalCluster
 

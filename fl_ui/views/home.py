@@ -110,4 +110,4 @@ with st.expander("Demo models: where they come from"):
                  hide_index=True, width="stretch")
 with st.expander("Bundled photos and their licences"):
     st.dataframe(pd.DataFrame(bundled_licences()), hide_index=True)
-    st.caption("They ship inside scikit-image, scikit-learn and matplotlib, so FilterLens needs no network.")
+    st.caption("Copies of sample photos of scikit-image, scikit-learn and matplotlib ship with FilterLens: no network.")
