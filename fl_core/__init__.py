@@ -29,32 +29,33 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     "fl_core.io.layers": ("conv_inventory",),
     "fl_core.io.inspect": ("inspect_models", "InspectResult"),
     "fl_core.firstlayer.patches": ("patch_pca", "PatchStatistics", "PatchPCA"),
-    "fl_core.firstlayer.energy": ("analyze_energy", "EnergySettings", "EnergyResult"),
-    "fl_core.firstlayer.whitening": ("analyze_whitening", "WhiteningSettings", "WhiteningResult"),
+    "fl_core.firstlayer.settings": ("EnergySettings", "WhiteningSettings"),
+    "fl_core.firstlayer.energy": ("analyze_energy", "EnergyResult"),
+    "fl_core.firstlayer.whitening": ("analyze_whitening", "WhiteningResult"),
+    "fl_core.channelaxes.settings": ("ChannelSettings", "AxisSettings", "PruningSettings"),
     "fl_core.channelaxes.calibration": ("channel_data", "ChannelData"),
-    "fl_core.channelaxes.analysis": ("analyze_channels", "ChannelSettings", "ChannelAxesResult"),
-    "fl_core.channelaxes.layerstats": ("AxisSettings",),
-    "fl_core.channelaxes.pruning": ("PruningSettings",),
+    "fl_core.channelaxes.analysis": ("analyze_channels", "ChannelAxesResult"),
+    "fl_core.masterkeys.settings": ("MasterKeySettings", "ScaleSpaceSettings", "RescoreSettings", "RecoverySettings",
+                                    "LayerSweepSettings"),
     "fl_core.masterkeys.depthwise": ("depthwise_bank",),
-    "fl_core.masterkeys.clustering": ("analyze_master_keys", "MasterKeySettings", "MasterKeyResult"),
+    "fl_core.masterkeys.clustering": ("analyze_master_keys", "MasterKeyResult"),
     "fl_core.masterkeys.assignment": ("analyze_scale_space",),
-    "fl_core.masterkeys.fitting": ("fit_published_filters", "ScaleSpaceSettings", "ScaleSpaceResult"),
+    "fl_core.masterkeys.fitting": ("fit_published_filters", "ScaleSpaceResult"),
     "fl_core.masterkeys.swap": ("swap_filters",),
-    "fl_core.masterkeys.rescore": ("rescore", "RescoreSettings", "RescoreResult"),
-    "fl_core.masterkeys.recovery": ("RecoverySettings",),
-    "fl_core.masterkeys.layersweep": ("sweep_layers", "LayerSweepSettings", "LayerSweepResult"),
-    "fl_core.lab.train": ("TrainSettings",),
-    "fl_core.lab.runs": ("train_run", "load_run", "RunSettings", "Run"),
-    "fl_core.report.build": ("build_report", "ReportSettings", "Report"),
+    "fl_core.masterkeys.rescore": ("rescore", "RescoreResult"),
+    "fl_core.masterkeys.layersweep": ("sweep_layers", "LayerSweepResult"),
+    "fl_core.lab.settings": ("TrainSettings", "RunSettings"),
+    "fl_core.lab.runs": ("train_run", "load_run", "Run"),
+    "fl_core.report.settings": ("ReportSettings",),
+    "fl_core.report.build": ("build_report", "Report"),
     "fl_core.report.html": ("report_html",),
 }
 """Module → the public names it defines (configs as data: ``__all__`` and the lazy imports derive from it)."""
 
 if TYPE_CHECKING:  # what type checkers and editors see; tests/test_core.py keeps it equal to PUBLIC_API
-    from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
+    from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_channels
     from fl_core.channelaxes.calibration import ChannelData, channel_data
-    from fl_core.channelaxes.layerstats import AxisSettings
-    from fl_core.channelaxes.pruning import PruningSettings
+    from fl_core.channelaxes.settings import AxisSettings, ChannelSettings, PruningSettings
     from fl_core.errors import (
         AnalysisError,
         ArgumentError,
@@ -64,27 +65,35 @@ if TYPE_CHECKING:  # what type checkers and editors see; tests/test_core.py keep
         ModelSpecError,
         WeightsUnavailableError,
     )
-    from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy
+    from fl_core.firstlayer.energy import EnergyResult, analyze_energy
     from fl_core.firstlayer.patches import PatchPCA, PatchStatistics, patch_pca
-    from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
+    from fl_core.firstlayer.settings import EnergySettings, WhiteningSettings
+    from fl_core.firstlayer.whitening import WhiteningResult, analyze_whitening
     from fl_core.io.checkpoints import load_state_dict
     from fl_core.io.images import BUNDLED, ImageSet, open_images
     from fl_core.io.inspect import InspectResult, inspect_models
     from fl_core.io.layers import conv_inventory
     from fl_core.io.models import LoadedModel, load_model
     from fl_core.io.preprocessing import InputConfig
-    from fl_core.lab.runs import Run, RunSettings, load_run, train_run
-    from fl_core.lab.train import TrainSettings
+    from fl_core.lab.runs import Run, load_run, train_run
+    from fl_core.lab.settings import RunSettings, TrainSettings
     from fl_core.masterkeys.assignment import analyze_scale_space
-    from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, analyze_master_keys
+    from fl_core.masterkeys.clustering import MasterKeyResult, analyze_master_keys
     from fl_core.masterkeys.depthwise import depthwise_bank
-    from fl_core.masterkeys.fitting import ScaleSpaceResult, ScaleSpaceSettings, fit_published_filters
-    from fl_core.masterkeys.layersweep import LayerSweepResult, LayerSweepSettings, sweep_layers
-    from fl_core.masterkeys.recovery import RecoverySettings
-    from fl_core.masterkeys.rescore import RescoreResult, RescoreSettings, rescore
+    from fl_core.masterkeys.fitting import ScaleSpaceResult, fit_published_filters
+    from fl_core.masterkeys.layersweep import LayerSweepResult, sweep_layers
+    from fl_core.masterkeys.rescore import RescoreResult, rescore
+    from fl_core.masterkeys.settings import (
+        LayerSweepSettings,
+        MasterKeySettings,
+        RecoverySettings,
+        RescoreSettings,
+        ScaleSpaceSettings,
+    )
     from fl_core.masterkeys.swap import swap_filters
-    from fl_core.report.build import Report, ReportSettings, build_report
+    from fl_core.report.build import Report, build_report
     from fl_core.report.html import report_html
+    from fl_core.report.settings import ReportSettings
 
 _HOME = {name: module for module, names in PUBLIC_API.items() for name in names}
 __all__ = ["__version__", *_HOME]

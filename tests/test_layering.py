@@ -60,3 +60,17 @@ def test_the_engine_modules_import_each_other_one_way() -> None:
     assert app_imports("cluster") == set()
     assert app_imports("engine") <= {"fl_ui.worker", "fl_ui.cluster"}
     assert "fl_ui.jobs" not in app_imports("engine") and "fl_ui.cache" not in app_imports("jobs")
+
+
+HEAVY = ("torch", "torchvision", "timm", "numpy", "pandas", "scipy", "plotly")
+"""What the settings classes never need: the command line parses and checks options before any of them loads."""
+LIGHT_MODULES = ("fl_core", "fl_core.settings", *sorted(
+    ".".join(path.relative_to(REPO).with_suffix("").parts) for path in (REPO / "fl_core").rglob("settings.py")))
+
+
+def test_every_settings_module_imports_without_torch() -> None:
+    code = (f"import importlib, sys\nfor m in {LIGHT_MODULES!r}:\n    importlib.import_module(m)\n"
+            f"print(sorted({{n.split('.')[0] for n in sys.modules}} & {set(HEAVY)!r}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]" and len(LIGHT_MODULES) >= 8, (done.stdout, LIGHT_MODULES)

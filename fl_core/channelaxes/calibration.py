@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from fl_core.arguments import ModelLike, as_model
+from fl_core.channelaxes.settings import CROPS
 from fl_core.errors import ArgumentError, DataError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.crops import CropData, CropSettings, photo_crops
@@ -35,7 +36,6 @@ from fl_core.io.images import ImageSet, folder_images, is_bundled, iter_input_ba
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
 
-CROPS = "crops"
 DECISION_LABELS = "each labelled with the network's own top-1 class"
 """What the data description says when the labels are the network's decisions (:func:`decision_labels`)."""
 

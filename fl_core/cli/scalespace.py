@@ -13,7 +13,7 @@ import argparse
 
 from fl_core.cli import add_model_arguments, add_selection_arguments, single_model
 from fl_core.masterkeys.assignment import analyze_scale_space
-from fl_core.masterkeys.fitting import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, ScaleSpaceSettings
+from fl_core.masterkeys.settings import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, ScaleSpaceSettings
 from fl_core.settings import add_settings_arguments, settings_from_args
 
 

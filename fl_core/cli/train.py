@@ -17,7 +17,8 @@ from pathlib import Path
 
 from fl_core.cli import add_image_arguments
 from fl_core.lab.experiments import SUITES, run_suite, suite_runs
-from fl_core.lab.runs import DERIVED_TRAIN_FIELDS, RunSettings, train_run, user_runs_dir
+from fl_core.lab.runs import train_run, user_runs_dir
+from fl_core.lab.settings import DERIVED_TRAIN_FIELDS, RunSettings
 from fl_core.lab.summary import TrainReport, train_report
 from fl_core.settings import add_settings_arguments, bounded, settings_fields, settings_from_args, settings_to_argv
 

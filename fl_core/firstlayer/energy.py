@@ -29,26 +29,11 @@ from fl_core.backend import Progress, report, resolve_device, sub_progress
 from fl_core.budgets import check_patch_statistics, check_random_banks
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
+from fl_core.firstlayer.settings import EnergySettings
 from fl_core.io.images import ImageSet, iter_input_batches, iter_scaled_inputs
 from fl_core.io.layers import ConvLayer, find_layer, iter_layer_inputs, layer_weight
 from fl_core.io.models import LoadedModel
 from fl_core.results import Result
-from fl_core.settings import setting
-
-
-@dataclass(frozen=True)
-class EnergySettings:
-    """How energy profiles are measured (defaults here only; the CLI's options, the page's widgets and the cache keys
-    derive from it).
-
-    Attributes:
-        layer: convolution name (default, or "first": each model's first convolution; a deeper layer is an extension
-            beyond the paper, its patches that layer's own inputs).
-        seeds: random-init seeds for the baseline (seeds 0..n−1).
-    """
-
-    layer: str | None = None
-    seeds: int = setting(10, minimum=1, maximum=1000)
 
 
 def energy_profile(weight: torch.Tensor | np.ndarray, pca: PatchPCA, init: torch.Tensor | np.ndarray | None = None,

@@ -29,26 +29,12 @@ from fl_core.budgets import check_activation_maps, check_patch_statistics, check
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.energy import random_init_banks
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
+from fl_core.firstlayer.settings import WhiteningSettings
 from fl_core.io.images import ImageSet, iter_scaled_inputs, scaled_input, to_display
 from fl_core.io.layers import ConvLayer, find_layer, layer_weight
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
 from fl_core.results import Result
-from fl_core.settings import setting
-
-
-@dataclass(frozen=True)
-class WhiteningSettings:
-    """How the whitening curves are measured (defaults here only; the CLI's options, the page's widgets and the cache
-    keys derive from it).
-
-    Attributes:
-        max_distance: largest distance δ in pixels.
-        seeds: random-init seeds (≥ 10 recommended; seeds 0..n−1).
-    """
-
-    max_distance: int = setting(20, minimum=0, maximum=1024)
-    seeds: int = setting(10, minimum=1, maximum=1000)
 
 
 class InputAutocorrelation:

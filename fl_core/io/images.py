@@ -36,12 +36,11 @@ from torchvision.transforms import v2 as T
 
 from fl_core.budgets import check_decoding
 from fl_core.errors import DataError
+from fl_core.io import BUNDLED as BUNDLED  # re-exported: the public name
+from fl_core.io import is_bundled
 from fl_core.io.preprocessing import InputConfig
 from fl_core.settings import path_text_problem, printable
 
-BUNDLED = "bundled"
-"""The image source of the natural photos that ship inside scikit-image, scikit-learn and matplotlib (offline; the
-empty string means the same)."""
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
 MAX_IMAGE_PIXELS = 64_000_000
 """Pixels of one decoded image (192 MB as RGB), checked from its header."""
@@ -294,11 +293,6 @@ def _spread(items: list, limit: int) -> list:
 
 def _is_image(path: Path) -> bool:
     return path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
-
-
-def is_bundled(source: str) -> bool:
-    """The source is the bundled photos (:data:`BUNDLED` or empty)."""
-    return source in ("", BUNDLED)
 
 
 def open_images(source: str, limit: int | None = None) -> ImageSet:

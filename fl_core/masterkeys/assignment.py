@@ -26,7 +26,6 @@ from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant
 from fl_core.masterkeys.fitting import (
     FitMethod,
     ScaleSpaceResult,
-    ScaleSpaceSettings,
     fit_filters,
     fit_published_filters,
     idealized_templates,
@@ -38,6 +37,7 @@ from fl_core.masterkeys.scalespace import (
     load_published_filters,
     normalize_learned_filter,
 )
+from fl_core.masterkeys.settings import ScaleSpaceSettings
 from fl_core.results import Result
 
 N_MASTER_KEYS = 8

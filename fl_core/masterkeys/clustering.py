@@ -24,51 +24,15 @@ from fl_core.masterkeys.assignment import (
     master_key_templates,
 )
 from fl_core.masterkeys.depthwise import DepthwiseBank, depthwise_bank, layer_statistics
-from fl_core.masterkeys.fitting import FIT_METHODS
 from fl_core.masterkeys.kmeans import (
-    DEFAULT_K,
-    DEFAULT_RESTARTS,
-    MAX_ITERATIONS,
     ClusterSweep,
     FilterClustering,
     cluster_filters,
     cluster_sweep,
 )
 from fl_core.masterkeys.scalespace import centred_cosine
+from fl_core.masterkeys.settings import MasterKeySettings
 from fl_core.results import Result
-from fl_core.settings import MAX_SEED, setting
-
-
-@dataclass(frozen=True)
-class MasterKeySettings:
-    """What :func:`analyze_master_keys` computes.
-
-    Attributes:
-        k: number of clusters (the papers find 8).
-        restarts: independent k-means++ starts; the best (largest mean |cos|) is kept.
-        max_iterations: Lloyd iterations per restart at most.
-        seed: seed of the k-means++ draws and the silhouette sample.
-        kernel_size: k of the k×k filters (default: the most frequent).
-        layers: depthwise layer names to use (``None``: all).
-        stages: stage indices to use, 0 = highest resolution (``None``: all).
-        sweep: also cluster for these k and report mean |cos| and silhouette (``None``: no sweep).
-        method: fitting method of the idealized templates used for kernels other than 7×7.
-    """
-
-    k: int = setting(DEFAULT_K, minimum=1, maximum=64)
-    restarts: int = setting(DEFAULT_RESTARTS, minimum=1, maximum=100)
-    max_iterations: int = setting(MAX_ITERATIONS, minimum=1, maximum=1000)
-    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
-    kernel_size: int | None = setting(None, minimum=1, maximum=64)
-    layers: tuple[str, ...] | None = None
-    stages: tuple[int, ...] | None = setting(None, minimum=0, maximum=64)
-    sweep: tuple[int, ...] | None = setting(None, minimum=1, maximum=64)
-    method: str = setting("B", choices=FIT_METHODS)
-
-    def __post_init__(self) -> None:  # lists (e.g. from argparse) become tuples: the settings stay hashable
-        for name in ("layers", "stages", "sweep"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
 
 
 @dataclass(frozen=True)

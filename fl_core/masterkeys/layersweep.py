@@ -26,9 +26,9 @@ from fl_core.io.images import ImageSet
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.recovery import RecoveryInfo
 from fl_core.masterkeys.rescore import RescoreSettings, ScoringSettings, VariantScore, rescore
-from fl_core.masterkeys.swap import REPLACEMENTS, swap_filters
+from fl_core.masterkeys.settings import LayerSweepSettings
+from fl_core.masterkeys.swap import swap_filters
 from fl_core.results import Result
-from fl_core.settings import setting
 
 ZERO = "zero"
 
@@ -103,17 +103,6 @@ class LayerSweepResult(Result):
                                if key not in ("method", "n_images", "relative_error")})
             records.append(record)
         return pd.DataFrame(records)
-
-
-@dataclass(frozen=True)
-class LayerSweepSettings(ScoringSettings):
-    """What :func:`sweep_layers` swaps, layer by layer (the layers, stages, recovery and batching as in a re-score).
-
-    Attributes:
-        replacement: what each layer is swapped for (a key of :data:`fl_core.masterkeys.swap.REPLACEMENTS`).
-    """
-
-    replacement: str = setting("B", choices=tuple(REPLACEMENTS), flag="swap")
 
 
 def sweep_layers(model: ModelLike, data: str | ImageSet | None = None, settings: LayerSweepSettings | None = None, *,

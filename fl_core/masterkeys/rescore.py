@@ -53,70 +53,16 @@ from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.batchnorm import fold_batchnorm, folded_patch
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.distributed import all_reduce_sums, distributed_rank, rank_device, shard_range
-from fl_core.masterkeys.fitting import FIT_METHODS
-from fl_core.masterkeys.kmeans import DEFAULT_K
 from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
-from fl_core.masterkeys.swap import REPLACEMENTS, FilterSwap, parameter_patch, swap_filters
+from fl_core.masterkeys.settings import DEFAULT_BATCH_SIZE, RescoreSettings, ScoringSettings
+from fl_core.masterkeys.swap import FilterSwap, parameter_patch, swap_filters
 from fl_core.results import Result
-from fl_core.settings import MAX_SEED, setting
 from fl_core.suffix import PROBE_IMAGES, SuffixPlan, changed_keys, full_forwards, plan_suffixes, shared_copy
 
 log = logging.getLogger(__name__)
 
 ORIGINAL = "original"
 TALLY_COLUMNS = ("images", "labelled", "loss", "top1", "top5", "agreement", "kl")
-DEFAULT_BATCH_SIZE = 64
-
-
-# --------------------------------------------------------------------------------------------------- settings
-
-
-@dataclass(frozen=True)
-class ScoringSettings:
-    """How swapped variants are made and scored (what :class:`RescoreSettings` and the layer sweep's settings share).
-
-    Attributes:
-        layers: depthwise layer names to swap (``None``: all).
-        stages: stage indices to swap, 0 = highest resolution (``None``: all).
-        k: clusters per kernel size of the ``centroid`` replacement.
-        seed: seed of the ``random`` and ``centroid`` replacements.
-        recovery: recover every swap on a calibration split first (:mod:`fl_core.masterkeys.recovery`; every variant
-            is then scored on the held-out rest); ``None``: score the swaps as they are.
-        batch_size: images per batch.
-        workers: DataLoader worker processes (``None``: CPU cores − 1, at most 8; none for a single batch).
-        share_prefix: run each variant only from its first changed module on (:mod:`fl_core.suffix`);
-            off: every variant runs the whole network (the same numbers, for timing).
-    """
-
-    layers: tuple[str, ...] | None = None
-    stages: tuple[int, ...] | None = setting(None, minimum=0, maximum=64)
-    k: int = setting(DEFAULT_K, minimum=1, maximum=64)
-    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
-    recovery: RecoverySettings | None = None
-    batch_size: int = setting(DEFAULT_BATCH_SIZE, minimum=1, maximum=4096)
-    workers: int | None = setting(None, minimum=0, maximum=64)
-    share_prefix: bool = setting(True, flag="shared-prefix")
-
-    def __post_init__(self) -> None:  # lists (e.g. from argparse) become tuples: the settings stay hashable
-        for name in ("layers", "stages"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
-
-
-@dataclass(frozen=True)
-class RescoreSettings(ScoringSettings):
-    """What :func:`rescore` scores besides the original model.
-
-    Attributes:
-        replacements: one swap per replacement (keys of :data:`fl_core.masterkeys.swap.REPLACEMENTS`; default: the
-            six idealized-model methods; empty: the original alone).
-    """
-
-    replacements: tuple[str, ...] = setting(FIT_METHODS, choices=tuple(REPLACEMENTS), flag="swap")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "replacements", tuple(self.replacements))
 
 
 # ---------------------------------------------------------------------------------------------------- results

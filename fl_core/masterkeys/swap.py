@@ -30,18 +30,11 @@ from torch import nn
 from fl_core.arguments import ModelLike
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters, depthwise_bank
-from fl_core.masterkeys.fitting import FIT_METHOD_DESCRIPTIONS, idealized_templates
+from fl_core.masterkeys.fitting import idealized_templates
 from fl_core.masterkeys.kmeans import DEFAULT_K, cluster_filters
 from fl_core.masterkeys.scalespace import affine_fit_to_templates, centred_cosine
+from fl_core.masterkeys.settings import REPLACEMENTS
 from fl_core.results import Result
-
-REPLACEMENTS: dict[str, str] = {
-    **{method: f"idealized models, method {method} ({text})" for method, text in FIT_METHOD_DESCRIPTIONS.items()},
-    "centroid": "own cluster centroids (a·c + b)",
-    "random": "random filters of matched norm (baseline)",
-    "keep": "unchanged filters (control)",
-    "zero": "zero filters (lesion control: the layer's spatial filtering removed)",
-}
 
 
 @dataclass(frozen=True)

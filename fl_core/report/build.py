@@ -30,17 +30,17 @@ from fl_core.channelaxes.calibration import channel_data
 from fl_core.errors import AnalysisError, ArgumentError, FilterLensError
 from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy, pearson
 from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
-from fl_core.io.images import BUNDLED, ImageSet, open_images
+from fl_core.io.images import ImageSet, open_images
 from fl_core.io.layers import conv_inventory, inventory_frame
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.assignment import assign_to_master_keys, fit_model_master_keys
 from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, analyze_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
-from fl_core.masterkeys.fitting import FIT_METHODS, ScaleSpaceResult
+from fl_core.masterkeys.fitting import ScaleSpaceResult
 from fl_core.masterkeys.rescore import RescoreResult, rescore
+from fl_core.report.settings import ReportSettings
 from fl_core.report.weightstats import WeightStatistics, weight_statistics
 from fl_core.results import Result
-from fl_core.settings import MAX_IMAGES, MAX_SEED, setting
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -62,41 +62,6 @@ SUMMARY_CHANNEL_SETTINGS = ChannelSettings(lesion_kinds=())
 """The report's channel-axes summary: both axes and their agreement, without the per-channel lesions (one forward
 pass of the evaluation set per channel and kind: minutes on a CPU); the Channel Axes page runs those."""
 """Titles of everything that can be skipped: the sections, and the channel axes within the accuracy section."""
-
-
-@dataclass(frozen=True)
-class ReportSettings:
-    """What a report computes (defaults here only; the CLI's arguments and the page's cache key derive from it).
-
-    Attributes:
-        images: image source of the patch statistics, whitening and (labelled trees) accuracy.
-        max_images: use at most this many images (none: all).
-        seeds: random-init seeds of the energy band and the whitening baseline.
-        max_distance: largest whitening distance δ in pixels.
-        trajectory_distance: the δ at which whitening is followed over the checkpoints (the paper quotes 10).
-        k: master-key clusters.
-        restarts: master-key k-means++ restarts.
-        method: the scale-space fitting method of the per-key mean filters.
-        channel_layer: layer of the channel-axes summary (``None``: the Channel Axes page's default).
-        n_calibration: calibration images of the channel axes.
-        n_evaluation: evaluation images of the channel axes.
-        max_eval_images: labelled images scored for accuracy.
-        seed: seed of clustering and data splits.
-    """
-
-    images: str = BUNDLED
-    max_images: int | None = setting(None, minimum=1, maximum=MAX_IMAGES)
-    seeds: int = setting(EnergySettings.seeds, minimum=1, maximum=1000)
-    max_distance: int = setting(WhiteningSettings.max_distance, minimum=0, maximum=1024)
-    trajectory_distance: int = setting(10, minimum=1, maximum=1024)
-    k: int = setting(MasterKeySettings.k, minimum=1, maximum=64)
-    restarts: int = setting(MasterKeySettings.restarts, minimum=1, maximum=100)
-    method: str = setting("B", choices=FIT_METHODS)
-    channel_layer: str | None = None
-    n_calibration: int = setting(128, minimum=8, maximum=MAX_IMAGES)
-    n_evaluation: int = setting(128, minimum=8, maximum=MAX_IMAGES)
-    max_eval_images: int = setting(500, minimum=1, maximum=MAX_IMAGES)
-    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
 
 
 @dataclass(frozen=True)

@@ -28,15 +28,14 @@ import pandas as pd
 
 from fl_core.backend import Progress, report
 from fl_core.errors import FilterLensError, ModelSpecError
-from fl_core.io.images import BUNDLED, ImageSet, open_images
+from fl_core.io.images import ImageSet, open_images
 from fl_core.io.models import LoadedModel, ModelSpec, load_model
 from fl_core.results import Result
-from fl_core.settings import setting
 from fl_core.survey.models import survey_models
+from fl_core.survey.settings import SurveySettings
 
 log = logging.getLogger("filterlens")
 
-FAMILIES = ("energy", "whitening", "masterkeys", "weights")
 COLUMNS: dict[str, dict[str, str]] = {
     "energy": {"theory_r": "Pearson r of the energy profile with the linear theory",
                "theory_r_log": "the same r on log values", "eta_t": "the fitted ηt",
@@ -58,30 +57,6 @@ HEADLINES = {"energy": ("theory_r", "random_init_r"), "whitening": ("whitening",
 """The two numbers of each family that the survey figure shows side by side."""
 LOCAL = "local"
 """The worker of a row computed in this process."""
-
-
-@dataclass(frozen=True)
-class SurveySettings:
-    """What a survey measures on every model (defaults here only; the CLI's options and the page's widgets derive
-    from it).
-
-    Attributes:
-        family: the analysis: ``energy`` (energy profile and linear-theory fit), ``whitening`` (C(δ)/C(0) at
-            ``distance``), ``masterkeys`` (master-key composition of the depthwise filters) or ``weights`` (weight
-            statistics of every convolution).
-        images: image source of the patch statistics (energy, whitening).
-        max_images: use at most this many images (none: all).
-        distance: the whitening distance δ in pixels (the paper quotes 10).
-        seeds: random-init seeds of the energy baseline and the whitening reference.
-        max_models: the most models one survey may hold (a pattern that matches more is refused).
-    """
-
-    family: str = setting("energy", choices=FAMILIES)
-    images: str = BUNDLED
-    max_images: int | None = setting(None, minimum=1, maximum=1_000_000)
-    distance: int = setting(10, minimum=1, maximum=64)
-    seeds: int = setting(10, minimum=1, maximum=100)
-    max_models: int = setting(500, minimum=1, maximum=5000)
 
 
 @dataclass(frozen=True)
@@ -214,9 +189,11 @@ def error_text(error: BaseException) -> str:
     return str(error) if isinstance(error, FilterLensError) else f"{type(error).__name__}: {error}"
 
 
-def survey_row(spec: str, settings: SurveySettings = SurveySettings(), *, device=None,
+def survey_row(spec: str, settings: SurveySettings | None = None, *, device=None,
                load: Callable[[str], LoadedModel] = load_model) -> SurveyRow:
-    """The survey's numbers for one model, or a row with the error (one bad model never stops a survey)."""
+    """The survey's numbers for one model (``settings``: default ``SurveySettings()``), or a row with the error (one bad
+    model never stops a survey)."""
+    settings = settings or SurveySettings()
     began = time.perf_counter()
     try:
         loaded = load(spec)
@@ -228,10 +205,11 @@ def survey_row(spec: str, settings: SurveySettings = SurveySettings(), *, device
     return SurveyRow(spec, loaded.label, model_family(spec), values, seconds=time.perf_counter() - began)
 
 
-def analyze_survey(models: Sequence[str], settings: SurveySettings = SurveySettings(), *, device=None,
+def analyze_survey(models: Sequence[str], settings: SurveySettings | None = None, *, device=None,
                    progress: Progress | None = None) -> SurveyResult:
     """A survey computed here, one model after the other (``models``: specs or registry name patterns,
     :func:`fl_core.survey.models.survey_models`; ``python -m fl_core survey`` spreads the rows over workers)."""
+    settings = settings or SurveySettings()
     specs = survey_models(models, limit=settings.max_models)
     began, rows = time.perf_counter(), []
     for done, spec in enumerate(specs):

@@ -17,7 +17,7 @@ from fl_core.errors import DataError, ModelSpecError
 from fl_core.io import DEMO_DIR
 from fl_core.io.checkpoints import load_into, load_state_dict
 from fl_core.io.models import load_model
-from fl_core.io.nets import build_net
+from fl_core.io.nets import NETS, build_net
 from fl_core.lab.claims import run_trajectory
 from fl_core.lab.experiments import SUITES
 from fl_core.lab.runs import (
@@ -29,6 +29,7 @@ from fl_core.lab.runs import (
     resolve_config,
     train_run,
 )
+from fl_core.lab.settings import SMALL_NETS
 from fl_core.lab.train import TrainSettings
 from fl_core.settings import replace_settings
 from fl_ui.jobs import TrainingJob
@@ -42,6 +43,10 @@ TINY = RunSettings(width=8, body_widths=(8, 8), crops_per_image=20, snapshots=4,
 def saved(tmp_path_factory):
     """One tiny run saved with checkpoints (shared by the read-only tests below)."""
     return train_run(TINY, tmp_path_factory.mktemp("runs") / "tiny")
+
+
+def test_the_light_settings_name_every_small_net() -> None:
+    assert tuple(NETS) == SMALL_NETS
 
 
 def test_training_is_deterministic_under_a_seed() -> None:
