@@ -31,7 +31,7 @@ from fl_core.results import Result
 
 BANK = "demo:ppocrv6_det_small_dw7"
 ENTRY_POINTS = ("analyze_energy", "analyze_whitening", "analyze_channels", "analyze_master_keys", "analyze_scale_space",
-                "rescore", "sweep_layers", "build_report")
+                "rescore", "sweep_layers", "build_report", "analyze_survey")
 
 
 def small_net() -> nn.Module:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -29,7 +29,16 @@ import torch
 from scipy.stats import rankdata
 
 from fl_core.arguments import ModelLike, as_model, as_settings
-from fl_core.backend import Progress, cpu_layout, report, resolve_device, sub_progress
+from fl_core.backend import (
+    DeviceLike,
+    Progress,
+    ProgressLike,
+    cpu_layout,
+    progress_callback,
+    report,
+    resolve_device,
+    sub_progress,
+)
 from fl_core.budgets import check_channel_statistics
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman, spearman_matrix
@@ -41,7 +50,7 @@ from fl_core.channelaxes.layerstats import (
     target_axis,
 )
 from fl_core.channelaxes.pruning import PruningResult, prune_curves
-from fl_core.channelaxes.settings import ChannelSettings
+from fl_core.channelaxes.settings import ChannelOverrides, ChannelSettings
 from fl_core.channelaxes.site import ChannelSite, locate_site
 from fl_core.errors import AnalysisError
 from fl_core.io.layers import ConvLayer, find_layer
@@ -52,6 +61,9 @@ AXIS_SCORES = ("local", "target", "input_capture", "peer_overlap", "peer_r2", "t
 CORRELATED_METRICS = ("input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess", "synergy",
                       "lesion_dloss", "replacement_dloss", "peer_support")
 """Per-channel columns of :meth:`ChannelAxesResult.metric_correlations` (with the baseline scores)."""
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def _percentile(values: np.ndarray) -> np.ndarray:
@@ -346,8 +358,8 @@ def layer_axes(model: torch.nn.Module, layer: str, data: ChannelData, settings: 
 
 
 def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, settings: ChannelSettings | None = None,
-                     *, init: ModelLike | None = None, device=None, progress: Progress | None = None,
-                     **setting_overrides) -> ChannelAxesResult:
+                     *, init: ModelLike | None = None, device: DeviceLike = None, progress: ProgressLike = None,
+                     **setting_overrides: Unpack[ChannelOverrides]) -> ChannelAxesResult:
     """Both axes, lesions, peer replacement and pruning curves of one conv layer, compared (module docstring).
 
     Args:
@@ -361,11 +373,11 @@ def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, se
         device: where to run.
         progress: ``progress(fraction, message)``.
     """
-    loaded = as_model(model)
     settings = as_settings(ChannelSettings, settings, setting_overrides)
+    device, progress = resolve_device(device), progress_callback(progress)
+    loaded = as_model(model)
     data = as_channel_data(data, loaded, seed=settings.axes.seed)
     init = None if init is None else as_model(init, "init")
-    device = resolve_device(device)
     conv = find_layer(loaded, settings.layer)
     check_channel_statistics(conv.out_channels, what=f"layer {conv.name} of {loaded.label}")
     if len(data.calibration) < 2 * settings.axes.k:

@@ -197,9 +197,6 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
         progress: ``progress(fraction, message)``.
     """
     settings = settings or PruningSettings()
-    unknown = [c for c in settings.criteria if c not in CRITERIA]
-    if unknown:
-        raise AnalysisError(f"Unknown pruning criteria {unknown}; choose from {', '.join(CRITERIA)}.")
     example, _ = calibration.head(1)
     evaluation = evaluation.materialized(memory_bytes)
     if settings.finetune_steps > 0:

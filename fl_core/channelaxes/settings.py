@@ -4,8 +4,9 @@ family registry read them at once)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypedDict
 
-from fl_core.settings import MAX_SEED, setting
+from fl_core.settings import MAX_IMAGES, MAX_SEED, Settings, setting
 
 CROPS = "crops"
 """The data source of the bundled labelled crops (:func:`fl_core.channelaxes.calibration.channel_data`)."""
@@ -60,7 +61,7 @@ DEFAULT_CRITERIA = ("local", "target", "l1", "l2", "bn_gamma", "fpgm", "taylor",
 
 
 @dataclass(frozen=True)
-class PruningSettings:
+class PruningSettings(Settings):
     """The pruning protocol.
 
     Attributes:
@@ -87,7 +88,7 @@ class PruningSettings:
 
 
 @dataclass(frozen=True)
-class AxisSettings:
+class AxisSettings(Settings):
     """Estimator choices of both axes (recorded with every result).
 
     Attributes:
@@ -108,7 +109,7 @@ class AxisSettings:
 
 
 @dataclass(frozen=True)
-class ChannelSettings:
+class ChannelSettings(Settings):
     """How a layer is analysed.
 
     Attributes:
@@ -134,3 +135,40 @@ class ChannelSettings:
     @property
     def memory_bytes(self) -> int:
         return int(self.memory_mb) << 20
+
+
+class ChannelOverrides(TypedDict, total=False):
+    """The keyword overrides of :class:`ChannelSettings`, e.g. ``analyze_channels(model, layer='features.4', k=4)``: its
+    fields (nested ones by their own names; tuples also as lists), kept equal to the class by tests/test_contract.py."""
+
+    layer: str | None
+    axes: AxisSettings
+    k: int
+    shrinkage: float
+    ridge: float
+    n_triplets: int
+    seed: int
+    lesion_kinds: tuple[str, ...] | list[str]
+    cluster_k: int
+    cluster_seeds: int
+    pruning: PruningSettings | None
+    batch_size: int
+    memory_mb: int
+
+
+@dataclass(frozen=True)
+class ChannelDataSettings(Settings):
+    """The labelled images of a channel analysis (:func:`fl_core.channelaxes.calibration.channel_data`).
+
+    Attributes:
+        source: 'crops' (the bundled labelled crops, offline) or a labelled ImageFolder tree (ImageNet val layout:
+            class index = sorted wnid).
+        n_calibration: calibration images (statistics, fine-tune).
+        n_evaluation: held-out images (lesions, pruning).
+        seed: seed of the data split and every random choice.
+    """
+
+    source: str = setting(CROPS, flag="data")
+    n_calibration: int = setting(256, minimum=8, maximum=MAX_IMAGES, flag="calibration")
+    n_evaluation: int = setting(256, minimum=8, maximum=MAX_IMAGES, flag="evaluation")
+    seed: int = setting(0, minimum=0, maximum=MAX_SEED)

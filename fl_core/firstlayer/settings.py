@@ -4,12 +4,13 @@ once)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
-from fl_core.settings import setting
+from fl_core.settings import Settings, setting
 
 
 @dataclass(frozen=True)
-class EnergySettings:
+class EnergySettings(Settings):
     """How energy profiles are measured (defaults here only; the CLI's options, the page's widgets and the cache keys
     derive from it).
 
@@ -23,9 +24,17 @@ class EnergySettings:
     seeds: int = setting(10, minimum=1, maximum=1000)
 
 
+class EnergyOverrides(TypedDict, total=False):
+    """The keyword overrides of :class:`EnergySettings`, e.g. ``analyze_energy(models, seeds=3)``: its fields (nested
+    ones by their own names; tuples also as lists), kept equal to the class by tests/test_contract.py."""
+
+    layer: str | None
+    seeds: int
+
+
 
 @dataclass(frozen=True)
-class WhiteningSettings:
+class WhiteningSettings(Settings):
     """How the whitening curves are measured (defaults here only; the CLI's options, the page's widgets and the cache
     keys derive from it).
 
@@ -36,3 +45,11 @@ class WhiteningSettings:
 
     max_distance: int = setting(20, minimum=0, maximum=1024)
     seeds: int = setting(10, minimum=1, maximum=1000)
+
+
+class WhiteningOverrides(TypedDict, total=False):
+    """The keyword overrides of :class:`WhiteningSettings`, e.g. ``analyze_whitening(models, max_distance=12)``: its
+    fields (nested ones by their own names; tuples also as lists), kept equal to the class by tests/test_contract.py."""
+
+    max_distance: int
+    seeds: int

@@ -13,12 +13,3 @@ ASSETS_DIR = Path(str(files("fl_core") / "assets"))
 """The package's data folder: ``demo/`` (checkpoints + manifest), ``runs/`` (shipped Training Lab runs),
 ``master_key_8filters.txt`` (see ``ATTRIBUTION.md`` there)."""
 DEMO_DIR = ASSETS_DIR / "demo"
-
-BUNDLED = "bundled"
-"""The image source of the natural photos that ship inside scikit-image, scikit-learn and matplotlib (offline; the
-empty string means the same)."""
-
-
-def is_bundled(source: str) -> bool:
-    """The source is the bundled photos (:data:`BUNDLED` or empty)."""
-    return source in ("", BUNDLED)

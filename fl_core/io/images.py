@@ -36,9 +36,9 @@ from torchvision.transforms import v2 as T
 
 from fl_core.budgets import check_decoding
 from fl_core.errors import DataError
-from fl_core.io import BUNDLED as BUNDLED  # re-exported: the public name
-from fl_core.io import is_bundled
 from fl_core.io.preprocessing import InputConfig
+from fl_core.io.sources import BUNDLED as BUNDLED  # re-exported: the public name
+from fl_core.io.sources import ImageSource, is_bundled
 from fl_core.settings import path_text_problem, printable
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
@@ -296,7 +296,10 @@ def _is_image(path: Path) -> bool:
 
 
 def open_images(source: str, limit: int | None = None) -> ImageSet:
-    """:data:`BUNDLED` or a folder path -> :class:`ImageSet`."""
+    """:data:`BUNDLED` or a folder path -> :class:`ImageSet` of at most ``limit`` images (checked by
+    :class:`~fl_core.io.sources.ImageSource`)."""
+    checked = ImageSource(source, limit)
+    source, limit = checked.images, checked.max_images
     if is_bundled(source):
         images = bundled_images()
         return images if limit is None else images.subset(range(min(limit, len(images))))

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torchvision.transforms import v2 as T
 
-from fl_core.backend import Progress, report, resolve_device, sub_progress
+from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.errors import DataError, FilterLensError, ModelSpecError
 from fl_core.firstlayer.patches import PatchPCA
 from fl_core.io import ASSETS_DIR, DEMO_DIR
@@ -236,8 +236,8 @@ def _data_pca(images: str, max_images: int | None, crops_per_image: int | None, 
     return crops_pca(data, kernel, _input_map(data, base, alpha, component), stride=stride)
 
 
-def train_run(config: RunSettings, out: str | Path | None = None, *, name: str | None = None, device=None,
-              save_checkpoints: bool = True, progress: Progress | None = None,
+def train_run(config: RunSettings, out: str | Path | None = None, *, name: str | None = None,
+              device: DeviceLike = None, save_checkpoints: bool = True, progress: ProgressLike = None,
               should_stop: Callable[[], bool] | None = None,
               on_snapshot: Callable[[int, np.ndarray], None] | None = None) -> Run:
     """Train one run; with ``out``, save it as a run folder ``out`` (see the module docstring).
@@ -253,7 +253,7 @@ def train_run(config: RunSettings, out: str | Path | None = None, *, name: str |
         on_snapshot: ``(step, first-layer weights)`` as snapshots are taken (live views).
     """
     started = time.perf_counter()
-    device = resolve_device(device)
+    device, progress = resolve_device(device), progress_callback(progress)
     report(progress, 0.0, "cutting crops and computing the patch PCA")
     config = resolve_config(config)
     inputs = run_inputs(config)

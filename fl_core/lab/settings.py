@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fl_core.errors import DataError, ModelSpecError
-from fl_core.io import BUNDLED, is_bundled
+from fl_core.errors import ModelSpecError
+from fl_core.io.sources import BUNDLED, is_bundled
 from fl_core.settings import (
     MAX_IMAGES,
     MAX_SEED,
     MAX_STEPS,
+    MIN_LEARNING_RATE,
+    Settings,
     replace_settings,
     setting,
     setting_value,
@@ -24,12 +27,15 @@ SMALL_NETS = ("small_vgg", "small_resnet")
 LABEL_VARIANTS = ("true", "random", "energy")
 """The label variants of :func:`fl_core.lab.trainsets.label_variant`."""
 KERNELS = (3, 5, 7)
+"""The first-layer kernel sizes of the small nets (a timm net keeps its own, recorded when its run starts)."""
+MAX_FIRST_KERNEL = 32
+"""The largest first-layer kernel a run records (the crops are 32×32)."""
 DERIVED_TRAIN_FIELDS = ("eval_every", "snapshot_steps")
 """The :class:`TrainSettings` fields a run sets from its steps and snapshots (not options of a run)."""
 
 
 @dataclass(frozen=True)
-class TrainSettings:
+class TrainSettings(Settings):
     """Optimizer and schedule.
 
     Attributes:
@@ -46,7 +52,7 @@ class TrainSettings:
 
     steps: int = setting(400, minimum=1, maximum=MAX_STEPS)
     batch_size: int = setting(128, minimum=1, maximum=4096)
-    lr: float = setting(0.2, minimum=0.0, maximum=10.0)
+    lr: float = setting(0.2, minimum=MIN_LEARNING_RATE, maximum=10.0)
     momentum: float = setting(0.0, minimum=0.0, maximum=1.0)
     weight_decay: float = setting(0.0, minimum=0.0, maximum=1.0)
     seed: int = setting(0, minimum=0, maximum=MAX_SEED)
@@ -56,7 +62,7 @@ class TrainSettings:
 
 
 @dataclass(frozen=True)
-class RunSettings:
+class RunSettings(Settings):
     """Everything that defines a run (configs as data; JSON round trip with :meth:`to_dict` / :meth:`from_dict`).
 
     Attributes:
@@ -84,7 +90,7 @@ class RunSettings:
     arch: str = "small_vgg"
     width: int = setting(32, minimum=1, maximum=1024)
     body_widths: tuple[int, ...] = setting((32, 64), minimum=1, maximum=1024)
-    first_kernel: int = setting(3, choices=KERNELS)
+    first_kernel: int = setting(3, minimum=1, maximum=MAX_FIRST_KERNEL)
     labels: str = setting("true", choices=LABEL_VARIANTS)
     label_component: int = setting(15, minimum=1, maximum=3 * max(KERNELS) ** 2)
     alpha: float = setting(1.0, minimum=0.0, maximum=100.0)
@@ -93,19 +99,15 @@ class RunSettings:
     snapshots: int = setting(13, minimum=2, maximum=100)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "body_widths", tuple(int(w) for w in self.body_widths))
-        if self.labels not in LABEL_VARIANTS:
-            raise DataError(f"Unknown label variant '{self.labels}'; choose one of {', '.join(LABEL_VARIANTS)}.")
+        super().__post_init__()
         if not self.is_timm and self.arch not in SMALL_NETS:
             raise ModelSpecError(f"Unknown architecture '{self.arch}': use {', '.join(SMALL_NETS)} or timm:NAME.")
         if not self.is_timm and self.first_kernel not in KERNELS:
-            raise ModelSpecError(f"First-layer kernel {self.first_kernel}: choose 3, 5 or 7.")
+            raise ModelSpecError(f"First-layer kernel {self.first_kernel}: choose {', '.join(map(str, KERNELS))}.")
         if self.is_timm and self.manipulated:
             raise ModelSpecError("The App. D.2 input manipulation needs a first layer of stride = kernel: use "
                                  "small_vgg or small_resnet.")
         train = self.train
-        if train.steps < 1 or train.batch_size < 1 or train.lr <= 0 or self.width < 1 or self.snapshots < 2:
-            raise DataError("Steps, batch size, learning rate and width must be positive; snapshots at least 2.")
         object.__setattr__(self, "train", dataclasses.replace(
             train, eval_every=max(10, train.steps // 20), snapshot_steps=self.snapshot_steps()))
 
@@ -124,12 +126,12 @@ class RunSettings:
         return self.first_kernel if self.manipulated else 1
 
     def snapshot_steps(self) -> tuple[int, ...]:
-        """Log-spaced snapshot steps: 0, then about ``snapshots − 1`` steps from 1 to ``steps``."""
-        import numpy as np
-
-        steps = self.train.steps
-        spaced = np.geomspace(1, steps, max(self.snapshots - 1, 1)).round().astype(int)
-        return tuple(sorted({0, *spaced.tolist(), steps}))
+        """Log-spaced snapshot steps: 0, then about ``snapshots − 1`` steps from 1 to ``steps`` (``np.geomspace``'s
+        points, rounded half to even, without importing numpy)."""
+        steps, n = self.train.steps, max(self.snapshots - 1, 1)
+        exponent = math.log10(steps) / (n - 1) if n > 1 else 0.0
+        inner = (round(10 ** (i * exponent)) for i in range(1, n - 1))
+        return tuple(sorted({0, 1, *inner, steps}))
 
     def slug(self) -> str:
         """A short file-name-safe name, e.g. ``small_vgg-k3-w32-true-s0``."""

@@ -7,14 +7,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
-import torch
 
 from fl_core.arguments import ModelLike, as_model, as_settings, no_data
-from fl_core.backend import Progress, report, sub_progress
+from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.budgets import check_clustering
 from fl_core.errors import AnalysisError
 from fl_core.masterkeys.assignment import (
@@ -31,8 +30,11 @@ from fl_core.masterkeys.kmeans import (
     cluster_sweep,
 )
 from fl_core.masterkeys.scalespace import centred_cosine
-from fl_core.masterkeys.settings import MasterKeySettings
+from fl_core.masterkeys.settings import MasterKeyOverrides, MasterKeySettings
 from fl_core.results import Result
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 @dataclass(frozen=True)
@@ -158,8 +160,8 @@ def _cluster_summaries(clustering: FilterClustering, assignment: np.ndarray, tem
 
 
 def analyze_master_keys(model: ModelLike | DepthwiseBank, data: None = None, settings: MasterKeySettings | None = None,
-                        *, device: str | torch.device | None = None, progress: Progress | None = None,
-                        **setting_overrides) -> MasterKeyResult:
+                        *, device: DeviceLike = None, progress: ProgressLike = None,
+                        **setting_overrides: Unpack[MasterKeyOverrides]) -> MasterKeyResult:
     """Extract, cluster and assign a model's depthwise filters of one kernel size.
 
     Args:
@@ -172,8 +174,9 @@ def analyze_master_keys(model: ModelLike | DepthwiseBank, data: None = None, set
         progress: ``progress(fraction, message)``.
     """
     no_data(data, "analyze_master_keys")
-    source = model if isinstance(model, DepthwiseBank) else as_model(model)
     settings = as_settings(MasterKeySettings, settings, setting_overrides)
+    device, progress = resolve_device(device), progress_callback(progress)
+    source = model if isinstance(model, DepthwiseBank) else as_model(model)
     s = settings
     bank = source if isinstance(source, DepthwiseBank) else depthwise_bank(source)
     chosen = bank.select(s.kernel_size, s.layers, s.stages)

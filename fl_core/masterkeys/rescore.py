@@ -35,7 +35,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -45,7 +45,16 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from fl_core.arguments import ModelLike, as_images, as_model, as_settings
-from fl_core.backend import Progress, inference_autocast, report, statistics_dtype, sub_progress
+from fl_core.backend import (
+    DeviceLike,
+    Progress,
+    ProgressLike,
+    inference_autocast,
+    progress_callback,
+    report,
+    statistics_dtype,
+    sub_progress,
+)
 from fl_core.errors import AnalysisError, ArgumentError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.images import ImageSet, TransformedImages, input_transform
@@ -54,7 +63,7 @@ from fl_core.masterkeys.batchnorm import fold_batchnorm, folded_patch
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.distributed import all_reduce_sums, distributed_rank, rank_device, shard_range
 from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
-from fl_core.masterkeys.settings import DEFAULT_BATCH_SIZE, RescoreSettings, ScoringSettings
+from fl_core.masterkeys.settings import DEFAULT_BATCH_SIZE, RescoreOverrides, RescoreSettings, ScoringSettings
 from fl_core.masterkeys.swap import FilterSwap, parameter_patch, swap_filters
 from fl_core.results import Result
 from fl_core.suffix import PROBE_IMAGES, SuffixPlan, changed_keys, full_forwards, plan_suffixes, shared_copy
@@ -63,6 +72,9 @@ log = logging.getLogger(__name__)
 
 ORIGINAL = "original"
 TALLY_COLUMNS = ("images", "labelled", "loss", "top1", "top5", "agreement", "kl")
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 # ---------------------------------------------------------------------------------------------------- results
@@ -355,8 +367,8 @@ def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | No
 
 def rescore(model: ModelLike, data: str | ImageSet | None = None, settings: RescoreSettings | None = None, *,
             swaps: Sequence[FilterSwap] | None = None, resume: str | Path | None = None,
-            device: str | torch.device | None = None, progress: Progress | None = None,
-            **setting_overrides) -> RescoreResult:
+            device: DeviceLike = None, progress: ProgressLike = None,
+            **setting_overrides: Unpack[RescoreOverrides]) -> RescoreResult:
     """Score the original model and every swap on the same decoded images (module docstring).
 
     Args:
@@ -377,10 +389,10 @@ def rescore(model: ModelLike, data: str | ImageSet | None = None, settings: Resc
     """
     if isinstance(settings, Sequence):
         raise ArgumentError("settings must be a RescoreSettings (or None); pass FilterSwap variants as swaps=[...].")
+    settings = as_settings(RescoreSettings, settings, setting_overrides)
+    device, progress = rank_device(device), progress_callback(progress)
     loaded = as_model(model)
     images = as_images(data)
-    settings = as_settings(RescoreSettings, settings, setting_overrides)
-    device = rank_device(device)
     swaps = variant_swaps(loaded, settings, settings.replacements, device) if swaps is None else list(swaps)
     recovery = settings.recovery
     classes = images.classes if images.labelled else ()

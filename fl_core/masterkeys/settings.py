@@ -4,10 +4,9 @@ re-scoring defaults (light: no torch, so the command line and the family registr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
-from fl_core.errors import AnalysisError
-from fl_core.settings import MAX_IMAGES, MAX_SEED, setting
+from fl_core.settings import MAX_IMAGES, MAX_SEED, MIN_LEARNING_RATE, Settings, setting
 
 FitMethod = Literal["A", "B", "C1", "C2", "D1", "D2"]
 FIT_METHODS: tuple[str, ...] = ("A", "B", "C1", "C2", "D1", "D2")
@@ -33,7 +32,7 @@ DEFAULT_BATCH_SIZE = 64
 
 
 @dataclass(frozen=True)
-class MasterKeySettings:
+class MasterKeySettings(Settings):
     """What :func:`analyze_master_keys` computes.
 
     Attributes:
@@ -58,15 +57,25 @@ class MasterKeySettings:
     sweep: tuple[int, ...] | None = setting(None, minimum=1, maximum=64)
     method: str = setting("B", choices=FIT_METHODS)
 
-    def __post_init__(self) -> None:  # lists (e.g. from argparse) become tuples: the settings stay hashable
-        for name in ("layers", "stages", "sweep"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
+
+class MasterKeyOverrides(TypedDict, total=False):
+    """The keyword overrides of :class:`MasterKeySettings`, e.g. ``analyze_master_keys(model, k=8)``: its fields (nested
+    ones by their own names; tuples also as lists), kept equal to the class by tests/test_contract.py."""
+
+    k: int
+    restarts: int
+    max_iterations: int
+    seed: int
+    kernel_size: int | None
+    layers: tuple[str, ...] | list[str] | None
+    stages: tuple[int, ...] | list[int] | None
+    sweep: tuple[int, ...] | list[int] | None
+    method: str
 
 
 
 @dataclass(frozen=True)
-class ScaleSpaceSettings:
+class ScaleSpaceSettings(Settings):
     """How the idealized scale-space models are fitted (:func:`fl_core.masterkeys.assignment.analyze_scale_space`).
 
     Attributes:
@@ -81,15 +90,20 @@ class ScaleSpaceSettings:
     layers: tuple[str, ...] | None = None
     stages: tuple[int, ...] | None = setting(None, minimum=0, maximum=64)
 
-    def __post_init__(self) -> None:  # lists (e.g. from argparse) become tuples: the settings stay hashable
-        for name in ("layers", "stages"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
+
+class ScaleSpaceOverrides(TypedDict, total=False):
+    """The keyword overrides of :class:`ScaleSpaceSettings`, e.g. ``analyze_scale_space(method='D1')``: its fields
+    (nested ones by their own names; tuples also as lists), kept equal to the class by tests/test_contract.py."""
+
+    method: str
+    kernel_size: int | None
+    layers: tuple[str, ...] | list[str] | None
+    stages: tuple[int, ...] | list[int] | None
 
 
 
 @dataclass(frozen=True)
-class RecoverySettings:
+class RecoverySettings(Settings):
     """The recovery protocol (module docstring).
 
     Attributes:
@@ -104,19 +118,14 @@ class RecoverySettings:
 
     steps: int = setting(20, minimum=0, maximum=10_000, flag="recover-steps")
     calibration: int = setting(256, minimum=1, maximum=MAX_IMAGES)
-    lr: float = setting(1e-3, minimum=0.0, maximum=10.0, flag="recover-lr")
+    lr: float = setting(1e-3, minimum=MIN_LEARNING_RATE, maximum=10.0, flag="recover-lr")
     batch: int = setting(32, minimum=2, maximum=1024, flag="recover-batch")
     recalibrate_batchnorm: bool = setting(True, flag="batchnorm-recalibration")
     seed: int = setting(0, minimum=0, maximum=MAX_SEED)
 
-    def __post_init__(self) -> None:
-        if self.steps < 0 or self.calibration < 1 or self.batch < 2 or self.lr <= 0:
-            raise AnalysisError("Recovery needs steps ≥ 0, at least one calibration image, a batch of at least 2 "
-                                "images and a positive learning rate.")
-
 
 @dataclass(frozen=True)
-class ScoringSettings:
+class ScoringSettings(Settings):
     """How swapped variants are made and scored (what :class:`RescoreSettings` and the layer sweep's settings share).
 
     Attributes:
@@ -141,11 +150,20 @@ class ScoringSettings:
     workers: int | None = setting(None, minimum=0, maximum=64)
     share_prefix: bool = setting(True, flag="shared-prefix")
 
-    def __post_init__(self) -> None:  # lists (e.g. from argparse) become tuples: the settings stay hashable
-        for name in ("layers", "stages"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
 
+
+class ScoringOverrides(TypedDict, total=False):
+    """The keyword overrides of :class:`ScoringSettings`, e.g. ``rescore(model, images, batch_size=32)``: its fields
+    (nested ones by their own names; tuples also as lists), kept equal to the class by tests/test_contract.py."""
+
+    layers: tuple[str, ...] | list[str] | None
+    stages: tuple[int, ...] | list[int] | None
+    k: int
+    seed: int
+    recovery: RecoverySettings | None
+    batch_size: int
+    workers: int | None
+    share_prefix: bool
 
 
 @dataclass(frozen=True)
@@ -159,10 +177,6 @@ class RescoreSettings(ScoringSettings):
 
     replacements: tuple[str, ...] = setting(FIT_METHODS, choices=tuple(REPLACEMENTS), flag="swap")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "replacements", tuple(self.replacements))
-
 
 @dataclass(frozen=True)
 class LayerSweepSettings(ScoringSettings):
@@ -173,3 +187,15 @@ class LayerSweepSettings(ScoringSettings):
     """
 
     replacement: str = setting("B", choices=tuple(REPLACEMENTS), flag="swap")
+
+
+class RescoreOverrides(ScoringOverrides, total=False):
+    """The keyword overrides of :class:`RescoreSettings` (``rescore(model, images, replacements=["B"])``)."""
+
+    replacements: tuple[str, ...] | list[str]
+
+
+class LayerSweepOverrides(ScoringOverrides, total=False):
+    """The keyword overrides of :class:`LayerSweepSettings` (``sweep_layers(model, images, replacement="D1")``)."""
+
+    replacement: str

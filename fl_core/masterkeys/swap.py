@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from fl_core.arguments import ModelLike
+from fl_core.backend import DeviceLike
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters, depthwise_bank
 from fl_core.masterkeys.fitting import idealized_templates
@@ -126,7 +127,7 @@ def _layer_errors(layers: Sequence[DepthwiseLayer], original: np.ndarray, replac
 
 def swap_filters(bank: DepthwiseBank | ModelLike, replacement: str, *, layers: Sequence[str] | None = None,
                  stages: Sequence[int] | None = None, k: int = DEFAULT_K, seed: int = 0,
-                 device: str | torch.device | None = None) -> FilterSwap:
+                 device: DeviceLike = None) -> FilterSwap:
     """Replace the depthwise filters of the chosen layers (default: all) of every kernel size.
 
     Args:

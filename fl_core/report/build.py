@@ -24,10 +24,11 @@ import numpy as np
 import pandas as pd
 
 from fl_core.arguments import ModelLike, as_models, as_settings
-from fl_core.backend import Progress, report, sub_progress
+from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels, default_channel_layer
 from fl_core.channelaxes.calibration import channel_data
 from fl_core.errors import AnalysisError, ArgumentError, FilterLensError
+from fl_core.families import FAMILIES
 from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy, pearson
 from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
 from fl_core.io.images import ImageSet, open_images
@@ -38,23 +39,18 @@ from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, an
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.fitting import ScaleSpaceResult
 from fl_core.masterkeys.rescore import RescoreResult, rescore
-from fl_core.report.settings import ReportSettings
+from fl_core.report.settings import ReportOverrides, ReportSettings
 from fl_core.report.weightstats import WeightStatistics, weight_statistics
 from fl_core.results import Result
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
+    from typing_extensions import Unpack
 
-SECTIONS = {
-    "loaded": "What was loaded",
-    "energy": "First-layer energy profile",
-    "whitening": "Whitening",
-    "masterkeys": "Master keys and scale-space models",
-    "weights": "Weight statistics",
-    "accuracy": "Accuracy and channel axes",
-    "trajectory": "Trajectory over training",
-}
-"""Section id -> title, in report order."""
+SECTIONS = {"loaded": "What was loaded", **dict(family.report for family in FAMILIES.values() if family.report),
+            "trajectory": "Trajectory over training"}
+"""Section id -> title, in report order: what was loaded, each registered family's section (:mod:`fl_core.families`),
+the trajectory."""
 PART_TITLES = {**SECTIONS, "channels": "Channel axes"}
 FIGURE_PARTS = ("energy", "whitening", "masterkeys", "scalespace", "weights", "accuracy", "channels", "trajectory")
 """The report's parts whose results draw figures (:meth:`Report.plot`), in report order."""
@@ -303,8 +299,8 @@ def _layer_uses(loaded: LoadedModel, sections: _Sections, masterkeys: MasterKeyR
 
 
 def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = None,
-                 settings: ReportSettings | None = None, *, device=None, progress: Progress | None = None,
-                 **setting_overrides) -> Report:
+                 settings: ReportSettings | None = None, *, device: DeviceLike = None, progress: ProgressLike = None,
+                 **setting_overrides: Unpack[ReportOverrides]) -> Report:
     """Run every section on the checkpoints (in training order; the last is described in detail).
 
     Args:
@@ -325,6 +321,7 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
                                 f"tree), not {type(data).__name__}: the report opens it for each section.")
         setting_overrides = {**setting_overrides, "images": str(data)}
     settings = as_settings(ReportSettings, settings, setting_overrides)
+    device, progress = resolve_device(device), progress_callback(progress)
     final = models[-1]
     images = open_images(settings.images, settings.max_images)
     sections = _Sections()
@@ -342,7 +339,8 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
     report(progress, 0.55, "master keys")
     masterkeys = sections.run("masterkeys", lambda: analyze_master_keys(
         depthwise_bank(final), settings=MasterKeySettings(k=settings.k, restarts=settings.restarts, seed=settings.seed,
-                                                 method=settings.method), device=device))
+                                                 method=settings.method), device=device,
+        progress=sub_progress(progress, 0.55, 0.65)))
     scalespace = sections.run("masterkeys", lambda: fit_model_master_keys(depthwise_bank(final), settings.method)
                               ) if masterkeys is not None else None
 

@@ -4,15 +4,16 @@ once); their defaults are the families' own."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from fl_core.firstlayer.settings import EnergySettings, WhiteningSettings
-from fl_core.io import BUNDLED
+from fl_core.io.sources import BUNDLED
 from fl_core.masterkeys.settings import FIT_METHODS, MasterKeySettings
-from fl_core.settings import MAX_IMAGES, MAX_SEED, setting
+from fl_core.settings import MAX_IMAGES, MAX_SEED, Settings, setting
 
 
 @dataclass(frozen=True)
-class ReportSettings:
+class ReportSettings(Settings):
     """What a report computes (defaults here only; the CLI's arguments and the page's cache key derive from it).
 
     Attributes:
@@ -44,3 +45,22 @@ class ReportSettings:
     n_evaluation: int = setting(128, minimum=8, maximum=MAX_IMAGES)
     max_eval_images: int = setting(500, minimum=1, maximum=MAX_IMAGES)
     seed: int = setting(0, minimum=0, maximum=MAX_SEED)
+
+
+class ReportOverrides(TypedDict, total=False):
+    """The keyword overrides of :class:`ReportSettings`, e.g. ``build_report(model, seeds=2)``: its fields (nested ones
+    by their own names; tuples also as lists), kept equal to the class by tests/test_contract.py."""
+
+    images: str
+    max_images: int | None
+    seeds: int
+    max_distance: int
+    trajectory_distance: int
+    k: int
+    restarts: int
+    method: str
+    channel_layer: str | None
+    n_calibration: int
+    n_evaluation: int
+    max_eval_images: int
+    seed: int
