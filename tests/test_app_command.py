@@ -39,7 +39,7 @@ def test_data_roots_are_existing_folders_resolved(tmp_path: Path, capsys: pytest
 def test_the_app_command_serves_the_dashboard_from_another_folder(tmp_path: Path) -> None:
     port = free_port()
     env = server_env(port, HOME=str(tmp_path), FL_UPLOAD_DIR=str(tmp_path / "uploads"), FL_WARM_WORKER_VIEWS="0",
-                     STREAMLIT_SERVER_HEADLESS="true", PYTHONPATH=str(REPO))
+                     FL_HEAVY_JOBS="1", STREAMLIT_SERVER_HEADLESS="true", PYTHONPATH=str(REPO))
     command = [sys.executable, "-m", "fl_core", "app", "--port", str(port), "--data-root", str(tmp_path)]
-    with running_server(command, port, env, tmp_path / "app.log", timeout=240, cwd=tmp_path) as server:
+    with running_server(command, port, env, tmp_path / "app.log", timeout=600, cwd=tmp_path) as server:
         assert health(port) == "ok" and server.poll() is None

@@ -205,9 +205,10 @@ def analyze_survey(models: ModelLike | Sequence[ModelLike], data: str | None = N
         models: specs or registry name patterns (:func:`fl_core.survey.models.survey_models`), loaded models or
             ``nn.Module`` objects, one or a list.
         data: the image source of the patch statistics (default: ``settings.images``).
-        settings: what to measure; ``setting_overrides`` replace fields (``family="whitening"``, ``seeds=3``).
-        device: where each row is computed.
-        progress: ``progress(fraction, message)``, ``False`` for none (default: a bar where a person is watching).
+        settings: what to measure (``None``: :class:`SurveySettings`'s defaults).
+        device: where each row is computed (``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``).
+        progress: ``progress(fraction, message)``; ``None``: a bar where a person is watching; ``False``: none.
+        **setting_overrides: fields of ``settings`` replaced (``family="whitening"``, ``seeds=3``).
     """
     if data is not None:
         setting_overrides = {**setting_overrides, "images": data}
