@@ -4,7 +4,8 @@ No Streamlit import anywhere in this package (a test enforces it): notebooks, th
 the dashboard pages all call the same functions. The public entry points are listed in ``__all__`` and importable from
 here (``from fl_core import analyze_energy, load_model``); each is imported on first use, so ``import fl_core`` stays
 light (the CLI's ``--help`` does not wait for torch), and the ``TYPE_CHECKING`` imports show type checkers the same
-names. Each analysis family has one shape (:mod:`fl_core.arguments`)::
+names (``import X as X``: re-exported). ``__all__`` derives from the analysis families' registry
+(:mod:`fl_core.families`) and :data:`CORE_API`. Each analysis family has one shape (:mod:`fl_core.arguments`)::
 
     analyze_<family>(models_or_model, data=None, settings=None, *, device=None, progress=None,
                      **setting_overrides) -> <Family>Result
@@ -17,74 +18,91 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from fl_core.families import public_api
+
 __version__ = "0.2.0"
 
-PUBLIC_API: dict[str, tuple[str, ...]] = {
+CORE_API: dict[str, tuple[str, ...]] = {
     "fl_core.errors": ("FilterLensError", "ModelSpecError", "CheckpointError", "WeightsUnavailableError", "DataError",
                        "AnalysisError", "ArgumentError"),
     "fl_core.io.models": ("load_model", "LoadedModel"),
     "fl_core.io.preprocessing": ("InputConfig",),
     "fl_core.io.checkpoints": ("load_state_dict",),
     "fl_core.io.images": ("open_images", "ImageSet", "BUNDLED"),
+    "fl_core.io.sources": ("ImageSource",),
     "fl_core.io.layers": ("conv_inventory",),
-    "fl_core.io.inspect": ("inspect_models", "InspectResult"),
     "fl_core.firstlayer.patches": ("patch_pca", "PatchStatistics", "PatchPCA"),
-    "fl_core.firstlayer.energy": ("analyze_energy", "EnergySettings", "EnergyResult"),
-    "fl_core.firstlayer.whitening": ("analyze_whitening", "WhiteningSettings", "WhiteningResult"),
-    "fl_core.channelaxes.calibration": ("channel_data", "ChannelData"),
-    "fl_core.channelaxes.analysis": ("analyze_channels", "ChannelSettings", "ChannelAxesResult"),
-    "fl_core.channelaxes.layerstats": ("AxisSettings",),
-    "fl_core.channelaxes.pruning": ("PruningSettings",),
-    "fl_core.masterkeys.depthwise": ("depthwise_bank",),
-    "fl_core.masterkeys.clustering": ("analyze_master_keys", "MasterKeySettings", "MasterKeyResult"),
-    "fl_core.masterkeys.assignment": ("analyze_scale_space",),
-    "fl_core.masterkeys.fitting": ("fit_published_filters", "ScaleSpaceSettings", "ScaleSpaceResult"),
-    "fl_core.masterkeys.swap": ("swap_filters",),
-    "fl_core.masterkeys.rescore": ("rescore", "RescoreSettings", "RescoreResult"),
-    "fl_core.masterkeys.recovery": ("RecoverySettings",),
-    "fl_core.masterkeys.layersweep": ("sweep_layers", "LayerSweepSettings", "LayerSweepResult"),
-    "fl_core.lab.train": ("TrainSettings",),
-    "fl_core.lab.runs": ("train_run", "load_run", "RunSettings", "Run"),
-    "fl_core.report.build": ("build_report", "ReportSettings", "Report"),
-    "fl_core.report.html": ("report_html",),
 }
+"""Public names that no analysis family owns: errors, models, images, patch statistics."""
+PUBLIC_API: dict[str, tuple[str, ...]] = public_api(CORE_API)
 """Module → the public names it defines (configs as data: ``__all__`` and the lazy imports derive from it)."""
 
-if TYPE_CHECKING:  # what type checkers and editors see; tests/test_core.py keeps it equal to PUBLIC_API
-    from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
-    from fl_core.channelaxes.calibration import ChannelData, channel_data
-    from fl_core.channelaxes.layerstats import AxisSettings
-    from fl_core.channelaxes.pruning import PruningSettings
-    from fl_core.errors import (
-        AnalysisError,
-        ArgumentError,
-        CheckpointError,
-        DataError,
-        FilterLensError,
-        ModelSpecError,
-        WeightsUnavailableError,
-    )
-    from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy
-    from fl_core.firstlayer.patches import PatchPCA, PatchStatistics, patch_pca
-    from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
-    from fl_core.io.checkpoints import load_state_dict
-    from fl_core.io.images import BUNDLED, ImageSet, open_images
-    from fl_core.io.inspect import InspectResult, inspect_models
-    from fl_core.io.layers import conv_inventory
-    from fl_core.io.models import LoadedModel, load_model
-    from fl_core.io.preprocessing import InputConfig
-    from fl_core.lab.runs import Run, RunSettings, load_run, train_run
-    from fl_core.lab.train import TrainSettings
-    from fl_core.masterkeys.assignment import analyze_scale_space
-    from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, analyze_master_keys
-    from fl_core.masterkeys.depthwise import depthwise_bank
-    from fl_core.masterkeys.fitting import ScaleSpaceResult, ScaleSpaceSettings, fit_published_filters
-    from fl_core.masterkeys.layersweep import LayerSweepResult, LayerSweepSettings, sweep_layers
-    from fl_core.masterkeys.recovery import RecoverySettings
-    from fl_core.masterkeys.rescore import RescoreResult, RescoreSettings, rescore
-    from fl_core.masterkeys.swap import swap_filters
-    from fl_core.report.build import Report, ReportSettings, build_report
-    from fl_core.report.html import report_html
+if TYPE_CHECKING:  # what type checkers and editors see; tests/test_api.py keeps it equal to PUBLIC_API
+    from fl_core.channelaxes.analysis import ChannelAxesResult as ChannelAxesResult
+    from fl_core.channelaxes.analysis import analyze_channels as analyze_channels
+    from fl_core.channelaxes.calibration import ChannelData as ChannelData
+    from fl_core.channelaxes.calibration import channel_data as channel_data
+    from fl_core.channelaxes.settings import AxisSettings as AxisSettings
+    from fl_core.channelaxes.settings import ChannelDataSettings as ChannelDataSettings
+    from fl_core.channelaxes.settings import ChannelSettings as ChannelSettings
+    from fl_core.channelaxes.settings import PruningSettings as PruningSettings
+    from fl_core.errors import AnalysisError as AnalysisError
+    from fl_core.errors import ArgumentError as ArgumentError
+    from fl_core.errors import CheckpointError as CheckpointError
+    from fl_core.errors import DataError as DataError
+    from fl_core.errors import FilterLensError as FilterLensError
+    from fl_core.errors import ModelSpecError as ModelSpecError
+    from fl_core.errors import WeightsUnavailableError as WeightsUnavailableError
+    from fl_core.firstlayer.energy import EnergyResult as EnergyResult
+    from fl_core.firstlayer.energy import analyze_energy as analyze_energy
+    from fl_core.firstlayer.patches import PatchPCA as PatchPCA
+    from fl_core.firstlayer.patches import PatchStatistics as PatchStatistics
+    from fl_core.firstlayer.patches import patch_pca as patch_pca
+    from fl_core.firstlayer.settings import EnergySettings as EnergySettings
+    from fl_core.firstlayer.settings import WhiteningSettings as WhiteningSettings
+    from fl_core.firstlayer.whitening import WhiteningResult as WhiteningResult
+    from fl_core.firstlayer.whitening import analyze_whitening as analyze_whitening
+    from fl_core.io.checkpoints import load_state_dict as load_state_dict
+    from fl_core.io.images import BUNDLED as BUNDLED
+    from fl_core.io.images import ImageSet as ImageSet
+    from fl_core.io.images import open_images as open_images
+    from fl_core.io.inspect import InspectResult as InspectResult
+    from fl_core.io.inspect import inspect_models as inspect_models
+    from fl_core.io.layers import conv_inventory as conv_inventory
+    from fl_core.io.models import LoadedModel as LoadedModel
+    from fl_core.io.models import load_model as load_model
+    from fl_core.io.preprocessing import InputConfig as InputConfig
+    from fl_core.io.sources import ImageSource as ImageSource
+    from fl_core.lab.runs import Run as Run
+    from fl_core.lab.runs import load_run as load_run
+    from fl_core.lab.runs import train_run as train_run
+    from fl_core.lab.settings import RunSettings as RunSettings
+    from fl_core.lab.settings import TrainSettings as TrainSettings
+    from fl_core.masterkeys.assignment import analyze_scale_space as analyze_scale_space
+    from fl_core.masterkeys.clustering import MasterKeyResult as MasterKeyResult
+    from fl_core.masterkeys.clustering import analyze_master_keys as analyze_master_keys
+    from fl_core.masterkeys.depthwise import depthwise_bank as depthwise_bank
+    from fl_core.masterkeys.fitting import ScaleSpaceResult as ScaleSpaceResult
+    from fl_core.masterkeys.fitting import fit_published_filters as fit_published_filters
+    from fl_core.masterkeys.layersweep import LayerSweepResult as LayerSweepResult
+    from fl_core.masterkeys.layersweep import sweep_layers as sweep_layers
+    from fl_core.masterkeys.rescore import RescoreResult as RescoreResult
+    from fl_core.masterkeys.rescore import rescore as rescore
+    from fl_core.masterkeys.settings import LayerSweepSettings as LayerSweepSettings
+    from fl_core.masterkeys.settings import MasterKeySettings as MasterKeySettings
+    from fl_core.masterkeys.settings import RecoverySettings as RecoverySettings
+    from fl_core.masterkeys.settings import RescoreSettings as RescoreSettings
+    from fl_core.masterkeys.settings import ScaleSpaceSettings as ScaleSpaceSettings
+    from fl_core.masterkeys.swap import swap_filters as swap_filters
+    from fl_core.report.build import Report as Report
+    from fl_core.report.build import build_report as build_report
+    from fl_core.report.html import report_html as report_html
+    from fl_core.report.settings import ReportSettings as ReportSettings
+    from fl_core.report.weightstats import WeightStatistics as WeightStatistics
+    from fl_core.report.weightstats import weight_statistics as weight_statistics
+    from fl_core.survey.analysis import SurveyResult as SurveyResult
+    from fl_core.survey.analysis import analyze_survey as analyze_survey
+    from fl_core.survey.settings import SurveySettings as SurveySettings
 
 _HOME = {name: module for module, names in PUBLIC_API.items() for name in names}
 __all__ = ["__version__", *_HOME]

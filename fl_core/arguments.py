@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from torch import nn
 
-from fl_core.errors import ArgumentError
+from fl_core.errors import ArgumentError, value_text
 from fl_core.io.images import BUNDLED, ImageSet, open_images
 from fl_core.io.models import LoadedModel, load_model
 from fl_core.settings import replace_settings, settings_fields
@@ -30,10 +30,6 @@ ModelLike = str | LoadedModel | nn.Module
 """What a model argument takes: a spec string, a loaded model or a PyTorch module."""
 
 _MODEL_FORMS = "a model spec string (e.g. 'demo:squeezenet1_0'), a LoadedModel or a torch.nn.Module"
-
-
-def _kind(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}"[:80] if isinstance(value, str | int | float) else type(value).__name__
 
 
 def as_model(value: Any, argument: str = "model") -> LoadedModel:
@@ -47,7 +43,7 @@ def as_model(value: Any, argument: str = "model") -> LoadedModel:
     if isinstance(value, Sequence | set):
         raise ArgumentError(f"{argument} takes one model, not a {type(value).__name__} of {len(value)}: call once "
                             "per model.")
-    raise ArgumentError(f"{argument} must be {_MODEL_FORMS}, not {_kind(value)}.")
+    raise ArgumentError(f"{argument} must be {_MODEL_FORMS}, not {value_text(value)}.")
 
 
 def as_models(value: Any, argument: str = "models") -> list[LoadedModel]:
@@ -75,7 +71,7 @@ def as_images(data: Any, argument: str = "data") -> ImageSet:
     if isinstance(data, str | Path):
         return open_images(str(data))
     raise ArgumentError(f"{argument} must be an image source ('bundled', a folder or an ImageFolder tree) or an "
-                        f"ImageSet, not {_kind(data)}.")
+                        f"ImageSet, not {value_text(data)}.")
 
 
 def as_settings(cls: type[S], settings: Any, overrides: Mapping[str, Any], argument: str = "settings") -> S:
@@ -87,7 +83,8 @@ def as_settings(cls: type[S], settings: Any, overrides: Mapping[str, Any], argum
     if settings is None:
         settings = cls()
     elif not isinstance(settings, cls):
-        raise ArgumentError(f"{argument} must be a {cls.__name__} (or None for its defaults), not {_kind(settings)}.")
+        raise ArgumentError(f"{argument} must be a {cls.__name__} (or None for its defaults), not "
+                            f"{value_text(settings)}.")
     known = {f.name for f in settings_fields(cls)} | {f.name for f in dataclasses.fields(cls)}
     unknown = [name for name in overrides if name not in known]
     if unknown:
@@ -99,5 +96,5 @@ def as_settings(cls: type[S], settings: Any, overrides: Mapping[str, Any], argum
 def no_data(data: Any, function: str, argument: str = "data") -> None:
     """Refuse ``data`` for an analysis of the weights alone (the filters are its data)."""
     if data is not None:
-        raise ArgumentError(f"{function} analyses the weights alone and takes no {argument} (got {_kind(data)}); "
+        raise ArgumentError(f"{function} analyses the weights alone and takes no {argument} (got {value_text(data)}); "
                             "pass settings by keyword: settings=... or k=8.")

@@ -6,41 +6,64 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fl_core.errors import AnalysisError
+from fl_core.errors import AnalysisError, ArgumentError, value_text
+from fl_core.settings import device_name
 
 Progress = Callable[[float, str], None]
-"""``progress(fraction_done, message)``: pages map it to ``st.progress``, the CLI to ``tqdm``."""
+"""``progress(fraction_done, message)``: pages map it to ``st.progress``; the default is a tqdm bar
+(:func:`progress_callback`)."""
+ProgressLike = Progress | bool | None
+"""What an analysis's ``progress=`` takes: a callback, ``None`` (a bar where a person is watching), ``False`` (none) or
+``True`` (a bar)."""
+DeviceLike = str | torch.device | None
+"""What an analysis's ``device=`` takes: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``, a ``torch.device``, or
+``None``/``"auto"`` (``FL_DEVICE``, else the best available)."""
 
 
 def default_device() -> torch.device:
     """The device named by ``FL_DEVICE``, else CUDA, else MPS, else CPU."""
     requested = os.environ.get("FL_DEVICE", "").strip()
-    if requested:
-        return resolve_device(requested)
+    if requested and requested != "auto":
+        return resolve_device(requested, argument="FL_DEVICE")
     if torch.cuda.is_available():
         return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+    if _mps_available():
         return torch.device("mps")
     return torch.device("cpu")
 
 
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """Turn ``None``/``"auto"``/a name into a usable ``torch.device``; unavailable accelerators fall back to CPU."""
+def _mps_available() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
+def resolve_device(device: DeviceLike, argument: str = "device") -> torch.device:
+    """``None``/``"auto"``: :func:`default_device`; a name or ``torch.device`` that this machine has, as a
+    ``torch.device``.
+
+    Raises:
+        ArgumentError: an unknown device (:func:`fl_core.settings.device_name`), or an accelerator this machine does
+            not have: never a silent run on the CPU.
+    """
     if device is None or str(device) == "auto":
         return default_device()
+    if not isinstance(device, torch.device):
+        device = device_name(device, argument)
     dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        return torch.device("cpu")
-    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        return torch.device("cpu")
-    return dev
+    if dev.type == "cpu" or (dev.type == "mps" and _mps_available()) or (
+            dev.type == "cuda" and torch.cuda.is_available() and (dev.index or 0) < torch.cuda.device_count()):
+        return dev
+    raise ArgumentError(f"{argument} {str(dev)!r} is not available on this machine, which has "
+                        f"{', '.join(available_devices())}: pick one of those, or 'auto'.")
 
 
 def available_devices() -> list[str]:
@@ -48,7 +71,7 @@ def available_devices() -> list[str]:
     names = ["cpu"]
     if torch.cuda.is_available():
         names += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+    if _mps_available():
         names.append("mps")
     return names
 
@@ -110,6 +133,56 @@ def sub_progress(progress: Progress | None, start: float, stop: float) -> Progre
         report(progress, start + (stop - start) * fraction, message)
 
     return scaled
+
+
+def progress_callback(progress: ProgressLike) -> Progress:
+    """What an analysis reports its progress to, the one rule of every entry point: a callable as it is; ``None`` (the
+    default) a tqdm bar where a person is watching (:func:`watched`), else nothing; ``False`` nothing; ``True`` a
+    bar. Nested analyses get a callable (:func:`sub_progress`), so they never draw a bar of their own."""
+    if callable(progress):
+        return progress
+    if progress is True or (progress is None and watched()):
+        return progress_bar()
+    if progress is None or progress is False:
+        return silent
+    raise ArgumentError(f"progress must be a callable progress(fraction, message), True, False or None, not "
+                        f"{value_text(progress)}.")
+
+
+def silent(fraction: float, message: str) -> None:
+    """A progress callback that shows nothing."""
+
+
+def watched() -> bool:
+    """A person is watching this call: it runs in the main thread of a Jupyter kernel, or of a process whose standard
+    error is a terminal (not in a dashboard's or a worker's thread, not with output redirected to a file)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    return "ipykernel" in sys.modules or sys.stderr.isatty()
+
+
+def progress_bar() -> Progress:
+    """A ``progress(fraction, message)`` drawing a tqdm bar: a widget in a notebook with ipywidgets, text on standard
+    error otherwise; it closes when the fraction reaches 1."""
+    if "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets") is not None:
+        from tqdm.notebook import tqdm
+    else:  # a terminal, or a notebook without ipywidgets (tqdm.auto would warn there): text on standard error
+        from tqdm import tqdm
+    bars: list = []
+
+    def progress(fraction: float, message: str) -> None:
+        if not bars:
+            bars.append(tqdm(total=1000, file=sys.stderr, leave=False,
+                             bar_format="{l_bar}{bar}| {elapsed}<{remaining}"))
+        bar = bars[0]
+        bar.n = int(fraction * 1000)
+        bar.set_description(message[:60], refresh=False)
+        bar.refresh()
+        if fraction >= 1.0:
+            bar.close()
+            bars.clear()
+
+    return progress
 
 
 def evaluate_logits(batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:

@@ -25,9 +25,18 @@ class AnalysisError(FilterLensError):
     """An analysis cannot run on the chosen model/layer (e.g. no depthwise convolution)."""
 
 
-class ArgumentError(FilterLensError, TypeError):
-    """A public function was called with an argument it cannot use; the message names the argument."""
+class ArgumentError(FilterLensError, TypeError, ValueError):
+    """A public function was called with an argument it cannot use (a wrong type or a value out of range, hence both
+    a ``TypeError`` and a ``ValueError``, as scikit-learn's parameter errors); the message names the argument, the
+    value and what is allowed."""
 
 
 class MissingExtraError(FilterLensError, ImportError):
     """A feature needs an optional dependency that is not installed; the message names the extra that installs it."""
+
+
+def value_text(value: object) -> str:
+    """A value as an error message shows it: ``float 2.5``, ``str '8'`` (cut at 80 characters), or its type."""
+    if isinstance(value, str | int | float):
+        return f"{type(value).__name__} {value!r}"[:80]
+    return type(value).__name__

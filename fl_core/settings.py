@@ -1,22 +1,32 @@
-"""Settings as data: every analysis takes one frozen settings dataclass, and its defaults live there only.
+"""Settings as data: every analysis takes one frozen settings dataclass, and its defaults and rules live there only.
 
-A settings class is a ``@dataclass(frozen=True)`` whose Google-style ``Attributes:`` docstring says what each field
-means. :func:`settings_fields` reads the fields (name, type, default, that help text and the optional bounds and
-choices given by :func:`setting`); :func:`add_settings_arguments` turns them into ``argparse`` options and
-:func:`settings_from_args` reads them back, so the command line never re-types a default. The dashboard builds its
-form widgets from the same fields (``fl_ui.forms``), and a frozen settings object is hashable, so it is the cache key.
+A settings class is a ``@dataclass(frozen=True)`` subclass of :class:`Settings` whose Google-style ``Attributes:``
+docstring says what each field means. :func:`settings_fields` reads the fields (name, type, default, that help text
+and the optional bounds and choices given by :func:`setting`); every object is checked against them when it is built
+(:func:`check_setting`: type, bounds, choices), so the library, the command line, the widgets and the URL refuse the
+same values with the same :class:`~fl_core.errors.ArgumentError`. :func:`add_settings_arguments` turns the fields into
+``argparse`` options and :func:`settings_from_args` reads them back, so the command line never re-types a default.
+The dashboard builds its form widgets from the same fields (``fl_ui.forms``), and a frozen settings object is
+hashable, so it is the cache key.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import itertools
+import math
+import numbers
+import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import MISSING, dataclass
 from typing import Any
+
+from fl_core.errors import ArgumentError, value_text
 
 MAX_SEED = 2**32 - 1
 """The largest seed (NumPy's and PyTorch's generators take any seed below 2³²)."""
@@ -26,6 +36,8 @@ MAX_STEPS = 20_000
 """The most optimisation steps a run may ask for (the shipped Training Lab runs take 400 to 4,000)."""
 MAX_ITEMS = 128
 """The most values a tuple setting takes (fractions, sweeps, widths, snapshot steps)."""
+MIN_LEARNING_RATE = 1e-6
+"""The smallest step size of a training or a recovery (a step of 0 would not move)."""
 
 
 def setting(default: Any = MISSING, *, choices: Sequence[Any] | None = None, minimum: float | None = None,
@@ -55,6 +67,7 @@ class SettingField:
         default: the default value.
         help: the field's line(s) of the class's ``Attributes:`` docstring.
         choices, minimum, maximum, flag: as given to :func:`setting`.
+        length: the number of items of a fixed-length tuple (``tuple[float, float, float]``: 3).
     """
 
     name: str
@@ -67,11 +80,21 @@ class SettingField:
     minimum: float | None = None
     maximum: float | None = None
     flag: str | None = None
+    length: int | None = None
 
     @property
     def option(self) -> str:
         """The command-line option: ``--`` + the flag or the name with dashes."""
         return "--" + (self.flag or self.name.replace("_", "-"))
+
+    @property
+    def nested(self) -> bool:
+        """The field holds a settings object of its own."""
+        return dataclasses.is_dataclass(self.kind)
+
+    def scalar(self) -> SettingField:
+        """This field as one value: a tuple field's items, a number without ``None``."""
+        return dataclasses.replace(self, kind=self.item or self.kind, item=None, optional=False, length=None)
 
 
 def plain_text(text: str) -> str:
@@ -108,33 +131,56 @@ def attribute_help(cls: type) -> dict[str, str]:
     return helps
 
 
-def _kind(hint: Any) -> tuple[type, type | None, bool]:
-    """``(kind, item type, optional)`` of a field's type hint."""
+def _kind(hint: Any) -> tuple[type, type | None, bool, int | None]:
+    """``(kind, item type, optional, fixed length)`` of a field's type hint."""
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
-        kind, item, _ = _kind(next(a for a in args if a is not type(None)))
-        return kind, item, True
+        kind, item, _, length = _kind(next(a for a in args if a is not type(None)))
+        return kind, item, True, length
     if typing.get_origin(hint) is tuple:
-        return tuple, args[0], False
-    return hint, None, False
+        return tuple, args[0], False, None if args[-1] is Ellipsis else len(args)
+    return hint, None, False, None
 
 
-def settings_fields(cls: type) -> list[SettingField]:
-    """The fields of a settings dataclass, nested settings classes flattened in place (their fields follow on); a
+@functools.cache
+def own_fields(cls: type) -> tuple[SettingField, ...]:
+    """The fields of a settings dataclass as declared (a nested settings class is one field of that kind); a
     subclass's fields are documented by its own ``Attributes:`` and those of its bases."""
     hints = typing.get_type_hints(cls)
     helps = {name: text for klass in reversed(cls.__mro__) for name, text in attribute_help(klass).items()}
-    fields: list[SettingField] = []
+    fields = []
     for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(hints[f.name]):
-            fields += settings_fields(hints[f.name])
-            continue
-        kind, item, optional = _kind(hints[f.name])
         default = f.default if f.default is not MISSING else f.default_factory()
         meta = f.metadata
+        kind, item, optional, length = _kind(hints[f.name])
         fields.append(SettingField(f.name, kind, item, optional, default, plain_text(helps.get(f.name, "")),
-                                   meta.get("choices"), meta.get("minimum"), meta.get("maximum"), meta.get("flag")))
+                                   meta.get("choices"), meta.get("minimum"), meta.get("maximum"), meta.get("flag"),
+                                   length))
+    return tuple(fields)
+
+
+def settings_fields(cls: type) -> list[SettingField]:
+    """The fields of a settings dataclass, nested settings classes flattened in place (their fields follow on)."""
+    fields: list[SettingField] = []
+    for field in own_fields(cls):
+        fields += settings_fields(field.kind) if field.nested and not field.optional else [field]
     return fields
+
+
+DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")
+"""The device names FilterLens takes (``device=``, ``--device``, ``FL_DEVICE``)."""
+
+
+def device_name(value: Any, argument: str = "device") -> str:
+    """``value`` if it names a device (:data:`DEVICE_NAME`): checked without torch, so the command line refuses an
+    unknown one before any analysis loads (whether this machine has it, :func:`fl_core.backend.resolve_device` says).
+
+    Raises:
+        ArgumentError: not a device name.
+    """
+    if not isinstance(value, str) or not DEVICE_NAME.fullmatch(value.strip()):
+        raise ArgumentError(f"{argument} must be auto, cpu, cuda, cuda:N or mps, not {value_text(value)}")
+    return value.strip()
 
 
 MAX_TEXT_LENGTH = 4096
@@ -166,25 +212,84 @@ def printable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def check_bounds(field: SettingField, value: Any) -> Any:
-    """``value`` if it (each item of a tuple, at most :data:`MAX_ITEMS`) lies within ``field``'s bounds and choices;
-    else :class:`ValueError` naming the option."""
-    items = tuple(value) if isinstance(value, tuple | list | range) else (value,)
-    if len(items) > MAX_ITEMS:
-        raise ValueError(f"{field.option} takes at most {MAX_ITEMS} values, not {len(items):,}")
+KIND_NAMES = {bool: ("True or False", "booleans"), int: ("an integer", "integers"), float: ("a number", "numbers"),
+              str: ("a string", "strings")}
+"""How a message names each kind of value, one and several."""
+
+
+def expected(field: SettingField) -> str:
+    """What ``field`` takes, for a message: ``an integer from 1 to 64``, ``a list or tuple of strings among a, b``."""
     low, high = field.minimum, field.maximum
-    for item in items:
-        if not isinstance(item, int | float) or isinstance(item, bool):
-            continue
-        if item != item or item in (float("inf"), float("-inf")):
-            raise ValueError(f"{field.option} must be a finite number, not {item}")
-        if (low is not None and item < low) or (high is not None and item > high):
-            bound = "be " + " and ".join(f"at {side} {limit:,}" for side, limit in (("least", low), ("most", high))
-                                         if limit is not None)
-            raise ValueError(f"{field.option} must {bound}, not {item:,}")
-    if field.choices is not None and any(item not in field.choices for item in items):
-        raise ValueError(f"{field.option} must be one of {', '.join(map(str, field.choices))}, not {value}")
+    bounds = f" from {low:,} to {high:,}" if low is not None and high is not None else ""
+    if field.choices is not None:
+        bounds = f" among {', '.join(map(str, field.choices))}"
+    kind = field.item if field.kind is tuple else field.kind
+    one, several = KIND_NAMES.get(kind, (f"a {getattr(kind, '__name__', kind)}",) * 2)
+    text = f"a list or tuple of {several}" if field.kind is tuple else one
+    return text + bounds + (", or None" if field.optional else "")
+
+
+def check_setting(field: SettingField, value: Any, name: str | None = None) -> Any:
+    """``value`` as ``field`` holds it, or an :class:`ArgumentError` naming the setting (``name``, default the field's
+    name), the value and what is allowed.
+
+    The one rule of every door (library, command line, widgets, URL): the type (an int is fine for a float, a bool is
+    not a number; a tuple field takes a list or tuple of at most :data:`MAX_ITEMS` values, never a string), finite
+    numbers within the field's bounds, and its choices. Lists become tuples and numbers plain ``int``/``float``, so a
+    settings object stays hashable and JSON-safe.
+    """
+    name = name or field.name
+    if value is None:
+        if field.optional:
+            return None
+        raise ArgumentError(f"{name} must be {expected(field)}, not None")
+    if field.kind is not tuple:
+        return _checked_value(field, value, name)
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise ArgumentError(f"{name} must be {expected(field)}, not {value_text(value)}")
+    items = tuple(itertools.islice(value, MAX_ITEMS + 1))
+    if len(items) > MAX_ITEMS:
+        given = f"{len(value):,}" if isinstance(value, Sized) else "more"
+        raise ArgumentError(f"{name} takes at most {MAX_ITEMS} values, not {given}")
+    if field.length is not None and len(items) != field.length:
+        raise ArgumentError(f"{name} takes {field.length} values, not {len(items)}")
+    item_field = field.scalar()
+    return tuple(_checked_value(item_field, item, name) for item in items)
+
+
+def _checked_value(field: SettingField, value: Any, name: str) -> Any:
+    """One value of ``field``'s kind: its type, then its bounds and choices."""
+    kind = field.kind
+    if isinstance(value, bool) and kind is not bool:
+        raise ArgumentError(f"{name} must be {expected(field)}, not {value_text(value)}")
+    if kind is float and isinstance(value, numbers.Real):
+        value = float(value)
+        if not math.isfinite(value):
+            raise ArgumentError(f"{name} must be a finite number, not {value}")
+    elif kind is int and isinstance(value, numbers.Integral):
+        value = int(value)
+    elif kind is str and isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    elif not isinstance(value, kind):
+        raise ArgumentError(f"{name} must be {expected(field)}, not {value_text(value)}")
+    low, high = field.minimum, field.maximum
+    if (low is not None and value < low) or (high is not None and value > high):
+        bound = " and ".join(f"at {side} {limit:,}" for side, limit in (("least", low), ("most", high))
+                             if limit is not None)
+        raise ArgumentError(f"{name} must be {bound}, not {value:,}")
+    if field.choices is not None and value not in field.choices:
+        raise ArgumentError(f"{name} must be one of {', '.join(map(str, field.choices))}, not {value_text(value)}")
     return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The base of every settings class: each field is checked by :func:`check_setting` when an object is built
+    (``cls(...)``, ``dataclasses.replace``, keyword overrides), and lists become tuples."""
+
+    def __post_init__(self) -> None:
+        for field in own_fields(type(self)):
+            object.__setattr__(self, field.name, check_setting(field, getattr(self, field.name)))
 
 
 def parse_scalar(kind: type, text: str) -> Any:
@@ -201,9 +306,10 @@ def parse_scalar(kind: type, text: str) -> Any:
     return kind(text.strip()) if kind in (int, float) else kind(text)
 
 
-def parse_setting(field: SettingField, text: str) -> Any:
-    """``text`` (a URL or form value) as ``field``'s value, kind, bounds and choices checked: tuples are
-    comma-separated, ``none`` is ``None`` for optional fields. :class:`ValueError` says what is wrong."""
+def parse_setting(field: SettingField, text: str, name: str | None = None) -> Any:
+    """``text`` (a URL or form value) as ``field``'s value, checked by :func:`check_setting` under ``name`` (default:
+    the field's option): tuples are comma-separated, ``none`` is ``None`` for optional fields."""
+    name = name or field.option
     if field.optional and text.strip().lower() == "none":
         return None
     try:
@@ -212,27 +318,34 @@ def parse_setting(field: SettingField, text: str) -> Any:
         else:
             value = parse_scalar(field.kind, text)
     except ValueError as err:
-        raise ValueError(f"{field.option}: {err}" if str(err).startswith(("not", "a NUL")) else
-                         f"{field.option} must be {field.kind.__name__}, not {text!r}") from None
-    return check_bounds(field, value)
+        raise ArgumentError(f"{name}: {err}" if str(err).startswith(("not", "a NUL")) else
+                            f"{name} must be {expected(field)}, not {text!r}") from None
+    return check_setting(field, value, name)
 
 
-def _number(kind: type, field: SettingField):
-    """An argparse ``type`` that parses ``kind`` and checks the field's bounds."""
-    def parse(text: str):
-        value = kind(text)  # a ValueError here is argparse's "invalid int value"
+def option_type(field: SettingField) -> Any:
+    """An argparse ``type`` for one value of ``field`` (a tuple field's items; ``none`` for an optional one): parsed
+    from text (a malformed number is argparse's ``invalid int value``), then :func:`check_setting` under the option's
+    name, so a bad value is refused while the command line is read, before any analysis module loads."""
+    one = field.scalar()
+
+    def parse(text: str) -> Any:
+        if field.optional and field.kind is not tuple and text.strip().lower() == "none":
+            return None
+        value = parse_scalar(one.kind, text)
         try:
-            return check_bounds(field, value)
-        except ValueError as err:
+            return check_setting(one, value, field.option)
+        except ArgumentError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
-    parse.__name__ = kind.__name__
+
+    parse.__name__ = getattr(one.kind, "__name__", "value")
     return parse
 
 
-def bounded(kind: type, minimum: float | None = None, maximum: float | None = None, option: str = "value"):
-    """An argparse ``type`` for an option outside any settings class: ``kind`` within ``[minimum, maximum]``, an
-    error naming ``--option`` otherwise."""
-    return _number(kind, SettingField(option, kind, None, False, None, "", None, minimum, maximum, option))
+def bounded(kind: type, minimum: float | None = None, maximum: float | None = None, option: str = "value") -> Any:
+    """An argparse ``type`` for an option of the command itself (no analysis setting): ``kind`` within
+    ``[minimum, maximum]``, an error naming ``--option`` otherwise."""
+    return option_type(SettingField(option, kind, None, False, None, "", None, minimum, maximum, option))
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, *,
@@ -251,29 +364,19 @@ def add_settings_arguments(parser: argparse.ArgumentParser | argparse._ArgumentG
         if field.name in exclude or field.option in taken:
             continue
         default = (defaults or {}).get(field.name, field.default)
-        scalar = field.item if field.kind is tuple else field.kind
         shown = " (default: %(default)s)" if default not in (None, ()) else ""
         kwargs: dict[str, Any] = {"dest": field.name, "help": field.help.replace("%", "%%") + shown}
         if field.kind is bool:
             kwargs.update(action=argparse.BooleanOptionalAction, default=default)
         else:
-            parse = _number(scalar, field) if scalar in (int, float) else scalar
-            if field.optional:
-                parse = _optional(parse)
-            kwargs.update(type=parse, default=list(default) if field.kind is tuple else default)
+            listed = field.kind is tuple and default is not None
+            kwargs.update(type=option_type(field), default=list(default) if listed else default)
             if field.choices is not None:
-                kwargs["choices"] = list(field.choices)
+                kwargs["metavar"] = "{" + ",".join(map(str, field.choices)) + "}"
             if field.kind is tuple:
-                kwargs["nargs"] = "*"
+                kwargs["nargs"] = field.length or "*"
         parser.add_argument(field.option, **kwargs)
         taken.add(field.option)
-
-
-def _optional(parse):
-    def parse_optional(text: str):
-        return None if text.lower() == "none" else parse(text)
-    parse_optional.__name__ = getattr(parse, "__name__", "value")
-    return parse_optional
 
 
 def settings_to_argv(settings: Any, *, exclude: Sequence[str] = ()) -> list[str]:
@@ -302,8 +405,7 @@ def settings_from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any
         elif dataclasses.is_dataclass(hints[f.name]):
             values[f.name] = settings_from_args(hints[f.name], args, **given)
         elif hasattr(args, f.name):
-            value = getattr(args, f.name)
-            values[f.name] = tuple(value) if isinstance(value, list) else value
+            values[f.name] = getattr(args, f.name)
     return cls(**values)
 
 

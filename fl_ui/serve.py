@@ -18,7 +18,7 @@ import os
 import pkgutil
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from fl_ui import DASHBOARD
 
@@ -116,11 +116,13 @@ def preload() -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """Preload, then ``streamlit run`` the dashboard with ``argv`` (default: this process's arguments) as its
+    options; the one entry of ``python -m fl_ui.serve`` and ``filterlens app``."""
     from streamlit.web import cli
 
     preload()
-    sys.argv = ["streamlit", "run", str(DASHBOARD), *sys.argv[1:]]
+    sys.argv = ["streamlit", "run", str(DASHBOARD), *(sys.argv[1:] if argv is None else argv)]
     return cli.main()
 
 

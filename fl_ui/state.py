@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import streamlit as st
 
 from fl_core.backend import available_devices
-from fl_core.errors import ModelSpecError
+from fl_core.errors import ArgumentError, ModelSpecError
 from fl_core.io.images import BUNDLED, is_bundled
 from fl_core.io.models import ModelSpec
 from fl_core.io.preprocessing import InputConfig, Overrides
@@ -110,7 +110,7 @@ def model_from_url(token: str) -> tuple[str, dict] | None:
         return None
     try:
         InputConfig().with_overrides(**overrides)
-    except ModelSpecError as err:
+    except (ArgumentError, ModelSpecError) as err:  # a value out of InputConfig's bounds, or one it cannot combine
         _notice("models", token, f"its preprocessing {str(err).rstrip('.')}", spec)
         overrides = {}
     return spec, overrides

@@ -31,7 +31,7 @@ from fl_core.results import Result
 
 BANK = "demo:ppocrv6_det_small_dw7"
 ENTRY_POINTS = ("analyze_energy", "analyze_whitening", "analyze_channels", "analyze_master_keys", "analyze_scale_space",
-                "rescore", "sweep_layers", "build_report")
+                "rescore", "sweep_layers", "build_report", "analyze_survey")
 
 
 def small_net() -> nn.Module:
@@ -110,8 +110,10 @@ def test_a_plain_module_is_analysed_on_a_private_copy(photos):
     assert result.models[0].spec == "module:Sequential"
     assert net.training and all(p.requires_grad for p in net.parameters())  # the caller's module is untouched
     assert all((net.state_dict()[k] == v).all() for k, v in before.items())
-    data = channel_data(net, "crops", n_calibration=8, n_evaluation=4)
-    assert len(data.calibration) == 8 and len(data.evaluation) == 4
+    data = channel_data(net, "crops", n_calibration=8, n_evaluation=8)
+    assert len(data.calibration) == 8 and len(data.evaluation) == 8
+    with pytest.raises(ArgumentError, match="n_evaluation must be at least 8"):  # ChannelDataSettings' bounds
+        channel_data(net, "crops", n_calibration=8, n_evaluation=4)
 
 
 def test_scale_space_fits_the_published_filters_or_a_model():

@@ -4,6 +4,7 @@ status 2."""
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +159,30 @@ def test_channels_json_has_the_contract_keys(tmp_path: Path) -> None:
     assert -1 <= payload["spearman"] <= 1 and "ari" in payload
     assert set(payload["pruning"]) == {"local", "l1"}
     assert {"flops_removed", "accuracy", "auc"} <= set(payload["pruning"]["l1"])
+
+
+HELP_SECONDS = 1.0
+"""The most ``--help`` may take (issue 35: TensorBoard, timm's scripts and Jupyter answer in well under a second)."""
+HEAVY = ("torch", "torchvision", "timm", "numpy", "pandas", "scipy", "torch_pruning", "plotly", "streamlit")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [["--help"], ["energy", "--help"], ["channels", "--help"], ["train", "--help"],
+                                  ["energy", "--model", "demo:tiny_vgg", "--seeds", "0"]])
+def test_help_and_a_refused_option_answer_at_once_without_the_analyses(argv: list[str]) -> None:
+    """In a fresh interpreter: no torch, numpy or pandas loaded, and within :data:`HELP_SECONDS` of the processor's
+    time (the child's own user + system seconds, the best of three: a machine shared with other jobs stretches the
+    wall-clock time, not the work)."""
+    code = (f"import sys\nfrom fl_core.cli import main\nstatus = 0\ntry:\n    main(sys.argv[1:])\n"
+            f"except SystemExit as done:\n    status = done.code\n"
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}), file=sys.stderr)\n"
+            f"sys.exit(status)")
+    seconds = []
+    for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        seconds.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        assert done.returncode == (0 if "--help" in argv else 2), done.stderr
+        assert done.stderr.strip().endswith("[]"), done.stderr  # nothing heavy was imported
+    assert min(seconds) < HELP_SECONDS, seconds

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,15 +22,24 @@ from fl_core.backend import (
     statistics_dtype,
     sub_progress,
 )
+from fl_core.errors import ArgumentError
 from fl_core.results import Result, jsonable
 
 
-def test_fl_device_overrides_the_automatic_choice_and_missing_accelerators_fall_back_to_cpu(monkeypatch):
+def test_fl_device_overrides_the_automatic_choice_and_unknown_or_missing_devices_are_refused(monkeypatch):
     monkeypatch.setenv("FL_DEVICE", "cpu")
-    assert resolve_device(None) == resolve_device("auto") == torch.device("cpu")
+    assert resolve_device(None) == resolve_device("auto") == resolve_device(torch.device("cpu")) == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert resolve_device("cuda:1") == torch.device("cpu")
     assert available_devices()[0] == "cpu" and not any(d.startswith("cuda") for d in available_devices())
+    for device, says in (("cuda:1", "'cuda:1' is not available on this machine, which has cpu"),
+                         (torch.device("cuda"), "'cuda' is not available"),
+                         ("bogus", "device must be auto, cpu, cuda, cuda:N or mps, not str 'bogus'"),
+                         (3, "not int 3")):
+        with pytest.raises(ArgumentError, match=re.escape(says)):
+            resolve_device(device)
+    monkeypatch.setenv("FL_DEVICE", "cuda")  # never a silent run on the CPU
+    with pytest.raises(ArgumentError, match="FL_DEVICE 'cuda' is not available"):
+        resolve_device(None)
 
 
 def test_statistics_are_float64_except_on_mps_and_products_follow_the_documented_rule(monkeypatch):
@@ -63,6 +73,32 @@ def test_progress_is_clamped_and_nested_steps_map_onto_their_share():
     assert seen == [(1.0, "done"), (0.5, "a"), (0.75, "b"), (0.0, "c")]
     assert sub_progress(None, 0, 1) is None
     report(None, 0.5, "nobody listens")  # no error
+
+
+def test_progress_is_a_bar_where_a_person_watches_and_nothing_elsewhere(monkeypatch, capsys):
+    """One rule for every entry point (backend.progress_callback): a callable as it is, False silent, None a bar in the
+    main thread of a terminal or a notebook, nothing in a dashboard's or a worker's thread."""
+    import sys
+    import threading
+
+    def record(fraction: float, message: str) -> None:
+        pass
+
+    assert backend.progress_callback(record) is record
+    assert backend.progress_callback(False) is backend.silent
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    in_thread = []
+    worker = threading.Thread(target=lambda: in_thread.append(backend.progress_callback(None)))
+    worker.start()
+    worker.join()
+    assert in_thread == [backend.silent]
+    bar = backend.progress_callback(None)
+    assert bar is not backend.silent
+    bar(0.5, "halfway there")
+    bar(1.0, "done")
+    assert "halfway there" in capsys.readouterr().err
+    with pytest.raises(ArgumentError, match="progress must be a callable"):
+        backend.progress_callback("yes")
 
 
 @dataclass(frozen=True)

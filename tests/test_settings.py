@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from fl_core.settings import (
+    Settings,
     add_settings_arguments,
     attribute_help,
     plain_text,
@@ -22,7 +23,7 @@ from fl_core.settings import (
 
 
 @dataclass(frozen=True)
-class Inner:
+class Inner(Settings):
     """Inner estimator.
 
     Attributes:
@@ -36,7 +37,7 @@ class Inner:
 
 
 @dataclass(frozen=True)
-class Outer:
+class Outer(Settings):
     """Outer analysis.
 
     Attributes:
@@ -92,7 +93,7 @@ def test_options_round_trip_every_kind_of_field():
 
 @pytest.mark.parametrize(("argv", "says"), [(["--k", "0"], "--k must be at least 1, not 0"),
                                             (["--rate", "2"], "--rate must be at least 0.0 and at most 1.0, not 2"),
-                                            (["--run", "d"], "invalid choice")])
+                                            (["--run", "d"], "--run must be one of a, b, c, not str 'd'")])
 def test_bounds_and_choices_are_enforced_with_a_message_that_names_the_option(argv, says):
     with pytest.raises(argparse.ArgumentError, match=re.escape(says)):
         parse(argv)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -29,24 +29,32 @@ import torch
 from scipy.stats import rankdata
 
 from fl_core.arguments import ModelLike, as_model, as_settings
-from fl_core.backend import Progress, cpu_layout, report, resolve_device, sub_progress
+from fl_core.backend import (
+    DeviceLike,
+    Progress,
+    ProgressLike,
+    cpu_layout,
+    progress_callback,
+    report,
+    resolve_device,
+    sub_progress,
+)
 from fl_core.budgets import check_channel_statistics
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman, spearman_matrix
-from fl_core.channelaxes.interventions import LESION_KINDS, ChannelInterventions, channel_interventions, folded_around
+from fl_core.channelaxes.interventions import ChannelInterventions, channel_interventions, folded_around
 from fl_core.channelaxes.layerstats import (
-    AxisSettings,
     LayerStatistics,
     collect_layer_statistics,
     local_axis,
     target_axis,
 )
-from fl_core.channelaxes.pruning import PruningResult, PruningSettings, prune_curves
+from fl_core.channelaxes.pruning import PruningResult, prune_curves
+from fl_core.channelaxes.settings import ChannelOverrides, ChannelSettings
 from fl_core.channelaxes.site import ChannelSite, locate_site
 from fl_core.errors import AnalysisError
 from fl_core.io.layers import ConvLayer, find_layer
 from fl_core.results import Result, jsonable
-from fl_core.settings import setting
 
 AXIS_SCORES = ("local", "target", "input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess")
 """Importance scores derived from the two axes (higher = keep), also usable as pruning criteria."""
@@ -54,34 +62,8 @@ CORRELATED_METRICS = ("input_capture", "peer_overlap", "peer_r2", "task_info", "
                       "lesion_dloss", "replacement_dloss", "peer_support")
 """Per-channel columns of :meth:`ChannelAxesResult.metric_correlations` (with the baseline scores)."""
 
-
-@dataclass(frozen=True)
-class ChannelSettings:
-    """How a layer is analysed.
-
-    Attributes:
-        layer: the convolution analysed (none: the first convolution).
-        axes: estimator choices of the two axes.
-        lesion_kinds: interventions to run (``mean``, ``zero``, ``replace``; none: skip).
-        cluster_k: k-means clusters per axis (ARI).
-        cluster_seeds: k-means / permutation seeds (ARI).
-        pruning: the pruning protocol (``None``: no pruning curves).
-        batch_size: images per forward pass.
-        memory_mb: activation memory for the batched lesions and the in-memory evaluation set.
-    """
-
-    layer: str | None = None
-    axes: AxisSettings = field(default_factory=AxisSettings)
-    lesion_kinds: tuple[str, ...] = setting(LESION_KINDS, choices=LESION_KINDS, flag="lesions")
-    cluster_k: int = setting(4, minimum=2, maximum=64)
-    cluster_seeds: int = setting(10, minimum=1, maximum=1000)
-    pruning: PruningSettings | None = None
-    batch_size: int = setting(32, minimum=1, maximum=1024)
-    memory_mb: int = setting(1024, minimum=1, maximum=65_536)
-
-    @property
-    def memory_bytes(self) -> int:
-        return int(self.memory_mb) << 20
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def _percentile(values: np.ndarray) -> np.ndarray:
@@ -154,8 +136,9 @@ class AxesComparison(Result):
     agreement: AxesAgreement | None
 
 
-def compare_axes(table: pd.DataFrame, settings: ChannelSettings = ChannelSettings()) -> AxesComparison:
-    """Spearman ρ and the ARI of the axis groupings of one layer."""
+def compare_axes(table: pd.DataFrame, settings: ChannelSettings | None = None) -> AxesComparison:
+    """Spearman ρ and the ARI of the axis groupings of one layer (``settings``: default ChannelSettings())."""
+    settings = settings or ChannelSettings()
     scores = importance_scores(table)
     local = np.column_stack([_safe_log(table["input_capture"].to_numpy()), table["peer_overlap"].to_numpy()])
     target = np.column_stack([table["task_info"].to_numpy(), table["target_excess"].to_numpy()])
@@ -382,8 +365,8 @@ def layer_axes(model: torch.nn.Module, layer: str, data: ChannelData, settings: 
 
 
 def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, settings: ChannelSettings | None = None,
-                     *, init: ModelLike | None = None, device=None, progress: Progress | None = None,
-                     **setting_overrides) -> ChannelAxesResult:
+                     *, init: ModelLike | None = None, device: DeviceLike = None, progress: ProgressLike = None,
+                     **setting_overrides: Unpack[ChannelOverrides]) -> ChannelAxesResult:
     """Both axes, lesions, peer replacement and pruning curves of one conv layer, compared (module docstring).
 
     Args:
@@ -398,11 +381,11 @@ def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, se
         device: where to run.
         progress: ``progress(fraction, message)``.
     """
-    loaded = as_model(model)
     settings = as_settings(ChannelSettings, settings, setting_overrides)
+    device, progress = resolve_device(device), progress_callback(progress)
+    loaded = as_model(model)
     data = as_channel_data(data, loaded, seed=settings.axes.seed)
     init = None if init is None else as_model(init, "init")
-    device = resolve_device(device)
     conv = find_layer(loaded, settings.layer)
     check_channel_statistics(conv.out_channels, what=f"layer {conv.name} of {loaded.label}")
     if len(data.calibration) < 2 * settings.axes.k:

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from fl_core.arguments import ModelLike, as_model
+from fl_core.channelaxes.settings import CROPS, ChannelDataSettings
 from fl_core.errors import ArgumentError, DataError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.crops import CropData, CropSettings, photo_crops
@@ -35,7 +36,6 @@ from fl_core.io.images import ImageSet, folder_images, is_bundled, iter_input_ba
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
 
-CROPS = "crops"
 DECISION_LABELS = "each labelled with the network's own top-1 class"
 """What the data description says when the labels are the network's decisions (:func:`decision_labels`)."""
 
@@ -212,10 +212,12 @@ def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int
                        description=description, seed=seed, warnings=warnings)
 
 
-def channel_data(model: ModelLike, source: str = CROPS, n_calibration: int = 256, n_evaluation: int = 256,
-                 seed: int = 0) -> ChannelData:
+def channel_data(model: ModelLike, source: str = ChannelDataSettings.source,
+                 n_calibration: int = ChannelDataSettings.n_calibration,
+                 n_evaluation: int = ChannelDataSettings.n_evaluation, seed: int = 0) -> ChannelData:
     """The labelled sets of a channel analysis of ``model``: ``"crops"`` (or the bundled photos' source: their
-    labelled crops) or a labelled ImageFolder tree, labels mapped onto the model's head.
+    labelled crops) or a labelled ImageFolder tree, labels mapped onto the model's head (the arguments checked by
+    :class:`~fl_core.channelaxes.settings.ChannelDataSettings`).
 
     Args:
         model: the model analysed (a spec string, :class:`LoadedModel` or ``nn.Module``).
@@ -225,12 +227,10 @@ def channel_data(model: ModelLike, source: str = CROPS, n_calibration: int = 256
         seed: seed of the split and of the sampling.
     """
     loaded = as_model(model)
-    if not isinstance(source, str | Path):
-        raise ArgumentError(f"source must be 'crops' or a labelled ImageFolder tree, not {type(source).__name__}.")
-    source = str(source)
-    if source == CROPS or is_bundled(source):
-        return crop_channel_data(loaded, n_calibration, n_evaluation, seed)
-    return folder_channel_data(source, loaded, n_calibration, n_evaluation, seed)
+    asked = ChannelDataSettings(source, n_calibration, n_evaluation, seed)
+    if asked.source == CROPS or is_bundled(asked.source):
+        return crop_channel_data(loaded, asked.n_calibration, asked.n_evaluation, asked.seed)
+    return folder_channel_data(asked.source, loaded, asked.n_calibration, asked.n_evaluation, asked.seed)
 
 
 def as_channel_data(data: str | ChannelData | None, loaded: LoadedModel, seed: int = 0) -> ChannelData:

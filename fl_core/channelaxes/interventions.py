@@ -51,14 +51,12 @@ from torch import nn
 
 from fl_core.backend import Progress, inference_autocast, report
 from fl_core.channelaxes.calibration import LabelledInputs
+from fl_core.channelaxes.settings import LESION_KINDS
 from fl_core.channelaxes.site import ChannelSite, is_container, on_call
 from fl_core.errors import AnalysisError
 from fl_core.masterkeys.batchnorm import conv_batchnorm_pairs, folded_copy
 from fl_core.results import Result
 from fl_core.suffix import PROBE_IMAGES, ModuleChain, PrefixPasses, module_chain, same_output, suffix_forward
-
-LESION_KINDS = ("mean", "zero", "replace")
-
 
 # -------------------------------------------------------------------------------------------- substitutions
 

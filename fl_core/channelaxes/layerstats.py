@@ -46,30 +46,10 @@ from fl_core.channelaxes.moments import (
     ridge_peer_coefficients,
     top_peers,
 )
+from fl_core.channelaxes.settings import AxisSettings
 from fl_core.channelaxes.site import ChannelSite, on_call
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
-from fl_core.settings import MAX_SEED, setting
-
-
-@dataclass(frozen=True)
-class AxisSettings:
-    """Estimator choices of both axes (recorded with every result).
-
-    Attributes:
-        k: peers per channel (top-|ρ| of the per-position pre-activation correlation): R_X top-k, held-out R²,
-            target-excess, pairwise and triplet proxies; also the ridge peers of the replacement (on ``a``).
-        shrinkage: α of the shrunk correlation ``(1−α)C + αI`` (all-peer R², target-axis estimators).
-        ridge: relative ridge strength λ = ridge·tr Σ / C of the top-k regressions.
-        n_triplets: sampled peer pairs per channel for the triplet synergy.
-        seed: seeds the triplet sampling (and, in the analysis, everything else random).
-    """
-
-    k: int = setting(8, minimum=1, maximum=256)
-    shrinkage: float = setting(1e-3, minimum=0.0, maximum=1.0)
-    ridge: float = setting(1e-3, minimum=0.0, maximum=100.0)
-    n_triplets: int = setting(64, minimum=1, maximum=4096)
-    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
 
 
 @dataclass(frozen=True)
@@ -224,8 +204,9 @@ class LocalAxis(Result):
     post_means: torch.Tensor
 
 
-def local_axis(stats: LayerStatistics, settings: AxisSettings = AxisSettings()) -> LocalAxis:
+def local_axis(stats: LayerStatistics, settings: AxisSettings | None = None) -> LocalAxis:
     """Input capture, peer overlap and peer reconstruction from the layer's statistics."""
+    settings = settings or AxisSettings()
     capture = input_capture(stats.weight, stats.pre.variance(ddof=0), stats.input_trace)
     corr_pre = stats.pre.correlation()
     post = stats.post
@@ -260,8 +241,9 @@ class TargetAxis(Result):
     triplets: TripletSynergy | None
 
 
-def target_axis(stats: LayerStatistics, peers: torch.Tensor, settings: AxisSettings = AxisSettings()) -> TargetAxis:
+def target_axis(stats: LayerStatistics, peers: torch.Tensor, settings: AxisSettings | None = None) -> TargetAxis:
     """Task information, target-excess and the synergy proxies of every channel."""
+    settings = settings or AxisSettings()
     if stats.n_images < settings.k + 4:
         raise AnalysisError(f"The target axis needs more calibration images than peers + 3 ({settings.k + 4}); "
                             f"got {stats.n_images}.")

@@ -37,80 +37,11 @@ from fl_core.backend import Progress, evaluate_classifier, report
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.comparison import auc_accuracy_vs_flops
 from fl_core.channelaxes.pruner import LayerPruner, PrunedEvaluation
+from fl_core.channelaxes.settings import CRITERIA, PruningSettings
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
-from fl_core.settings import MAX_SEED, setting
 
-
-@dataclass(frozen=True)
-class Criterion:
-    """A channel-importance criterion: higher score = keep.
-
-    Attributes:
-        name: key used in results and on the command line.
-        label: display name.
-        axis: ``local``, ``target`` or ``baseline``.
-        formula: the score and its sign convention.
-        source: where it comes from.
-    """
-
-    name: str
-    label: str
-    axis: str
-    formula: str
-    source: str
-
-
-CRITERIA: dict[str, Criterion] = {c.name: c for c in (
-    Criterion("local", "local axis", "local", "mean percentile of I_X (high = keep) and R̄_X (low = keep)",
-              "proposed composite of §1-2"),
-    Criterion("target", "target axis", "target", "mean percentile of I(ā;m) and TE (high = keep)",
-              "proposed composite of §3"),
-    Criterion("input_capture", "input capture I_X", "local", "I_X normalized (high = keep)", "proposed §1"),
-    Criterion("peer_overlap", "peer overlap R̄_X", "local", "−R̄_X (high overlap = replaceable = prune)",
-              "proposed §2"),
-    Criterion("peer_r2", "peer R²", "local", "−R²_peer held-out (well reconstructed = prune)", "proposed §4"),
-    Criterion("task_info", "task information", "target", "I(ā;m) Gaussian-copula (high = keep)", "proposed §3.1"),
-    Criterion("target_excess", "target-excess", "target", "TE = I(ā_i;m | ā_P) (high = keep)", "proposed §3.4"),
-    Criterion("l1", "L1 norm", "baseline", "‖W_i‖₁", "Li et al. 2017; TP GroupMagnitudeImportance(p=1)"),
-    Criterion("l2", "L2 norm", "baseline", "‖W_i‖₂²", "Li et al. 2017; TP GroupMagnitudeImportance(p=2)"),
-    Criterion("bn_gamma", "BN |γ|", "baseline", "|γ_i| of the following BatchNorm", "Liu et al. 2017; TP "
-              "BNScaleImportance"),
-    Criterion("fpgm", "FPGM", "baseline", "Σ_j ‖|w_i|² − |w_j|²‖₂ (near the geometric median = prune; Torch-Pruning "
-              "compares squared magnitudes where He et al. compare the signed filters)",
-              "He et al. 2019; TP FPGMImportance"),
-    Criterion("taylor", "Taylor", "baseline", "Σ |w ⊙ ∂L/∂w| on a calibration batch",
-              "Molchanov et al. 2019; TP GroupTaylorImportance"),
-    Criterion("random", "random", "baseline", "uniform (seeded)", "TP RandomImportance"),
-)}
-DEFAULT_CRITERIA = ("local", "target", "l1", "l2", "bn_gamma", "fpgm", "taylor", "random")
 TP_CRITERIA = ("l1", "l2", "bn_gamma", "fpgm", "taylor", "random")
-
-
-@dataclass(frozen=True)
-class PruningSettings:
-    """The pruning protocol.
-
-    Attributes:
-        criteria: criteria to compare (keys of :data:`CRITERIA`; none on the command line: no pruning curves).
-        fractions: fractions of the layer's channels removed at each point (the intact network is added at 0).
-        finetune_steps: recovery fine-tune steps per pruned network (0 = none).
-        finetune_lr: SGD step size of the fine-tune (0.01 collapsed a pruned SqueezeNet to chance; 1e-3 recovers it).
-        finetune_batch: images per fine-tune step.
-        gradient_images: calibration images for the Taylor gradients.
-        compensate_mean: fold the removed channels' calibration means into the biases of the layers that read them
-            directly (removal then acts like mean-ablation rather than zero-ablation; [proposed]).
-        seed: seeds the random criterion and the fine-tune's batch order.
-    """
-
-    criteria: tuple[str, ...] = setting(DEFAULT_CRITERIA, choices=tuple(CRITERIA))
-    fractions: tuple[float, ...] = setting((0.125, 0.25, 0.5, 0.75), minimum=0.0, maximum=1.0)
-    finetune_steps: int = setting(20, minimum=0, maximum=10_000)
-    finetune_lr: float = setting(1e-3, minimum=0.0, maximum=10.0)
-    finetune_batch: int = setting(32, minimum=1, maximum=1024)
-    gradient_images: int = setting(64, minimum=1, maximum=10_000)
-    compensate_mean: bool = setting(True, flag="mean-compensation")
-    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
 
 
 def evaluate_model(model: nn.Module, inputs: LabelledInputs, device: torch.device, batch_size: int = 64
@@ -245,7 +176,7 @@ def lowest_first(scores: np.ndarray, count: int) -> list[int]:
 
 
 def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, evaluation: LabelledInputs,
-                 axis_scores: Mapping[str, np.ndarray], settings: PruningSettings = PruningSettings(), *,
+                 axis_scores: Mapping[str, np.ndarray], settings: PruningSettings | None = None, *,
                  device: torch.device, means: np.ndarray | None = None, readers: Sequence[str] = (),
                  batch_size: int = 64, memory_bytes: int = 1 << 30,
                  progress: Progress | None = None) -> PruningResult:
@@ -257,7 +188,7 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
         calibration: images for gradients (Taylor) and the recovery fine-tune.
         evaluation: held-out images for the accuracies.
         axis_scores: importance of the two-axis criteria (``local``, ``target``, ...) computed elsewhere.
-        settings: the protocol.
+        settings: the protocol (default: ``PruningSettings()``).
         device: where to run.
         means: calibration means of the layer's channels at the site (for ``settings.compensate_mean``).
         readers: the layers that read the site directly (groups-1 convs / linear layers) and absorb the means.
@@ -265,9 +196,7 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
         memory_bytes: images kept in memory for the repeated evaluations and the fine-tune.
         progress: ``progress(fraction, message)``.
     """
-    unknown = [c for c in settings.criteria if c not in CRITERIA]
-    if unknown:
-        raise AnalysisError(f"Unknown pruning criteria {unknown}; choose from {', '.join(CRITERIA)}.")
+    settings = settings or PruningSettings()
     example, _ = calibration.head(1)
     evaluation = evaluation.materialized(memory_bytes)
     if settings.finetune_steps > 0:

@@ -1,17 +1,20 @@
 """Command line: ``python -m fl_core <analysis> --model SPEC [--model SPEC ...] [options] [--json PATH] [--csv PATH]``.
 
-Each analysis is a module of this package with ``add_arguments(parser)`` and ``run(args, progress) -> Result``;
-:data:`COMMANDS` lists them (configs as data). The result's ``to_dict()`` goes to ``--json``, its ``to_frame()`` to
-``--csv``, and a short summary to stdout. ``-`` as an output path (``--json -``, ``--csv -``, ``--html -``) means the
-standard output; the summary then goes to stderr, so the output can be piped. Errors print one line and exit with
-status 2 (malformed options, refused inputs, unwritable outputs, running out of memory); an unexpected error prints
-one line too and exits with status 1 (``FL_TRACEBACK=1`` shows its traceback).
+Each command is a module of this package with ``add_arguments(parser)`` and ``run(args, progress) -> Result``: the
+command of each registered analysis family (:mod:`fl_core.families`), and the tools of :data:`TOOLS` (``app``). The
+modules import only settings at their top, so ``--help`` and a refused option answer without loading torch. The
+result's ``to_dict()`` goes to ``--json``, its ``to_frame()`` to ``--csv``, and a short summary to stdout. ``-`` as an
+output path (``--json -``, ``--csv -``, ``--html -``) means the standard output; the summary then goes to stderr, so
+the output can be piped. Errors print one line and exit with status 2 (malformed options, refused inputs, unwritable
+outputs, running out of memory); an unexpected error prints one line too and exits with status 1 (``FL_TRACEBACK=1``
+shows its traceback).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import json
 import logging
@@ -20,28 +23,20 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
+from types import ModuleType
+from typing import Any, NoReturn, TextIO
 
 from fl_core import __version__, allocator
 from fl_core.errors import FilterLensError, ModelSpecError
-from fl_core.io.images import BUNDLED
-from fl_core.io.models import load_model
-from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, MAX_RESIZE_SIZE, InputConfig, Overrides
-from fl_core.settings import MAX_IMAGES, bounded
+from fl_core.families import FAMILIES
+from fl_core.io.preprocessing import InputConfig, Overrides
+from fl_core.io.sources import ImageSource
+from fl_core.settings import SettingField, add_settings_arguments, device_name, option_type, settings_fields
 
-COMMANDS: dict[str, str] = {
-    "inspect": "list a model's convolutions, input preprocessing and load notes",
-    "energy": "first-layer (or any layer's) energy profiles, linear-theory fit, random-init baseline",
-    "whitening": "spatial autocorrelation C(δ)/C(0) of RGB, learned, random-init and ZCA filter responses",
-    "train": "train a small CNN on labelled crops: first-layer snapshots, profile trajectory vs theory, paper claims",
-    "masterkeys": "cluster depthwise filters (sign/scale invariant) and assign them to the 8 master key filters",
-    "scalespace": "σ of the idealized scale-space models of the 8 master keys by fitting method A-D",
-    "rescore": "swap depthwise filters for idealized models and re-score top-1/top-5 (torchrun for several GPUs)",
-    "channels": "two axes per channel (local replaceability vs task relevance), lesions, peer replacement, pruning",
-    "report": "one self-contained offline HTML report of a checkpoint or of a run's checkpoints (--html PATH)",
-    "survey": "one analysis over many models (patterns, lists, folders), a row per model, on a Dask cluster's workers",
+TOOLS: dict[str, tuple[str, str]] = {
+    "app": ("fl_core.cli.app", "start the dashboard in a browser (needs the app extra: pip install 'filterlens[app]')"),
 }
-
+"""Commands that are not an analysis family: name → (module, help)."""
 CONSOLE_SCRIPT = "filterlens"
 """The installed command (pyproject's ``[project.scripts]``): the same commands as ``python -m fl_core``."""
 STDOUT = Path("-")
@@ -52,6 +47,12 @@ FILE_OUTPUTS = ("json", "csv", "html")
 
 MAX_MESSAGE = 2000
 """The longest error line printed (a message quoting a user's value is cut there)."""
+
+
+def commands() -> dict[str, tuple[str, str]]:
+    """Every command: name → (module, help): each registered family's (:mod:`fl_core.families`), then :data:`TOOLS`."""
+    return {**{name: (family.command, family.summary) for name, family in FAMILIES.items() if family.command},
+            **TOOLS}
 
 
 class CommandLine(argparse.ArgumentParser):
@@ -69,57 +70,70 @@ def one_line(message: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per registered family with a command, and the tools. Command modules import
+    only settings at their top (their analyses inside ``run``), so ``--help`` and a refused option never load torch."""
     prog = CONSOLE_SCRIPT if Path(sys.argv[0]).name == CONSOLE_SCRIPT else "python -m fl_core"
     parser = CommandLine(prog=prog, description="FilterLens analyses without a browser.")
     parser.add_argument("--version", action="version", version=f"FilterLens {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="ANALYSIS")
-    for name, help_text in COMMANDS.items():
-        module = importlib.import_module(f"fl_core.cli.{name}")
+    for name, (module_name, help_text) in commands().items():
+        module = importlib.import_module(module_name)
         sub = subparsers.add_parser(name, help=help_text, description=module.__doc__,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(sub)
-        add_output_arguments(sub)
-        sub.set_defaults(run=module.run)
+        if not standalone(module):
+            add_output_arguments(sub)
+        sub.set_defaults(run=module.run, standalone=standalone(module))
     return parser
+
+
+def standalone(module: ModuleType) -> bool:
+    """A command that writes no result (``STANDALONE = True``: the app); its ``run`` returns the exit status."""
+    return bool(getattr(module, "STANDALONE", False))
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the result's to_dict() as JSON ('-': stdout)")
     parser.add_argument("--csv", type=Path, metavar="PATH", help="write the result's table as CSV ('-': stdout)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: FL_DEVICE or automatic)")
+    parser.add_argument("--device", type=option_device, default=None,
+                        help="auto, cpu, cuda, cuda:N or mps (default: FL_DEVICE or automatic)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def option_device(text: str) -> str:
+    """``--device``, its name checked before any analysis loads (:func:`fl_core.settings.device_name`)."""
+    try:
+        return device_name(text, "--device")
+    except FilterLensError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def setting_field(cls: type, name: str) -> SettingField:
+    """The field ``name`` of the settings class ``cls``."""
+    return next(field for field in settings_fields(cls) if field.name == name)
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    """``--model SPEC`` (repeatable) and the preprocessing overrides for uploaded weights."""
+    """``--model SPEC`` (repeatable) and the preprocessing overrides for uploaded weights, each checked by
+    :class:`~fl_core.io.preprocessing.InputConfig`'s own rules."""
     parser.add_argument("--model", action="append", required=required, metavar="SPEC", default=None,
                         help="timm:NAME[@pretrained|=PATH], torchvision:NAME[...], weights:PATH, onnx:PATH "
                              "(weights only) or demo:NAME")
     group = parser.add_argument_group("preprocessing overrides (registry models default to their own config)")
-    group.add_argument("--input-size", type=bounded(int, 8, MAX_RESIZE_SIZE, "input-size"),
-                       help="square input size in pixels")
-    group.add_argument("--crop-pct", type=bounded(float, 0.05, 1.0, "crop-pct"),
-                       help="crop fraction: resize to size/crop_pct (the edge --crop-mode names), then crop size")
-    group.add_argument("--interpolation", choices=INTERPOLATIONS)
-    group.add_argument("--crop-mode", choices=CROP_MODES,
-                       help="timm's crop modes: resize the short side (center), both sides (squash) or the long side "
-                            "with mean-colour padding (border) to size/crop_pct, then centre-crop")
-    group.add_argument("--mean", type=float, nargs=3, metavar=("R", "G", "B"))
-    group.add_argument("--std", type=float, nargs=3, metavar=("R", "G", "B"))
+    add_settings_arguments(group, InputConfig, defaults=dict.fromkeys(InputConfig.__dataclass_fields__))
 
 
-def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--layer`` / ``--stage`` (repeatable): which depthwise layers to use."""
+def add_selection_arguments(parser: argparse.ArgumentParser, settings: type) -> None:
+    """``--layer`` / ``--stage`` (repeatable): which depthwise layers to use (a stage within ``settings``' bounds)."""
     parser.add_argument("--layer", action="append", default=None, metavar="NAME", help="depthwise layer (repeatable)")
-    parser.add_argument("--stage", action="append", type=bounded(int, 0, 64, "stage"), default=None, metavar="N",
+    stage = dataclasses.replace(setting_field(settings, "stages"), flag="stage")
+    parser.add_argument("--stage", action="append", type=option_type(stage), default=None, metavar="N",
                         help="stage index, 0 = highest resolution (repeatable)")
 
 
 def add_image_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--images", default=BUNDLED, metavar="SOURCE",
-                        help="'bundled' (offline natural photos), a folder, or an ImageFolder tree")
-    parser.add_argument("--max-images", type=bounded(int, 1, MAX_IMAGES, "max-images"), default=None,
-                        help="use at most this many images")
+    """``--images`` and ``--max-images`` (:class:`~fl_core.io.sources.ImageSource`)."""
+    add_settings_arguments(parser, ImageSource)
 
 
 def input_overrides(args: argparse.Namespace) -> Overrides:
@@ -127,36 +141,18 @@ def input_overrides(args: argparse.Namespace) -> Overrides:
     return InputConfig.overrides(vars(args))
 
 
-def load_models(args: argparse.Namespace) -> list:
+def load_models(args: argparse.Namespace) -> list[Any]:
     """Load every ``--model`` with the preprocessing overrides."""
+    from fl_core.io.models import load_model
+
     return [load_model(spec, input_overrides=dict(input_overrides(args))) for spec in args.model]
 
 
-def single_model(args: argparse.Namespace):
+def single_model(args: argparse.Namespace) -> Any:
     """The one model of ``--model`` (these analyses take one)."""
     if len(args.model) != 1:
         raise ModelSpecError("This analysis takes one --model; run it once per model.")
     return load_models(args)[0]
-
-
-def tqdm_progress(quiet: bool):
-    """A ``progress(fraction, message)`` callback drawing a tqdm bar on stderr (``None`` when quiet)."""
-    if quiet:
-        return None
-    from tqdm import tqdm
-
-    bars: list[tqdm] = []
-
-    def progress(fraction: float, message: str) -> None:
-        if not bars:
-            bars.append(tqdm(total=1000, file=sys.stderr, leave=False,
-                             bar_format="{l_bar}{bar}| {elapsed}<{remaining}"))
-        bar = bars[0]
-        bar.n = int(fraction * 1000)
-        bar.set_description(message[:60])
-        bar.refresh()
-
-    return progress
 
 
 def write_output(path: Path, text: str, stdout: TextIO) -> str:
@@ -174,6 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.standalone:
+        try:
+            return int(args.run(args, None))
+        except Exception as err:  # every error is one line; the traceback only on request
+            return report_error(err)
     piped = [f"--{name}" for name in FILE_OUTPUTS if getattr(args, name, None) == STDOUT]
     if len(piped) > 1:
         parser.error(f"{' and '.join(piped)} both name '-': only one output can go to the standard output")
@@ -183,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.stdout = sys.stdout  # where '-' writes; while the analysis runs, its summary goes to stderr instead
     try:
         with contextlib.redirect_stdout(sys.stderr) if piped else contextlib.nullcontext():
-            result = args.run(args, tqdm_progress(args.quiet))
+            result = args.run(args, False if args.quiet else None)  # None: a bar where a person watches
         if args.json:
             write_output(args.json, json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n", args.stdout)
         if args.csv:

@@ -12,29 +12,20 @@ Examples:
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-import torch
-
-from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
-from fl_core.channelaxes.calibration import CROPS, channel_data
-from fl_core.channelaxes.pruning import PruningSettings
+from fl_core.channelaxes.settings import ChannelDataSettings, ChannelSettings, PruningSettings
 from fl_core.cli import add_model_arguments, load_models
 from fl_core.errors import ModelSpecError
-from fl_core.io.models import load_model
-from fl_core.settings import MAX_IMAGES, MAX_SEED, add_settings_arguments, bounded, settings_from_args
+from fl_core.settings import add_settings_arguments, settings_from_args
+
+if TYPE_CHECKING:
+    from fl_core.channelaxes.analysis import ChannelAxesResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--data", default=CROPS, metavar="SOURCE",
-                        help="'crops' (the bundled labelled crops, offline) or a labelled ImageFolder tree "
-                             "(ImageNet val layout: class index = sorted wnid)")
-    parser.add_argument("--calibration", type=bounded(int, 8, MAX_IMAGES, "calibration"), default=256,
-                        help="calibration images (statistics, fine-tune)")
-    parser.add_argument("--evaluation", type=bounded(int, 8, MAX_IMAGES, "evaluation"), default=256,
-                        help="held-out images (lesions, pruning)")
-    parser.add_argument("--seed", type=bounded(int, 0, MAX_SEED, "seed"), default=0,
-                        help="seed of the data split and every random choice")
+    add_settings_arguments(parser, ChannelDataSettings)
     add_settings_arguments(parser.add_argument_group("analysis"), ChannelSettings, exclude=("pruning",))
     add_settings_arguments(parser.add_argument_group("pruning"), PruningSettings)
     group = parser.add_argument_group("initialization")
@@ -49,6 +40,12 @@ def channel_settings(args: argparse.Namespace) -> ChannelSettings:
 
 
 def run(args: argparse.Namespace, progress) -> ChannelAxesResult:
+    import torch
+
+    from fl_core.channelaxes.analysis import analyze_channels
+    from fl_core.channelaxes.calibration import channel_data
+    from fl_core.io.models import load_model
+
     torch.manual_seed(args.seed)  # random-init registry models (e.g. an --init baseline) are drawn reproducibly
     models = load_models(args)
     if len(models) != 1:
@@ -56,7 +53,8 @@ def run(args: argparse.Namespace, progress) -> ChannelAxesResult:
     loaded = models[0]
     init_spec = args.init or (loaded.init_spec if args.compare_init else None)
     init = load_model(init_spec) if init_spec else None
-    data = channel_data(loaded, args.data, args.calibration, args.evaluation, seed=args.seed)
+    asked = settings_from_args(ChannelDataSettings, args)
+    data = channel_data(loaded, asked.source, asked.n_calibration, asked.n_evaluation, asked.seed)
     result = analyze_channels(loaded, data, channel_settings(args), init=init, device=args.device,
                               progress=progress)
     print_summary(result)

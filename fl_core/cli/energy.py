@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 
 from fl_core.cli import add_image_arguments, add_model_arguments, load_models
-from fl_core.firstlayer.energy import EnergySettings, analyze_energy
-from fl_core.io.images import open_images
-from fl_core.io.models import load_model
+from fl_core.firstlayer.settings import EnergySettings
 from fl_core.settings import add_settings_arguments, settings_from_args
 
 
@@ -27,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, progress):
+    from fl_core.firstlayer.energy import analyze_energy
+    from fl_core.io.images import open_images
+    from fl_core.io.models import load_model
+
     models = load_models(args)
     inits = {}
     for i, loaded in enumerate(models):

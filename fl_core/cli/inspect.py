@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from fl_core.cli import add_model_arguments, load_models
-from fl_core.io.inspect import InspectResult, inspect_models
+
+if TYPE_CHECKING:
+    from fl_core.io.inspect import InspectResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,6 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, progress) -> InspectResult:
+    import pandas as pd
+
+    from fl_core.io.inspect import inspect_models
+
     result = inspect_models(load_models(args))
     for entry in result.models:
         cfg = entry["input_config"]

@@ -13,8 +13,9 @@ import argparse
 from collections.abc import Sequence
 
 from fl_core.cli import add_model_arguments, add_selection_arguments, single_model
-from fl_core.masterkeys.clustering import MasterKeySettings, analyze_master_keys
-from fl_core.settings import add_settings_arguments, check_bounds, settings_fields, settings_from_args
+from fl_core.errors import ArgumentError
+from fl_core.masterkeys.settings import MasterKeySettings
+from fl_core.settings import add_settings_arguments, check_setting, settings_fields, settings_from_args
 
 SET_BY_THE_COMMAND = ("layers", "stages", "sweep")
 SWEEP = next(f for f in settings_fields(MasterKeySettings) if f.name == "sweep")
@@ -33,14 +34,14 @@ def parse_range(text: str) -> list[int]:
     except ValueError as err:
         raise argparse.ArgumentTypeError(f"'{text[:40]}' is not a range like 2-12 or a list like 4,8,16") from err
     try:
-        return list(check_bounds(SWEEP, values))
-    except ValueError as err:
+        return list(check_setting(SWEEP, values, SWEEP.option))
+    except ArgumentError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    add_selection_arguments(parser)
+    add_selection_arguments(parser, MasterKeySettings)
     add_settings_arguments(parser, MasterKeySettings, exclude=SET_BY_THE_COMMAND)
     parser.add_argument("--sweep", type=parse_range, default=None, metavar="KS",
                         help="also cluster for these k (e.g. 2-12) and report mean |cos| and silhouette")
@@ -52,6 +53,8 @@ def settings_of(args: argparse.Namespace) -> MasterKeySettings:
 
 
 def run(args: argparse.Namespace, progress):
+    from fl_core.masterkeys.clustering import analyze_master_keys
+
     result = analyze_master_keys(single_model(args), settings=settings_of(args), device=args.device, progress=progress)
     assignment = result.published_assignment
     print(f"{result.label}: {result.n_filters:,} {result.kernel_size}×{result.kernel_size} depthwise filters "

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fl_core.cli import add_model_arguments, input_overrides, write_output
-from fl_core.report.build import PART_TITLES, SECTIONS, Report, ReportSettings, build_report
-from fl_core.report.html import report_html
-from fl_core.report.series import load_series
+from fl_core.report.settings import ReportSettings
 from fl_core.settings import add_settings_arguments, settings_from_args
+
+if TYPE_CHECKING:
+    from fl_core.report.build import Report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, progress) -> Report:
+    from fl_core.report.build import PART_TITLES, SECTIONS, build_report
+    from fl_core.report.html import report_html
+    from fl_core.report.series import load_series
+
     models = load_series(args.model, input_overrides(args))
     settings = settings_from_args(ReportSettings, args)
     result = build_report(models, settings=settings, device=args.device, progress=progress)

@@ -27,14 +27,13 @@ import argparse
 
 from fl_core.cli import add_image_arguments, add_model_arguments, add_selection_arguments, single_model
 from fl_core.errors import AnalysisError
-from fl_core.io.images import open_images
-from fl_core.masterkeys.depthwise import depthwise_bank
-from fl_core.masterkeys.distributed import distributed_session, rank_device
-from fl_core.masterkeys.fitting import FIT_METHODS
-from fl_core.masterkeys.layersweep import LayerSweepSettings, sweep_layers
-from fl_core.masterkeys.recovery import RecoverySettings
-from fl_core.masterkeys.rescore import RescoreSettings, rescore
-from fl_core.masterkeys.swap import REPLACEMENTS
+from fl_core.masterkeys.settings import (
+    FIT_METHODS,
+    REPLACEMENTS,
+    LayerSweepSettings,
+    RecoverySettings,
+    RescoreSettings,
+)
 from fl_core.settings import add_settings_arguments, settings_from_args
 
 SET_BY_THE_COMMAND = ("layers", "stages", "recovery", "replacements", "replacement")
@@ -44,7 +43,7 @@ SET_BY_THE_COMMAND = ("layers", "stages", "recovery", "replacements", "replaceme
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_image_arguments(parser)
-    add_selection_arguments(parser)
+    add_selection_arguments(parser, RescoreSettings)
     parser.add_argument("--swap", action="append", choices=list(REPLACEMENTS), default=None, metavar="REPLACEMENT",
                         help=f"replacement to score (repeatable; default: {' '.join(FIT_METHODS)}). "
                              + "; ".join(f"{k}: {v}" for k, v in REPLACEMENTS.items()))
@@ -59,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, progress):
+    from fl_core.io.images import open_images
+    from fl_core.masterkeys.distributed import distributed_session, rank_device
+    from fl_core.masterkeys.rescore import rescore
+
     with distributed_session() as (rank, _world):
         if rank != 0:  # one report and one set of files, from rank 0
             progress, args.json, args.csv = None, None, None
@@ -86,6 +89,8 @@ def _selection(args: argparse.Namespace) -> dict:
 
 
 def _sweep(loaded, images, args: argparse.Namespace, device, progress):
+    from fl_core.masterkeys.layersweep import sweep_layers
+
     if args.swap and len(args.swap) > 1:
         raise AnalysisError("--sweep swaps each layer by one replacement: give a single --swap.")
     settings = settings_from_args(LayerSweepSettings, args, replacement=(args.swap or ["B"])[0], **_selection(args))
@@ -105,6 +110,8 @@ def _sweep(loaded, images, args: argparse.Namespace, device, progress):
 
 def _replacements(loaded, args: argparse.Namespace) -> tuple[str, ...]:
     """The requested replacements; none for a model without depthwise filters when no swap was asked for."""
+    from fl_core.masterkeys.depthwise import depthwise_bank
+
     if args.swap:
         return tuple(args.swap)
     try:

@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
-from fl_core.settings import add_settings_arguments, settings_from_args
-from fl_core.survey.analysis import HEADLINES, SurveyResult, SurveySettings
-from fl_core.survey.engine import MAX_WORKERS, SCHEDULER_ENV, default_workers, map_survey, survey_client
-from fl_core.survey.models import survey_models
+from fl_core.settings import add_settings_arguments, bounded, settings_from_args
+from fl_core.survey.engine import MAX_WORKERS, SCHEDULER_ENV, default_workers
+from fl_core.survey.settings import SurveySettings
 
-
-def _workers(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= MAX_WORKERS:
-        raise argparse.ArgumentTypeError(f"--workers must lie in [1, {MAX_WORKERS}], not {text}")
-    return value
+if TYPE_CHECKING:
+    from fl_core.survey.analysis import SurveyResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,12 +35,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="every checkpoint file of this folder; repeatable")
     parser.add_argument("--scheduler", default=os.environ.get(SCHEDULER_ENV) or None, metavar="ADDRESS",
                         help=f"a running Dask scheduler (default: {SCHEDULER_ENV}, else an embedded cluster)")
-    parser.add_argument("--workers", type=_workers, default=default_workers(), metavar="N",
-                        help="worker processes of the embedded cluster (default: %(default)s)")
+    parser.add_argument("--workers", type=bounded(int, 1, MAX_WORKERS, "workers"), default=default_workers(),
+                        metavar="N", help="worker processes of the embedded cluster (default: %(default)s)")
     add_settings_arguments(parser, SurveySettings)
 
 
 def run(args: argparse.Namespace, progress) -> SurveyResult:
+    from fl_core.survey.analysis import HEADLINES
+    from fl_core.survey.engine import map_survey, survey_client
+    from fl_core.survey.models import survey_models
+
     settings = settings_from_args(SurveySettings, args)
     specs = survey_models(args.model, args.models_file, args.folder, limit=settings.max_models)
     with survey_client(args.scheduler, args.workers) as client:

@@ -14,11 +14,14 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fl_core.cli import add_image_arguments
-from fl_core.lab.experiments import SUITES, run_suite, suite_runs
-from fl_core.lab.runs import DERIVED_TRAIN_FIELDS, RunSettings, train_run, user_runs_dir
-from fl_core.lab.summary import TrainReport, train_report
+from fl_core.lab.settings import DERIVED_TRAIN_FIELDS, RunSettings
+from fl_core.lab.suites import SUITES
+
+if TYPE_CHECKING:
+    from fl_core.lab.summary import TrainReport
 from fl_core.settings import add_settings_arguments, bounded, settings_fields, settings_from_args, settings_to_argv
 
 OPTION_GROUPS = {
@@ -58,6 +61,10 @@ def cli_flags(config: RunSettings) -> str:
 
 
 def run(args: argparse.Namespace, progress) -> TrainReport:
+    from fl_core.lab.experiments import run_suite, suite_runs
+    from fl_core.lab.runs import train_run, user_runs_dir
+    from fl_core.lab.summary import train_report
+
     if args.suite:
         items = suite_runs(args.suite, images=args.images, max_images=args.max_images,
                            crops_per_image=args.crops_per_image, steps_scale=args.steps_scale)

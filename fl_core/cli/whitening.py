@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 
 from fl_core.cli import add_image_arguments, add_model_arguments, load_models
-from fl_core.firstlayer.whitening import WhiteningSettings, analyze_whitening
-from fl_core.io.images import open_images
+from fl_core.firstlayer.settings import WhiteningSettings
 from fl_core.settings import add_settings_arguments, settings_from_args
 
 
@@ -22,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, progress):
+    from fl_core.firstlayer.whitening import analyze_whitening
+    from fl_core.io.images import open_images
+
     models = load_models(args)
     settings = settings_from_args(WhiteningSettings, args)
     result = analyze_whitening(models, open_images(args.images, args.max_images), settings, device=args.device,

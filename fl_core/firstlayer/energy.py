@@ -18,37 +18,25 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
 import torch
 
 from fl_core.arguments import ModelLike, as_images, as_model, as_models, as_settings
-from fl_core.backend import Progress, report, resolve_device, sub_progress
+from fl_core.backend import DeviceLike, Progress, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.budgets import check_patch_statistics, check_random_banks
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
+from fl_core.firstlayer.settings import EnergyOverrides, EnergySettings
 from fl_core.io.images import ImageSet, iter_input_batches, iter_scaled_inputs
 from fl_core.io.layers import ConvLayer, find_layer, iter_layer_inputs, layer_weight
 from fl_core.io.models import LoadedModel
 from fl_core.results import Result
-from fl_core.settings import setting
 
-
-@dataclass(frozen=True)
-class EnergySettings:
-    """How energy profiles are measured (defaults here only; the CLI's options, the page's widgets and the cache keys
-    derive from it).
-
-    Attributes:
-        layer: convolution name (default, or "first": each model's first convolution; a deeper layer is an extension
-            beyond the paper, its patches that layer's own inputs).
-        seeds: random-init seeds for the baseline (seeds 0..n−1).
-    """
-
-    layer: str | None = None
-    seeds: int = setting(10, minimum=1, maximum=1000)
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def energy_profile(weight: torch.Tensor | np.ndarray, pca: PatchPCA, init: torch.Tensor | np.ndarray | None = None,
@@ -465,7 +453,8 @@ def model_energy(loaded: LoadedModel, layer: ConvLayer, pca: PatchPCA, *, seeds:
 
 def analyze_energy(models: ModelLike | Sequence[ModelLike], data: str | ImageSet | None = None,
                    settings: EnergySettings | None = None, *, inits: Mapping[str, ModelLike] | None = None,
-                   device=None, progress: Progress | None = None, **setting_overrides) -> EnergyResult:
+                   device: DeviceLike = None, progress: ProgressLike = None,
+                   **setting_overrides: Unpack[EnergyOverrides]) -> EnergyResult:
     """Energy profiles of ``settings.layer`` (default: the first convolution) for each model, compared.
 
     Args:
@@ -478,9 +467,10 @@ def analyze_energy(models: ModelLike | Sequence[ModelLike], data: str | ImageSet
         device: where the patch statistics run.
         progress: ``progress(fraction, message)``.
     """
+    settings = as_settings(EnergySettings, settings, setting_overrides)
+    device, progress = resolve_device(device), progress_callback(progress)
     models = as_models(models)
     images = as_images(data)
-    settings = as_settings(EnergySettings, settings, setting_overrides)
     inits = {spec: as_model(init, f"inits[{spec!r}]") for spec, init in (inits or {}).items()}
     layers = [find_layer(loaded, settings.layer) for loaded in models]
     for loaded, lay in zip(models, layers):

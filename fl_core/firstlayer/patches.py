@@ -17,7 +17,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fl_core.backend import Progress, product_dtype, report, resolve_device, statistics_dtype
+from fl_core.backend import (
+    DeviceLike,
+    ProgressLike,
+    product_dtype,
+    progress_callback,
+    report,
+    resolve_device,
+    statistics_dtype,
+)
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
 
@@ -217,8 +225,8 @@ def _fix_signs(components: torch.Tensor) -> torch.Tensor:
     return components * signs.unsqueeze(1)
 
 
-def patch_pca(batches: Iterable[torch.Tensor], kernel_size: tuple[int, int], *, device=None,
-              groups: int = 1, stride: int = 1, total: int | None = None, progress: Progress | None = None
+def patch_pca(batches: Iterable[torch.Tensor], kernel_size: tuple[int, int], *, device: DeviceLike = None,
+              groups: int = 1, stride: int = 1, total: int | None = None, progress: ProgressLike = None
               ) -> PatchPCA:
     """Stream image batches through :class:`PatchStatistics` and return the PCA.
 
@@ -231,6 +239,7 @@ def patch_pca(batches: Iterable[torch.Tensor], kernel_size: tuple[int, int], *, 
         total: number of batches, for progress.
         progress: ``progress(fraction, message)``.
     """
+    progress = progress_callback(progress)
     stats = PatchStatistics(kernel_size, device=device, groups=groups, stride=stride)
     for i, batch in enumerate(batches, start=1):
         stats.update(batch)

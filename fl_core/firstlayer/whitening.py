@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -24,31 +24,29 @@ import torch.nn.functional as F
 from PIL import Image
 
 from fl_core.arguments import ModelLike, as_images, as_models, as_settings
-from fl_core.backend import Progress, report, resolve_device, statistics_dtype, sub_progress
+from fl_core.backend import (
+    DeviceLike,
+    Progress,
+    ProgressLike,
+    progress_callback,
+    report,
+    resolve_device,
+    statistics_dtype,
+    sub_progress,
+)
 from fl_core.budgets import check_activation_maps, check_patch_statistics, check_random_banks, check_whitening
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.energy import random_init_banks
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
+from fl_core.firstlayer.settings import WhiteningOverrides, WhiteningSettings
 from fl_core.io.images import ImageSet, iter_scaled_inputs, scaled_input, to_display
 from fl_core.io.layers import ConvLayer, find_layer, layer_weight
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
 from fl_core.results import Result
-from fl_core.settings import setting
 
-
-@dataclass(frozen=True)
-class WhiteningSettings:
-    """How the whitening curves are measured (defaults here only; the CLI's options, the page's widgets and the cache
-    keys derive from it).
-
-    Attributes:
-        max_distance: largest distance δ in pixels.
-        seeds: random-init seeds (≥ 10 recommended; seeds 0..n−1).
-    """
-
-    max_distance: int = setting(20, minimum=0, maximum=1024)
-    seeds: int = setting(10, minimum=1, maximum=1000)
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class InputAutocorrelation:
@@ -251,8 +249,9 @@ def check_whitening_budget(models: Sequence[LoadedModel], layers: Sequence[ConvL
 
 
 def analyze_whitening(models: ModelLike | Sequence[ModelLike], data: str | ImageSet | None = None,
-                      settings: WhiteningSettings | None = None, *, device=None, progress: Progress | None = None,
-                      **setting_overrides) -> WhiteningResult:
+                      settings: WhiteningSettings | None = None, *, device: DeviceLike = None,
+                      progress: ProgressLike = None,
+                      **setting_overrides: Unpack[WhiteningOverrides]) -> WhiteningResult:
     """C(δ)/C(0) of RGB, of each model's learned first layer, of random-init banks and of the ideal ZCA bank.
 
     Args:
@@ -264,9 +263,10 @@ def analyze_whitening(models: ModelLike | Sequence[ModelLike], data: str | Image
         device: where the statistics run.
         progress: ``progress(fraction, message)``.
     """
+    settings = as_settings(WhiteningSettings, settings, setting_overrides)
+    device, progress = resolve_device(device), progress_callback(progress)
     models = as_models(models)
     images = as_images(data)
-    settings = as_settings(WhiteningSettings, settings, setting_overrides)
     max_distance, seeds = settings.max_distance, range(settings.seeds)
     layers = [find_layer(m, None) for m in models]
     check_whitening_budget(models, layers, settings)

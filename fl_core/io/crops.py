@@ -16,11 +16,11 @@ from torchvision.transforms import v2 as T
 
 from fl_core.io.images import ImageSet, bundled_images
 from fl_core.io.preprocessing import InputConfig
-from fl_core.settings import MAX_SEED, setting
+from fl_core.settings import MAX_SEED, Settings, setting
 
 
 @dataclass(frozen=True)
-class CropSettings:
+class CropSettings(Settings):
     """How the crop data set is cut.
 
     Attributes:

@@ -39,11 +39,10 @@ from fl_core.budgets import check_decoding
 from fl_core.errors import DataError
 from fl_core.io import ASSETS_DIR
 from fl_core.io.preprocessing import InputConfig
+from fl_core.io.sources import BUNDLED as BUNDLED  # re-exported: the public name
+from fl_core.io.sources import ImageSource, is_bundled
 from fl_core.settings import path_text_problem, printable
 
-BUNDLED = "bundled"
-"""The image source of the bundled natural photos (:data:`BUNDLED_PHOTOS`, offline; the empty string means the
-same)."""
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
 MAX_IMAGE_PIXELS = 64_000_000
 """Pixels of one decoded image (192 MB as RGB), checked from its header."""
@@ -289,11 +288,6 @@ def _is_image(path: Path) -> bool:
     return path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
 
 
-def is_bundled(source: str) -> bool:
-    """The source is the bundled photos (:data:`BUNDLED` or empty)."""
-    return source in ("", BUNDLED)
-
-
 def open_images(source: str, limit: int | None = None) -> ImageSet:
     """The images of a source.
 
@@ -301,6 +295,8 @@ def open_images(source: str, limit: int | None = None) -> ImageSet:
         source: :data:`BUNDLED` (or empty: the bundled photos), a folder of images or a labelled ImageFolder tree.
         limit: at most this many images (a folder's evenly spread over its sorted files, so every class is kept).
     """
+    checked = ImageSource(source, limit)
+    source, limit = checked.images, checked.max_images
     if is_bundled(source):
         images = bundled_images()
         return images if limit is None else images.subset(range(min(limit, len(images))))

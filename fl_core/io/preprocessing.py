@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fl_core.errors import ModelSpecError
+from fl_core.settings import Settings, setting
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -71,7 +72,7 @@ def _parse_value(name: str, text: str) -> object:
 
 
 @dataclass(frozen=True)
-class InputConfig:
+class InputConfig(Settings):
     """How images become model input: a resize to ``s = floor(input_size / crop_pct)``, a crop to ``input_size``,
     normalize — with timm's three evaluation crop modes (``timm.data.transforms_imagenet_eval``):
 
@@ -83,43 +84,28 @@ class InputConfig:
     crop fraction in [0.05, 1], resized edge at most :data:`MAX_RESIZE_SIZE`, finite mean and positive std.
 
     Attributes:
-        input_size: side of the square the model takes, in pixels.
-        crop_pct: ``input_size`` / the resized edge ``s``.
-        interpolation: the resize's interpolation (``bilinear``, ``bicubic``, ``nearest``).
-        mean: per-channel mean (R, G, B) subtracted after scaling to [0, 1].
-        std: per-channel standard deviation (R, G, B) divided by.
-        crop_mode: ``center``, ``squash`` or ``border`` (above).
+        input_size: square input size in pixels.
+        crop_pct: crop fraction: resize to size/crop_pct (the edge the crop mode names), then crop size.
+        interpolation: the resize's interpolation.
+        mean, std: per-channel normalization (R, G, B) of pixel values on a 0-1 scale.
+        crop_mode: timm's crop modes: resize the short side (center), both sides (squash) or the long side with
+            mean-colour padding (border) to size/crop_pct, then centre-crop.
     """
 
-    input_size: int = 224
-    crop_pct: float = 0.875
-    interpolation: str = "bilinear"
-    mean: tuple[float, float, float] = IMAGENET_MEAN
-    std: tuple[float, float, float] = IMAGENET_STD
-    crop_mode: str = "center"
+    input_size: int = setting(224, minimum=8, maximum=MAX_RESIZE_SIZE)
+    crop_pct: float = setting(0.875, minimum=0.05, maximum=1.0)
+    interpolation: str = setting("bilinear", choices=INTERPOLATIONS)
+    mean: tuple[float, float, float] = setting(IMAGENET_MEAN, minimum=-MAX_NORMALIZATION, maximum=MAX_NORMALIZATION)
+    std: tuple[float, float, float] = setting(IMAGENET_STD, minimum=MIN_STD, maximum=MAX_NORMALIZATION)
+    crop_mode: str = setting("center", choices=CROP_MODES)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
-        object.__setattr__(self, "std", tuple(float(v) for v in self.std))
-        if self.input_size < 8 or self.input_size > 4096:
-            raise ModelSpecError(f"input size {self.input_size} is out of range (8-4096 pixels).")
-        if not 0.05 <= self.crop_pct <= 1.0:
-            raise ModelSpecError(f"crop fraction {self.crop_pct} must be in (0.05, 1].")
-        if self.interpolation not in INTERPOLATIONS:
-            raise ModelSpecError(f"interpolation '{self.interpolation}' must be one of {', '.join(INTERPOLATIONS)}.")
-        if self.crop_mode not in CROP_MODES:
-            raise ModelSpecError(f"crop mode '{self.crop_mode}' must be one of {', '.join(CROP_MODES)}.")
+        super().__post_init__()
         if self.resize_size > MAX_RESIZE_SIZE:
             raise ModelSpecError(f"input size {self.input_size} with crop fraction {self.crop_pct:g} resizes the "
                                  f"image to {self.resize_size} pixels, over the {MAX_RESIZE_SIZE}-pixel limit: "
                                  f"raise the crop fraction to at least {self.input_size / MAX_RESIZE_SIZE:.3g} or "
                                  "lower the input size.")
-        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
-            raise ModelSpecError("mean and std need three values (R, G, B), and std must be positive.")
-        if not all(abs(v) <= MAX_NORMALIZATION for v in (*self.mean, *self.std)) or min(self.std) < MIN_STD:
-            raise ModelSpecError(f"mean and std must be finite numbers of at most {MAX_NORMALIZATION:g} in size, and "
-                                 f"std at least {MIN_STD:g} (images are read on a 0-1 scale: ImageNet's mean is "
-                                 "0.485 0.456 0.406, its std 0.229 0.224 0.225).")
 
     @property
     def resize_size(self) -> int:

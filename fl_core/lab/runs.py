@@ -33,27 +33,23 @@ import torch
 from torch import nn
 from torchvision.transforms import v2 as T
 
-from fl_core.backend import Progress, report, resolve_device, sub_progress
+from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.errors import DataError, FilterLensError, ModelSpecError
 from fl_core.firstlayer.patches import PatchPCA
 from fl_core.io import ASSETS_DIR, DEMO_DIR
 from fl_core.io.checkpoints import load_state_dict, save_state_dict
 from fl_core.io.crops import CropData
-from fl_core.io.images import BUNDLED, is_bundled
 from fl_core.io.layers import find_layer
 from fl_core.io.models import LoadedModel
-from fl_core.io.nets import NETS, build_net
+from fl_core.io.nets import build_net
 from fl_core.io.preprocessing import InputConfig
-from fl_core.lab.train import TrainHistory, TrainSettings, train_classifier
-from fl_core.lab.trainsets import LABEL_VARIANTS, LabelledSplit, TileScaling, crop_dataset, crops_pca, label_variant
+from fl_core.lab.settings import RunSettings
+from fl_core.lab.train import TrainHistory, train_classifier
+from fl_core.lab.trainsets import LabelledSplit, TileScaling, crop_dataset, crops_pca, label_variant
 from fl_core.results import Result
-from fl_core.settings import MAX_IMAGES, replace_settings, setting, setting_value, settings_fields
 
 RUN_FORMAT = "filterlens-run/1"
 SHIPPED_RUNS_DIR = ASSETS_DIR / "runs"
-KERNELS = (3, 5, 7)
-DERIVED_TRAIN_FIELDS = ("eval_every", "snapshot_steps")
-"""The :class:`TrainSettings` fields a run sets from its steps and snapshots (not options of a run)."""
 
 
 def user_runs_dir() -> Path:
@@ -76,106 +72,6 @@ def session_runs_dir(token: str) -> Path:
     if not SESSION_TOKEN.fullmatch(token):
         raise ValueError("a session's runs token is 32 hex digits")
     return user_runs_dir() / "sessions" / token
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """Everything that defines a run (configs as data; JSON round trip with :meth:`to_dict` / :meth:`from_dict`).
-
-    Attributes:
-        images: "bundled" (crops of the bundled photos, label = photo) or an ImageFolder tree (label = class).
-        max_images: use at most this many images of a folder (spread over its classes).
-        crops_per_image: training crops per image (default 600 bundled; about 6,600 in total for folders).
-        arch: small_vgg, small_resnet or timm:NAME (random init, any timm net that takes 32×32 input).
-        width: first-layer width K (timm nets: their own, recorded when the run starts).
-        body_widths: widths of the later stages (small nets).
-        first_kernel: first-layer kernel size, 3, 5 or 7 (timm nets: their own).
-        labels: true, random (a permutation) or energy (App. D.1 deciles).
-        label_component: 1-based PCA component of the energy labels.
-        alpha: App. D.2 scale of one component of every first-layer tile (1 = unchanged input). With α ≠ 1 the
-            first layer gets stride = kernel and no padding, so it sees exactly the manipulated tiles.
-        alpha_component: 1-based PCA component scaled by alpha.
-        train: the optimizer (plain SGD, as the authors, with its default ``momentum=0``), ``freeze_first`` and the
-            ``seed``, which also initializes the network and permutes the labels. Its ``eval_every`` (about 20
-            evaluations, at least 10 steps apart) and ``snapshot_steps`` are set from ``steps`` and ``snapshots``.
-        snapshots: number of first-layer snapshots, log-spaced over the steps (step 0 and the last included).
-    """
-
-    images: str = BUNDLED
-    max_images: int | None = setting(None, minimum=1, maximum=MAX_IMAGES)
-    crops_per_image: int | None = setting(None, minimum=1, maximum=10_000)
-    arch: str = "small_vgg"
-    width: int = setting(32, minimum=1, maximum=1024)
-    body_widths: tuple[int, ...] = setting((32, 64), minimum=1, maximum=1024)
-    first_kernel: int = setting(3, choices=KERNELS)
-    labels: str = setting("true", choices=LABEL_VARIANTS)
-    label_component: int = setting(15, minimum=1, maximum=3 * max(KERNELS) ** 2)
-    alpha: float = setting(1.0, minimum=0.0, maximum=100.0)
-    alpha_component: int = setting(4, minimum=1, maximum=3 * max(KERNELS) ** 2)
-    train: TrainSettings = field(default_factory=TrainSettings)
-    snapshots: int = setting(13, minimum=2, maximum=100)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "body_widths", tuple(int(w) for w in self.body_widths))
-        if self.labels not in LABEL_VARIANTS:
-            raise DataError(f"Unknown label variant '{self.labels}'; choose one of {', '.join(LABEL_VARIANTS)}.")
-        if not self.is_timm and self.arch not in NETS:
-            raise ModelSpecError(f"Unknown architecture '{self.arch}': use {', '.join(NETS)} or timm:NAME.")
-        if not self.is_timm and self.first_kernel not in KERNELS:
-            raise ModelSpecError(f"First-layer kernel {self.first_kernel}: choose 3, 5 or 7.")
-        if self.is_timm and self.manipulated:
-            raise ModelSpecError("The App. D.2 input manipulation needs a first layer of stride = kernel: use "
-                                 "small_vgg or small_resnet.")
-        train = self.train
-        if train.steps < 1 or train.batch_size < 1 or train.lr <= 0 or self.width < 1 or self.snapshots < 2:
-            raise DataError("Steps, batch size, learning rate and width must be positive; snapshots at least 2.")
-        object.__setattr__(self, "train", dataclasses.replace(
-            train, eval_every=max(10, train.steps // 20), snapshot_steps=self.snapshot_steps()))
-
-    @property
-    def is_timm(self) -> bool:
-        return self.arch.startswith("timm:")
-
-    @property
-    def manipulated(self) -> bool:
-        """True for the App. D.2 input manipulation."""
-        return self.alpha != 1.0
-
-    @property
-    def patch_stride(self) -> int:
-        """Stride of the patches the first layer sees: its kernel for App. D.2, else 1 (all overlapping patches)."""
-        return self.first_kernel if self.manipulated else 1
-
-    def snapshot_steps(self) -> tuple[int, ...]:
-        """Log-spaced snapshot steps: 0, then about ``snapshots − 1`` steps from 1 to ``steps``."""
-        steps = self.train.steps
-        spaced = np.geomspace(1, steps, max(self.snapshots - 1, 1)).round().astype(int)
-        return tuple(sorted({0, *spaced.tolist(), steps}))
-
-    def slug(self) -> str:
-        """A short file-name-safe name, e.g. ``small_vgg-k3-w32-true-s0``."""
-        arch = self.arch.replace("timm:", "timm-").replace("/", "-")
-        parts = [arch, f"k{self.first_kernel}", f"w{self.width}", self.labels]
-        if self.labels == "energy":
-            parts[-1] = f"energy{self.label_component}"
-        if self.manipulated:
-            parts.append(f"alpha{self.alpha:g}c{self.alpha_component}")
-        if self.train.freeze_first:
-            parts.append("frozen")
-        if not is_bundled(self.images):
-            parts.append(Path(self.images).name or "folder")
-        return "-".join([*parts, f"s{self.train.seed}"])
-
-    def to_dict(self) -> dict:
-        """The fields, ``train``'s flattened beside the others (the ``config`` of ``run.json``) without the two it
-        derives."""
-        return {f.name: setting_value(self, f.name) for f in settings_fields(RunSettings)
-                if f.name not in DERIVED_TRAIN_FIELDS}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> RunSettings:
-        """Read :meth:`to_dict` (flat keys, as every run folder stores them); unknown keys are ignored."""
-        return replace_settings(cls(), {k: v for k, v in data.items() if k not in DERIVED_TRAIN_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -340,8 +236,8 @@ def _data_pca(images: str, max_images: int | None, crops_per_image: int | None, 
     return crops_pca(data, kernel, _input_map(data, base, alpha, component), stride=stride)
 
 
-def train_run(config: RunSettings, out: str | Path | None = None, *, name: str | None = None, device=None,
-              save_checkpoints: bool = True, progress: Progress | None = None,
+def train_run(config: RunSettings, out: str | Path | None = None, *, name: str | None = None,
+              device: DeviceLike = None, save_checkpoints: bool = True, progress: ProgressLike = None,
               should_stop: Callable[[], bool] | None = None,
               on_snapshot: Callable[[int, np.ndarray], None] | None = None) -> Run:
     """Train one run; with ``out``, save it as a run folder ``out`` (see the module docstring).
@@ -357,7 +253,7 @@ def train_run(config: RunSettings, out: str | Path | None = None, *, name: str |
         on_snapshot: ``(step, first-layer weights)`` as snapshots are taken (live views).
     """
     started = time.perf_counter()
-    device = resolve_device(device)
+    device, progress = resolve_device(device), progress_callback(progress)
     report(progress, 0.0, "cutting crops and computing the patch PCA")
     config = resolve_config(config)
     inputs = run_inputs(config)

@@ -17,39 +17,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from fl_core.backend import Progress, evaluate_classifier, report, resolve_device
+from fl_core.lab.settings import TrainSettings
 from fl_core.results import Result
-from fl_core.settings import MAX_SEED, MAX_STEPS, setting
 
 LOG_SECONDS = 1.0
 """Longest wall time between two logging intervals (progress, the one read of the device, the stop check), so a long
 run reports and can be cancelled every second even when 1 % of its steps takes longer."""
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """Optimizer and schedule.
-
-    Attributes:
-        steps: SGD steps.
-        batch_size: examples per step.
-        lr: step size.
-        momentum: SGD momentum (0 = the authors' plain SGD).
-        weight_decay: L2 penalty.
-        seed: seeds the batch order (a Training Lab run also initializes the network and permutes labels with it).
-        eval_every: steps between validation passes.
-        snapshot_steps: steps at which the first layer's weights are recorded (0 = before training).
-        freeze_first: keep the first layer at its initialization.
-    """
-
-    steps: int = setting(400, minimum=1, maximum=MAX_STEPS)
-    batch_size: int = setting(128, minimum=1, maximum=4096)
-    lr: float = setting(0.2, minimum=0.0, maximum=10.0)
-    momentum: float = setting(0.0, minimum=0.0, maximum=1.0)
-    weight_decay: float = setting(0.0, minimum=0.0, maximum=1.0)
-    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
-    eval_every: int = setting(250, minimum=1, maximum=MAX_STEPS)
-    snapshot_steps: tuple[int, ...] = setting((), minimum=0, maximum=MAX_STEPS)
-    freeze_first: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,7 +46,7 @@ class TrainHistory(Result):
     val_accuracy: list[float]
     seconds: float
     snapshots: dict[int, np.ndarray] = field(default_factory=dict)
-    config: TrainSettings = TrainSettings()
+    config: TrainSettings = field(default_factory=TrainSettings)
     stopped_early: bool = False
 
     _private_fields = ("snapshots",)
@@ -107,7 +80,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, prepare: Callab
 
 def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, val_x: torch.Tensor,
                      val_y: torch.Tensor, prepare: Callable[[torch.Tensor], torch.Tensor], first_layer: nn.Conv2d,
-                     config: TrainSettings = TrainSettings(), *, device=None, progress: Progress | None = None,
+                     config: TrainSettings | None = None, *, device=None, progress: Progress | None = None,
                      should_stop: Callable[[], bool] | None = None,
                      on_snapshot: Callable[[int, np.ndarray], None] | None = None) -> TrainHistory:
     """Train ``model`` in place with SGD + cross-entropy on mini-batches drawn without replacement per epoch.
@@ -117,7 +90,7 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
         train_x, train_y, val_x, val_y: data tensors (raw, turned into model input by ``prepare``).
         prepare: raw batch on the device -> model input (e.g. uint8 -> normalized float).
         first_layer: the module whose weights are snapshotted (and frozen with ``freeze_first``).
-        config: optimizer and schedule.
+        config: optimizer and schedule (default: ``TrainSettings()``).
         device: where to train.
         progress: ``progress(fraction, message)``, called at every logging interval (every 1 % of the steps and at
             least every :data:`LOG_SECONDS`: the running training loss since the last evaluation) and at each
@@ -129,6 +102,7 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
     are read once per interval.
         on_snapshot: called with ``(step, weights)`` whenever a first-layer snapshot is taken (live views).
     """
+    config = config or TrainSettings()
     device = resolve_device(device)
     model.to(device).train()
     first_layer.weight.requires_grad_(not config.freeze_first)

@@ -25,8 +25,8 @@ from fl_core.errors import DataError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
 from fl_core.io.crops import CropData, CropSettings, photo_crops
 from fl_core.io.images import BUNDLED, ImageSet, is_bundled, open_images
+from fl_core.lab.settings import LABEL_VARIANTS
 
-LABEL_VARIANTS = ("true", "random", "energy")
 N_DECILES = 10
 BUNDLED_CROPS = CropSettings()
 """The bundled data set: 600 training crops per photo, 11 photos (the demo checkpoints' data)."""

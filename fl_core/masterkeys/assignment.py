@@ -12,21 +12,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
 import torch
 
 from fl_core.arguments import ModelLike, as_model, as_settings, no_data
-from fl_core.backend import Progress, report
+from fl_core.backend import DeviceLike, Progress, ProgressLike, progress_callback, report, resolve_device
 from fl_core.errors import AnalysisError
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters, depthwise_bank
 from fl_core.masterkeys.fitting import (
     FitMethod,
     ScaleSpaceResult,
-    ScaleSpaceSettings,
     fit_filters,
     fit_published_filters,
     idealized_templates,
@@ -38,9 +37,13 @@ from fl_core.masterkeys.scalespace import (
     load_published_filters,
     normalize_learned_filter,
 )
+from fl_core.masterkeys.settings import ScaleSpaceOverrides, ScaleSpaceSettings
 from fl_core.results import Result
 
 N_MASTER_KEYS = 8
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def master_key_templates(kernel_size: int, method: FitMethod = "B") -> tuple[np.ndarray, str]:
@@ -197,8 +200,9 @@ def fit_model_master_keys(source: LoadedModel | DepthwiseBank, method: FitMethod
 
 
 def analyze_scale_space(model: ModelLike | DepthwiseBank | None = None, data: None = None,
-                        settings: ScaleSpaceSettings | None = None, *, device: str | torch.device | None = None,
-                        progress: Progress | None = None, **setting_overrides) -> ScaleSpaceResult:
+                        settings: ScaleSpaceSettings | None = None, *, device: DeviceLike = None,
+                        progress: ProgressLike = None,
+                        **setting_overrides: Unpack[ScaleSpaceOverrides]) -> ScaleSpaceResult:
     """σ (and α) of the idealized model of each master key: of the 8 published filters (no ``model``), or of a
     model's per-key mean filters (:func:`fit_model_master_keys`).
 
@@ -214,6 +218,7 @@ def analyze_scale_space(model: ModelLike | DepthwiseBank | None = None, data: No
     """
     no_data(data, "analyze_scale_space")
     s = as_settings(ScaleSpaceSettings, settings, setting_overrides)
+    device, progress = resolve_device(device), progress_callback(progress)
     if model is None:
         result = fit_published_filters(s.method)
         report(progress, 1.0, "scale-space fits done")

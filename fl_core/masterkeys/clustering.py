@@ -7,14 +7,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
-import torch
 
 from fl_core.arguments import ModelLike, as_model, as_settings, no_data
-from fl_core.backend import Progress, report, sub_progress
+from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.budgets import check_clustering
 from fl_core.errors import AnalysisError
 from fl_core.masterkeys.assignment import (
@@ -24,51 +23,18 @@ from fl_core.masterkeys.assignment import (
     master_key_templates,
 )
 from fl_core.masterkeys.depthwise import DepthwiseBank, depthwise_bank, layer_statistics
-from fl_core.masterkeys.fitting import FIT_METHODS
 from fl_core.masterkeys.kmeans import (
-    DEFAULT_K,
-    DEFAULT_RESTARTS,
-    MAX_ITERATIONS,
     ClusterSweep,
     FilterClustering,
     cluster_filters,
     cluster_sweep,
 )
 from fl_core.masterkeys.scalespace import centred_cosine
+from fl_core.masterkeys.settings import MasterKeyOverrides, MasterKeySettings
 from fl_core.results import Result
-from fl_core.settings import MAX_SEED, setting
 
-
-@dataclass(frozen=True)
-class MasterKeySettings:
-    """What :func:`analyze_master_keys` computes.
-
-    Attributes:
-        k: number of clusters (the papers find 8).
-        restarts: independent k-means++ starts; the best (largest mean |cos|) is kept.
-        max_iterations: Lloyd iterations per restart at most.
-        seed: seed of the k-means++ draws and the silhouette sample.
-        kernel_size: k of the k×k filters (default: the most frequent).
-        layers: depthwise layer names to use (``None``: all).
-        stages: stage indices to use, 0 = highest resolution (``None``: all).
-        sweep: also cluster for these k and report mean |cos| and silhouette (``None``: no sweep).
-        method: fitting method of the idealized templates used for kernels other than 7×7.
-    """
-
-    k: int = setting(DEFAULT_K, minimum=1, maximum=64)
-    restarts: int = setting(DEFAULT_RESTARTS, minimum=1, maximum=100)
-    max_iterations: int = setting(MAX_ITERATIONS, minimum=1, maximum=1000)
-    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
-    kernel_size: int | None = setting(None, minimum=1, maximum=64)
-    layers: tuple[str, ...] | None = None
-    stages: tuple[int, ...] | None = setting(None, minimum=0, maximum=64)
-    sweep: tuple[int, ...] | None = setting(None, minimum=1, maximum=64)
-    method: str = setting("B", choices=FIT_METHODS)
-
-    def __post_init__(self) -> None:  # lists (e.g. from argparse) become tuples: the settings stay hashable
-        for name in ("layers", "stages", "sweep"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 @dataclass(frozen=True)
@@ -194,8 +160,8 @@ def _cluster_summaries(clustering: FilterClustering, assignment: np.ndarray, tem
 
 
 def analyze_master_keys(model: ModelLike | DepthwiseBank, data: None = None, settings: MasterKeySettings | None = None,
-                        *, device: str | torch.device | None = None, progress: Progress | None = None,
-                        **setting_overrides) -> MasterKeyResult:
+                        *, device: DeviceLike = None, progress: ProgressLike = None,
+                        **setting_overrides: Unpack[MasterKeyOverrides]) -> MasterKeyResult:
     """Extract, cluster and assign a model's depthwise filters of one kernel size.
 
     Args:
@@ -209,8 +175,9 @@ def analyze_master_keys(model: ModelLike | DepthwiseBank, data: None = None, set
         progress: ``progress(fraction, message)``.
     """
     no_data(data, "analyze_master_keys")
-    source = model if isinstance(model, DepthwiseBank) else as_model(model)
     settings = as_settings(MasterKeySettings, settings, setting_overrides)
+    device, progress = resolve_device(device), progress_callback(progress)
+    source = model if isinstance(model, DepthwiseBank) else as_model(model)
     s = settings
     bank = source if isinstance(source, DepthwiseBank) else depthwise_bank(source)
     chosen = bank.select(s.kernel_size, s.layers, s.stages)

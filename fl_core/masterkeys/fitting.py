@@ -34,22 +34,12 @@ from fl_core.masterkeys.scalespace import (
     parabolic_minimum,
     weighted_filter_variance,
 )
+from fl_core.masterkeys.settings import FIT_METHODS, FitMethod
 from fl_core.results import Result
-from fl_core.settings import setting
 
 if TYPE_CHECKING:
     import pandas as pd
 
-FitMethod = Literal["A", "B", "C1", "C2", "D1", "D2"]
-FIT_METHODS: tuple[str, ...] = ("A", "B", "C1", "C2", "D1", "D2")
-FIT_METHOD_DESCRIPTIONS: dict[str, str] = {
-    "A": "continuous variance transfer",
-    "B": "matching weighted discrete spread",
-    "C1": "l1 minimisation, anisotropic",
-    "C2": "l1 minimisation, isotropic",
-    "D1": "l2 minimisation, anisotropic",
-    "D2": "l2 minimisation, isotropic",
-}
 
 GRID_SAMPLES = 200  # B.5: 200 (×200) samples per grid stage
 SIGMA_RANGE = (0.0, 3.0)  # linear σ grid of the anisotropic and filter-7 searches
@@ -249,28 +239,6 @@ class ScaleSpaceResult(Result):
     def models(self, size: int = 7) -> np.ndarray:
         """The idealized filter of every fit at its fitted σ (and α), (n, size, size) in :attr:`filters` order."""
         return np.stack([fit.model(size) for fit in self.filters])
-
-
-@dataclasses.dataclass(frozen=True)
-class ScaleSpaceSettings:
-    """How the idealized scale-space models are fitted (:func:`fl_core.masterkeys.assignment.analyze_scale_space`).
-
-    Attributes:
-        method: fitting method (A, B, C1, C2, D1, D2: docs/methods.md, "Fitting methods A–D2").
-        kernel_size: of a model: k of the k×k filters (default: the most frequent).
-        layers: of a model: depthwise layer names to use (``None``: all).
-        stages: of a model: stage indices to use, 0 = highest resolution (``None``: all).
-    """
-
-    method: str = setting("B", choices=FIT_METHODS)
-    kernel_size: int | None = setting(None, minimum=1, maximum=64)
-    layers: tuple[str, ...] | None = None
-    stages: tuple[int, ...] | None = setting(None, minimum=0, maximum=64)
-
-    def __post_init__(self) -> None:  # lists (e.g. from argparse) become tuples: the settings stay hashable
-        for name in ("layers", "stages"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
 
 
 def _check_method(method: str) -> None:

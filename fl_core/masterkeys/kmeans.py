@@ -26,11 +26,9 @@ import torch.nn.functional as F
 from fl_core.backend import Progress, report, resolve_device
 from fl_core.errors import AnalysisError
 from fl_core.masterkeys.depthwise import constant_filters
+from fl_core.masterkeys.settings import DEFAULT_K, DEFAULT_RESTARTS, MAX_ITERATIONS
 from fl_core.results import Result
 
-DEFAULT_K = 8
-DEFAULT_RESTARTS = 8
-MAX_ITERATIONS = 100
 TOLERANCE = 1e-6  # stop when the mean |cos| of every restart improves by less
 SILHOUETTE_SAMPLE = 2000
 DEFAULT_SWEEP = tuple(range(2, 13))

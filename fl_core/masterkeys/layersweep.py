@@ -15,22 +15,24 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import pandas as pd
-import torch
 
 from fl_core.arguments import ModelLike, as_model, as_settings
-from fl_core.backend import Progress
+from fl_core.backend import DeviceLike, ProgressLike, progress_callback, resolve_device
 from fl_core.io.images import ImageSet
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.recovery import RecoveryInfo
 from fl_core.masterkeys.rescore import RescoreSettings, ScoringSettings, VariantScore, rescore
-from fl_core.masterkeys.swap import REPLACEMENTS, swap_filters
+from fl_core.masterkeys.settings import LayerSweepOverrides, LayerSweepSettings
+from fl_core.masterkeys.swap import swap_filters
 from fl_core.results import Result
-from fl_core.settings import setting
 
 ZERO = "zero"
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def theory_share(swapped_kl: float, zeroed_kl: float) -> float | None:
@@ -105,20 +107,9 @@ class LayerSweepResult(Result):
         return pd.DataFrame(records)
 
 
-@dataclass(frozen=True)
-class LayerSweepSettings(ScoringSettings):
-    """What :func:`sweep_layers` swaps, layer by layer (the layers, stages, recovery and batching as in a re-score).
-
-    Attributes:
-        replacement: what each layer is swapped for (a key of :data:`fl_core.masterkeys.swap.REPLACEMENTS`).
-    """
-
-    replacement: str = setting("B", choices=tuple(REPLACEMENTS), flag="swap")
-
-
 def sweep_layers(model: ModelLike, data: str | ImageSet | None = None, settings: LayerSweepSettings | None = None, *,
-                 device: str | torch.device | None = None, progress: Progress | None = None,
-                 **setting_overrides) -> LayerSweepResult:
+                 device: DeviceLike = None, progress: ProgressLike = None,
+                 **setting_overrides: Unpack[LayerSweepOverrides]) -> LayerSweepResult:
     """Swap, and zero, each chosen depthwise layer alone and score them all together (module docstring).
 
     Args:
@@ -130,8 +121,9 @@ def sweep_layers(model: ModelLike, data: str | ImageSet | None = None, settings:
         device: as in :func:`fl_core.masterkeys.rescore.rescore`.
         progress: ``progress(fraction, message)`` (each layer's variants run from that layer's block on).
     """
-    loaded = as_model(model)
     settings = as_settings(LayerSweepSettings, settings, setting_overrides)
+    device, progress = resolve_device(device), progress_callback(progress)
+    loaded = as_model(model)
     bank = depthwise_bank(loaded)
     chosen = bank.chosen(settings.layers, settings.stages)
     swaps = [swap for layer in chosen for swap in (

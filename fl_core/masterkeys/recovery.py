@@ -33,36 +33,9 @@ from fl_core.errors import AnalysisError, DataError
 from fl_core.io.images import ImageSet, iter_input_batches
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.batchnorm import fold_batchnorm, recalibrate_batchnorm
+from fl_core.masterkeys.settings import RecoverySettings
 from fl_core.masterkeys.swap import FilterSwap, swapped_model
 from fl_core.results import Result
-from fl_core.settings import MAX_IMAGES, MAX_SEED, setting
-
-
-@dataclass(frozen=True)
-class RecoverySettings:
-    """The recovery protocol (module docstring).
-
-    Attributes:
-        steps: distillation steps per swapped network (0: BatchNorm recalibration only).
-        calibration: images taken (at random) for calibration; the rest of the images are the held-out set.
-        lr: SGD step size of the distillation (on the fixture MobileNetV2 with every depthwise layer swapped by
-            method B, 10 steps at 1e-3 took held-out top-1 from 45 % to 53 %, 20 steps at 1e-2 down to 5 %).
-        batch: images per distillation step (and per recalibration batch).
-        recalibrate_batchnorm: re-estimate the BatchNorm statistics before distilling.
-        seed: seeds the split and the distillation's batch order.
-    """
-
-    steps: int = setting(20, minimum=0, maximum=10_000, flag="recover-steps")
-    calibration: int = setting(256, minimum=1, maximum=MAX_IMAGES)
-    lr: float = setting(1e-3, minimum=0.0, maximum=10.0, flag="recover-lr")
-    batch: int = setting(32, minimum=2, maximum=1024, flag="recover-batch")
-    recalibrate_batchnorm: bool = setting(True, flag="batchnorm-recalibration")
-    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
-
-    def __post_init__(self) -> None:
-        if self.steps < 0 or self.calibration < 1 or self.batch < 2 or self.lr <= 0:
-            raise AnalysisError("Recovery needs steps ≥ 0, at least one calibration image, a batch of at least 2 "
-                                "images and a positive learning rate.")
 
 
 @dataclass(frozen=True)

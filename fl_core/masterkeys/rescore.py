@@ -35,7 +35,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -45,7 +45,16 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from fl_core.arguments import ModelLike, as_images, as_model, as_settings
-from fl_core.backend import Progress, inference_autocast, report, statistics_dtype, sub_progress
+from fl_core.backend import (
+    DeviceLike,
+    Progress,
+    ProgressLike,
+    inference_autocast,
+    progress_callback,
+    report,
+    statistics_dtype,
+    sub_progress,
+)
 from fl_core.errors import AnalysisError, ArgumentError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.images import ImageSet, TransformedImages, input_transform
@@ -53,70 +62,19 @@ from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.batchnorm import fold_batchnorm, folded_patch
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.distributed import all_reduce_sums, distributed_rank, rank_device, shard_range
-from fl_core.masterkeys.fitting import FIT_METHODS
-from fl_core.masterkeys.kmeans import DEFAULT_K
 from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
-from fl_core.masterkeys.swap import REPLACEMENTS, FilterSwap, parameter_patch, swap_filters
+from fl_core.masterkeys.settings import DEFAULT_BATCH_SIZE, RescoreOverrides, RescoreSettings, ScoringSettings
+from fl_core.masterkeys.swap import FilterSwap, parameter_patch, swap_filters
 from fl_core.results import Result
-from fl_core.settings import MAX_SEED, setting
 from fl_core.suffix import PROBE_IMAGES, SuffixPlan, changed_keys, full_forwards, plan_suffixes, shared_copy
 
 log = logging.getLogger(__name__)
 
 ORIGINAL = "original"
 TALLY_COLUMNS = ("images", "labelled", "loss", "top1", "top5", "agreement", "kl")
-DEFAULT_BATCH_SIZE = 64
 
-
-# --------------------------------------------------------------------------------------------------- settings
-
-
-@dataclass(frozen=True)
-class ScoringSettings:
-    """How swapped variants are made and scored (what :class:`RescoreSettings` and the layer sweep's settings share).
-
-    Attributes:
-        layers: depthwise layer names to swap (``None``: all).
-        stages: stage indices to swap, 0 = highest resolution (``None``: all).
-        k: clusters per kernel size of the ``centroid`` replacement.
-        seed: seed of the ``random`` and ``centroid`` replacements.
-        recovery: recover every swap on a calibration split first (:mod:`fl_core.masterkeys.recovery`; every variant
-            is then scored on the held-out rest); ``None``: score the swaps as they are.
-        batch_size: images per batch.
-        workers: DataLoader worker processes (``None``: CPU cores − 1, at most 8; none for a single batch).
-        share_prefix: run each variant only from its first changed module on (:mod:`fl_core.suffix`);
-            off: every variant runs the whole network (the same numbers, for timing).
-    """
-
-    layers: tuple[str, ...] | None = None
-    stages: tuple[int, ...] | None = setting(None, minimum=0, maximum=64)
-    k: int = setting(DEFAULT_K, minimum=1, maximum=64)
-    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
-    recovery: RecoverySettings | None = None
-    batch_size: int = setting(DEFAULT_BATCH_SIZE, minimum=1, maximum=4096)
-    workers: int | None = setting(None, minimum=0, maximum=64)
-    share_prefix: bool = setting(True, flag="shared-prefix")
-
-    def __post_init__(self) -> None:  # lists (e.g. from argparse) become tuples: the settings stay hashable
-        for name in ("layers", "stages"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
-
-
-@dataclass(frozen=True)
-class RescoreSettings(ScoringSettings):
-    """What :func:`rescore` scores besides the original model.
-
-    Attributes:
-        replacements: one swap per replacement (keys of :data:`fl_core.masterkeys.swap.REPLACEMENTS`; default: the
-            six idealized-model methods; empty: the original alone).
-    """
-
-    replacements: tuple[str, ...] = setting(FIT_METHODS, choices=tuple(REPLACEMENTS), flag="swap")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "replacements", tuple(self.replacements))
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 # ---------------------------------------------------------------------------------------------------- results
@@ -409,8 +367,8 @@ def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | No
 
 def rescore(model: ModelLike, data: str | ImageSet | None = None, settings: RescoreSettings | None = None, *,
             swaps: Sequence[FilterSwap] | None = None, resume: str | Path | None = None,
-            device: str | torch.device | None = None, progress: Progress | None = None,
-            **setting_overrides) -> RescoreResult:
+            device: DeviceLike = None, progress: ProgressLike = None,
+            **setting_overrides: Unpack[RescoreOverrides]) -> RescoreResult:
     """Score the original model and every swap on the same decoded images (module docstring).
 
     Args:
@@ -432,10 +390,10 @@ def rescore(model: ModelLike, data: str | ImageSet | None = None, settings: Resc
     """
     if isinstance(settings, Sequence):
         raise ArgumentError("settings must be a RescoreSettings (or None); pass FilterSwap variants as swaps=[...].")
+    settings = as_settings(RescoreSettings, settings, setting_overrides)
+    device, progress = rank_device(device), progress_callback(progress)
     loaded = as_model(model)
     images = as_images(data)
-    settings = as_settings(RescoreSettings, settings, setting_overrides)
-    device = rank_device(device)
     swaps = variant_swaps(loaded, settings, settings.replacements, device) if swaps is None else list(swaps)
     recovery = settings.recovery
     classes = images.classes if images.labelled else ()

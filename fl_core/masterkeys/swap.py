@@ -28,20 +28,14 @@ import torch
 from torch import nn
 
 from fl_core.arguments import ModelLike
+from fl_core.backend import DeviceLike
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters, depthwise_bank
-from fl_core.masterkeys.fitting import FIT_METHOD_DESCRIPTIONS, idealized_templates
+from fl_core.masterkeys.fitting import idealized_templates
 from fl_core.masterkeys.kmeans import DEFAULT_K, cluster_filters
 from fl_core.masterkeys.scalespace import affine_fit_to_templates, centred_cosine
+from fl_core.masterkeys.settings import REPLACEMENTS
 from fl_core.results import Result
-
-REPLACEMENTS: dict[str, str] = {
-    **{method: f"idealized models, method {method} ({text})" for method, text in FIT_METHOD_DESCRIPTIONS.items()},
-    "centroid": "own cluster centroids (a·c + b)",
-    "random": "random filters of matched norm (baseline)",
-    "keep": "unchanged filters (control)",
-    "zero": "zero filters (lesion control: the layer's spatial filtering removed)",
-}
 
 
 @dataclass(frozen=True)
@@ -133,7 +127,7 @@ def _layer_errors(layers: Sequence[DepthwiseLayer], original: np.ndarray, replac
 
 def swap_filters(bank: DepthwiseBank | ModelLike, replacement: str, *, layers: Sequence[str] | None = None,
                  stages: Sequence[int] | None = None, k: int = DEFAULT_K, seed: int = 0,
-                 device: str | torch.device | None = None) -> FilterSwap:
+                 device: DeviceLike = None) -> FilterSwap:
     """Replace the depthwise filters of the chosen layers (default: all) of every kernel size.
 
     Args:

@@ -24,37 +24,33 @@ import numpy as np
 import pandas as pd
 
 from fl_core.arguments import ModelLike, as_models, as_settings
-from fl_core.backend import Progress, report, sub_progress
+from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels, default_channel_layer
 from fl_core.channelaxes.calibration import channel_data
 from fl_core.errors import AnalysisError, ArgumentError, FilterLensError
+from fl_core.families import FAMILIES
 from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy, pearson
 from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
-from fl_core.io.images import BUNDLED, ImageSet, open_images
+from fl_core.io.images import ImageSet, open_images
 from fl_core.io.layers import conv_inventory, inventory_frame
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.assignment import assign_to_master_keys, fit_model_master_keys
 from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, analyze_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
-from fl_core.masterkeys.fitting import FIT_METHODS, ScaleSpaceResult
+from fl_core.masterkeys.fitting import ScaleSpaceResult
 from fl_core.masterkeys.rescore import RescoreResult, rescore
+from fl_core.report.settings import ReportOverrides, ReportSettings
 from fl_core.report.weightstats import WeightStatistics, weight_statistics
 from fl_core.results import Result
-from fl_core.settings import MAX_IMAGES, MAX_SEED, setting
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
+    from typing_extensions import Unpack
 
-SECTIONS = {
-    "loaded": "What was loaded",
-    "energy": "First-layer energy profile",
-    "whitening": "Whitening",
-    "masterkeys": "Master keys and scale-space models",
-    "weights": "Weight statistics",
-    "accuracy": "Accuracy and channel axes",
-    "trajectory": "Trajectory over training",
-}
-"""Section id -> title, in report order."""
+SECTIONS = {"loaded": "What was loaded", **dict(family.report for family in FAMILIES.values() if family.report),
+            "trajectory": "Trajectory over training"}
+"""Section id -> title, in report order: what was loaded, each registered family's section (:mod:`fl_core.families`),
+the trajectory."""
 PART_TITLES = {**SECTIONS, "channels": "Channel axes"}
 FIGURE_PARTS = ("energy", "whitening", "masterkeys", "scalespace", "weights", "accuracy", "channels", "trajectory")
 """The report's parts whose results draw figures (:meth:`Report.plot`), in report order."""
@@ -62,41 +58,6 @@ SUMMARY_CHANNEL_SETTINGS = ChannelSettings(lesion_kinds=())
 """The report's channel-axes summary: both axes and their agreement, without the per-channel lesions (one forward
 pass of the evaluation set per channel and kind: minutes on a CPU); the Channel Axes page runs those."""
 """Titles of everything that can be skipped: the sections, and the channel axes within the accuracy section."""
-
-
-@dataclass(frozen=True)
-class ReportSettings:
-    """What a report computes (defaults here only; the CLI's arguments and the page's cache key derive from it).
-
-    Attributes:
-        images: image source of the patch statistics, whitening and (labelled trees) accuracy.
-        max_images: use at most this many images (none: all).
-        seeds: random-init seeds of the energy band and the whitening baseline.
-        max_distance: largest whitening distance δ in pixels.
-        trajectory_distance: the δ at which whitening is followed over the checkpoints (the paper quotes 10).
-        k: master-key clusters.
-        restarts: master-key k-means++ restarts.
-        method: the scale-space fitting method of the per-key mean filters.
-        channel_layer: layer of the channel-axes summary (``None``: the Channel Axes page's default).
-        n_calibration: calibration images of the channel axes.
-        n_evaluation: evaluation images of the channel axes.
-        max_eval_images: labelled images scored for accuracy.
-        seed: seed of clustering and data splits.
-    """
-
-    images: str = BUNDLED
-    max_images: int | None = setting(None, minimum=1, maximum=MAX_IMAGES)
-    seeds: int = setting(EnergySettings.seeds, minimum=1, maximum=1000)
-    max_distance: int = setting(WhiteningSettings.max_distance, minimum=0, maximum=1024)
-    trajectory_distance: int = setting(10, minimum=1, maximum=1024)
-    k: int = setting(MasterKeySettings.k, minimum=1, maximum=64)
-    restarts: int = setting(MasterKeySettings.restarts, minimum=1, maximum=100)
-    method: str = setting("B", choices=FIT_METHODS)
-    channel_layer: str | None = None
-    n_calibration: int = setting(128, minimum=8, maximum=MAX_IMAGES)
-    n_evaluation: int = setting(128, minimum=8, maximum=MAX_IMAGES)
-    max_eval_images: int = setting(500, minimum=1, maximum=MAX_IMAGES)
-    seed: int = setting(0, minimum=0, maximum=MAX_SEED)
 
 
 @dataclass(frozen=True)
@@ -338,8 +299,8 @@ def _layer_uses(loaded: LoadedModel, sections: _Sections, masterkeys: MasterKeyR
 
 
 def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = None,
-                 settings: ReportSettings | None = None, *, device=None, progress: Progress | None = None,
-                 **setting_overrides) -> Report:
+                 settings: ReportSettings | None = None, *, device: DeviceLike = None, progress: ProgressLike = None,
+                 **setting_overrides: Unpack[ReportOverrides]) -> Report:
     """Run every section on the checkpoints (in training order; the last is described in detail).
 
     Args:
@@ -361,6 +322,7 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
                                 f"tree), not {type(data).__name__}: the report opens it for each section.")
         setting_overrides = {**setting_overrides, "images": str(data)}
     settings = as_settings(ReportSettings, settings, setting_overrides)
+    device, progress = resolve_device(device), progress_callback(progress)
     final = models[-1]
     images = open_images(settings.images, settings.max_images)
     sections = _Sections()
@@ -378,7 +340,8 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
     report(progress, 0.55, "master keys")
     masterkeys = sections.run("masterkeys", lambda: analyze_master_keys(
         depthwise_bank(final), settings=MasterKeySettings(k=settings.k, restarts=settings.restarts, seed=settings.seed,
-                                                 method=settings.method), device=device))
+                                                 method=settings.method), device=device,
+        progress=sub_progress(progress, 0.55, 0.65)))
     scalespace = sections.run("masterkeys", lambda: fit_model_master_keys(depthwise_bank(final), settings.method)
                               ) if masterkeys is not None else None
 

@@ -23,9 +23,9 @@ from typing import ClassVar
 import pandas as pd
 import torch
 
+from fl_core.arguments import ModelLike, as_model
 from fl_core.budgets import check_filter_gram
 from fl_core.io.layers import ConvLayer, conv_inventory
-from fl_core.io.models import LoadedModel
 from fl_core.results import Result
 
 DEAD_TOLERANCE = 1e-6
@@ -159,8 +159,14 @@ class WeightStatistics(Result):
                 "non_finite": sum(lay.non_finite for lay in self.layers)}
 
 
-def weight_statistics(loaded: LoadedModel, layers: Sequence[ConvLayer] | None = None) -> WeightStatistics:
-    """:func:`layer_weight_statistics` of every convolution of ``loaded`` (or of ``layers``)."""
+def weight_statistics(model: ModelLike, layers: Sequence[ConvLayer] | None = None) -> WeightStatistics:
+    """:func:`layer_weight_statistics` of every convolution of a model (weights only: any architecture).
+
+    Args:
+        model: a spec string, a loaded model or an ``nn.Module``.
+        layers: the convolutions to describe (default: every one, :func:`fl_core.io.layers.conv_inventory`).
+    """
+    loaded = as_model(model)
     chosen = conv_inventory(loaded) if layers is None else list(layers)
     return WeightStatistics(spec=loaded.spec, label=loaded.label,
                             layers=tuple(layer_weight_statistics(loaded.state_dict[lay.weight_key], lay)

@@ -2,7 +2,8 @@
 
 Each row is computed on its own (:func:`survey_row`), so a survey maps over an engine's workers (the ``survey``
 command) or runs here in order (:func:`analyze_survey`). A model that fails to load or to analyse gives a row with its
-error, never a stopped survey. The numbers per family (:data:`COLUMNS`):
+error, never a stopped survey. The numbers per family (:data:`COLUMNS`, registered with each family in
+:mod:`fl_core.families`):
 
 * ``energy``: the first layer's energy profile e_i on the patch PCA of the images and its fit by the linear theory
   (Chowers & Weiss, Def. 2.2 and §3): Pearson ``theory_r`` (and on log values), ηt, and the mean r of random-init
@@ -22,66 +23,33 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from fl_core.backend import Progress, report
+from fl_core.arguments import ModelLike, as_model, as_settings
+from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device
 from fl_core.errors import FilterLensError, ModelSpecError
-from fl_core.io.images import BUNDLED, ImageSet, open_images
+from fl_core.families import FAMILIES, resolve
+from fl_core.io.images import ImageSet, open_images
 from fl_core.io.models import LoadedModel, ModelSpec, load_model
 from fl_core.results import Result
-from fl_core.settings import setting
 from fl_core.survey.models import survey_models
+from fl_core.survey.settings import FAMILIES as SURVEYED
+from fl_core.survey.settings import SurveyOverrides, SurveySettings
 
 log = logging.getLogger("filterlens")
 
-FAMILIES = ("energy", "whitening", "masterkeys", "weights")
-COLUMNS: dict[str, dict[str, str]] = {
-    "energy": {"theory_r": "Pearson r of the energy profile with the linear theory",
-               "theory_r_log": "the same r on log values", "eta_t": "the fitted ηt",
-               "random_init_r": "mean r of random-init banks of the same shape",
-               "filters": "first-layer filters"},
-    "whitening": {"whitening": "C(δ)/C(0) of the first layer's responses (lower: whiter)",
-                  "rgb": "C(δ)/C(0) of the RGB input", "zca": "C(δ)/C(0) of the ZCA whitening bank",
-                  "random": "C(δ)/C(0) of random-init banks (mean)"},
-    "masterkeys": {"filters": "depthwise filters clustered", "kernel_size": "their kernel size",
-                   "median_abs_cosine": "median |cos| of a filter to its master key",
-                   **{f"key_{k}": f"share of the filters assigned to master key {k}" for k in range(1, 9)}},
-    "weights": {"convolutions": "convolutions", "filters": "filters", "dead_share": "share of dead filters",
-                "duplicate_share": "share of duplicate filters", "non_finite": "non-finite weights",
-                "norm_mean": "mean filter norm"},
-}
-"""The numbers of each family's rows and what they mean (the table's columns, in order)."""
-HEADLINES = {"energy": ("theory_r", "random_init_r"), "whitening": ("whitening", "rgb"),
-             "masterkeys": ("median_abs_cosine", "key_1"), "weights": ("dead_share", "duplicate_share")}
-"""The two numbers of each family that the survey figure shows side by side."""
+COLUMNS: dict[str, dict[str, str]] = {name: dict(FAMILIES[name].survey.columns) for name in SURVEYED}
+"""The numbers of each family's rows and what they mean (the table's columns, in order; from the registry)."""
+HEADLINES: dict[str, tuple[str, str]] = {name: FAMILIES[name].survey.headline for name in SURVEYED}
+"""The two numbers of each family that the survey figure shows side by side (from the registry)."""
 LOCAL = "local"
 """The worker of a row computed in this process."""
 
-
-@dataclass(frozen=True)
-class SurveySettings:
-    """What a survey measures on every model (defaults here only; the CLI's options and the page's widgets derive
-    from it).
-
-    Attributes:
-        family: the analysis: ``energy`` (energy profile and linear-theory fit), ``whitening`` (C(δ)/C(0) at
-            ``distance``), ``masterkeys`` (master-key composition of the depthwise filters) or ``weights`` (weight
-            statistics of every convolution).
-        images: image source of the patch statistics (energy, whitening).
-        max_images: use at most this many images (none: all).
-        distance: the whitening distance δ in pixels (the paper quotes 10).
-        seeds: random-init seeds of the energy baseline and the whitening reference.
-        max_models: the most models one survey may hold (a pattern that matches more is refused).
-    """
-
-    family: str = setting("energy", choices=FAMILIES)
-    images: str = BUNDLED
-    max_images: int | None = setting(None, minimum=1, maximum=1_000_000)
-    distance: int = setting(10, minimum=1, maximum=64)
-    seeds: int = setting(10, minimum=1, maximum=100)
-    max_models: int = setting(500, minimum=1, maximum=5000)
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 @dataclass(frozen=True)
@@ -165,7 +133,8 @@ def _images(settings: SurveySettings) -> ImageSet:
 def energy_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float]:
     from fl_core.firstlayer.energy import EnergySettings, analyze_energy
 
-    model = analyze_energy([loaded], _images(settings), EnergySettings(seeds=settings.seeds), device=device).models[0]
+    model = analyze_energy([loaded], _images(settings), EnergySettings(seeds=settings.seeds), device=device,
+                           progress=False).models[0]
     return {"theory_r": model.theory.r, "theory_r_log": model.theory.r_log, "eta_t": model.theory.eta_t,
             "random_init_r": model.random_init.mean, "filters": float(model.n_filters)}
 
@@ -174,7 +143,8 @@ def whitening_values(loaded: LoadedModel, settings: SurveySettings, device) -> d
     from fl_core.firstlayer.whitening import WhiteningSettings, analyze_whitening
 
     result = analyze_whitening([loaded], _images(settings),
-                               WhiteningSettings(max_distance=settings.distance, seeds=settings.seeds), device=device)
+                               WhiteningSettings(max_distance=settings.distance, seeds=settings.seeds), device=device,
+                               progress=False)
     at = int(np.flatnonzero(np.asarray(result.distances) == settings.distance)[0])
     return {"whitening": float(result.curves[loaded.spec][at]),
             **{name: float(result.curves[name][at]) for name in ("rgb", "zca", "random")}}
@@ -183,7 +153,7 @@ def whitening_values(loaded: LoadedModel, settings: SurveySettings, device) -> d
 def masterkey_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float]:
     from fl_core.masterkeys.clustering import analyze_master_keys
 
-    result = analyze_master_keys(loaded, device=device)
+    result = analyze_master_keys(loaded, device=device, progress=False)
     assignment = result.published_assignment
     shares = np.asarray(assignment.counts, dtype=float) / max(1, int(np.sum(assignment.counts)))
     return {"filters": float(result.n_filters), "kernel_size": float(result.kernel_size),
@@ -205,22 +175,20 @@ def weight_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict
             "non_finite": float(totals["non_finite"]), "norm_mean": float(norm_mean)}
 
 
-MEASURES: dict[str, Callable[[LoadedModel, SurveySettings, object], dict[str, float]]] = {
-    "energy": energy_values, "whitening": whitening_values, "masterkeys": masterkey_values, "weights": weight_values}
-
-
 def error_text(error: BaseException) -> str:
     """What a failed row says: a FilterLens error's own message, otherwise the exception's type and text."""
     return str(error) if isinstance(error, FilterLensError) else f"{type(error).__name__}: {error}"
 
 
-def survey_row(spec: str, settings: SurveySettings = SurveySettings(), *, device=None,
+def survey_row(spec: str, settings: SurveySettings | None = None, *, device=None,
                load: Callable[[str], LoadedModel] = load_model) -> SurveyRow:
-    """The survey's numbers for one model, or a row with the error (one bad model never stops a survey)."""
+    """The survey's numbers for one model (``settings``: default ``SurveySettings()``), or a row with the error (one bad
+    model never stops a survey)."""
+    settings = settings or SurveySettings()
     began = time.perf_counter()
     try:
         loaded = load(spec)
-        values = MEASURES[settings.family](loaded, settings, device)
+        values = resolve(FAMILIES[settings.family].survey.measure)(loaded, settings, device)
     except Exception as err:  # every failure becomes the row's error
         if not isinstance(err, FilterLensError):
             log.exception("survey row %s failed", spec)
@@ -228,14 +196,34 @@ def survey_row(spec: str, settings: SurveySettings = SurveySettings(), *, device
     return SurveyRow(spec, loaded.label, model_family(spec), values, seconds=time.perf_counter() - began)
 
 
-def analyze_survey(models: Sequence[str], settings: SurveySettings = SurveySettings(), *, device=None,
-                   progress: Progress | None = None) -> SurveyResult:
-    """A survey computed here, one model after the other (``models``: specs or registry name patterns,
-    :func:`fl_core.survey.models.survey_models`; ``python -m fl_core survey`` spreads the rows over workers)."""
-    specs = survey_models(models, limit=settings.max_models)
+def analyze_survey(models: ModelLike | Sequence[ModelLike], data: str | None = None,
+                   settings: SurveySettings | None = None, *, device: DeviceLike = None,
+                   progress: ProgressLike = None, **setting_overrides: Unpack[SurveyOverrides]) -> SurveyResult:
+    """A survey computed here, one model after the other (``python -m fl_core survey`` spreads the rows over workers).
+
+    Args:
+        models: specs or registry name patterns (:func:`fl_core.survey.models.survey_models`), loaded models or
+            ``nn.Module`` objects, one or a list.
+        data: the image source of the patch statistics (default: ``settings.images``).
+        settings: what to measure (``None``: :class:`SurveySettings`'s defaults).
+        device: where each row is computed (``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``).
+        progress: ``progress(fraction, message)``; ``None``: a bar where a person is watching; ``False``: none.
+        **setting_overrides: fields of ``settings`` replaced (``family="whitening"``, ``seeds=3``).
+    """
+    if data is not None:
+        setting_overrides = {**setting_overrides, "images": data}
+    settings = as_settings(SurveySettings, settings, setting_overrides)
+    device, progress = resolve_device(device), progress_callback(progress)
+    given = list(models) if isinstance(models, Sequence) and not isinstance(models, str) else [models]
+    objects: dict[str, LoadedModel] = {}
+    for i, item in enumerate(given):
+        if not isinstance(item, str):
+            loaded = as_model(item, f"models[{i}]")
+            objects[loaded.spec], given[i] = loaded, loaded.spec
+    specs = survey_models(given, limit=settings.max_models)
     began, rows = time.perf_counter(), []
     for done, spec in enumerate(specs):
         report(progress, done / len(specs), f"{done}/{len(specs)} models: {spec}")
-        rows.append(survey_row(spec, settings, device=device))
+        rows.append(survey_row(spec, settings, device=device, load=lambda s: objects.get(s) or load_model(s)))
     report(progress, 1.0, f"{len(specs)} models surveyed")
     return SurveyResult(settings, tuple(rows), time.perf_counter() - began)

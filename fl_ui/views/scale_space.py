@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fl_core.masterkeys.fitting import FIT_METHOD_DESCRIPTIONS, FIT_METHODS, model_fit_at
+from fl_core.masterkeys.fitting import model_fit_at
 from fl_core.masterkeys.plots import (
     KEY_NAMES,
     cross_section_figure,
@@ -15,6 +15,7 @@ from fl_core.masterkeys.plots import (
     sigma_by_method_figure,
 )
 from fl_core.masterkeys.scalespace import load_published_filters, normalize_learned_filter, spread_measures_frame
+from fl_core.masterkeys.settings import FIT_METHOD_DESCRIPTIONS, FIT_METHODS
 from fl_ui.masterkeys import (
     BASELINE_DEPTHWISE_SPEC,
     DEFAULT_DEPTHWISE_SPEC,

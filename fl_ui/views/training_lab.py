@@ -20,6 +20,7 @@ from fl_core.lab.plots import (
     trajectory_figure,
 )
 from fl_core.lab.runs import SHIPPED_RUNS_DIR, Run, RunSettings
+from fl_core.lab.settings import KERNELS
 from fl_core.settings import replace_settings, settings_fields
 from fl_ui.forms import setting_widget
 from fl_ui.jobs import TrainingJob
@@ -30,6 +31,7 @@ from fl_ui.widgets import dashed, downloads, plot_with_explanation, table_with_d
 MODES = {"shipped": "📦 Shipped runs", "train": "🏋 Train a run", "yours": "🗂 Your runs"}
 DEFAULT_RUN = "lab_vgg_true_s0"
 FIELDS = {f.name: f for f in settings_fields(RunSettings)}
+FIELDS["first_kernel"] = dataclasses.replace(FIELDS["first_kernel"], choices=KERNELS)  # the small nets' kernels
 
 st.title("🧪 Training Lab")
 st.markdown(
@@ -208,7 +210,7 @@ def config_form() -> RunSettings | None:
         st.markdown("**Plain SGD (the authors' optimizer)**")
         o1, o2, o3, o4, o5 = st.columns(5)
         field("seed", "Seed", o1, "lab_seed", min_value=0, max_value=10_000)
-        field("steps", "Steps", o2, "lab_steps", max_value=100_000,
+        field("steps", "Steps", o2, "lab_steps",
               help="The default finishes in a few minutes on a 2-core CPU; random labels need more (the shipped "
                    "random-label runs use 2×).")
         field("batch_size", "Batch size", o3, "lab_batch", max_value=4096)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
+from fl_core.errors import ArgumentError, CheckpointError, ModelSpecError, WeightsUnavailableError
 from fl_core.io import models as models_module
 from fl_core.io.checkpoints import save_state_dict
 from fl_core.io.models import ModelSpec, demo_manifest, load_model
@@ -120,10 +120,12 @@ def test_shipped_imagenet_demos_are_the_licensed_fixtures_with_their_preprocessi
 
 
 def test_input_config_validation_and_overrides() -> None:
-    with pytest.raises(ModelSpecError):
+    with pytest.raises(ArgumentError, match="input_size must be at least 8 and at most 4,096, not 2"):
         InputConfig(input_size=2)
-    with pytest.raises(ModelSpecError):
+    with pytest.raises(ArgumentError, match=r"std must be at least 0\.0001"):
         InputConfig(std=(0.0, 1.0, 1.0))
+    with pytest.raises(ArgumentError, match="mean takes 3 values, not 2"):
+        InputConfig(mean=(0.5, 0.5))
     cfg = InputConfig().with_overrides(input_size=32, crop_pct=None, mean=[0.5, 0.5, 0.5])
     assert (cfg.input_size, cfg.crop_pct, cfg.mean) == (32, 0.875, (0.5, 0.5, 0.5))
     assert hash(cfg) == hash(InputConfig(input_size=32, mean=(0.5, 0.5, 0.5)))

@@ -13,11 +13,11 @@ import torch
 
 from fl_core.cli import build_parser, main
 from fl_core.cli.train import config_from_args
-from fl_core.errors import DataError, ModelSpecError
+from fl_core.errors import ArgumentError, DataError, ModelSpecError
 from fl_core.io import DEMO_DIR
 from fl_core.io.checkpoints import load_into, load_state_dict
 from fl_core.io.models import load_model
-from fl_core.io.nets import build_net
+from fl_core.io.nets import NETS, build_net
 from fl_core.lab.claims import run_trajectory
 from fl_core.lab.experiments import SUITES
 from fl_core.lab.runs import (
@@ -29,6 +29,7 @@ from fl_core.lab.runs import (
     resolve_config,
     train_run,
 )
+from fl_core.lab.settings import SMALL_NETS
 from fl_core.lab.train import TrainSettings
 from fl_core.settings import replace_settings
 from fl_ui.jobs import TrainingJob
@@ -42,6 +43,10 @@ TINY = RunSettings(width=8, body_widths=(8, 8), crops_per_image=20, snapshots=4,
 def saved(tmp_path_factory):
     """One tiny run saved with checkpoints (shared by the read-only tests below)."""
     return train_run(TINY, tmp_path_factory.mktemp("runs") / "tiny")
+
+
+def test_the_light_settings_name_every_small_net() -> None:
+    assert tuple(NETS) == SMALL_NETS
 
 
 def test_training_is_deterministic_under_a_seed() -> None:
@@ -161,7 +166,7 @@ def test_run_configs_round_trip_through_their_flat_json() -> None:
     assert config.train.eval_every == 10 and config.train.snapshot_steps == config.snapshot_steps() == (0, 1, 5, 30)
     longer = replace_settings(config, {"steps": 400})
     assert longer.train.eval_every == 20 and longer.train.snapshot_steps[-1] == 400  # the schedule follows the steps
-    with pytest.raises(DataError):
+    with pytest.raises(ArgumentError, match=r"lr must be at least 1e-06 and at most 10\.0, not 0\.0"):
         replace_settings(TINY, {"lr": 0.0})
 
 
@@ -204,9 +209,11 @@ def test_cli_keeps_every_documented_training_flag() -> None:
         train=TrainSettings(steps=50, batch_size=64, lr=0.1, momentum=0.9, weight_decay=0.001, seed=4,
                           freeze_first=True))
     assert config_from_args(build_parser().parse_args(["train"])) == RunSettings()  # the defaults are the class's
-    for bad in (["--first-kernel", "4"], ["--labels", "nope"], ["--steps", "0"], ["--snapshots", "1"]):
+    for bad in (["--first-kernel", "40"], ["--labels", "nope"], ["--steps", "0"], ["--snapshots", "1"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["train", *bad])
+    with pytest.raises(ModelSpecError, match="First-layer kernel 4: choose 3, 5, 7"):  # a timm net may have it
+        config_from_args(build_parser().parse_args(["train", "--first-kernel", "4"]))
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from fl_core.cli import build_parser
 from fl_core.cli.train import cli_flags, config_from_args
 from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunSettings, list_runs, load_run, resolve_config, session_runs_dir
 from fl_core.lab.train import TrainSettings
-from fl_core.settings import replace_settings
+from fl_core.settings import MAX_STEPS, replace_settings
 
 from ..conftest import page_app
 from .url_round_trip import assert_round_trip
@@ -84,7 +84,7 @@ def test_a_running_job_can_be_cancelled_from_the_page(runs_dir) -> None:
     app = page_app(PAGE, lab="train")
     app.run()
     app.number_input(key="lab_crops").set_value(20)
-    app.number_input(key="lab_steps").set_value(100_000)
+    app.number_input(key="lab_steps").set_value(MAX_STEPS)
     app.button(key="lab_start").click().run()
     app.button(key="lab_cancel").click().run()
     status = app.session_state["lab_job"].wait(timeout=600)

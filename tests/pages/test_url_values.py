@@ -13,7 +13,8 @@ from .test_masterkeys import assert_clean
 FIELDS = {f.name: f for f in settings_fields(MasterKeySettings)}
 
 
-@pytest.mark.parametrize(("text", "reason"), [("abc", "must be int"), ("1e9", "must be int"), ("-3", "at least"),
+@pytest.mark.parametrize(("text", "reason"), [("abc", "must be an integer"), ("1e9", "must be an integer"),
+                                              ("-3", "at least"),
                                               ("7\x00", "NUL"), ("9" * (MAX_TEXT_LENGTH + 1), "longer than")])
 def test_a_setting_from_text_is_checked_like_the_command_line(text: str, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):

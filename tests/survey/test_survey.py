@@ -120,7 +120,7 @@ def test_a_weights_row_counts_dead_and_duplicate_filters(tmp_path) -> None:
 def test_one_bad_model_is_a_row_with_its_error_and_the_survey_goes_on(tmp_path) -> None:
     broken = tmp_path / "broken.pt"
     broken.write_bytes(b"not a checkpoint")
-    result = analyze_survey([f"weights:{broken}", "demo:tiny_vgg"], SurveySettings(family="weights"))
+    result = analyze_survey([f"weights:{broken}", "demo:tiny_vgg"], settings=SurveySettings(family="weights"))
     bad, good = result.rows
     assert bad.error and bad.values == {} and bad.label == f"weights:{broken}"
     assert good.error is None and good.values["filters"] > 0

@@ -1,0 +1,55 @@
+"""Start the dashboard (the pages of the installed package, fl_ui) and open it in a browser; the server runs
+until you stop it (Ctrl+C). It needs the app extra: ``pip install "filterlens[app]"``.
+
+Examples:
+    filterlens app
+    filterlens app --port 8600 --data-root /data/imagenet --data-root ~/checkpoints
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+from pathlib import Path
+
+from fl_core.errors import DataError, FilterLensError
+from fl_core.settings import bounded
+
+STANDALONE = True
+"""Not an analysis: no result to write; ``run`` returns the server's exit status."""
+APP_EXTRA = 'pip install "filterlens[app]"'
+"""The install command of the dashboard's dependencies."""
+DATA_ROOTS_ENV = "FL_DATA_ROOTS"
+"""The server folders the dashboard may read (``os.pathsep``-separated; fl_ui.sidebar reads it)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=bounded(int, 1, 65_535, "port"), default=None,
+                        help="the port to serve on (default: Streamlit's, 8501, or the next free one)")
+    parser.add_argument("--data-root", action="append", default=[], type=Path, metavar="DIR",
+                        help=f"a server folder whose images and checkpoints the dashboard may open (repeatable; "
+                             f"sets {DATA_ROOTS_ENV})")
+
+
+def streamlit_arguments(args: argparse.Namespace) -> list[str]:
+    """The options ``streamlit run`` gets from the command line."""
+    return [] if args.port is None else ["--server.port", str(args.port)]
+
+
+def data_roots(folders: list[Path]) -> str:
+    """:data:`DATA_ROOTS_ENV` for ``folders``, each an existing folder (resolved)."""
+    missing = [str(folder) for folder in folders if not folder.expanduser().is_dir()]
+    if missing:
+        raise DataError(f"--data-root {', '.join(missing)}: no such folder. Give folders that exist on this machine.")
+    return os.pathsep.join(str(folder.expanduser().resolve()) for folder in folders)
+
+
+def run(args: argparse.Namespace, progress: object) -> int:
+    if importlib.util.find_spec("streamlit") is None:
+        raise FilterLensError(f"the dashboard needs Streamlit, which is not installed: {APP_EXTRA}")
+    if args.data_root:
+        os.environ[DATA_ROOTS_ENV] = data_roots(args.data_root)
+    from fl_ui.serve import main
+
+    return main(streamlit_arguments(args))
