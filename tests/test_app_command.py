@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fl_core import extras
 from fl_core.cli import app, main
 
 from .streamlit_server import REPO, free_port, health, running_server, server_env
@@ -17,10 +18,10 @@ from .streamlit_server import REPO, free_port, health, running_server, server_en
 def test_without_streamlit_the_command_names_the_extra_in_one_line(monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(app.importlib.util, "find_spec", lambda name, *a: None if name == "streamlit" else real(name))
+    monkeypatch.setattr(extras, "find_spec", lambda name, *a: None if name == "streamlit" else real(name))
     assert main(["app"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and 'pip install "filterlens[app]"' in err
+    assert err.count("\n") == 1 and "pip install 'filterlens[app]'" in err and "streamlit" in err
 
 
 def test_data_roots_are_existing_folders_resolved(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -9,17 +9,15 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 from pathlib import Path
 
-from fl_core.errors import DataError, FilterLensError
+from fl_core.errors import DataError
+from fl_core.extras import require_extra
 from fl_core.settings import bounded
 
 STANDALONE = True
 """Not an analysis: no result to write; ``run`` returns the server's exit status."""
-APP_EXTRA = 'pip install "filterlens[app]"'
-"""The install command of the dashboard's dependencies."""
 DATA_ROOTS_ENV = "FL_DATA_ROOTS"
 """The server folders the dashboard may read (``os.pathsep``-separated; fl_ui.sidebar reads it)."""
 
@@ -46,8 +44,7 @@ def data_roots(folders: list[Path]) -> str:
 
 
 def run(args: argparse.Namespace, progress: object) -> int:
-    if importlib.util.find_spec("streamlit") is None:
-        raise FilterLensError(f"the dashboard needs Streamlit, which is not installed: {APP_EXTRA}")
+    require_extra("app", "the dashboard")
     if args.data_root:
         os.environ[DATA_ROOTS_ENV] = data_roots(args.data_root)
     from fl_ui.serve import main
