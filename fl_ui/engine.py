@@ -171,6 +171,11 @@ class Job:
         """Whether it has finished and its result (or error) is at hand; asks nothing of the scheduler."""
         return self._done.is_set()
 
+    @property
+    def cancelling(self) -> bool:
+        """Whether it was asked to stop (it may still be finishing its step)."""
+        return self._cancel_asked is not None
+
     def watch(self, session: str | None) -> None:
         """Count ``session`` among its owners (``None``, outside any session: the server keeps it for everyone)."""
         with self._lock:
@@ -479,11 +484,11 @@ class Engine:
         now = time.monotonic()
         with self._lock:
             unfinished = [job for _, job in self._jobs.values() if not job.done]
-        idle = {job: job.abandoned(now) for job in unfinished}
+        idle = {job: job.abandoned(now) for job in unfinished if not job.cancelling}
         candidates = [job for job, seconds in idle.items() if seconds >= ABANDONED_WHILE_OTHERS_WAIT_S]
         if not candidates:
             return []
-        waiting = set(self.waiting_keys([job.key for job in unfinished]))
+        waiting = set(self.waiting_keys([job.key for job in idle]))
         others_wait = any(job.key in waiting for job, seconds in idle.items() if not seconds)
         stale = [job for job in candidates if others_wait or job.key in waiting or idle[job] >= ABANDONED_AFTER_S]
         for job in stale:
