@@ -198,11 +198,10 @@ def pooled(job: Callable, max_entries: int, lane: Lane = Lane.INTERACTIVE) -> Ca
     :class:`~fl_ui.engine.Job` (queue position, then progress) and owns it with the others
     (:meth:`~fl_ui.engine.Job.watch`); a session interrupted while waiting (its user clicked something, or went to
     another page) takes up the same job again on its next run, and the result is kept as soon as the job ends, whether
-    or not a session is waiting. ``wrapper.cancel(request)`` cancels it (for every session following it);
-    ``wrapper.abandon(request)`` says the calling session no longer wants it (a page's request superseded by another):
-    cancelled at once unless another session (or the server's warm-up) still does; ``wrapper.cached(request)`` says
-    whether its result is at hand; ``wrapper.start(request)`` submits it without waiting (several requests then run
-    side by side on the workers) and returns its job.
+    or not a session is waiting. ``wrapper.abandon(request)`` says the calling session no longer wants it (its user
+    pressed Cancel, or applied another request): cancelled at once unless another session (or the server's warm-up)
+    still wants it; ``wrapper.cached(request)`` says whether its result is at hand; ``wrapper.start(request)`` submits
+    it without waiting (several requests then run side by side on the workers) and returns its job.
     """
     results, running = _Results(max_entries), {}
 
@@ -244,12 +243,6 @@ def pooled(job: Callable, max_entries: int, lane: Lane = Lane.INTERACTIVE) -> Ca
             if (handle := start(request)) is not None:
                 return handle.wait(progress)
 
-    def cancel(request: Hashable) -> None:
-        with results.lock:
-            handle = running.get(request)
-        if handle is not None:
-            handle.cancel()
-
     def abandon(request: Hashable) -> None:
         with results.lock:
             handle = running.get(request)
@@ -259,7 +252,7 @@ def pooled(job: Callable, max_entries: int, lane: Lane = Lane.INTERACTIVE) -> Ca
     def cached(request: Hashable) -> bool:
         return results.get(request)[0]
 
-    wrapper.start, wrapper.cancel, wrapper.abandon = start, cancel, abandon
+    wrapper.start, wrapper.abandon = start, abandon
     wrapper.cached, wrapper.clear = cached, results.clear
     return wrapper
 

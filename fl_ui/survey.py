@@ -42,9 +42,9 @@ def run_survey(specs: Sequence[str], settings: SurveySettings, device: str,
 
 
 def cancel_survey(specs: Sequence[str], settings: SurveySettings, device: str) -> None:
-    """Cancel every row of a survey still waiting or running."""
+    """Cancel every row of a survey still waiting or running (those another session also waits for go on)."""
     for request in survey_requests(specs, settings, device):
-        survey_row_result.cancel(request)
+        survey_row_result.abandon(request)
 
 
 def _row(request: jobs.SurveyRowRequest, job: Job | None) -> SurveyRow:
