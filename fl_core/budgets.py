@@ -16,8 +16,8 @@ The limits (:class:`Budget`, read from the environment on every check, so an adm
 * ``FL_TRAINING_TMAC`` (default 100): trillion multiply-adds one training run may cost, every step's forward and
   backward passes (about 30-60 minutes on 2 CPU cores; the Training Lab's default run costs 1.4).
 
-A training run is checked against all four (:func:`check_training`): its parameters, the memory of one step, its
-work.
+A training run is checked against three of them (:func:`check_training`): its parameters, the memory of one step and
+the work of all its steps.
 
 Image decoding is bounded by pixels × progressive scans (:data:`MAX_DECODE_PIXEL_SCANS`): a progressive JPEG
 decodes every scan over the whole image, so a 1 MB file of many scans can take minutes.

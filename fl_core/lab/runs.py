@@ -344,8 +344,8 @@ def check_run_budget(config: RunSettings) -> None:
     """Refuse a run over the budgets (:func:`fl_core.budgets.check_training`: parameters, the memory of one step with
     the training crops, the work of every step) before anything is allocated; :func:`train_run` calls it first."""
     cost = run_cost(config)
-    what = config.arch if config.is_timm else f"{config.arch} (widths {config.width}, " \
-        f"{', '.join(map(str, config.body_widths))})"
+    widths = ", ".join(map(str, (config.width, *config.body_widths)))
+    what = config.arch if config.is_timm else f"{config.arch} (widths {widths})"
     check_training(cost.parameters, cost.activations, cost.multiply_adds, batch=config.train.batch_size,
                    steps=config.train.steps, momentum=config.train.momentum > 0, what=what,
                    data_bytes=CROP_BYTES * train_crop_count(config.images, config.max_images, config.crops_per_image))
