@@ -13,6 +13,11 @@ The limits (:class:`Budget`, read from the environment on every check, so an adm
   AlexNet costs 11 GMAC per 256×256 image, a ViT-B/16 patch embedding 40; a 21×21 kernel 127.
 * ``FL_MAX_PARAMS`` (default 250,000,000): parameters of a registry architecture (1 GB in float32), counted on the
   meta device before the network is materialised.
+* ``FL_TRAINING_TMAC`` (default 100): trillion multiply-adds one training run may cost, every step's forward and
+  backward passes (about 30-60 minutes on 2 CPU cores; the Training Lab's default run costs 1.4).
+
+A training run is checked against three of them (:func:`check_training`): its parameters, the memory of one step and
+the work of all its steps.
 
 Image decoding is bounded by pixels × progressive scans (:data:`MAX_DECODE_PIXEL_SCANS`): a progressive JPEG
 decodes every scan over the whole image, so a 1 MB file of many scans can take minutes.
@@ -27,8 +32,11 @@ from dataclasses import dataclass
 from fl_core.errors import AnalysisError, DataError, FilterLensError, ModelSpecError
 
 MEMORY_VARIABLE, WORK_VARIABLE, PARAMS_VARIABLE = "FL_ANALYSIS_MEMORY_MB", "FL_ANALYSIS_GMAC_PER_IMAGE", "FL_MAX_PARAMS"
+TRAINING_VARIABLE = "FL_TRAINING_TMAC"
 FLOAT64 = 8
 FLOAT32 = 4
+BACKWARD_WORK = 2
+"""Multiply-adds of a backward pass per forward multiply-add (gradients of the inputs and of the weights)."""
 PATCH_MATRICES = 5
 """D×D float64 matrices alive at once in patch statistics and their PCA: the accumulated covariance, one band's
 product, the eigen-decomposition's input, eigenvectors and workspace (the ZCA bank reuses them)."""
@@ -50,11 +58,13 @@ class Budget:
         memory_mb: working memory of one analysis step, in MiB.
         gmac_per_image: giga multiply-adds one image may cost.
         max_params: parameters of a registry architecture.
+        training_tmac: trillion multiply-adds one training run may cost.
     """
 
     memory_mb: int = 1024
     gmac_per_image: float = 50.0
     max_params: int = 250_000_000
+    training_tmac: float = 100.0
 
     @property
     def memory_bytes(self) -> int:
@@ -65,14 +75,19 @@ class Budget:
         """Multiply-adds one image may cost."""
         return self.gmac_per_image * 1e9
 
+    @property
+    def training_work(self) -> float:
+        """Multiply-adds one training run may cost."""
+        return self.training_tmac * 1e12
+
 
 def analysis_budget() -> Budget:
-    """The budget set by the environment (:data:`MEMORY_VARIABLE`, :data:`WORK_VARIABLE`, :data:`PARAMS_VARIABLE`),
-    defaults for unset variables; a malformed value is refused naming the variable."""
+    """The budget set by the environment (:data:`MEMORY_VARIABLE`, :data:`WORK_VARIABLE`, :data:`PARAMS_VARIABLE`,
+    :data:`TRAINING_VARIABLE`), defaults for unset variables; a malformed value is refused naming the variable."""
     default = Budget()
     values = {}
     for name, variable, kind in (("memory_mb", MEMORY_VARIABLE, int), ("gmac_per_image", WORK_VARIABLE, float),
-                                 ("max_params", PARAMS_VARIABLE, int)):
+                                 ("max_params", PARAMS_VARIABLE, int), ("training_tmac", TRAINING_VARIABLE, float)):
         text = os.environ.get(variable, "").strip().replace("_", "")
         try:
             values[name] = kind(float(text)) if text else getattr(default, name)
@@ -204,6 +219,26 @@ def check_parameters(count: int, name: str, *, building: bool = False) -> None:
                              f"{budget.max_params / 1e6:,.0f} million this server loads ({PARAMS_VARIABLE}); refused "
                              f"{'while' if building else 'before'} building it. Pick a smaller architecture, or ask "
                              "the admin to raise the limit.")
+
+
+def check_training(parameters: int, activations: int, multiply_adds: float, *, batch: int, steps: int,
+                   momentum: bool, data_bytes: int, what: str) -> None:
+    """A training run of a network of ``parameters`` whose modules output ``activations`` values and cost
+    ``multiply_adds`` per example (forward): the parameters (:func:`check_parameters`); the memory of one step,
+    float32 weights, gradients (and momentum buffers) plus every module's output kept for the backward pass and its
+    gradient, 4·(P·(2 or 3) + 2·batch·A) bytes, with the training data (``data_bytes``); the work of the run,
+    steps·batch·(1 + :data:`BACKWARD_WORK`)·multiply-adds."""
+    check_parameters(parameters, what)
+    memory = FLOAT32 * (parameters * (3 if momentum else 2) + 2 * batch * activations) + data_bytes
+    require_memory(f"Training {what} at batch size {batch:,}", memory,
+                   "Lower the batch size or the network's widths, or train on fewer images or crops.")
+    work = steps * batch * (1 + BACKWARD_WORK) * multiply_adds
+    budget = analysis_budget()
+    if work > budget.training_work:
+        raise AnalysisError(f"Training {what} for {steps:,} steps at batch size {batch:,} would cost "
+                            f"{work / 1e12:,.1f} trillion multiply-adds, over the {budget.training_tmac:,.0f} trillion "
+                            f"a training run may cost ({TRAINING_VARIABLE}); refused before training. Use fewer steps, "
+                            "a smaller batch or a smaller network.")
 
 
 def check_decoding(width: int, height: int, scans: int, label: str) -> None:

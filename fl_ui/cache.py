@@ -33,8 +33,8 @@ from fl_core.firstlayer.whitening import ActivationMaps, WhiteningResult, Whiten
 from fl_core.io.images import BUNDLED_PHOTOS, ImageSet, is_bundled, open_images
 from fl_core.io.layers import find_layer
 from fl_core.io.models import LoadedModel, load_model, spec_file_stamp
-from fl_ui import jobs
-from fl_ui.engine import Job, heavy_engine
+from fl_ui import jobs, sessions
+from fl_ui.engine import Job, Lane, engine_started, heavy_engine
 
 WAIT_POLL_S = 0.25
 """How often a session waiting for another session's computation redraws its progress bar."""
@@ -192,19 +192,19 @@ def memoize(max_entries: int) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def pooled(job: Callable, max_entries: int) -> Callable:
-    """Memoize a heavy job of :mod:`fl_ui.jobs` by its request, computed by an engine worker.
+def pooled(job: Callable, max_entries: int, lane: Lane = Lane.INTERACTIVE) -> Callable:
+    """Memoize a heavy job of :mod:`fl_ui.jobs` by its request, computed by an engine worker in ``lane``.
 
     Each request runs at most once at a time on the server: every session asking for it follows the same
-    :class:`~fl_ui.engine.Job` (queue position, then progress), and a session interrupted while waiting (its user
-    clicked something, or closed the tab) takes up the same job again on its next run; the result is kept as soon as
-    the job ends, whether or not a session is waiting. ``wrapper.cancel(request)`` cancels it (for every session
-    following it); ``wrapper.abandon(request)`` cancels it only when no session is waiting for it (a page's request
-    superseded by another: nothing queues behind it); ``wrapper.cached(request)`` says whether its result is at hand;
-    ``wrapper.start(request)`` submits it without waiting (several requests then run side by side on the workers) and
-    returns its job.
+    :class:`~fl_ui.engine.Job` (queue position, then progress) and owns it with the others
+    (:meth:`~fl_ui.engine.Job.watch`); a session interrupted while waiting (its user clicked something, or went to
+    another page) takes up the same job again on its next run, and the result is kept as soon as the job ends, whether
+    or not a session is waiting. ``wrapper.abandon(request)`` says the calling session no longer wants it (its user
+    pressed Cancel, or applied another request): cancelled at once unless another session (or the server's warm-up)
+    still wants it; ``wrapper.cached(request)`` says whether its result is at hand; ``wrapper.start(request)`` submits
+    it without waiting (several requests then run side by side on the workers) and returns its job.
     """
-    results, running, waiting = _Results(max_entries), {}, {}
+    results, running = _Results(max_entries), {}
 
     def keep(request: Hashable, handle: Job) -> None:
         """When a job ends: keep its result (it stays in the engine only until then), drop the handle."""
@@ -214,9 +214,9 @@ def pooled(job: Callable, max_entries: int) -> Callable:
             if running.get(request) is handle:
                 del running[request]
 
-    def start(request: Hashable, follow: bool = False) -> Job | None:
-        """The job computing ``request`` (submitted now unless one is running), or ``None`` when its result is
-        kept; ``follow``: the caller waits for it (counted until :func:`unfollow`)."""
+    def start(request: Hashable) -> Job | None:
+        """The job computing ``request``, watched by the calling session (submitted now unless one is running), or
+        ``None`` when its result is kept."""
         if results.get(request)[0]:
             return None
         engine = heavy_engine()  # outside the lock: the first call starts the engine
@@ -225,17 +225,12 @@ def pooled(job: Callable, max_entries: int) -> Callable:
                 return None
             handle = running.get(request)
             if handle is None or handle.status().state in ("cancelled", "failed"):
-                handle = running[request] = engine.submit(job, request, device=getattr(request, "device", None))
+                handle = running[request] = engine.submit(job, request, device=getattr(request, "device", None),
+                                                          lane=lane)
                 handle.on_finish(functools.partial(keep, request))
-            if follow:
-                waiting[request] = waiting.get(request, 0) + 1
+            else:
+                handle.watch(sessions.current_session())
         return handle
-
-    def unfollow(request: Hashable) -> None:
-        with results.lock:
-            waiting[request] -= 1
-            if not waiting[request]:
-                del waiting[request]
 
     @functools.wraps(job)
     def wrapper(request: Hashable, progress: Progress | None = None):
@@ -243,28 +238,22 @@ def pooled(job: Callable, max_entries: int) -> Callable:
             found, value = results.get(request)
             if found:
                 return value
-            if (handle := start(request, follow=True)) is not None:
-                try:
-                    return handle.wait(progress)
-                finally:
-                    unfollow(request)
-
-    def cancel(request: Hashable) -> None:
-        with results.lock:
-            handle = running.get(request)
-        if handle is not None:
-            handle.cancel()
+            if not engine_started():
+                report(progress, 0.0, "starting the engine: its worker processes load torch (the first job of this "
+                                      "server waits for them)")
+            if (handle := start(request)) is not None:
+                return handle.wait(progress)
 
     def abandon(request: Hashable) -> None:
         with results.lock:
-            handle = None if waiting.get(request) else running.get(request)
+            handle = running.get(request)
         if handle is not None:
-            handle.cancel()
+            handle.unwatch(sessions.current_session())
 
     def cached(request: Hashable) -> bool:
         return results.get(request)[0]
 
-    wrapper.start, wrapper.cancel, wrapper.abandon = start, cancel, abandon
+    wrapper.start, wrapper.abandon = start, abandon
     wrapper.cached, wrapper.clear = cached, results.clear
     return wrapper
 

@@ -13,20 +13,31 @@ A job is a top-level function of an importable module called on a worker as ``fu
 where ``request`` is a frozen dataclass saying what to compute (:mod:`fl_ui.jobs`). :meth:`Engine.submit` returns a
 :class:`Job`: its :meth:`~Job.status` (queued with its place among this server's waiting jobs, running with the
 worker's last progress report, or finished), :meth:`~Job.wait`, :meth:`~Job.published` live values and
-:meth:`~Job.cancel`. Jobs wait in the scheduler's queue in the order they came and start as workers free up; on a
+:meth:`~Job.cancel`. Jobs wait in the scheduler's queue by :class:`Lane` (a page's view before the server's warm-up,
+both before training runs and survey rows), in the order they came within a lane, and start as workers free up; on a
 cluster with GPU workers a job on a CUDA device asks for a ``GPU`` resource, so the scheduler sends it to one.
 Cancelling drops a waiting job; a running one is asked to stop (:mod:`fl_ui.worker`: it raises at its next progress
 report, or a ``graceful`` job ends itself and keeps what it did) and, if it is still running :data:`HARD_CANCEL_AFTER_S`
-later, its worker process is ended. A worker that dies (killed, out of memory, or ended so) fails only its job, with a
-message that says so, and its nanny starts a fresh one. Results come back over the engine's connections, never through
-shared memory.
+later (:data:`GRACEFUL_STOP_S` for a graceful one), its worker process is ended. A worker that dies (killed, out of
+memory, or ended so) fails only its job, with a message that says so, and its nanny starts a fresh one. Results come
+back over the engine's connections, never through shared memory.
+
+**Jobs belong to the sessions that watch them** (:mod:`fl_ui.sessions`): the browser session that submitted a job and
+every session that asked for the same request since (:meth:`Job.watch`). A session may own at most
+:func:`session_job_limit` unfinished jobs (:class:`TooManyJobs` names the limit and how to cancel). A job whose every
+owner has closed its tab is cancelled :data:`ABANDONED_AFTER_S` later (a reload or a reconnecting tab finds it still
+running), or :data:`ABANDONED_WHILE_OTHERS_WAIT_S` later while it or another job waits for a worker; a job asked for
+outside any session (the server's warm-up, whose result is kept for everyone) belongs to the server and is never
+abandoned.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import itertools
 import logging
+import math
 import os
 import pickle
 import subprocess
@@ -39,6 +50,7 @@ from typing import Any
 
 from fl_core.backend import Progress, report
 from fl_core.errors import FilterLensError
+from fl_ui import sessions
 from fl_ui.worker import JobCancelled, exit_worker, job_payload, progress_name, published_name, run_job, stop_name
 
 log = logging.getLogger("filterlens")
@@ -47,11 +59,43 @@ SCHEDULER_ENV = "FL_SCHEDULER"
 """The address of a running Dask scheduler to use instead of the embedded cluster."""
 HARD_CANCEL_AFTER_S = 3.0
 """A cancelled job still running this long after its stop was asked has its worker process ended (and restarted)."""
+GRACEFUL_STOP_S = 30.0
+"""The same for a graceful job, which first finishes its step and saves what it did."""
+ABANDONED_AFTER_S = 30.0
+"""A job whose every owning session has closed is cancelled this long after the last one closed."""
+ABANDONED_WHILE_OTHERS_WAIT_S = 2.0
+"""... or this long after, when another job (not abandoned itself) waits for a worker."""
+REAP_INTERVAL_S = 0.5
+"""How often the engine looks for abandoned jobs."""
+SESSION_JOBS_ENV = "FL_SESSION_JOBS"
+"""The most unfinished (running or waiting) jobs one browser session may own; default :data:`SESSION_JOBS`."""
+SESSION_JOBS = 4
 STATUS_TTL_S = 0.2
 """A job's progress is asked of the scheduler at most this often (many sessions may follow one job)."""
 CONNECT_TIMEOUT_S = 60
 GPU_RESOURCE = "GPU"
 """The worker resource a CUDA job asks for (``dask worker --resources GPU=1``)."""
+
+
+class Lane(enum.IntEnum):
+    """Where a job waits for a worker (its task's Dask priority): a free worker takes a waiting job of the highest lane
+    first, in the order they came within a lane. A running job is never interrupted for another."""
+
+    LONG = 0
+    """Training runs and survey rows: minutes or more each, and many at once."""
+    WARM_UP = 1
+    """A page's view asked for outside any session: the server's warm-up of the pages' first views."""
+    INTERACTIVE = 2
+    """A page's view that a visitor waits for."""
+
+
+class TooManyJobs(FilterLensError):
+    """A session asked for a job while it owns :func:`session_job_limit` unfinished ones."""
+
+
+def session_job_limit() -> int:
+    """The most unfinished jobs one session may own: ``FL_SESSION_JOBS``, default :data:`SESSION_JOBS`."""
+    return max(1, int(os.environ.get(SESSION_JOBS_ENV) or SESSION_JOBS))
 
 
 def heavy_job_slots() -> int:
@@ -85,12 +129,17 @@ class JobState:
 
 
 class Job:
-    """A heavy job on the engine: poll :meth:`status`, :meth:`wait` for it, :meth:`cancel` it."""
+    """A heavy job on the engine: poll :meth:`status`, :meth:`wait` for it, :meth:`cancel` it; :meth:`watch` and
+    :meth:`unwatch` it from browser sessions (module docstring)."""
 
-    def __init__(self, engine: Engine, future: Any, graceful: bool, gpu: bool = False) -> None:
+    def __init__(self, engine: Engine, future: Any, graceful: bool, gpu: bool = False, lane: Lane = Lane.INTERACTIVE,
+                 owner: str | None = None) -> None:
         from distributed import Event, Variable
 
-        self.key, self.graceful, self.gpu = future.key, graceful, gpu
+        self.key, self.graceful, self.gpu, self.lane = future.key, graceful, gpu, lane
+        self.owners: set[str] = set() if owner is None else {owner}
+        self.shared = owner is None  # asked for outside any session: the server's, never abandoned
+        self.abandoned_since: float | None = None  # since when every owner has been closed
         self._engine, self._future = engine, future
         self._progress_var = Variable(progress_name(self.key), client=engine.client)
         self._published_var = Variable(published_name(self.key), client=engine.client)
@@ -121,6 +170,39 @@ class Job:
     def done(self) -> bool:
         """Whether it has finished and its result (or error) is at hand; asks nothing of the scheduler."""
         return self._done.is_set()
+
+    @property
+    def cancelling(self) -> bool:
+        """Whether it was asked to stop (it may still be finishing its step)."""
+        return self._cancel_asked is not None
+
+    def watch(self, session: str | None) -> None:
+        """Count ``session`` among its owners (``None``, outside any session: the server keeps it for everyone)."""
+        with self._lock:
+            if session is None:
+                self.shared = True
+            else:
+                self.owners.add(session)
+
+    def unwatch(self, session: str | None) -> None:
+        """``session`` no longer wants it (it asked for another request instead): cancelled at once when nobody
+        else does."""
+        with self._lock:
+            self.owners.discard(session)
+            unwanted = not (self.owners or self.shared)
+        if unwanted:
+            self.cancel()
+
+    def abandoned(self, now: float) -> float:
+        """Seconds since every owner closed its session (0 while one is open, or for the server's own job)."""
+        with self._lock:
+            owners, shared = list(self.owners), self.shared
+        if shared or not owners or any(sessions.session_is_open(owner) for owner in owners):
+            self.abandoned_since = None
+            return 0.0
+        if self.abandoned_since is None:
+            self.abandoned_since = now
+        return now - self.abandoned_since
 
     def status(self) -> JobState:
         """Its state now (one round trip to the scheduler per :data:`STATUS_TTL_S` while it is unfinished)."""
@@ -153,7 +235,8 @@ class Job:
 
     def cancel(self) -> None:
         """Drop it if it waits; otherwise ask it to stop, and end its worker process (its nanny starts a fresh one) if
-        it has not stopped :data:`HARD_CANCEL_AFTER_S` later (a ``graceful`` job is only asked). Returns at once."""
+        it has not stopped :data:`HARD_CANCEL_AFTER_S` later (:data:`GRACEFUL_STOP_S` for a ``graceful`` job, which
+        ends itself keeping what it did). Returns at once."""
         with self._lock:
             if self._cancel_asked is not None or self._future.done():
                 return
@@ -166,7 +249,7 @@ class Job:
         if worker is None:  # still queued: dropped (a job its worker has taken runs on, so it must see the flag)
             self._future.cancel()
             return
-        if self.graceful or self._done.wait(HARD_CANCEL_AFTER_S):
+        if self._done.wait(GRACEFUL_STOP_S if self.graceful else HARD_CANCEL_AFTER_S):
             return
         if not self._future.done():
             log.warning("job %s did not stop within %.0f s: restarting its worker %s", self.key,
@@ -300,6 +383,8 @@ class Engine:
         self._lock = threading.Lock()
         self._order = itertools.count()
         self._jobs: dict[str, tuple[int, Job]] = {}
+        self._closing = threading.Event()
+        threading.Thread(target=self._watch_sessions, name="filterlens-abandoned-jobs", daemon=True).start()
         # closed when the interpreter begins to exit, before Python shuts down the thread pools: the client then
         # still runs the callbacks of the jobs it cancels (after atexit, each would log a traceback instead)
         threading._register_atexit(self.close)
@@ -309,12 +394,21 @@ class Engine:
         return self._helper is not None
 
     def submit(self, function: Callable[..., Any], request: Any, *, graceful: bool = False,
-               device: str | None = None) -> Job:
-        """Queue ``function(request, progress=...)``; ``graceful`` jobs stop via
-        :func:`fl_ui.worker.stop_requested`; a CUDA ``device`` asks for a GPU worker."""
+               device: str | None = None, lane: Lane = Lane.INTERACTIVE) -> Job:
+        """Queue ``function(request, progress=...)`` in ``lane`` (a page's view asked for outside any session waits
+        in :attr:`Lane.WARM_UP`), owned by the calling thread's session (:func:`fl_ui.sessions.current_session`);
+        ``graceful`` jobs stop via :func:`fl_ui.worker.stop_requested`; a CUDA ``device`` asks for a GPU worker.
+
+        Raises:
+            TooManyJobs: the session owns :func:`session_job_limit` unfinished jobs already.
+        """
         from dask.task_spec import Task
         from distributed import Variable
 
+        owner = sessions.current_session()
+        if owner is None and lane is Lane.INTERACTIVE:
+            lane = Lane.WARM_UP
+        self.check_session_limit(owner)
         key = f"fl-{getattr(function, '__name__', 'job')}-{uuid.uuid4().hex}"
         # its progress and live values exist (empty) before the job does, so a reader never waits for them
         Variable(progress_name(key), client=self.client).set([])
@@ -322,8 +416,9 @@ class Engine:
         # a "data producer" task waits in the scheduler's queue until a worker thread is free, in submission order
         task = Task(key, run_job, job_payload(function, request, graceful), _data_producer=True)
         resources = self.resources(device)
-        future = self.client.get({key: task}, key, sync=False, resources=resources, fifo_timeout="0 ms")
-        job = Job(self, future, graceful, gpu=bool(resources))
+        future = self.client.get({key: task}, key, sync=False, resources=resources, fifo_timeout="0 ms",
+                                 priority=int(lane))
+        job = Job(self, future, graceful, gpu=bool(resources), lane=lane, owner=owner)
         with self._lock:
             self._jobs[key] = (next(self._order), job)
         future.add_done_callback(lambda _future: self._finished(key))
@@ -358,11 +453,64 @@ class Engine:
             job._finish()
 
     def queue_position(self, job: Job) -> int:
-        """1-based place of a waiting job among this server's jobs that have not started yet."""
+        """1-based place of a waiting job among this server's jobs that have not started yet (by lane, then in the
+        order they came)."""
         with self._lock:
-            ahead = [other for order, other in sorted(self._jobs.values(), key=lambda entry: entry[0])]
+            ahead = [other for _, other in sorted(self._jobs.values(), key=lambda entry: (-entry[1].lane, entry[0]))]
         waiting = [other for other in ahead if other is job or not (other._progress or other._future.done())]
         return waiting.index(job) + 1 if job in waiting else 1
+
+    def session_jobs(self, session: str) -> list[Job]:
+        """The unfinished jobs ``session`` owns."""
+        with self._lock:
+            return [job for _, job in self._jobs.values() if session in job.owners and not job.done]
+
+    def free_job_slots(self, session: str | None) -> float:
+        """How many more jobs ``session`` may own now (no limit outside a session)."""
+        return math.inf if session is None else session_job_limit() - len(self.session_jobs(session))
+
+    def check_session_limit(self, session: str | None) -> None:
+        """Refuse a new job of ``session`` when it owns :func:`session_job_limit` unfinished jobs already."""
+        limit = session_job_limit()
+        if self.free_job_slots(session) <= 0:
+            raise TooManyJobs(f"You have {limit} jobs running or waiting on this server, the most one session may "
+                              f"have ({SESSION_JOBS_ENV}={limit}). Press ■ Cancel under one of their progress bars, "
+                              "or wait until one finishes, then try again.")
+
+    def cancel_abandoned(self) -> list[Job]:
+        """Cancel every job abandoned (:meth:`Job.abandoned`) for :data:`ABANDONED_AFTER_S`, or for
+        :data:`ABANDONED_WHILE_OTHERS_WAIT_S` when it still waits for a worker itself or a job nobody abandoned does;
+        returns them."""
+        now = time.monotonic()
+        with self._lock:
+            unfinished = [job for _, job in self._jobs.values() if not job.done]
+        idle = {job: job.abandoned(now) for job in unfinished if not job.cancelling}
+        candidates = [job for job, seconds in idle.items() if seconds >= ABANDONED_WHILE_OTHERS_WAIT_S]
+        if not candidates:
+            return []
+        waiting = set(self.waiting_keys([job.key for job in idle]))
+        others_wait = any(job.key in waiting for job, seconds in idle.items() if not seconds)
+        stale = [job for job in candidates if others_wait or job.key in waiting or idle[job] >= ABANDONED_AFTER_S]
+        for job in stale:
+            log.info("cancelling job %s: every session that watched it closed %.0f s ago", job.key, idle[job])
+            job.cancel()
+        return stale
+
+    def waiting_keys(self, keys: list[str]) -> list[str]:
+        """Those of ``keys`` whose tasks wait in the scheduler for a worker (one round trip)."""
+        def waiting(dask_scheduler=None) -> list[str]:  # pickled by value: the scheduler imports nothing here
+            tasks = (dask_scheduler.tasks.get(key) for key in keys)
+            return [task.key for task in tasks if task is not None and task.state in ("queued", "no-worker")]
+
+        return self.client.run_on_scheduler(waiting) if keys else []
+
+    def _watch_sessions(self) -> None:
+        """Every :data:`REAP_INTERVAL_S`, :meth:`cancel_abandoned` (until the engine closes)."""
+        while not self._closing.wait(REAP_INTERVAL_S):
+            try:
+                self.cancel_abandoned()
+            except Exception:  # the scheduler may be restarting: try again at the next pass
+                log.debug("looking for abandoned jobs failed", exc_info=True)
 
     def wait_for_workers(self, timeout: float = 600) -> None:
         """Block until the embedded cluster's workers (or at least one of a cluster's) have joined."""
@@ -370,6 +518,7 @@ class Engine:
 
     def close(self) -> None:
         """Disconnect (the scheduler drops this server's jobs) and stop the embedded cluster."""
+        self._closing.set()
         with contextlib.suppress(Exception):
             self.client.close(timeout=10)
         if self._helper is not None and self._helper.poll() is None:
@@ -383,6 +532,11 @@ class Engine:
 
 _ENGINE: Engine | None = None
 _ENGINE_LOCK = threading.Lock()
+
+
+def engine_started() -> bool:
+    """Whether this process's engine is connected (:func:`heavy_engine` returns at once)."""
+    return _ENGINE is not None
 
 
 def heavy_engine() -> Engine:

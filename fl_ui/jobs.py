@@ -3,7 +3,8 @@
 Each ``*_job`` function is what one worker runs, given one frozen **request** (a ``*Request`` dataclass: the models
 as ``(spec, overrides)`` pairs, the data, the family's settings object and the device; it is also the page's cache
 key). It loads its models through :func:`~fl_ui.worker.worker_model` (specs and settings cross to the worker, not
-models) and returns a frozen result. The light ones also run in the server's own threads, given the app's model cache
+models), says which stage runs from its first second (:data:`LOADING`, then the analysis's own reports) and returns a
+frozen result. The light ones also run in the server's own threads, given the app's model cache
 as ``load``. :class:`TrainingJob` follows a Training Lab run with its live snapshots and a graceful cancel.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_core.backend import Progress
+from fl_core.backend import Progress, report
 from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
 from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy
@@ -23,13 +24,13 @@ from fl_core.firstlayer.patches import PatchPCA
 from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
 from fl_core.io.images import open_images
 from fl_core.io.models import LoadedModel
-from fl_core.lab.runs import Run, RunSettings, resolve_config, run_inputs, train_run
+from fl_core.lab.runs import Run, RunSettings, check_run_budget, resolve_config, run_inputs, train_run
 from fl_core.masterkeys.layersweep import LayerSweepResult, LayerSweepSettings, sweep_layers
 from fl_core.masterkeys.rescore import RescoreResult, RescoreSettings, rescore
 from fl_core.report.build import Report, ReportSettings, build_report
 from fl_core.report.series import load_series
 from fl_core.survey.analysis import SurveyRow, SurveySettings, survey_row
-from fl_ui.engine import Job, heavy_engine
+from fl_ui.engine import Job, Lane, heavy_engine
 from fl_ui.worker import current_worker, publish, stop_requested, worker_model
 
 ModelKeys = tuple[tuple[str, tuple], ...]
@@ -37,6 +38,8 @@ ModelKeys = tuple[tuple[str, tuple], ...]
 ModelLoader = Callable[..., LoadedModel]
 """``load(spec, overrides=())``: :func:`~fl_ui.worker.worker_model` in a worker, the app's shared cache
 in-thread."""
+LOADING = "loading the model and the images"
+"""A job's first stage, before its analysis reports."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,7 @@ class SurveyRowRequest:
 def energy_job(request: EnergyRequest, progress: Progress | None = None,
                load: ModelLoader = worker_model) -> EnergyResult:
     """:func:`fl_core.firstlayer.energy.analyze_energy` of the request's models."""
+    report(progress, 0.0, LOADING)
     loaded = [load(spec, overrides) for spec, overrides in request.models]
     inits = {m.spec: load(m.init_spec) for m in loaded if request.subtract_init and m.init_spec}
     return analyze_energy(loaded, open_images(request.images), request.settings, inits=inits, device=request.device,
@@ -133,6 +137,7 @@ def energy_job(request: EnergyRequest, progress: Progress | None = None,
 def whitening_job(request: WhiteningRequest, progress: Progress | None = None,
                   load: ModelLoader = worker_model) -> WhiteningResult:
     """:func:`fl_core.firstlayer.whitening.analyze_whitening` of the request's models."""
+    report(progress, 0.0, LOADING)
     loaded = [load(spec, overrides) for spec, overrides in request.models]
     return analyze_whitening(loaded, open_images(request.images), request.settings, device=request.device,
                              progress=progress)
@@ -140,6 +145,7 @@ def whitening_job(request: WhiteningRequest, progress: Progress | None = None,
 
 def channel_axes_job(request: ChannelAxesRequest, progress: Progress | None = None) -> ChannelAxesResult:
     """:func:`fl_core.channelaxes.analysis.analyze_channels`, the images split with the settings' seed."""
+    report(progress, 0.0, LOADING)
     loaded = worker_model(request.spec, request.overrides)
     init = worker_model(loaded.init_spec) if request.compare_init and loaded.init_spec else None
     data = channel_data(loaded, request.source, request.n_calibration, request.n_evaluation,
@@ -150,12 +156,14 @@ def channel_axes_job(request: ChannelAxesRequest, progress: Progress | None = No
 def rescore_job(request: ScoringRequest, progress: Progress | None = None) -> RescoreResult:
     """:func:`fl_core.masterkeys.rescore.rescore` of the original and each swap of its depthwise filters (each recovered
     on a calibration split first, when the settings ask)."""
+    report(progress, 0.0, LOADING)
     return rescore(worker_model(request.spec, request.overrides), open_images(request.images, request.max_images),
                    request.settings, device=request.device, progress=progress)
 
 
 def layer_sweep_job(request: ScoringRequest, progress: Progress | None = None) -> LayerSweepResult:
     """:func:`fl_core.masterkeys.layersweep.sweep_layers`: each depthwise layer swapped alone and zeroed alone."""
+    report(progress, 0.0, LOADING)
     return sweep_layers(worker_model(request.spec, request.overrides),
                         open_images(request.images, request.max_images), request.settings, device=request.device,
                         progress=progress)
@@ -163,18 +171,21 @@ def layer_sweep_job(request: ScoringRequest, progress: Progress | None = None) -
 
 def report_job(request: ReportRequest, progress: Progress | None = None) -> Report:
     """:func:`fl_core.report.build.build_report` of the request's checkpoints."""
+    report(progress, 0.0, LOADING)
     loaded = [m for spec, overrides in request.models for m in load_series([spec], overrides, load=worker_model)]
     return build_report(loaded, settings=request.settings, device=request.device, progress=progress)
 
 
 def survey_row_job(request: SurveyRowRequest, progress: Progress | None = None) -> SurveyRow:
     """:func:`fl_core.survey.analysis.survey_row` of one model, with the worker that computed it."""
+    report(progress, 0.0, LOADING)
     row = survey_row(request.spec, request.settings, device=request.device, load=worker_model)
     return replace(row, worker=current_worker())
 
 
 def training_job(request: TrainingRequest, progress: Progress | None = None) -> Run:
     """Train one run into its folder, publishing its patch PCAs and every snapshot as it is taken."""
+    report(progress, 0.0, "cutting crops and computing the patch PCA")
     inputs = run_inputs(resolve_config(request.config))  # cached: train_run below reuses it
     publish("pca", (inputs.pca, inputs.reference_pca))
     snapshots: dict[int, np.ndarray] = {}
@@ -216,8 +227,8 @@ class JobStatus:
 
 
 class TrainingJob:
-    """Train ``config`` into ``folder`` on an engine worker; poll :meth:`status`, stop with :meth:`cancel`
-    (the run stops at its next logging interval, within a second, and keeps what it trained)."""
+    """Train ``config`` into ``folder`` on an engine worker, in the long lane; poll :meth:`status`, stop with
+    :meth:`cancel` (the run stops at its next logging interval, within a second, and keeps what it trained)."""
 
     def __init__(self, config: RunSettings, folder: str | Path, device=None) -> None:
         self.config, self.folder, self.device = config, Path(folder), device
@@ -225,8 +236,11 @@ class TrainingJob:
         self._run: Run | None = None
 
     def start(self) -> TrainingJob:
+        """Submit the run, refused here when it is over a budget (:func:`fl_core.lab.runs.check_run_budget`, which the
+        worker's :func:`~fl_core.lab.runs.train_run` asks again) or the session's job limit."""
+        check_run_budget(self.config)
         self._job = heavy_engine().submit(training_job, TrainingRequest(self.config, str(self.folder), self.device),
-                                          graceful=True, device=self.device)
+                                          graceful=True, device=self.device, lane=Lane.LONG)
         return self
 
     def cancel(self) -> None:

@@ -1,16 +1,20 @@
-"""Serve the dashboard warm: ``python -m fl_ui.serve [streamlit options]`` (the Docker image's command).
+"""Serve the dashboard warm: ``streamlit run app.py`` from a clone, ``python -m fl_ui.serve [streamlit options]`` (the
+Docker image's command) and ``filterlens app`` all serve :data:`fl_ui.asgi.app`, the dashboard with :func:`warm_start`.
 
-``streamlit run app.py`` imports torch, torchvision, timm and the analyses when the first visitor's script runs, in
+A plain Streamlit server imports torch, torchvision, timm and the analyses when the first visitor's script runs, in
 a thread of the server: that import holds the GIL for seconds (loading torch's shared libraries), and every other
-request, the health check included, waits. Here the imports and the engine's workers are made ready *before* the
-server listens, so a fresh server answers its first health check only once it is ready, and never stalls afterwards.
-The default views that run on the engine's workers (Channel Axes' default layer, Swap & Re-score's default re-score:
-a minute or more on 2 cores) are computed while the server already listens; a visitor who comes first follows that
-job's progress. Options are passed on to ``streamlit run`` of the dashboard (:data:`fl_ui.DASHBOARD`) unchanged.
+request, the health check included, waits. Streamlit serves a script that defines ``app = st.App(main_script,
+lifespan=...)`` with uvicorn and runs the lifespan before it answers any request, so here the imports, the engine's
+workers and Home's first view are made ready *before* the server answers its first health check, and it never stalls
+afterwards. The default views that run on the engine's workers (Channel Axes' default layer, Swap & Re-score's default
+re-score: a minute or more on 2 cores) are computed while the server already listens; a visitor who comes first
+follows that job's progress, and a visitor's own job goes ahead of them in the queue (:class:`fl_ui.engine.Lane`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import importlib
 import logging
@@ -18,11 +22,15 @@ import os
 import pkgutil
 import sys
 import threading
-from collections.abc import Callable, Sequence
-
-from fl_ui import DASHBOARD
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 LOG = logging.getLogger(__name__)
+SERVED_APP = Path(__file__).resolve().parent / "asgi.py"
+"""The file ``python -m fl_ui.serve`` has Streamlit run: it defines :data:`fl_ui.asgi.app` (as the root ``app.py``
+does for ``streamlit run app.py``)."""
+
 PRELOADED_PACKAGES = ("fl_core", "fl_ui")
 """Every module of these packages is imported before serving (they import torch, torchvision, timm, plotly)."""
 SWITCH_INTERVAL_S = 0.001
@@ -39,7 +47,7 @@ def import_packages() -> None:
     for package in PRELOADED_PACKAGES:
         root = importlib.import_module(package)
         for module in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
-            if module.name not in ("fl_core.__main__", "fl_ui.dashboard", __name__):  # scripts, not modules
+            if module.name not in ("fl_core.__main__", "fl_ui.dashboard", "fl_ui.asgi", __name__):  # scripts
                 importlib.import_module(module.name)
 
 
@@ -116,13 +124,21 @@ def preload() -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Preload, then ``streamlit run`` the dashboard with ``argv`` (default: this process's arguments) as its
-    options; the one entry of ``python -m fl_ui.serve`` and ``filterlens app``."""
+@contextlib.asynccontextmanager
+async def warm_start(_app: Any = None) -> AsyncIterator[None]:
+    """The served app's lifespan: :func:`preload` (in a thread: Streamlit's runtime keeps its event loop) before the
+    server answers any request."""
+    await asyncio.to_thread(preload)
+    yield
+
+
+def main(streamlit_args: Sequence[str] | None = None) -> int:
+    """``streamlit run`` of :data:`SERVED_APP` with ``streamlit_args`` (default: this command's own arguments), e.g.
+    ``["--server.port", "8502"]``: the dashboard with :func:`warm_start`."""
     from streamlit.web import cli
 
-    preload()
-    sys.argv = ["streamlit", "run", str(DASHBOARD), *(sys.argv[1:] if argv is None else argv)]
+    args = sys.argv[1:] if streamlit_args is None else list(streamlit_args)
+    sys.argv = ["streamlit", "run", str(SERVED_APP), *args]
     return cli.main()
 
 

@@ -1,5 +1,6 @@
-"""Surveys for the Survey page: one engine job per model, run side by side on the workers, each row kept (a model
-surveyed before with the same settings is not computed again)."""
+"""Surveys for the Survey page: one engine job per model in the long lane (a visitor's page view goes first), run side
+by side on the workers as the session's job limit allows, each row kept (a model surveyed before with the same
+settings is not computed again)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from collections.abc import Sequence
 from fl_core.backend import Progress, report
 from fl_core.errors import FilterLensError
 from fl_core.survey.analysis import SurveyResult, SurveyRow, SurveySettings, model_family
-from fl_ui import jobs
+from fl_ui import jobs, sessions
 from fl_ui.cache import WAIT_POLL_S, pooled
-from fl_ui.engine import Job
+from fl_ui.engine import Job, Lane, heavy_engine
 
-survey_row_result = pooled(jobs.survey_row_job, max_entries=512)
+survey_row_result = pooled(jobs.survey_row_job, max_entries=512, lane=Lane.LONG)
 """One model's row (:func:`fl_ui.jobs.survey_row_job`), keyed by its :class:`~fl_ui.jobs.SurveyRowRequest`."""
 
 
@@ -23,23 +24,27 @@ def survey_requests(specs: Sequence[str], settings: SurveySettings, device: str)
 
 def run_survey(specs: Sequence[str], settings: SurveySettings, device: str,
                progress: Progress | None = None) -> SurveyResult:
-    """Every model's row: the rows not kept yet are submitted at once and computed side by side on the engine's
+    """Every model's row: the rows not kept yet are submitted as the session's job limit allows
+    (:meth:`~fl_ui.engine.Engine.free_job_slots`; at least one at a time) and computed side by side on the engine's
     workers; ``seconds`` is this call's wall-clock time."""
     began = time.perf_counter()
     requests = survey_requests(specs, settings, device)
-    started = [(request, survey_row_result.start(request)) for request in requests]
-    running = [job for _, job in started if job is not None]
-    while (done := sum(job.done for job in running)) < len(running):
-        report(progress, done / len(running), f"{done} of {len(running)} models computed"
-               + (f", {len(requests) - len(running)} kept from before" if len(running) < len(requests) else ""))
+    engine, session = heavy_engine(), sessions.current_session()
+    started: list[Job | None] = []
+    while len(started) < len(requests) or not all(job is None or job.done for job in started):
+        while len(started) < len(requests) and (engine.free_job_slots(session) > 0 or
+                                                all(job is None or job.done for job in started)):
+            started.append(survey_row_result.start(requests[len(started)]))
+        done = sum(job is None or job.done for job in started)
+        report(progress, done / len(requests), f"{done} of {len(requests)} models computed")
         time.sleep(WAIT_POLL_S)
-    return SurveyResult(settings, tuple(_row(request, job) for request, job in started), time.perf_counter() - began)
+    return SurveyResult(settings, tuple(map(_row, requests, started)), time.perf_counter() - began)
 
 
 def cancel_survey(specs: Sequence[str], settings: SurveySettings, device: str) -> None:
-    """Cancel every row of a survey still waiting or running."""
+    """Cancel every row of a survey still waiting or running (those another session also waits for go on)."""
     for request in survey_requests(specs, settings, device):
-        survey_row_result.cancel(request)
+        survey_row_result.abandon(request)
 
 
 def _row(request: jobs.SurveyRowRequest, job: Job | None) -> SurveyRow:

@@ -60,7 +60,8 @@ def progress_bar(label: str) -> Iterator[Progress]:
 def heavy_result(label: str, compute: Callable, *args: object) -> object:
     """The result of a :func:`fl_ui.cache.pooled` computation, with a progress bar and a Cancel button while it runs.
 
-    Cancelling stops the job and this page's automatic start of it until the user presses "Run again".
+    Cancelling says this session no longer wants it (the job stops unless another session, or the server's warm-up,
+    still does) and stops this page's automatic start of it until the user presses "Run again".
     """
     key = f"heavy-{slug(label)}"
     if st.session_state.get(f"{key}-cancelled") == args:
@@ -72,7 +73,7 @@ def heavy_result(label: str, compute: Callable, *args: object) -> object:
         return compute(*args)
 
     def cancel() -> None:
-        compute.cancel(*args)
+        compute.abandon(*args)
         st.session_state[f"{key}-cancelled"] = args
 
     button = st.empty()

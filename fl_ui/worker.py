@@ -152,7 +152,7 @@ def run_job(payload: bytes) -> Any:
                           Event(stop_name(key)))
     if context.stop_set():
         raise JobCancelled("Cancelled before it started.")
-    context.progress.set([0.0, "started", context.address])
+    context.progress.set([0.0, "started on a worker", context.address])
     _CURRENT.job = context
     try:
         return function(request, progress=_report)

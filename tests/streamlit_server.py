@@ -42,9 +42,10 @@ def server_env(port: int, **extra: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def running_server(command: Sequence[str], port: int, env: dict[str, str], log: Path,
-                   timeout: float = 120.0, cwd: Path = REPO) -> Iterator[subprocess.Popen]:
+                   timeout: float = 300.0, cwd: Path = REPO) -> Iterator[subprocess.Popen]:
     """Run ``command`` in ``cwd`` (the repository) until ``/_stcore/health`` answers "ok"; stop it (and only it)
-    on exit."""
+    on exit. The dashboard's commands answer once their warm start has loaded torch, the analyses and the engine
+    (about 20 s on 2 quiet cores; ``timeout`` leaves room for a busy machine)."""
     with open(log, "wb") as output:
         process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)

@@ -436,6 +436,14 @@ COSTLY: tuple[HostileInput, ...] = (
     HostileInput("distance_1000.txt", "option: --max-distance beyond the images", lambda: b"",
                  "Lower the largest distance", ("whitening", "--model", "demo:tiny_vgg", "--max-distance", "1000"),
                  "14000: 6.8 GB"),
+    HostileInput("train_vit_huge.txt", "training: a 630-million-parameter network", lambda: b"",
+                 "630 million parameters", ("train", "--arch", "timm:vit_huge_patch14_224", "--out", "{folder}/run"),
+                 "+4 GB in 2 min (issue 33)"),
+    HostileInput("train_batch_4096.txt", "training: width 256 at batch 4096", lambda: b"",
+                 r"batch size 4,096 would take about 19\.\d GiB", ("train", "--width", "256", "--batch-size", "4096",
+                                                                  "--out", "{folder}/run"), "+5.5 GB in 36 s"),
+    HostileInput("train_steps.txt", "training: 20,000 steps of a ResNet-18", lambda: b"", "FL_TRAINING_TMAC",
+                 ("train", "--arch", "timm:resnet18", "--steps", "20000", "--out", "{folder}/run"), "hours"),
 )
 """Valid inputs that describe far more work than any real network of their size (issue 25), and malformed ones that
 ended in tracebacks: each refused before it costs, with one line."""

@@ -34,22 +34,32 @@ from torch import nn
 from torchvision.transforms import v2 as T
 
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
+from fl_core.budgets import check_training
 from fl_core.errors import DataError, FilterLensError, ModelSpecError
 from fl_core.firstlayer.patches import PatchPCA
 from fl_core.io import ASSETS_DIR, DEMO_DIR
 from fl_core.io.checkpoints import load_state_dict, save_state_dict
 from fl_core.io.crops import CropData
 from fl_core.io.layers import find_layer
-from fl_core.io.models import LoadedModel
+from fl_core.io.models import LoadedModel, build_within_budget
 from fl_core.io.nets import build_net
 from fl_core.io.preprocessing import InputConfig
 from fl_core.lab.settings import RunSettings
 from fl_core.lab.train import TrainHistory, train_classifier
-from fl_core.lab.trainsets import LabelledSplit, TileScaling, crop_dataset, crops_pca, label_variant
+from fl_core.lab.trainsets import (
+    LabelledSplit,
+    TileScaling,
+    crop_dataset,
+    crops_pca,
+    label_variant,
+    train_crop_count,
+)
 from fl_core.results import Result
 
 RUN_FORMAT = "filterlens-run/1"
 SHIPPED_RUNS_DIR = ASSETS_DIR / "runs"
+CROP_BYTES = 3 * 32 * 32
+"""Memory of one training crop (uint8 values, held through the run)."""
 
 
 def user_runs_dir() -> Path:
@@ -146,10 +156,11 @@ class Run(Result):
 
 
 def resolve_config(config: RunSettings) -> RunSettings:
-    """The configuration with a timm net's own first-layer width and (square) kernel; small nets unchanged."""
+    """The configuration with a timm net's own first-layer width and (square) kernel (read on the meta device);
+    small nets unchanged."""
     if not config.is_timm:
         return config
-    model, first, _ = build_run_model(config, 2)
+    model, first = _meta_network(config)
     conv = model.get_submodule(first)
     if conv.kernel_size[0] != conv.kernel_size[1] or conv.in_channels != 3:
         raise ModelSpecError(f"{config.arch}: its first convolution ({first}, {tuple(conv.weight.shape)}) is not a "
@@ -172,6 +183,67 @@ def build_run_model(config: RunSettings, num_classes: int) -> tuple[nn.Module, s
     wrapped = LoadedModel(spec=config.arch, label=config.arch, model=model, state_dict=model.state_dict(),
                           input_config=InputConfig(input_size=32, crop_pct=1.0))
     return model, find_layer(wrapped, None).name, kwargs
+
+
+def _meta_network(config: RunSettings) -> tuple[nn.Module, str]:
+    """The run's network (for two classes) and its first layer's name, on the meta device: built there (no memory),
+    or, when its construction needs real values, built within the parameter budget
+    (:func:`~fl_core.io.models.build_within_budget`) and moved there."""
+    try:
+        with torch.device("meta"):
+            model, first, _ = build_run_model(config, 2)
+    except ModelSpecError:
+        model = build_within_budget(lambda meta: build_run_model(config, 2)[0], config.arch).to("meta")
+        first = find_layer(LoadedModel(spec=config.arch, label=config.arch, model=model, state_dict={},
+                                       input_config=InputConfig(input_size=32, crop_pct=1.0)), None).name
+    return model, first
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """What one training example costs a run's network, from its shapes on the meta device.
+
+    Attributes:
+        parameters: the network's parameters.
+        activations: values its modules output (those the backward pass keeps; in-place modules add none).
+        multiply_adds: of its convolutions and linear layers, forward.
+    """
+
+    parameters: int
+    activations: int
+    multiply_adds: int
+
+
+@lru_cache(maxsize=8)
+def run_cost(config: RunSettings) -> RunCost:
+    """:class:`RunCost` of ``config``'s network: one example through it on the meta device, every leaf module's output
+    counted (a convolution or linear layer: each output value costs one multiply-add per weight of its filter)."""
+    model, _ = _meta_network(config)
+    totals = {"activations": 0, "multiply_adds": 0}
+
+    def count(module: nn.Module, _inputs, output) -> None:
+        if isinstance(output, torch.Tensor) and not getattr(module, "inplace", False):
+            totals["activations"] += output.numel()
+        if isinstance(module, nn.modules.conv._ConvNd | nn.Linear):
+            totals["multiply_adds"] += output.numel() * module.weight[0].numel()
+
+    hooks = [module.register_forward_hook(count) for module in model.modules() if not any(module.children())]
+    with torch.no_grad():
+        model.eval()(torch.zeros(1, 3, 32, 32, device="meta"))
+    for hook in hooks:
+        hook.remove()
+    return RunCost(sum(p.numel() for p in model.parameters()), totals["activations"], totals["multiply_adds"])
+
+
+def check_run_budget(config: RunSettings) -> None:
+    """Refuse a run over the budgets (:func:`fl_core.budgets.check_training`: parameters, the memory of one step with
+    the training crops, the work of every step) before anything is allocated; :func:`train_run` calls it first."""
+    cost = run_cost(config)
+    widths = ", ".join(map(str, (config.width, *config.body_widths)))
+    what = config.arch if config.is_timm else f"{config.arch} (widths {widths})"
+    check_training(cost.parameters, cost.activations, cost.multiply_adds, batch=config.train.batch_size,
+                   steps=config.train.steps, momentum=config.train.momentum > 0, what=what,
+                   data_bytes=CROP_BYTES * train_crop_count(config.images, config.max_images, config.crops_per_image))
 
 
 def _timm_model(name: str, num_classes: int) -> nn.Module:
@@ -251,8 +323,13 @@ def train_run(config: RunSettings, out: str | Path | None = None, *, name: str |
         progress: ``progress(fraction, message)``.
         should_stop: polled at every logging interval (cancel); a cancelled run keeps what it has done so far.
         on_snapshot: ``(step, first-layer weights)`` as snapshots are taken (live views).
+
+    Raises:
+        AnalysisError, ModelSpecError: the run is over a budget (:func:`check_run_budget`), before anything is
+            allocated.
     """
     started = time.perf_counter()
+    check_run_budget(config)
     device, progress = resolve_device(device), progress_callback(progress)
     report(progress, 0.0, "cutting crops and computing the patch PCA")
     config = resolve_config(config)

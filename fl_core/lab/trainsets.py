@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from fl_core.errors import DataError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
 from fl_core.io.crops import CropData, CropSettings, photo_crops
-from fl_core.io.images import BUNDLED, ImageSet, is_bundled, open_images
+from fl_core.io.images import BUNDLED, BUNDLED_PHOTOS, ImageSet, is_bundled, open_images
 from fl_core.lab.settings import LABEL_VARIANTS
 
 N_DECILES = 10
@@ -68,6 +68,16 @@ def _cached_crops(images: str, max_images: int | None, crops_per_image: int | No
     config = dataclasses.replace(BUNDLED_CROPS, train_per_photo=per_image, seed=seed)
     data = photo_crops(config, source)
     return data if is_bundled(images) else _class_labels(data, source)
+
+
+def train_crop_count(images: str = BUNDLED, max_images: int | None = None, crops_per_image: int | None = None) -> int:
+    """At most how many training crops :func:`crop_dataset` cuts, without listing a folder (its image count taken as
+    ``max_images``, default :data:`FOLDER_MAX_IMAGES`)."""
+    if is_bundled(images or BUNDLED):
+        return min(max_images or len(BUNDLED_PHOTOS), len(BUNDLED_PHOTOS)) * (crops_per_image or
+                                                                            BUNDLED_CROPS.train_per_photo)
+    count = max_images or FOLDER_MAX_IMAGES
+    return count * crops_per_image if crops_per_image else max(4 * count, FOLDER_TRAIN_CROPS)
 
 
 def _class_labels(data: CropData, source: ImageSet) -> CropData:

@@ -13,7 +13,7 @@ import torch
 
 from fl_core.cli import build_parser, main
 from fl_core.cli.train import config_from_args
-from fl_core.errors import ArgumentError, DataError, ModelSpecError
+from fl_core.errors import AnalysisError, ArgumentError, DataError, ModelSpecError
 from fl_core.io import DEMO_DIR
 from fl_core.io.checkpoints import load_into, load_state_dict
 from fl_core.io.models import load_model
@@ -23,6 +23,7 @@ from fl_core.lab.experiments import SUITES
 from fl_core.lab.runs import (
     SHIPPED_RUNS_DIR,
     RunSettings,
+    check_run_budget,
     list_runs,
     load_run,
     register_demo_runs,
@@ -180,6 +181,24 @@ def test_timm_architectures_train_with_their_own_first_layer() -> None:
         resolve_config(replace_settings(TINY, {"arch": "timm:inception_v3"}))
     with pytest.raises(ModelSpecError):
         RunSettings(arch="timm:resnet18", alpha=2.0)
+
+
+def test_a_run_over_a_budget_is_refused_before_its_network_is_built(monkeypatch, tmp_path) -> None:
+    """Issue 33: a ViT-Huge run grew its worker by 4 GB in 2 minutes, a width-256 net at batch 4096 by 5.5 GB in 36 s;
+    each budget names its limit, and nothing is written."""
+    with pytest.raises(ModelSpecError, match=r"630 million parameters, over the 250 million .*FL_MAX_PARAMS"):
+        train_run(RunSettings(arch="timm:vit_huge_patch14_224"), tmp_path / "vit")
+    with pytest.raises(AnalysisError, match=r"batch size 4,096 would take about 19\.\d GiB, over the 1\.0 GiB .*"
+                                            "FL_ANALYSIS_MEMORY_MB"):
+        train_run(RunSettings(width=256, train=TrainSettings(batch_size=4096)), tmp_path / "wide")
+    with pytest.raises(AnalysisError, match=r"20,000 steps at batch size 128 would cost 284\.\d trillion "
+                                            r"multiply-adds, over the 100 trillion .*FL_TRAINING_TMAC"):
+        train_run(RunSettings(arch="timm:resnet18", train=TrainSettings(steps=20_000)), tmp_path / "long")
+    assert not list(tmp_path.iterdir())
+    check_run_budget(RunSettings())  # the page's default run: 1.4 trillion multiply-adds, about 150 MB
+    monkeypatch.setenv("FL_TRAINING_TMAC", "1")
+    with pytest.raises(AnalysisError, match=r"1\.4 trillion multiply-adds, over the 1 trillion"):
+        check_run_budget(RunSettings())
 
 
 def test_cli_trains_a_run_folder_and_reports_json(tmp_path, capsys) -> None:

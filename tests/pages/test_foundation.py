@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from fl_ui import DASHBOARD
 from fl_ui.state import DEFAULT_MODELS
 from fl_ui.testing import page_app
 
-from ..conftest import REPO, RESNET20_SPEC, TINY_MODELS
+from ..conftest import RESNET20_SPEC, TINY_MODELS
 from .url_round_trip import assert_round_trip, figure_titles
 
-APP = str(REPO / "app.py")
+APP = str(DASHBOARD)
+"""The dashboard's main script, which ``streamlit run app.py`` serves (``app.py`` itself only defines the server)."""
 
 
 def open_page(page: str, **query: str) -> AppTest:

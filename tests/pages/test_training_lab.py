@@ -91,6 +91,16 @@ def test_a_running_job_can_be_cancelled_from_the_page(runs_dir) -> None:
     assert status.state == "cancelled" and status.error is None
 
 
+def test_a_run_over_the_memory_budget_is_refused_before_it_starts(runs_dir) -> None:
+    app = page_app(PAGE, lab="train")
+    app.run()
+    app.number_input(key="lab_width").set_value(256)
+    app.number_input(key="lab_batch").set_value(4096)
+    app.button(key="lab_start").click().run()
+    assert any("over the 1.0 GiB" in e.value and "FL_ANALYSIS_MEMORY_MB" in e.value for e in app.error)
+    assert "lab_job" not in app.session_state and not list(runs_dir.iterdir())
+
+
 def test_the_command_line_shown_for_a_run_gives_back_its_configuration() -> None:
     configs = [RunSettings(), *(load_run(folder).config for folder in list_runs(SHIPPED_RUNS_DIR)),
                RunSettings(images="/data/my photos", max_images=50, crops_per_image=20, arch="small_resnet", width=7,

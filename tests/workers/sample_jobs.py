@@ -84,3 +84,11 @@ def freed_block_kept(mib: int, progress=None) -> dict:
     block = torch.ones(mib * 2**18)
     del block
     return {"environment": {key: os.environ.get(key) for key in allocator.ENVIRONMENT}, "kept": rss_mib() - before}
+
+
+def survey_row(request, progress=None):
+    """A survey row of ``request.spec`` after 0.3 s, without a model."""
+    from fl_core.survey.analysis import SurveyRow
+
+    time.sleep(0.3)
+    return SurveyRow(request.spec, request.spec, "sample")

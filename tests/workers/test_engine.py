@@ -23,22 +23,7 @@ from fl_ui.worker import JobCancelled
 from ..conftest import REPO
 from ..test_concurrency import run_together
 from . import sample_jobs as jobs
-
-
-def wait_until(condition, timeout: float = 120.0, poll: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(poll)
-
-
-@pytest.fixture(scope="module")
-def engine():
-    """One worker: jobs queue behind each other."""
-    started = Engine(workers=1)
-    started.wait_for_workers()
-    yield started
-    started.close()
+from .conftest import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -220,32 +205,6 @@ def test_a_result_is_kept_when_the_session_that_asked_has_gone(engine, monkeypat
         shared(40, progress=leave)
     wait_until(lambda: shared.cached(40), timeout=60)
     assert shared(40) != os.getpid()
-
-
-class PageRerun(Exception):
-    """Stands in for Streamlit stopping a page's run: raised from the progress callback of the wait."""
-
-
-def interrupted_after_first_report(fraction: float, message: str) -> None:
-    raise PageRerun
-
-
-@pytest.mark.slow
-def test_an_abandoned_job_is_cancelled_at_once_unless_another_session_waits(engine, monkeypatch) -> None:
-    monkeypatch.setattr(cache_module, "heavy_engine", lambda: engine)
-    shared = pooled(jobs.counting, max_entries=4)
-    with pytest.raises(PageRerun):  # a page asked for 2000 steps (100 s), then its user changed a setting
-        shared(2000, progress=interrupted_after_first_report)
-    done = {}
-    follower = threading.Thread(target=lambda: done.update(pid=shared(60)), daemon=True)
-    follower.start()  # another session waits for a 3 s job, queued behind it (one worker)
-    time.sleep(1.0)
-    shared.abandon(60)  # kept: a session waits for it
-    start = time.perf_counter()
-    shared.abandon(2000)  # nobody waits: cancelled at once
-    follower.join(timeout=60)
-    assert "pid" in done and time.perf_counter() - start < 30  # nothing queued behind the abandoned job
-    assert shared.cached(60) and not shared.cached(2000)
 
 
 def test_memoize_computes_a_key_once_while_sessions_wait() -> None:

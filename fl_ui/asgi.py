@@ -1,0 +1,10 @@
+"""The dashboard served warm (``python -m fl_ui.serve`` has Streamlit run this file; the root ``app.py`` says the same
+for ``streamlit run app.py``): Streamlit finds ``app`` here, serves :data:`fl_ui.DASHBOARD` with uvicorn and runs
+:func:`fl_ui.serve.warm_start` before it answers any request."""
+
+import streamlit as st
+
+from fl_ui import DASHBOARD
+from fl_ui.serve import warm_start
+
+app = st.App(DASHBOARD, lifespan=warm_start)

@@ -1,0 +1,62 @@
+"""The engine the worker tests share, and browser sessions stood in for by threads."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from fl_ui import sessions
+from fl_ui.engine import Engine
+
+
+def wait_until(condition, timeout: float = 120.0, poll: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(poll)
+
+
+@pytest.fixture(scope="package")
+def engine():
+    """One worker: jobs queue behind each other."""
+    started = Engine(workers=1)
+    started.wait_for_workers()
+    yield started
+    started.close()
+
+
+class BrowserSessions:
+    """Sessions stood in for by threads: inside :meth:`tab` the calling thread runs that session's script (its tab is
+    open); :meth:`close` closes the tab."""
+
+    def __init__(self) -> None:
+        self.open: set[str] = set()
+        self._local = threading.local()
+
+    def current(self) -> str | None:
+        return getattr(self._local, "session", None)
+
+    @contextlib.contextmanager
+    def tab(self, session: str) -> Iterator[None]:
+        self.open.add(session)
+        previous, self._local.session = self.current(), session
+        try:
+            yield
+        finally:
+            self._local.session = previous
+
+    def close(self, session: str) -> None:
+        self.open.discard(session)
+
+
+@pytest.fixture
+def browser_sessions(monkeypatch: pytest.MonkeyPatch) -> BrowserSessions:
+    """:mod:`fl_ui.sessions` answered by a :class:`BrowserSessions`."""
+    tabs = BrowserSessions()
+    monkeypatch.setattr(sessions, "current_session", tabs.current)
+    monkeypatch.setattr(sessions, "session_is_open", lambda session: session in tabs.open)
+    return tabs
