@@ -165,12 +165,13 @@ def card_rows(count: int, per_row: int = CARDS_PER_ROW) -> Iterator[Any]:
 def zoomable_tiles(figure: go.Figure, filters: np.ndarray, labels: Sequence[str], caption: str, *, name: str,
                    key: str) -> None:
     """A figure of filter tiles (:func:`fl_core.figures.tiles_figure`) with its caption and download (``name``), and
-    below it one filter of ``filters`` (N, C, kh, kw), chosen by ``labels``, drawn large with its weights
-    (:func:`fl_core.figures.filter_zoom_figure`); the choice is the widget and query parameter ``key``."""
+    below it one filter of ``filters`` (N, C, kh, kw), chosen by ``labels``, drawn large with its weights across the
+    page (:func:`fl_core.figures.filter_zoom_figure`: beside the picker its numbers were too small to read); the
+    choice is the widget and query parameter ``key``."""
     st.plotly_chart(figure, width="stretch", key=f"plot-{slug(name)}")
     st.caption(caption + " Hover a tile for its name; choose one below to see its weights.")
-    left, right = st.columns([1, 3])
-    index = url_widget("Zoom in on", 0, key=key, choices=range(len(filters)), container=left,
-                       format_func=lambda i: labels[i])
-    right.plotly_chart(filter_zoom_figure(filters[index], labels[index]), width="stretch", key=f"plot-{key}")
     downloads(name, figure=figure)
+    picker, _ = st.columns([1, 2])
+    index = url_widget("Zoom in on", 0, key=key, choices=range(len(filters)), container=picker,
+                       format_func=lambda i: labels[i])
+    st.plotly_chart(filter_zoom_figure(filters[index], labels[index]), width="stretch", key=f"plot-{key}")

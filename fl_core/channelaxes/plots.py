@@ -197,7 +197,7 @@ def filter_figure(result: ChannelAxesResult, channel: int) -> go.Figure:
                           xaxis_title="input channel", yaxis_title="weight", **LAYOUT)
         return readable(fig)
     if len(weight) == 3:
-        return filter_zoom_figure(weight, f"Channel {channel}: RGB filter")
+        return filter_zoom_figure(weight, f"Channel {channel}: RGB filter", width=FILTER_COLUMN_PX)
     return tiles_figure(weight[:64, None], f"Channel {channel}: its kernel on each of "
                         f"{min(len(weight), 64)} input channels (red +, blue −)",
                         labels=[f"input {i}" for i in range(min(len(weight), 64))], width=FILTER_COLUMN_PX)

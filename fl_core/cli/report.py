@@ -20,6 +20,9 @@ from fl_core.report.html import report_html
 from fl_core.report.series import load_series
 from fl_core.settings import add_settings_arguments, settings_from_args
 
+MORE_CHECKPOINTS = "Give several --model specs, or weights:DIR with the checkpoints of one run, to follow them."
+"""How the command line asks for a trajectory (the report's own reason names no option: pages show it too)."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
@@ -38,5 +41,7 @@ def run(args: argparse.Namespace, progress) -> Report:
         if name not in SECTIONS and name not in result.timings:
             continue
         state = f"skipped: {result.skipped[name]}" if name in result.skipped else "done"
+        if name == "trajectory" and len(result.models) == 1:
+            state += f" {MORE_CHECKPOINTS}"
         print(f"  {title:38s} {result.timings.get(name, 0.0):6.1f} s  {state}")
     return result
