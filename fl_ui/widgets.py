@@ -130,10 +130,18 @@ def dashed(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**{column: frame[column].map(_cell_text) for column in missing}) if missing else frame
 
 
-def table_with_download(frame: pd.DataFrame, name: str) -> None:
-    """A table (missing values "—": :func:`dashed`) and its CSV download."""
-    st.dataframe(dashed(frame), width="stretch", hide_index=True)
-    downloads(name, frame=frame)
+def table_with_download(frame: pd.DataFrame, name: str, *, shown: pd.DataFrame | None = None, wrap: bool = False,
+                        data: dict | None = None) -> None:
+    """A table (missing values "—": :func:`dashed`) and the downloads of ``frame`` (CSV) and ``data`` (JSON, when
+    given). On the page ``shown`` when given: the screen's version of the table, with the columns a reader needs under
+    names in words, so that it fits a 1024-px projector (every column stays in the CSV); with ``wrap`` a static table
+    whose long texts wrap (the interactive grid cuts a cell at its column's width)."""
+    table = dashed(frame if shown is None else shown)
+    if wrap:
+        st.table(table, hide_index=True)
+    else:
+        st.dataframe(table, width="stretch", hide_index=True)
+    downloads(name, frame=frame, data=data)
 
 
 def url_widget(label: str, default: T, *, key: str, param: str | None = None, choices: Sequence[Any] | None = None,

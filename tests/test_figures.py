@@ -339,3 +339,18 @@ def test_master_key_names_are_written_on_the_line_at_a_readable_size() -> None:
                 assert "<sub>" not in text and not SMALL_GLYPHS & set(text), (name, text)
                 assert size is None or size >= 13, (name, text, size)
     assert naming >= 8 * 3  # the key grid's titles, the counts' categories and the stage bars' legend at least
+
+
+def test_a_model_far_flatter_than_its_learned_filter_is_drawn_on_its_own_scale() -> None:
+    """Scale-Space's "Try σ yourself": on one colour scale a model peaking at 0.17 beside a learned filter at 0.95 was
+    a nearly blank panel. Each panel now spans its own scale, its largest |value| in its title."""
+    from fl_core.masterkeys.plots import model_vs_learned_figure
+
+    learned, model = np.zeros((7, 7)), np.zeros((7, 7))
+    learned[3, 3], model[2:5, 2:5] = 0.95, 0.17
+    fig = model_vs_learned_figure(learned, model, "one key")
+    for panel, peak in zip(fig.data, (0.95, 0.17, 0.78)):
+        assert np.abs(np.asarray(panel.z)).max() == pytest.approx(1.0) and (panel.zmin, panel.zmax) == (-1, 1)
+        assert np.abs(np.asarray(panel.customdata)).max() == pytest.approx(peak)  # hover: the value itself
+    assert [a.text.split("<br>")[1] for a in fig.layout.annotations] == [
+        "largest |value| 0.95", "largest |value| 0.17", "largest |value| 0.78"]

@@ -50,15 +50,14 @@ with user_errors():
     models = [s for s in depthwise_specs(selection) if s in selection.specs]
     sources = list(dict.fromkeys([DEFAULT_DEPTHWISE_SPEC, PUBLISHED, *models, BASELINE_DEPTHWISE_SPEC]))
     labels = spec_labels([s for s in sources if s != PUBLISHED])
-    c1, c2 = st.columns([2, 1])
-    source = page_model("Learned filters", sources, DEFAULT_DEPTHWISE_SPEC, key="ss_source", container=c1,
+    source = page_model("Learned filters", sources, DEFAULT_DEPTHWISE_SPEC, key="ss_source",
                         format_func=lambda s: "the 8 published filters" if s == PUBLISHED
                         else f"per-key mean filters of {labels[s]}",
                         help="The mean filter of each master key in the real text-detector bank that ships with "
                              "FilterLens, the 8 published filters, a depthwise model chosen in the sidebar, or a "
                              "random-init ConvNeXt (the baseline: what fitting finds in noise).")
     wanted_method = url_param("method", "B", choices=FIT_METHODS)
-    method = c2.selectbox("Fitting method", FIT_METHODS, index=FIT_METHODS.index(wanted_method),
+    method = st.selectbox("Fitting method", FIT_METHODS, index=FIT_METHODS.index(wanted_method),
                           format_func=lambda m: f"{m}: {FIT_METHOD_DESCRIPTIONS[m]}", key="ss_method")
     set_page_param("method", method)
     if source == PUBLISHED:
@@ -125,8 +124,9 @@ with user_errors():
         model_vs_learned_figure(normalized, model, f"{KEY_NAMES[index - 1]}: learned vs model at your σ"),
         "The learned filter is **normalised** first: derivative keys are divided by their response to a ramp, "
         "blur-like keys get their background level removed and are scaled to sum 1 — the normalisation the models "
-        "have — so only shape and width are compared (one colour scale for all three panels). Move σ: too small "
-        "makes the model a sharp spike, too large spreads it beyond the filter.", f"model_vs_learned_{index}")
+        "have — so only shape and width are compared. Each panel has its own colour scale, its largest value in "
+        "its title; the cross-sections below compare the heights. Move σ: too small makes the model a sharp spike, "
+        "too large spreads it beyond the filter.", f"model_vs_learned_{index}")
     plot_with_explanation(
         cross_section_figure(normalized, model),
         "A slice through the centre along x and along y (y points up, as in the papers). Solid: learned, dashed: "

@@ -86,7 +86,7 @@ def test_a_new_layer_is_one_apply_with_an_estimate_and_analysed_layers_show_at_o
     assert len(app.dataframe[-1].value) == 64 and app.query_params["axes_layer"] == "features.7"
     assert "not applied yet" not in texts(app)
     layer = app.selectbox(key="axes_layer")
-    assert "✓ computed" in layer.format_func("features.11") and "✓" not in layer.format_func("features.4")
+    assert layer.format_func("features.11").startswith("✓ ") and "✓" not in layer.format_func("features.4")
     layer.select("features.11").run()  # analysed already: shown at once, no Apply
     assert_clean(app)
     assert len(app.dataframe[-1].value) == 128 and "not applied yet" not in texts(app)
