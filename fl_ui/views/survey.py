@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
-from fl_core.survey.analysis import SurveySettings
+from fl_core.survey.analysis import COLUMNS, HEADLINES, SurveySettings
 from fl_core.survey.models import specs_in_text, survey_models
 from fl_ui.forms import settings_widgets
 from fl_ui.state import current_selection
@@ -13,6 +14,8 @@ from fl_ui.widgets import plot_with_explanation, progress_bar, table_with_downlo
 
 # The most models one survey on the page may hold (`python -m fl_core survey` takes more).
 PAGE_MAX_MODELS = 50
+SCREEN_NUMBERS = 5
+"""The most numbers a row of the page's table shows (the CSV has them all)."""
 # Offered beside the sidebar's models: two ImageNet-trained networks and three architectures at random init.
 EXAMPLES = ("demo:mobilenet_v2", "demo:squeezenet1_0", "timm:resnet18", "timm:convnext_atto",
             "timm:mobilenetv3_small_100")
@@ -31,6 +34,22 @@ EXPLANATIONS = {
     "weights": "Each dot is one model. **Left**: the share of dead filters (norm near 0) over every convolution; "
                "**right**: the share of duplicates (a filter its peers reconstruct, R² ≥ 0.999).",
 }
+
+
+
+def rows_for_screen(result) -> pd.DataFrame:
+    """The survey's rows in columns that fit a 1024-px projector: model, family, the measure's numbers (its two
+    headline numbers when it has more than :data:`SCREEN_NUMBERS`), worker, and errors when a row failed; the CSV
+    has every column, worker addresses included."""
+    frame = result.to_frame()
+    numbers = list(COLUMNS[result.settings.family])
+    if len(numbers) > SCREEN_NUMBERS:
+        numbers = list(HEADLINES[result.settings.family])
+    shown = frame[["label", "model_family", *numbers]].round(3).rename(columns={"label": "model", "model_family":
+                                                                                  "family"})
+    shown["worker"] = frame["worker"].map(result.worker_names)
+    return shown.assign(error=frame["error"]) if result.failed else shown
+
 
 st.title("🗂️ Survey")
 st.markdown(
@@ -69,10 +88,9 @@ with user_errors():
     stop.button("■ Cancel", key="survey_cancel", on_click=cancel, help="Stop the rows still waiting or running.")
     with progress_bar("Survey") as progress:
         result = run_survey(*asked, progress)
-    workers = ", ".join(result.workers) or "none"
-    st.caption(f"{len(result.rows)} models in {result.seconds:.1f} s on {len(result.workers)} worker(s) ({workers}); "
+    st.caption(f"{len(result.rows)} models in {result.seconds:.1f} s on {len(result.workers)} worker process(es); "
                f"{len(result.failed)} failed. Rows computed before with the same settings are kept.")
     plot_with_explanation(result.plot(), EXPLANATIONS[settings.family], "survey", frame=result.to_frame(),
                           data=result.to_dict())
     st.subheader("One row per model")
-    table_with_download(result.to_frame().round(4), "survey_table")
+    table_with_download(result.to_frame(), "survey_table", shown=rows_for_screen(result))

@@ -44,7 +44,9 @@ def test_home_opens_on_a_real_imagenet_first_layer_beside_a_random_init_of_its_a
     assert app.query_params["models"] == ",".join(DEFAULT_MODELS)
     assert len(app.get("plotly_chart")) >= 2
     text = " ".join(m.value for m in app.markdown)
-    assert "squeezenet1_0 vs a random init of the same architecture: r =" in text and "Theory fit" in text
+    assert "squeezenet1_0 against a random init of the same architecture**: the two profiles correlate at" in text
+    assert "not a theory fit" in text and "**Theory fit** (Pearson r between each profile and its fitted" in text
+    assert "r = +" not in text  # a profile-to-profile correlation written like the theory r read as a second fit
     assert "its own initialization" not in text  # SqueezeNet's own initialization was never published
     assert "squeezenet1_0**: 0.17 below RGB at 10 px: it whitens." in text  # computed: 0.64 vs RGB 0.81
     assert "random init)**: 0.01 below RGB at 10 px: random filters pass the image's correlations through" in text
