@@ -107,13 +107,14 @@ def test_swap_page_opens_on_the_real_mobilenet_with_the_agreement_and_kl_of_each
     assert "right class" not in text and "Top-1" not in text  # no accuracy words without labels
     assert "cannot be re-scored here" in text
     table, sweep = (frame.value for frame in app.dataframe[-2:])  # scored and swept at once: no button to press
-    assert table["method"].tolist() == ["original", "B", "centroid", "random"]
-    assert "top1" not in table and not table.isin(["None"]).any().any()
+    assert table["variant"].tolist() == ["original", "B", "centroid", "random"]
+    assert "top-1" not in table and not table.isin(["None"]).any().any()
     assert table["agreement"].iloc[0] == 1.0
-    kl = dict(zip(table["method"], table["kl"]))
+    kl = dict(zip(table["variant"], table["KL (nats)"]))
     assert kl["random"] > kl["B"] > 0  # idealized shapes move the outputs less than random filters of equal norm
     assert f"B {kl['B']:.3f}" in text  # the explanation states each swap's KL
-    assert len(sweep) == 17 and (sweep["zeroed_kl"] > 0).all()  # every depthwise layer swapped alone and zeroed
+    assert len(sweep) == 17 and (sweep["KL, zeroed"] > 0).all()  # every depthwise layer swapped alone and zeroed
+    assert "computed_from" not in table and "*computed_from* is the first module" in text  # explained, for the CSV
 
 
 def test_swap_page_rescores_the_real_mobilenet_on_the_imagenet_sample(mobilenet, imagenet_sample) -> None:
@@ -124,8 +125,8 @@ def test_swap_page_rescores_the_real_mobilenet_on_the_imagenet_sample(mobilenet,
     app.button(key="sw_run").click().run()
     assert_clean(app)
     table = app.dataframe[-1].value
-    assert table["method"].tolist() == ["original", "B", "keep"] and (table["n_images"] == 6).all()
-    assert table["top1"].iloc[0] >= 0.5 and table["top1"].iloc[2] == table["top1"].iloc[0]
+    assert table["variant"].tolist() == ["original", "B", "keep"] and "Each variant on 6 images" in text_of(app)
+    assert table["top-1"].iloc[0] >= 0.5 and table["top-1"].iloc[2] == table["top-1"].iloc[0]
     assert app.query_params["swaps"] == "B,keep"
 
 
