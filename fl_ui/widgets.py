@@ -130,6 +130,13 @@ def dashed(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**{column: frame[column].map(_cell_text) for column in missing}) if missing else frame
 
 
+def screen_columns(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    """The columns of ``frame`` named in ``names`` that hold a value, in that order and in those words, numbers to
+    three decimals: the screen's version of a table (:func:`table_with_download`'s ``shown``)."""
+    present = [column for column in names if column in frame and frame[column].notna().any()]
+    return frame[present].round(3).rename(columns=names)
+
+
 def table_with_download(frame: pd.DataFrame, name: str, *, shown: pd.DataFrame | None = None, wrap: bool = False,
                         data: dict | None = None) -> None:
     """A table (missing values "—": :func:`dashed`) and the downloads of ``frame`` (CSV) and ``data`` (JSON, when

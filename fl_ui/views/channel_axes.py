@@ -49,12 +49,17 @@ from fl_ui.widgets import (
     downloads,
     heavy_result,
     plot_with_explanation,
+    screen_columns,
     table_with_download,
     user_errors,
 )
 
 LESION_NAMES = {"mean": "mean-ablation", "zero": "zero-ablation", "replace": "peer replacement"}
 APPLIED = "axes_applied"  # session key: the request whose result the page shows
+CHANNEL_COLUMNS = {"index": "channel", "input_capture": "I_X", "peer_overlap": "R̄_X", "peer_r2": "peer R²",
+                   "task_info": "I(ā;m)", "target_excess": "TE", "lesion_dloss": "Δloss, lesion",
+                   "replacement_dloss": "Δloss, peers"}
+"""The per-channel table's columns on the page, in words that fit a 1024-px projector (the CSV has them all)."""
 
 
 def duration_text(seconds: float) -> str:
@@ -303,5 +308,9 @@ with user_errors():
     st.subheader("Per-layer summary")
     table_with_download(result.summary_frame(), f"channel_axes_summary_{layer}", shown=summary_table(result))
     st.subheader("Every channel")
-    table_with_download(result.to_frame().round(5), f"channel_axes_channels_{layer}")
+    st.caption("I_X: input capture; R̄_X: peer overlap; peer R²: how well its peers reconstruct it; I(ā;m): task "
+               "information and TE: target excess (nats); Δloss when it is mean-ablated and when its peers replace "
+               "it. The CSV has every per-channel number (scores, synergies, filter norms).")
+    table_with_download(result.to_frame(), f"channel_axes_channels_{layer}",
+                        shown=screen_columns(result.to_frame(), CHANNEL_COLUMNS))
     downloads(f"channel_axes_{layer}_result", data=result.to_dict())

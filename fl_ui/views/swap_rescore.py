@@ -31,7 +31,7 @@ from fl_ui.masterkeys import (
 )
 from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_model, set_url_param, url_param
-from fl_ui.widgets import heavy_result, plot_with_explanation, table_with_download, user_errors
+from fl_ui.widgets import heavy_result, plot_with_explanation, screen_columns, table_with_download, user_errors
 
 # The recovery settings the page offers: field, label and the page's bounds.
 RECOVERY_WIDGETS = (("steps", "Distillation steps", {"max_value": 5000}),
@@ -53,13 +53,6 @@ SWEEP_COLUMNS = {"layer": "layer", "swapped_top1": "top-1, swapped", "zeroed_top
                  "recovered_theory_share": "theory share, recovered"}
 COMPUTED_FROM = ("The CSV's *computed_from* is the first module each variant changes: its images ran from there on "
                  "the original's activation, so the layers before it were computed once for every variant.")
-
-
-def for_screen(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
-    """The columns of ``frame`` named in ``names`` that hold a value, in that order and in those words, numbers to
-    three decimals: a table that fits a 1024-px projector."""
-    present = [column for column in names if column in frame and frame[column].notna().any()]
-    return frame[present].round(3).rename(columns=names)
 
 
 st.title("🔁 Swap & re-score")
@@ -193,7 +186,7 @@ with user_errors():
                        "yet. A random-init ConvNeXt, for one, multiplies every block by a layer scale of 10⁻⁶.")
         st.subheader("Original vs each swap")
         table_with_download(result.to_frame().dropna(axis=1, how="all"), "rescore_table",
-                            shown=for_screen(result.to_frame(), VARIANT_COLUMNS))
+                            shown=screen_columns(result.to_frame(), VARIANT_COLUMNS))
         st.caption(f"Each variant on {result.n_images} images. {COMPUTED_FROM}")
 
     st.subheader("How much of this network is theory? One layer at a time")
@@ -228,5 +221,6 @@ with user_errors():
             "KL(zeroed): the part of the layer's effect on the predictions that its idealized filters reproduce "
             "(1: all of it, 0: no better than deleting the layer).",
             "layer_sweep", frame=sweep.to_frame(), data=sweep.to_dict())
-        table_with_download(sweep.to_frame(), "layer_sweep_table", shown=for_screen(sweep.to_frame(), SWEEP_COLUMNS))
+        table_with_download(sweep.to_frame(), "layer_sweep_table",
+                            shown=screen_columns(sweep.to_frame(), SWEEP_COLUMNS))
         st.caption(COMPUTED_FROM)

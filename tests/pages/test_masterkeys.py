@@ -40,10 +40,11 @@ def test_master_keys_opens_offline_on_the_real_text_detector_bank_beside_the_ran
     assert "published 7×7" in text and len(app.get("plotly_chart")) >= 7
     compared = app.dataframe[0].value.set_index("bank")
     assert list(compared["filters"]) == [384, 1840]  # PP-OCRv6 det small's 7×7 bank; ConvNeXt-atto's
-    real, baseline = compared["median_abs_cosine"]
+    real, baseline = compared["median |cos|"]
     assert real > baseline + 0.3
+    assert compared["filters per key 1 … 8"].str.count(" · ").eq(7).all()  # eight counts in one column that fits
     clusters = app.dataframe[1].value
-    assert len(clusters) == 8 and clusters["size"].sum() == 384
+    assert len(clusters) == 8 and clusters["filters"].sum() == 384
     app.slider[0].set_value(5).run()
     assert_clean(app)
     assert app.query_params["k"] == "5" and len(app.dataframe[1].value) == 5
@@ -55,7 +56,7 @@ def test_master_keys_random_init_baseline_is_one_choice_away() -> None:
     assert_clean(app)
     assert "random weights" in text_of(app)
     assert len(app.dataframe[0].value) == 2  # the comparison stays: baseline and real bank
-    assert app.dataframe[1].value["size"].sum() == 1840  # ConvNeXt-atto: 1840 depthwise 7×7 filters
+    assert app.dataframe[1].value["filters"].sum() == 1840  # ConvNeXt-atto: 1840 depthwise 7×7 filters
 
 
 @pytest.mark.slow
