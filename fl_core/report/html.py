@@ -76,7 +76,7 @@ h1{margin-top:24px}h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top
 .how-to-read{background:#f3f6fa;border-left:4px solid #1f77b4;padding:8px 12px}
 .skipped{background:#fff6e5;border-left:4px solid #ff7f0e;padding:8px 12px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0 16px}th,td{border:1px solid #ddd;padding:3px 6px;
-text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f5f5f5}
+text-align:left;vertical-align:top}td{overflow-wrap:anywhere}th{background:#f5f5f5}
 .table-wrap{overflow-x:auto;max-height:520px;overflow-y:auto}
 code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
 nav a{margin-right:12px}footer{color:#666;font-size:12px;margin:40px 0}

@@ -51,7 +51,7 @@ def weight_norms_figure(stats: WeightStatistics) -> go.Figure:
     else:
         title = f"{stats.label}: filter norms per convolution (no dead, duplicate or copied filters)"
     fig.update_yaxes(autorange="reversed", type="category", dtick=1)
-    fig.update_layout(title=title, height=110 + LAYER_ROW_PX * len(frame), barmode="group", showlegend=flawed,
+    fig.update_layout(title=title, height=max(320, 110 + LAYER_ROW_PX * len(frame)), barmode="group", showlegend=flawed,
                       margin=dict(l=10, r=10, t=60, b=10))
     return readable(fig)
 
