@@ -56,10 +56,10 @@ from fl_ui.widgets import (
 
 LESION_NAMES = {"mean": "mean-ablation", "zero": "zero-ablation", "replace": "peer replacement"}
 APPLIED = "axes_applied"  # session key: the request whose result the page shows
+# The per-channel table's columns on the page, in words that fit a 1024-px projector (the CSV has them all).
 CHANNEL_COLUMNS = {"index": "channel", "input_capture": "I_X", "peer_overlap": "R̄_X", "peer_r2": "peer R²",
                    "task_info": "I(ā;m)", "target_excess": "TE", "lesion_dloss": "Δloss, lesion",
                    "replacement_dloss": "Δloss, peers"}
-"""The per-channel table's columns on the page, in words that fit a 1024-px projector (the CSV has them all)."""
 
 
 def duration_text(seconds: float) -> str:

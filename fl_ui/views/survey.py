@@ -14,8 +14,7 @@ from fl_ui.widgets import plot_with_explanation, progress_bar, table_with_downlo
 
 # The most models one survey on the page may hold (`python -m fl_core survey` takes more).
 PAGE_MAX_MODELS = 50
-SCREEN_NUMBERS = 5
-"""The most numbers a row of the page's table shows (the CSV has them all)."""
+SCREEN_NUMBERS = 5  # the most numbers a row of the page's table shows (the CSV has them all)
 # Offered beside the sidebar's models: two ImageNet-trained networks and three architectures at random init.
 EXAMPLES = ("demo:mobilenet_v2", "demo:squeezenet1_0", "timm:resnet18", "timm:convnext_atto",
             "timm:mobilenetv3_small_100")
