@@ -35,12 +35,15 @@ FILTERS_SHOWN = 64
 
 
 def summary_for_screen(summary: pd.DataFrame) -> pd.DataFrame:
-    """The summary's headline numbers in five columns that fit a 1024-px projector (the CSV has every column)."""
-    return pd.DataFrame({"model": summary["model"], "theory r": summary["theory_r"].map("{:.3f}".format),
-                         "r on logs": summary["theory_r_log"].map("{:.3f}".format),
-                         "ηt": summary["eta_t"].map("{:.3g}".format),
-                         "random init r": [f"{mean:.2f} ± {sd:.2f}" for mean, sd in
-                                           zip(summary["random_init_r_mean"], summary["random_init_r_sd"])]})
+    """The summary's headline numbers in five columns that fit a 1024-px projector, and the initialization subtracted
+    when one was (the CSV has every column)."""
+    shown = pd.DataFrame({"model": summary["model"], "theory r": summary["theory_r"].map("{:.3f}".format),
+                          "r on logs": summary["theory_r_log"].map("{:.3f}".format),
+                          "ηt": summary["eta_t"].map("{:.3g}".format),
+                          "random init r": [f"{mean:.2f} ± {sd:.2f}" for mean, sd in
+                                            zip(summary["random_init_r_mean"], summary["random_init_r_sd"])]})
+    subtracted = summary["init_subtracted"].replace("", None)
+    return shown.assign(**{"minus": subtracted}) if subtracted.notna().any() else shown
 
 
 st.title("📈 Energy profiles")

@@ -59,7 +59,7 @@ def test_home_says_a_demo_is_compared_with_its_own_initialization() -> None:
     app = open_page("views/home.py", models=TINY_MODELS)
     assert_clean(app)
     text = " ".join(m.value for m in app.markdown)
-    assert "tiny_vgg vs its own initialization: r =" in text
+    assert "tiny_vgg against its own initialization**: the two profiles correlate at" in text
     assert app.query_params["models"] == TINY_MODELS
 
 
@@ -69,8 +69,8 @@ def test_energy_page_subtracts_init_and_labels_deeper_layers() -> None:
     app.checkbox[0].check().run()
     assert_clean(app)
     summary = app.dataframe[0].value
-    assert summary["init_subtracted"].iloc[0] == "demo:tiny_vgg_init"
-    assert summary["theory_r"].iloc[0] > 0.85 and 0 < summary["theory_r_log"].iloc[0] < 1
+    assert summary["minus"].iloc[0] == "demo:tiny_vgg_init"
+    assert float(summary["theory r"].iloc[0]) > 0.85 and 0 < float(summary["r on logs"].iloc[0]) < 1
     assert any(m.label == "r on log values" for m in app.metric)
     app.selectbox(key="energy_layer").select("features.4").run()
     assert_clean(app)
