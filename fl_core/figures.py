@@ -118,7 +118,9 @@ def log_ticks(low: float, high: float) -> list[float]:
 def log_axis(values: ArrayLike, **axis: object) -> dict:
     """Layout of a log axis for ``values`` (its data, or its fixed bounds; non-positive and non-finite ones ignored):
     ``type="log"`` with explicit :func:`log_ticks` labelled by :func:`log_tick_text` — plotly's own log ticks label
-    the 2s and 5s between decades with bare digits ("5 2 1 5 2 0.1"). ``axis`` adds further axis properties.
+    the 2s and 5s between decades with bare digits ("5 2 1 5 2 0.1"); of the ticks outside the values only the nearest
+    on each side are kept (a whole decade of unseen 1…9 ticks turned the labels to 45°). ``axis`` adds further axis
+    properties.
 
     Use it for every log axis: ``fig.update_yaxes(**log_axis(y))``.
     """
@@ -126,6 +128,8 @@ def log_axis(values: ArrayLike, **axis: object) -> dict:
     shown = values[np.isfinite(values) & (values > 0)]
     low, high = (float(shown.min()), float(shown.max())) if shown.size else (1.0, 10.0)
     ticks = log_ticks(low, high)
+    ticks = [t for t in ticks if t < low][-1:] + [t for t in ticks if low <= t <= high] + [t for t in ticks
+                                                                                           if t > high][:1]
     return dict(type="log", tickmode="array", tickvals=ticks, ticktext=[log_tick_text(t) for t in ticks], **axis)
 
 

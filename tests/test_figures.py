@@ -354,3 +354,14 @@ def test_a_model_far_flatter_than_its_learned_filter_is_drawn_on_its_own_scale()
         assert np.abs(np.asarray(panel.customdata)).max() == pytest.approx(peak)  # hover: the value itself
     assert [a.text.split("<br>")[1] for a in fig.layout.annotations] == [
         "largest |value| 0.95", "largest |value| 0.17", "largest |value| 0.78"]
+
+
+def test_a_log_axis_lists_only_the_ticks_on_its_values_and_one_beyond_each_end() -> None:
+    """Channel Axes' input-capture axis (0.45 … 3.2) carried the unseen ticks of three whole decades, which turned
+    its labels to 45° on a projector."""
+    axis = log_axis([0.45, 3.2])
+    inside = [t for t in axis["tickvals"] if 0.45 <= t <= 3.2]
+    assert len(axis["tickvals"]) <= len(inside) + 2 and len(inside) >= 3
+    fig = go.Figure(go.Scatter(x=[0.45, 1.0, 3.2], y=[0, 1, 2]))
+    fig.update_xaxes(**axis)
+    assert readable(fig).layout.xaxis.tickangle is None  # level labels
