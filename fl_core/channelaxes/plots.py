@@ -53,7 +53,9 @@ FILTER_COLUMN_PX = 360
 
 def label(metric: str) -> str:
     """Display name of a per-channel column."""
-    return METRIC_LABELS.get(metric) or DETAIL_LABELS.get(metric) or metric.removeprefix("score_").replace("_", " ")
+    criterion = CRITERIA.get(metric.removeprefix("score_"))
+    return (METRIC_LABELS.get(metric) or DETAIL_LABELS.get(metric) or (criterion and f"{criterion.label} score")
+            or metric.replace("_", " "))
 
 
 SHORT_LABELS = {"input_capture": "input capture I_X", "peer_overlap": "peer overlap R̄_X",
