@@ -338,9 +338,9 @@ def tiles_figure(filters: np.ndarray, title: str, ncols: int | None = None, labe
 
 def cell_text(values: np.ndarray, bound: float) -> np.ndarray:
     """Weights as the numbers written in their cells: two significant digits of the largest |value| ``bound``
-    (``0.52``, ``-0.087``, ``13``)."""
+    (``0.52``, ``-0.087``, ``13``; a value that rounds to zero is ``0.00``)."""
     decimals = int(np.clip(1 - np.floor(np.log10(bound)), 0, 4)) if bound > 0 else 2
-    return np.vectorize(lambda v: f"{v:.{decimals}f}")(values)
+    return np.vectorize(lambda v: f"{v:.{decimals}f}")(np.round(values, decimals) + 0.0)  # + 0.0: no "-0.00"
 
 
 def cell_text_px(text: np.ndarray) -> float:

@@ -132,9 +132,12 @@ def dashed(frame: pd.DataFrame) -> pd.DataFrame:
 
 def screen_columns(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     """The columns of ``frame`` named in ``names`` that hold a value, in that order and in those words, numbers to
-    three decimals: the screen's version of a table (:func:`table_with_download`'s ``shown``)."""
+    three significant digits (0.000213 stays, not 0): the screen's version of a table (:func:`table_with_download`'s
+    ``shown``)."""
     present = [column for column in names if column in frame and frame[column].notna().any()]
-    return frame[present].round(3).rename(columns=names)
+    shown = frame[present].rename(columns=names)
+    decimals = [column for column in shown if pd.api.types.is_float_dtype(shown[column])]
+    return shown.assign(**{column: shown[column].map(lambda v: float(f"{v:.3g}")) for column in decimals})
 
 
 def table_with_download(frame: pd.DataFrame, name: str, *, shown: pd.DataFrame | None = None, wrap: bool = False,

@@ -20,6 +20,7 @@ from fl_core.figures import (
     TILE_GAP,
     TITLE_CHARS,
     TOOLBAR_PX,
+    cell_text,
     cell_text_px,
     diverging_rgb,
     figure_html,
@@ -110,6 +111,7 @@ def test_a_zoomed_filter_shows_each_colour_channel_with_its_weights_and_one_colo
     assert [t.showscale for t in fig.data] == [True, False, False]
     assert all(t.zmax == 13 and t.zmin == -13 for t in fig.data)  # one symmetric scale
     assert fig.data[2].text[2][2] == "13" and fig.data[0].textfont.size == CELL_TEXT_PX
+    assert list(cell_text(np.array([-0.001, -0.23, 0.004]), 0.23)) == ["0.00", "-0.23", "0.00"]  # no "-0.00"
 
 
 @pytest.mark.parametrize("shape", [(3, 3, 3), (3, 5, 5), (3, 7, 7), (1, 7, 7), (8, 3, 3), (3, 11, 11)])
