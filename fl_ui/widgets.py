@@ -132,12 +132,19 @@ def dashed(frame: pd.DataFrame) -> pd.DataFrame:
 
 def screen_columns(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     """The columns of ``frame`` named in ``names`` that hold a value, in that order and in those words, numbers to
-    three significant digits (0.000213 stays, not 0): the screen's version of a table (:func:`table_with_download`'s
-    ``shown``)."""
+    three decimals or, below 0.1, three significant digits (0.000213, not 0): the screen's version of a table
+    (:func:`table_with_download`'s ``shown``)."""
     present = [column for column in names if column in frame and frame[column].notna().any()]
     shown = frame[present].rename(columns=names)
     decimals = [column for column in shown if pd.api.types.is_float_dtype(shown[column])]
-    return shown.assign(**{column: shown[column].map(lambda v: float(f"{v:.3g}")) for column in decimals})
+    return shown.assign(**{column: shown[column].map(readable_number) for column in decimals})
+
+
+def readable_number(value: float) -> float:
+    """``value`` to three decimals, or to three significant digits when that keeps more of a small one."""
+    if not np.isfinite(value) or value == 0:
+        return value
+    return round(value, max(3, 2 - int(np.floor(np.log10(abs(value))))))
 
 
 def table_with_download(frame: pd.DataFrame, name: str, *, shown: pd.DataFrame | None = None, wrap: bool = False,

@@ -47,10 +47,10 @@ NUMBERS = (("sw_images", "Images (at most)", RESCORE_IMAGES, 1, 100_000, "Spread
 VARIANT_COLUMNS = {"method": "variant", "top1": "top-1", "top5": "top-5", "agreement": "agreement",
                    "kl": "KL (nats)", "relative_error": "‖W − Ŵ‖/‖W‖", "recovered_top1": "top-1, recovered",
                    "recovered_agreement": "agreement, recovered"}
-SWEEP_COLUMNS = {"layer": "layer", "swapped_top1": "top-1, swapped", "zeroed_top1": "top-1, zeroed",
-                 "swapped_agreement": "agreement, swapped", "zeroed_agreement": "agreement, zeroed",
-                 "swapped_kl": "KL, swapped", "zeroed_kl": "KL, zeroed", "theory_share": "theory share",
-                 "recovered_theory_share": "theory share, recovered"}
+SWEEP_COLUMNS = {"layer": "layer", "theory_share": "theory share", "recovered_theory_share": "theory share, recovered",
+                 "swapped_top1": "top-1, swapped", "zeroed_top1": "top-1, zeroed"}
+# Without labels the sweep's table shows agreement in the place of top-1 (its KLs are in the CSV).
+SWEEP_AGREEMENT = {"swapped_agreement": "agreement, swapped", "zeroed_agreement": "agreement, zeroed"}
 COMPUTED_FROM = ("The CSV's *computed_from* is the first module each variant changes: its images ran from there on "
                  "the original's activation, so the layers before it were computed once for every variant.")
 
@@ -221,6 +221,6 @@ with user_errors():
             "KL(zeroed): the part of the layer's effect on the predictions that its idealized filters reproduce "
             "(1: all of it, 0: no better than deleting the layer).",
             "layer_sweep", frame=sweep.to_frame(), data=sweep.to_dict())
-        table_with_download(sweep.to_frame(), "layer_sweep_table",
-                            shown=screen_columns(sweep.to_frame(), SWEEP_COLUMNS))
+        columns = SWEEP_COLUMNS if sweep.to_frame()["swapped_top1"].notna().any() else SWEEP_COLUMNS | SWEEP_AGREEMENT
+        table_with_download(sweep.to_frame(), "layer_sweep_table", shown=screen_columns(sweep.to_frame(), columns))
         st.caption(COMPUTED_FROM)

@@ -114,7 +114,8 @@ def test_swap_page_opens_on_the_real_mobilenet_with_the_agreement_and_kl_of_each
     kl = dict(zip(table["variant"], table["KL (nats)"]))
     assert kl["random"] > kl["B"] > 0  # idealized shapes move the outputs less than random filters of equal norm
     assert f"B {kl['B']:.3f}" in text  # the explanation states each swap's KL
-    assert len(sweep) == 17 and (sweep["KL, zeroed"] > 0).all()  # every depthwise layer swapped alone and zeroed
+    assert len(sweep) == 17 and (sweep["theory share"] <= 1).all()  # every depthwise layer swapped alone and zeroed
+    assert list(sweep.columns[:2]) == ["layer", "theory share"]  # the sweep's answer beside each layer, in sight
     assert "computed_from" not in table and "*computed_from* is the first module" in text  # explained, for the CSV
 
 
