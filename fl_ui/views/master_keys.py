@@ -58,7 +58,7 @@ LAYER_COLUMNS = {"layer": "layer", "stage": "stage", "filters": "filters", "norm
 def with_key_counts(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with its counts per master key (``key_1`` … ``key_8``) in one text column, ``per key``."""
     keys = [column for column in frame if column.startswith("key_")]
-    return frame.assign(**{"per key": [" · ".join(map(str, row)) for row in frame[keys].itertuples(index=False)]})
+    return frame.assign(**{"per key": [" ".join(map(str, row)) for row in frame[keys].itertuples(index=False)]})
 
 st.title("🗝️ Master keys")
 st.markdown(

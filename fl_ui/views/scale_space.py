@@ -26,7 +26,7 @@ from fl_ui.masterkeys import (
 )
 from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_model, set_page_param, url_param
-from fl_ui.widgets import plot_with_explanation, table_with_download, url_widget, user_errors
+from fl_ui.widgets import plot_with_explanation, screen_columns, table_with_download, url_widget, user_errors
 
 PUBLISHED = "published"
 SIGMA_RANGE = (0.05, 3.0)
@@ -97,7 +97,9 @@ with user_errors():
     st.caption("M = mean position and V = variance of |h| (y upward, pixels²) of the raw filter; M_w, V_w of the "
                "normalised filter weighted by |model at σ = 1| (which suppresses a noisy border). V_xy ≈ 0 supports "
                "separable models; the half-pixel keys 1–4 have means about half a pixel off centre.")
-    table_with_download(spread_measures_frame(learned).round(4), f"spread_measures_{size}x{size}")
+    spread = spread_measures_frame(learned)
+    table_with_download(spread, f"spread_measures_{size}x{size}",
+                        shown=screen_columns(spread, {column: column for column in spread}))
 
     st.subheader("Try σ yourself")
     index = url_widget("Master key", next(iter(learned)), key="key", choices=list(learned),

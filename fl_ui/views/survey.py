@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fl_core.survey.analysis import COLUMNS, HEADLINES, SurveySettings
+from fl_core.survey.analysis import HEADLINES, SurveySettings
 from fl_core.survey.models import specs_in_text, survey_models
 from fl_ui.forms import settings_widgets
 from fl_ui.state import current_selection
@@ -14,7 +14,6 @@ from fl_ui.widgets import plot_with_explanation, progress_bar, table_with_downlo
 
 # The most models one survey on the page may hold (`python -m fl_core survey` takes more).
 PAGE_MAX_MODELS = 50
-SCREEN_NUMBERS = 5  # the most numbers a row of the page's table shows (the CSV has them all)
 # Offered beside the sidebar's models: two ImageNet-trained networks and three architectures at random init.
 EXAMPLES = ("demo:mobilenet_v2", "demo:squeezenet1_0", "timm:resnet18", "timm:convnext_atto",
             "timm:mobilenetv3_small_100")
@@ -37,15 +36,11 @@ EXPLANATIONS = {
 
 
 def rows_for_screen(result) -> pd.DataFrame:
-    """The survey's rows in columns that fit a 1024-px projector: model, family, the measure's numbers (its two
-    headline numbers when it has more than :data:`SCREEN_NUMBERS`), worker, and errors when a row failed; the CSV
-    has every column, worker addresses included."""
+    """The survey's rows in columns that fit a 1024-px projector: model, family, the measure's two headline numbers
+    (the figure's), worker, and errors when a row failed; the CSV has every number, worker addresses included."""
     frame = result.to_frame()
-    numbers = list(COLUMNS[result.settings.family])
-    if len(numbers) > SCREEN_NUMBERS:
-        numbers = list(HEADLINES[result.settings.family])
-    shown = frame[["label", "model_family", *numbers]].round(3).rename(columns={"label": "model", "model_family":
-                                                                                  "family"})
+    shown = frame[["label", "model_family", *HEADLINES[result.settings.family]]].round(3).rename(
+        columns={"label": "model", "model_family": "family"})
     shown["worker"] = frame["worker"].map(result.worker_names)
     return shown.assign(error=frame["error"]) if result.failed else shown
 
@@ -59,15 +54,16 @@ st.markdown(
 
 selection = current_selection()
 with user_errors():
-    left, right = st.columns([2, 1])
-    text = left.text_area(
+    text = st.text_area(
         "Models, one a line", "\n".join(dict.fromkeys([*selection.specs, *EXAMPLES])), height=190, key="survey_models",
         help=f"A spec or a registry name pattern a line (timm:resnet1*, timm:convnext_*@pretrained); at most "
              f"{PAGE_MAX_MODELS} models. A model that fails becomes a row with its error.")
-    settings = settings_widgets(SurveySettings, {"family": "Measure", "distance": "Whitening distance δ (px)",
-                                                 "seeds": "Random-init seeds"},
-                                key="survey", container=right, base=SurveySettings(images=selection.images),
-                                options={"family": {"format_func": MEASURES.get}, "seeds": {"max_value": 20}})
+    measure, distance, seeds = st.columns([2, 1, 1])  # the measure's name whole at 1024 px
+    settings = SurveySettings(images=selection.images)
+    for column, (name, label) in zip((measure, distance, seeds), {
+            "family": "Measure", "distance": "Whitening distance δ (px)", "seeds": "Random-init seeds"}.items()):
+        settings = settings_widgets(SurveySettings, {name: label}, key="survey", container=column, base=settings,
+                                    options={"family": {"format_func": MEASURES.get}, "seeds": {"max_value": 20}})
     listed = (tuple(survey_models(specs_in_text(text), limit=PAGE_MAX_MODELS)), settings, selection.device)
     run, stop = st.columns([1, 2])  # "▶ Run survey" whole at 1024 px
     if run.button("▶ Run survey", type="primary", key="survey_run"):

@@ -59,7 +59,7 @@ with user_errors():
     st.caption("The first layer's linear responses to one image (red positive, blue negative). Whitened responses "
                "look like edge maps: flat regions give ~0, changes light up.")
     images = get_images(selection.images)
-    m1, m2 = st.columns(2)
+    m1, m2 = st.columns([3, 2])  # an uploaded file's name is long
     spec = page_model("Model", selection.specs, selection.specs[0], key="maps_model", container=m1,
                       format_func=lambda s: result.labels.get(s, s))
     image_name = url_widget("Image", images.names[0], key="maps_image", choices=images.names[:MAX_IMAGE_CHOICES],
