@@ -35,5 +35,6 @@ def survey_figure(result: SurveyResult) -> go.Figure:
     fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=[row.label for row in rows])
     failed = len(result.failed)
     fig.update_layout(title=f"{family} survey of {len(result.rows)} models" + (f" ({failed} failed)" if failed else ""),
-                      height=max(320, 28 * len(rows) + 140), legend_title_text="family")
+                      height=max(320, 28 * len(rows) + 140), legend_title_text="family",
+                      showlegend=True)  # also for one family: plotly draws it anyway, where readable did not place it
     return readable(fig)

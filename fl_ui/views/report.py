@@ -78,7 +78,7 @@ with user_errors():
                           file_name=f"{slug(label)}_report.json", mime="application/json", key="report-json",
                           on_click="ignore")
     st.caption(f"{len(report.models)} checkpoint(s), images: {report.images}.")
-    status = pd.DataFrame([{"section": title, "time": f"{report.timings.get(name, 0.0):.1f} s",
+    status = pd.DataFrame([{"section": title, "time": f"{report.timings.get(name, 0.0):.1f}\u00a0s",  # no wrap
                             "status": f"skipped: {report.skipped[name]}" if name in report.skipped else "done"}
                            for name, title in PART_TITLES.items() if name in report.timings or name in report.skipped])
     st.table(status.set_index("section"))  # a static table wraps the reasons a section was skipped
