@@ -99,7 +99,7 @@ with user_errors():
                "separable models; the half-pixel keys 1–4 have means about half a pixel off centre.")
     spread = spread_measures_frame(learned)
     table_with_download(spread, f"spread_measures_{size}x{size}",
-                        shown=screen_columns(spread, {column: column for column in spread}))
+                        shown=screen_columns(spread, {"index": "key"} | {c: c for c in spread if c != "index"}))
 
     st.subheader("Try σ yourself")
     index = url_widget("Master key", next(iter(learned)), key="key", choices=list(learned),

@@ -80,7 +80,7 @@ def test_scale_space_opens_on_the_real_bank_with_the_published_filters_and_basel
     assert {"the 8 published filters", f"per-key mean filters of {BASELINE_DEPTHWISE_SPEC} (random init)"} <= set(
         source.options)
     assert "text detector" in text_of(app) and "384 7×7 filters" in text_of(app)
-    assert list(app.dataframe[0].value["index"]) == list(range(1, 9))  # every key has members in the real bank
+    assert list(app.dataframe[0].value["key"]) == list(range(1, 9))  # every key has members in the real bank
 
 
 def test_scale_space_page_shows_sigma_by_method_and_reacts_to_the_sigma_slider() -> None:
@@ -88,7 +88,7 @@ def test_scale_space_page_shows_sigma_by_method_and_reacts_to_the_sigma_slider()
     assert "the 8 published filters" in text_of(app)
     assert len(app.get("plotly_chart")) == 5
     spread = app.dataframe[0].value
-    assert list(spread["index"]) == list(range(1, 9))
+    assert list(spread["key"]) == list(range(1, 9))
     assert abs(spread["Vw_xx"].iloc[4] - 1.7324) < 1e-3  # B.4: weighted variance of key 5
     fitted = app.metric[0].value
     app.slider(key="sx_published_B_1").set_value(1.5).run()
