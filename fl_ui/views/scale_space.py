@@ -94,12 +94,13 @@ with user_errors():
     st.plotly_chart(key_filters_figure(learned, "Learned filters"), width="stretch", key="learned_filters")
 
     st.subheader("Spatial spread")
-    st.caption("M = mean position and V = variance of |h| (y upward, pixels²) of the raw filter; M_w, V_w of the "
-               "normalised filter weighted by |model at σ = 1| (which suppresses a noisy border). V_xy ≈ 0 supports "
-               "separable models; the half-pixel keys 1–4 have means about half a pixel off centre.")
+    st.caption("M = mean position and V = variance of |h| (y upward, pixels²) of the raw filter; V_w of the "
+               "normalised filter weighted by |model at σ = 1| (which suppresses a noisy border; its means M_w are in "
+               "the CSV). V_xy ≈ 0 supports separable models; the half-pixel keys 1–4 have means about half a pixel "
+               "off centre.")
     spread = spread_measures_frame(learned)
-    table_with_download(spread, f"spread_measures_{size}x{size}",
-                        shown=screen_columns(spread, {"index": "key"} | {c: c for c in spread if c != "index"}))
+    table_with_download(spread, f"spread_measures_{size}x{size}", shown=screen_columns(
+        spread, {"index": "key"} | {c: c for c in spread if c not in ("index", "Mw_x", "Mw_y")}))
 
     st.subheader("Try σ yourself")
     index = url_widget("Master key", next(iter(learned)), key="key", choices=list(learned),

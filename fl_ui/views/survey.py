@@ -36,11 +36,11 @@ EXPLANATIONS = {
 
 
 def rows_for_screen(result) -> pd.DataFrame:
-    """The survey's rows in columns that fit a 1024-px projector: model, family, the measure's two headline numbers
-    (the figure's), worker, and errors when a row failed; the CSV has every number, worker addresses included."""
+    """The survey's rows in columns that fit a 1024-px projector: model, the measure's two headline numbers (the
+    figure's, whose legend gives the families), worker, and errors when a row failed; the CSV has every number,
+    families and worker addresses included."""
     frame = result.to_frame()
-    shown = frame[["label", "model_family", *HEADLINES[result.settings.family]]].round(3).rename(
-        columns={"label": "model", "model_family": "family"})
+    shown = frame[["label", *HEADLINES[result.settings.family]]].round(3).rename(columns={"label": "model"})
     shown["worker"] = frame["worker"].map(result.worker_names)
     return shown.assign(error=frame["error"]) if result.failed else shown
 
