@@ -27,6 +27,9 @@ Chromium: 564 px). Titles wrap, legends and tiles are sized for it; a wider scre
 TITLE_CHARS = 58
 """Characters of a title line (17-px font, bold in Streamlit's theme) on a :data:`NARROW_FIGURE_PX` figure."""
 TITLE_LINE_PX = 24
+TOOLBAR_PX = 32
+"""Height above a figure's title kept free for plotly's toolbar, which appears at the figure's top right on hover
+(over the end of a title drawn at the top)."""
 LEGEND_ROW_PX = 23
 LEGEND_CHAR_PX = 7.2
 LEGEND_SYMBOL_PX = 50
@@ -43,8 +46,20 @@ HEATMAP_TILE_CELLS = 10
 """Cells per tile side, at least, of a heatmap mosaic (a kernel's weights subdivided, so the gaps can be thin)."""
 COLORBAR_PX = 80
 """Width a vertical colour bar takes beside tiles."""
+PICTURE_MARGIN_PX = 10
+"""Margin on each side of a picture of tiles or cells."""
 TILE_FIGURE_MARGIN_PX = 70
 """Height a tile figure adds to its picture (title and margins, before :func:`readable` wraps the title)."""
+CELL_TEXT_PX = 11
+"""Font size of the numbers written in heatmap cells."""
+DIGIT_PX, POINT_PX = 6.0, 3.0
+"""Widths of a digit and of a point or minus sign in a cell's number (:data:`CELL_TEXT_PX` font), rounded up."""
+CELL_PADDING_PX = 4
+"""A cell holds its number when it is at least as wide as the number and this padding."""
+MAX_CELL_PX = 48
+"""The largest a zoomed filter's cells are drawn (a 3×3 kernel need not fill the page)."""
+MAX_ZOOM_ROWS = 2
+"""Rows of channel panels of a zoomed filter, at most: more channels than fit share a row at a smaller size."""
 
 
 def color(index: int) -> str:
@@ -103,7 +118,9 @@ def log_ticks(low: float, high: float) -> list[float]:
 def log_axis(values: ArrayLike, **axis: object) -> dict:
     """Layout of a log axis for ``values`` (its data, or its fixed bounds; non-positive and non-finite ones ignored):
     ``type="log"`` with explicit :func:`log_ticks` labelled by :func:`log_tick_text` — plotly's own log ticks label
-    the 2s and 5s between decades with bare digits ("5 2 1 5 2 0.1"). ``axis`` adds further axis properties.
+    the 2s and 5s between decades with bare digits ("5 2 1 5 2 0.1"); of the ticks outside the values only the nearest
+    on each side are kept (a whole decade of unseen 1…9 ticks turned the labels to 45°). ``axis`` adds further axis
+    properties.
 
     Use it for every log axis: ``fig.update_yaxes(**log_axis(y))``.
     """
@@ -111,6 +128,8 @@ def log_axis(values: ArrayLike, **axis: object) -> dict:
     shown = values[np.isfinite(values) & (values > 0)]
     low, high = (float(shown.min()), float(shown.max())) if shown.size else (1.0, 10.0)
     ticks = log_ticks(low, high)
+    ticks = [t for t in ticks if t < low][-1:] + [t for t in ticks if low <= t <= high] + [t for t in ticks
+                                                                                           if t > high][:1]
     return dict(type="log", tickmode="array", tickvals=ticks, ticktext=[log_tick_text(t) for t in ticks], **axis)
 
 
@@ -169,9 +188,10 @@ def subplot_titles_px(fig: go.Figure) -> int:
 
 def readable(fig: go.Figure, width: int = NARROW_FIGURE_PX) -> go.Figure:
     """Lay ``fig`` out for a ``width``-px projector column (default: the page) and return it: the title wrapped into
-    :func:`title_lines` at the top, the legend horizontal below the x axis' labels and title (above the plot when a
-    slider or buttons sit below it), and the figure made taller by what these need, so that the plot area keeps the
-    height the figure asked for (its height less its margins) however many models the legend lists.
+    :func:`title_lines` at the top, below the room plotly's toolbar takes on hover (:data:`TOOLBAR_PX`), the legend
+    horizontal below the x axis' labels and title (above the plot when a slider or buttons sit below it), and the
+    figure made taller by what these need, so that the plot area keeps the height the figure asked for (its height
+    less its margins) however many models the legend lists.
 
     Every figure function ends with it; applying it twice changes nothing.
     """
@@ -180,7 +200,7 @@ def readable(fig: go.Figure, width: int = NARROW_FIGURE_PX) -> go.Figure:
                    layout.margin.b if layout.margin.b is not None else 80)
     plot_px = max((layout.height or 450) - top - bottom, 100)
     lines = title_lines(layout.title.text or "", TITLE_CHARS * width // NARROW_FIGURE_PX)
-    title_px = (TITLE_LINE_PX * len(lines) + 22 if any(lines) else 10) + subplot_titles_px(fig)
+    title_px = (TITLE_LINE_PX * len(lines) + TOOLBAR_PX + 10 if any(lines) else 10) + subplot_titles_px(fig)
     entries_px = legend_px(fig, width)
     if layout.sliders or layout.updatemenus:
         top = title_px + entries_px
@@ -191,7 +211,8 @@ def readable(fig: go.Figure, width: int = NARROW_FIGURE_PX) -> go.Figure:
         top, bottom = title_px, max(axis_px + entries_px + 10, 10)
         height = top + plot_px + bottom
         legend_top = bottom - axis_px
-    fig.update_layout(title=dict(text="<br>".join(lines), y=1, yref="container", yanchor="top", pad=dict(t=12)),
+    fig.update_layout(title=dict(text="<br>".join(lines), y=1, yref="container", yanchor="top",
+                                 pad=dict(t=TOOLBAR_PX)),
                       height=height, margin=dict(t=top, b=bottom))
     if entries_px:  # placed in pixels from the figure's bottom: a legend taller than estimated never shrinks the plot
         fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", yref="container", y=legend_top / height,
@@ -268,8 +289,16 @@ def tile_values(filters: np.ndarray, ncols: int, pad: int = 1, upsample: int = 1
 
 
 def tile_columns(count: int, width: int = NARROW_FIGURE_PX) -> int:
-    """How many tiles of at least :data:`MIN_TILE_PX` (and their gaps) fit side by side in ``width`` pixels."""
-    return int(min(count, max(1, width // (MIN_TILE_PX * (1 + TILE_GAP)))))
+    """How many tiles of at least :data:`MIN_TILE_PX` (and their gaps) fit side by side in a ``width``-px figure (its
+    picture: ``width`` less the margins)."""
+    return int(min(count, max(1, (width - 2 * PICTURE_MARGIN_PX) // (MIN_TILE_PX * (1 + TILE_GAP)))))
+
+
+def picture_extent(fig: go.Figure, height: int, width: int) -> None:
+    """Axes of a one-picture figure spanning exactly its ``height`` × ``width`` pixels (row 0 at the top): plotly pads
+    an axis for the markers of a scatter drawn over the picture, which shrank the tiles by the markers' size."""
+    fig.update_xaxes(range=[-0.5, width - 0.5], autorange=False)
+    fig.update_yaxes(range=[height - 0.5, -0.5], autorange=False)
 
 
 def tiles_figure(filters: np.ndarray, title: str, ncols: int | None = None, labels: Sequence[str] | None = None,
@@ -300,47 +329,102 @@ def tiles_figure(filters: np.ndarray, title: str, ncols: int | None = None, labe
                          hovertemplate="%{text}<extra></extra>", showlegend=False)
     fig = go.Figure([picture, centres])
     square_pixels(fig)
-    fig.update_layout(title=title, height=round(TILE_FIGURE_MARGIN_PX + shown * mosaic.shape[0] / mosaic.shape[1]),
-                      margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white")
+    picture_extent(fig, *mosaic.shape[:2])
+    picture_px = shown - 2 * PICTURE_MARGIN_PX
+    fig.update_layout(title=title, height=round(TILE_FIGURE_MARGIN_PX + picture_px * mosaic.shape[0] / mosaic.shape[1]),
+                      margin=dict(l=PICTURE_MARGIN_PX, r=PICTURE_MARGIN_PX, t=50, b=10), plot_bgcolor="white")
     return readable(fig, width)
 
 
-def filter_zoom_figure(filt: np.ndarray, title: str) -> go.Figure:
-    """One filter (C, kh, kw) large: each channel as a heatmap of its weights (R, G, B for colour filters; at most 8
-    channels), values written in the cells up to 7×7, one symmetric colour scale with its colour bar (weights as
-    stored)."""
+def cell_text(values: np.ndarray, bound: float) -> np.ndarray:
+    """Weights as the numbers written in their cells: two significant digits of the largest |value| ``bound``
+    (``0.52``, ``-0.087``, ``13``; a value that rounds to zero is ``0.00``)."""
+    decimals = int(np.clip(1 - np.floor(np.log10(bound)), 0, 4)) if bound > 0 else 2
+    return np.vectorize(lambda v: f"{v:.{decimals}f}")(np.round(values, decimals) + 0.0)  # + 0.0: no "-0.00"
+
+
+def cell_text_px(text: np.ndarray) -> float:
+    """The width a cell needs to hold the longest of ``text``."""
+    return max((sum(POINT_PX if ch in ".-" else DIGIT_PX for ch in t) for t in np.ravel(text)),
+               default=0) + CELL_PADDING_PX
+
+
+def zoom_columns(channels: int, side: int, text_px: float, width: float) -> int:
+    """Channel panels per row of a zoomed filter: as many as keep ``side`` cells wide enough for their numbers
+    (``text_px``) in ``width`` pixels, and at least enough for :data:`MAX_ZOOM_ROWS` rows."""
+    fitting = int(width // (side * text_px))
+    return int(min(channels, max(fitting, 1, math.ceil(channels / MAX_ZOOM_ROWS))))
+
+
+def filter_zoom_figure(filt: np.ndarray, title: str, width: int = NARROW_FIGURE_PX) -> go.Figure:
+    """One filter (C, kh, kw) large on a ``width``-px figure: each channel as a heatmap of its weights (R, G, B for
+    colour filters; at most 8 channels) on one symmetric colour scale with its colour bar (weights as stored), the
+    panels in rows of as many as keep the cells wide enough to hold their numbers (:func:`zoom_columns`, at most
+    :data:`MAX_CELL_PX`), which are written in the cells when they fit."""
     filt = np.asarray(filt, dtype=np.float64)
     names = ["red", "green", "blue"] if len(filt) == 3 else [f"channel {c}" for c in range(len(filt))] if len(
         filt) > 1 else [""]
     shown = filt[:8]
     bound = float(np.abs(shown).max()) or 1.0
-    fig = make_subplots(rows=1, cols=len(shown), subplot_titles=names[:8], horizontal_spacing=0.03)
-    write = filt.shape[-1] * filt.shape[-2] <= 49
+    text = cell_text(shown, bound)
+    side = max(filt.shape[-2:])
+    room = width - COLORBAR_PX - 2 * PICTURE_MARGIN_PX
+    columns = zoom_columns(len(shown), side, cell_text_px(text), room)
+    rows = math.ceil(len(shown) / columns)
+    panel_px = min(room / columns, side * MAX_CELL_PX)
+    write = panel_px / side >= cell_text_px(text)
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=names[:8], horizontal_spacing=0.03,
+                        vertical_spacing=0.08 / rows)
     for c, channel in enumerate(shown):
         fig.add_trace(go.Heatmap(z=channel, zmin=-bound, zmax=bound, colorscale="RdBu_r", showscale=c == 0,
                                  colorbar=dict(title=dict(text="weight", side="right"), thickness=12),
-                                 text=np.vectorize(lambda v: f"{v:.2f}")(channel) if write else None,
-                                 texttemplate="%{text}" if write else None,
+                                 text=text[c] if write else None, texttemplate="%{text}" if write else None,
+                                 textfont=dict(size=CELL_TEXT_PX),
                                  hovertemplate="row %{y}, col %{x}: %{z:.4f}<extra>" + names[c] + "</extra>"),
-                      row=1, col=c + 1)
+                      row=c // columns + 1, col=c % columns + 1)
     square_pixels(fig)
-    fig.update_layout(title=title, height=round(TILE_FIGURE_MARGIN_PX + (NARROW_FIGURE_PX - COLORBAR_PX) / len(shown)),
-                      margin=dict(l=10, r=10, t=60, b=10), plot_bgcolor="white")
-    return readable(fig)
+    fig.update_layout(title=title, height=round(TILE_FIGURE_MARGIN_PX + rows * (panel_px * filt.shape[-2] / side + 30)),
+                      margin=dict(l=PICTURE_MARGIN_PX, r=PICTURE_MARGIN_PX, t=60, b=10), plot_bgcolor="white")
+    return readable(fig, width)
 
 
 def heatmap_figure(matrix: np.ndarray, labels: Sequence[str], title: str, zmin: float = -1.0, zmax: float = 1.0,
-                   colorscale: str = "RdBu_r") -> go.Figure:
-    """An annotated square heatmap (e.g. a correlation matrix); NaN cells are left blank."""
-    text = [["" if not np.isfinite(v) else f"{v:.2f}" for v in row] for row in matrix]
+                   colorscale: str = "RdBu_r", width: int = NARROW_FIGURE_PX) -> go.Figure:
+    """An annotated square heatmap (e.g. a correlation matrix) on a ``width``-px figure: each cell's value written in
+    it at :data:`CELL_TEXT_PX` when the cells, beside the row labels and the colour bar, are wide enough to hold it
+    (else on hover only); NaN cells are left blank."""
+    text = np.array([["" if not np.isfinite(v) else f"{v:.2f}" for v in row] for row in matrix], dtype=object)
+    cell_px = (width - TICK_CHAR_PX * max(map(len, labels), default=0) - COLORBAR_PX) / max(len(labels), 1)
+    write = cell_px >= cell_text_px(text)
     fig = go.Figure(go.Heatmap(z=matrix, x=list(labels), y=list(labels), zmin=zmin, zmax=zmax,
-                               colorscale=colorscale, text=text, texttemplate="%{text}",
+                               colorscale=colorscale, text=text.tolist() if write else None,
+                               texttemplate="%{text}" if write else None, textfont=dict(size=CELL_TEXT_PX),
                                hovertemplate="%{y}<br>%{x}<br>r = %{z:.3f}<extra></extra>"))
     fig.update_layout(title=title, height=max(300, 80 + 60 * len(labels)), margin=dict(l=10, r=10, t=40, b=10))
     fig.update_yaxes(autorange="reversed")
-    return readable(fig)
+    return readable(fig, width)
+
+
+def count_axis(largest: float) -> dict:
+    """Layout of an axis of counts up to ``largest``: whole numbers from 0 in 1-2-5 steps of at least 1 (plotly's own
+    ticks on a small range wrote 0.2, 0.4, ... as "0 0 0 1 1 1" under an integer format)."""
+    step = max(1.0, _nice_step(max(float(largest), 1.0), 4))
+    return dict(tickmode="linear", tick0=0, dtick=step, rangemode="tozero", tickformat="d")
+
+
+EXPORT_TEMPLATE = "plotly"
+"""The look of a figure saved as a file of its own. Importing Streamlit makes its own template plotly's default, so a
+figure built in the dashboard carries it: colours the app replaces in the browser and no automargin, which cut the
+y tick labels at the left edge of every exported figure (".5", "02") under their axis title."""
+
+
+def standalone(fig: go.Figure) -> go.Figure:
+    """A copy of ``fig`` in :data:`EXPORT_TEMPLATE`, whatever template it was built with: for files and reports."""
+    copy = go.Figure(fig)
+    copy.layout.template = EXPORT_TEMPLATE
+    return copy
 
 
 def figure_html(fig: go.Figure) -> str:
-    """A self-contained HTML file of a figure (plotly.js inlined, works offline)."""
-    return fig.to_html(include_plotlyjs=True, full_html=True)
+    """A self-contained HTML file of a figure (:func:`standalone`, plotly.js inlined, works offline)."""
+    return standalone(fig).to_html(include_plotlyjs=True, full_html=True)

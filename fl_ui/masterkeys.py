@@ -151,11 +151,16 @@ def default_rescore_request(spec: str = DEFAULT_SWAP_SPEC, images: str = BUNDLED
 
 
 def warm_default_rescore() -> None:
-    """Swap & Re-score's default view computed into the caches, on the engine: the re-score of
-    :func:`default_rescore_request` and the sweep of every depthwise layer by method B (:data:`layer_sweep_result`)."""
+    """Swap & Re-score's default view computed into the caches: the default swaps' filters in this process (the
+    centroid swap clusters every depthwise filter: on a first visit the page stood grey for more than 10 s), then on
+    the engine the re-score of :func:`default_rescore_request` and the sweep of every depthwise layer by method B
+    (:data:`layer_sweep_result`)."""
     request = default_rescore_request()
-    rescore_result(request)
     scoring = request.settings
+    for replacement in scoring.replacements:
+        for spec, stages in ((request.spec, scoring.stages), (DEFAULT_DEPTHWISE_SPEC, None)):  # and the real bank's
+            filter_swap(spec, (), replacement, stages, scoring.k, scoring.seed, request.device)
+    rescore_result(request)
     layer_sweep_result(replace(request, settings=LayerSweepSettings(
         replacement="B", stages=scoring.stages, k=scoring.k, seed=scoring.seed, batch_size=scoring.batch_size)))
 

@@ -131,10 +131,35 @@ def dashed(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**{column: frame[column].map(_cell_text) for column in missing}) if missing else frame
 
 
-def table_with_download(frame: pd.DataFrame, name: str) -> None:
-    """A table (missing values "—": :func:`dashed`) and its CSV download."""
-    st.dataframe(dashed(frame), width="stretch", hide_index=True)
-    downloads(name, frame=frame)
+def screen_columns(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    """The columns of ``frame`` named in ``names`` that hold a value, in that order and in those words, numbers to
+    three decimals or, below 0.1, three significant digits (0.000213, not 0): the screen's version of a table
+    (:func:`table_with_download`'s ``shown``)."""
+    present = [column for column in names if column in frame and frame[column].notna().any()]
+    shown = frame[present].rename(columns=names)
+    decimals = [column for column in shown if pd.api.types.is_float_dtype(shown[column])]
+    return shown.assign(**{column: shown[column].map(readable_number) for column in decimals})
+
+
+def readable_number(value: float) -> float:
+    """``value`` to three decimals, or to three significant digits when that keeps more of a small one."""
+    if not np.isfinite(value) or value == 0:
+        return value
+    return round(value, max(3, 2 - int(np.floor(np.log10(abs(value))))))
+
+
+def table_with_download(frame: pd.DataFrame, name: str, *, shown: pd.DataFrame | None = None, wrap: bool = False,
+                        data: dict | None = None) -> None:
+    """A table (missing values "—": :func:`dashed`) and the downloads of ``frame`` (CSV) and ``data`` (JSON, when
+    given). On the page ``shown`` when given: the screen's version of the table, with the columns a reader needs under
+    names in words, so that it fits a 1024-px projector (every column stays in the CSV); with ``wrap`` a static table
+    whose long texts wrap (the interactive grid cuts a cell at its column's width)."""
+    table = dashed(frame if shown is None else shown)
+    if wrap:
+        st.table(table, hide_index=True)
+    else:
+        st.dataframe(table, width="stretch", hide_index=True)
+    downloads(name, frame=frame, data=data)
 
 
 def url_widget(label: str, default: T, *, key: str, param: str | None = None, choices: Sequence[Any] | None = None,
@@ -166,12 +191,13 @@ def card_rows(count: int, per_row: int = CARDS_PER_ROW) -> Iterator[Any]:
 def zoomable_tiles(figure: go.Figure, filters: np.ndarray, labels: Sequence[str], caption: str, *, name: str,
                    key: str) -> None:
     """A figure of filter tiles (:func:`fl_core.figures.tiles_figure`) with its caption and download (``name``), and
-    below it one filter of ``filters`` (N, C, kh, kw), chosen by ``labels``, drawn large with its weights
-    (:func:`fl_core.figures.filter_zoom_figure`); the choice is the widget and query parameter ``key``."""
+    below it one filter of ``filters`` (N, C, kh, kw), chosen by ``labels``, drawn large with its weights across the
+    page (:func:`fl_core.figures.filter_zoom_figure`: beside the picker its numbers were too small to read); the
+    choice is the widget and query parameter ``key``."""
     st.plotly_chart(figure, width="stretch", key=f"plot-{slug(name)}")
     st.caption(caption + " Hover a tile for its name; choose one below to see its weights.")
-    left, right = st.columns([1, 3])
-    index = url_widget("Zoom in on", 0, key=key, choices=range(len(filters)), container=left,
-                       format_func=lambda i: labels[i])
-    right.plotly_chart(filter_zoom_figure(filters[index], labels[index]), width="stretch", key=f"plot-{key}")
     downloads(name, figure=figure)
+    picker, _ = st.columns([1, 2])
+    index = url_widget("Zoom in on", 0, key=key, choices=range(len(filters)), container=picker,
+                       format_func=lambda i: labels[i])
+    st.plotly_chart(filter_zoom_figure(filters[index], labels[index]), width="stretch", key=f"plot-{key}")

@@ -10,11 +10,18 @@ import plotly.graph_objects as go
 import pytest
 
 from fl_core.figures import (
+    CELL_TEXT_PX,
+    COLORBAR_PX,
+    MAX_CELL_PX,
     MAX_LOG_TICKS,
+    MAX_ZOOM_ROWS,
     MIN_TILE_PX,
     NARROW_FIGURE_PX,
     TILE_GAP,
     TITLE_CHARS,
+    TOOLBAR_PX,
+    cell_text,
+    cell_text_px,
     diverging_rgb,
     figure_html,
     filter_rgb,
@@ -24,6 +31,7 @@ from fl_core.figures import (
     log_tick_text,
     log_ticks,
     readable,
+    standalone,
     tile_columns,
     tile_mosaic,
     tiles_figure,
@@ -66,18 +74,23 @@ def test_the_mosaic_places_every_filter_in_its_own_normalized_tile_with_white_ga
     assert big.shape == (4 * 3 + 2, 5 * (4 * 3 + 1) + 1, 3)
 
 
-def test_tiles_are_drawn_large_enough_to_see_a_3x3_kernel_with_gaps_and_name_themselves_on_hover():
-    fig = tiles_figure(np.ones((64, 3, 3, 3)), "64 filters")
-    image, centres = fig.data
-    assert isinstance(image, go.Image) and fig.layout.title.text == "64 filters"
-    mosaic = np.asarray(image.z)
-    columns = tile_columns(64)
-    tile = MIN_TILE_PX + round(TILE_GAP * MIN_TILE_PX)  # one tile and its gap, in mosaic pixels
-    assert mosaic.shape[1] == columns * tile + round(TILE_GAP * MIN_TILE_PX)
-    assert columns * tile <= NARROW_FIGURE_PX  # so each tile is drawn at least MIN_TILE_PX wide on a projector
-    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
-    assert plot_px >= NARROW_FIGURE_PX * mosaic.shape[0] / mosaic.shape[1]  # tall enough not to shrink them
-    assert list(centres.text[:2]) == ["filter 0", "filter 1"] and len(centres.x) == 64
+@pytest.mark.parametrize("shape", [(64, 3, 3, 3), (96, 3, 7, 7), (32, 3, 11, 11), (64, 1, 3, 3)])
+def test_tiles_are_drawn_large_enough_to_see_a_kernel_with_gaps_and_name_themselves_on_hover(shape) -> None:
+    fig = tiles_figure(np.ones(shape), "filters")
+    picture, centres = fig.data
+    assert isinstance(picture, go.Image if shape[1] == 3 else go.Heatmap) and fig.layout.title.text == "filters"
+    mosaic_h, mosaic_w = np.asarray(picture.z).shape[:2]
+    # the axes span the picture exactly: the hover markers' size no longer pads them (tiles were 42 px, not 48)
+    assert tuple(fig.layout.xaxis.range) == (-0.5, mosaic_w - 0.5)
+    assert tuple(fig.layout.yaxis.range) == (mosaic_h - 0.5, -0.5)
+    bar = 0 if shape[1] == 3 else COLORBAR_PX
+    plot_w = NARROW_FIGURE_PX - fig.layout.margin.l - fig.layout.margin.r - bar
+    plot_h = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    px_per_cell = min(plot_w / mosaic_w, plot_h / mosaic_h)  # square pixels: the tighter side sets the scale
+    columns = tile_columns(shape[0], NARROW_FIGURE_PX - bar)
+    tile_cells = (mosaic_w - 1) / columns / (1 + TILE_GAP)  # a tile without its gap, in mosaic cells (about)
+    assert tile_cells * px_per_cell >= MIN_TILE_PX * 0.98
+    assert list(centres.text[:2]) == ["filter 0", "filter 1"] and len(centres.x) == shape[0]
 
 
 def test_single_channel_tiles_are_a_heatmap_with_blank_gaps_and_a_colour_bar():
@@ -97,7 +110,27 @@ def test_a_zoomed_filter_shows_each_colour_channel_with_its_weights_and_one_colo
     assert [a.text for a in fig.layout.annotations] == ["red", "green", "blue"]
     assert [t.showscale for t in fig.data] == [True, False, False]
     assert all(t.zmax == 13 and t.zmin == -13 for t in fig.data)  # one symmetric scale
-    assert fig.data[2].text[2][2] == "13.00"
+    assert fig.data[2].text[2][2] == "13" and fig.data[0].textfont.size == CELL_TEXT_PX
+    assert list(cell_text(np.array([-0.001, -0.23, 0.004]), 0.23)) == ["0.00", "-0.23", "0.00"]  # no "-0.00"
+
+
+@pytest.mark.parametrize("shape", [(3, 3, 3), (3, 5, 5), (3, 7, 7), (1, 7, 7), (8, 3, 3), (3, 11, 11)])
+def test_a_zoomed_filter_writes_its_weights_only_in_cells_wide_enough_to_hold_them(shape) -> None:
+    """On a 1024-px projector the numbers of a 7×7 colour filter were unreadable: three panels beside the picker
+    left 14-px cells. Panels now wrap to rows (at most two) and numbers are written where they fit."""
+    filt = np.random.default_rng(0).standard_normal(shape) * 0.1
+    fig = filter_zoom_figure(filt, "zoom")
+    rows, columns = (len({tuple(fig.layout[f"{axis}axis{getattr(t, f'{axis}axis')[1:]}"].domain) for t in fig.data})
+                     for axis in "yx")
+    assert rows <= MAX_ZOOM_ROWS or columns == len(filt)
+    room = NARROW_FIGURE_PX - COLORBAR_PX - fig.layout.margin.l - fig.layout.margin.r
+    cell_px = min(room / columns, MAX_CELL_PX * shape[-1]) / shape[-1] * (1 - 0.03)  # less the panels' gaps
+    written = fig.data[0].text is not None
+    assert written == (shape[-1] <= 7)  # an 11×11 kernel keeps its numbers for hovering
+    if written:
+        assert cell_px >= cell_text_px(fig.data[0].text) - 1
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    assert plot_px >= rows * cell_px * shape[-2]  # tall enough not to shrink the panels
 
 
 def test_a_heatmap_labels_its_cells_and_leaves_missing_values_blank():
@@ -107,6 +140,28 @@ def test_a_heatmap_labels_its_cells_and_leaves_missing_values_blank():
     assert heat.text[0][1] == "0.25" and heat.text[1][0] == ""
     assert (heat.zmin, heat.zmax) == (-1.0, 1.0) and list(heat.x) == ["a", "b"]
     assert heatmap_figure(np.eye(8), list("abcdefgh"), "r").layout.height > fig.layout.height
+    assert heat.textfont.size == CELL_TEXT_PX  # plotly shrank the numbers to fit small cells (7 px on a projector)
+    crowded = heatmap_figure(np.eye(16) - 0.5, [f"per-channel quantity {i}" for i in range(16)], "r").data[0]
+    assert crowded.text is None and "%{z:.3f}" in crowded.hovertemplate  # too small to hold them: on hover only
+
+
+def test_saved_figures_keep_plotlys_own_look_although_streamlit_made_its_template_the_default(monkeypatch):
+    """Importing Streamlit makes its template plotly's default: a figure built in the dashboard then carries colours
+    that only the app's browser code replaces, and no automargin, so its saved copies (the HTML figure and the report)
+    cut the y tick labels at the left edge under the axis title."""
+    import plotly.io as pio
+    from streamlit.elements.lib.streamlit_plotly_theme import configure_streamlit_plotly_theme
+
+    from fl_core.report.html import figure_fragment
+
+    configure_streamlit_plotly_theme()
+    monkeypatch.setattr(pio.templates, "default", "streamlit")
+    fig = readable(go.Figure(go.Scatter(x=[1, 2], y=[0.02, 0.5]), layout=dict(yaxis_title="energy")))
+    assert fig.layout.template.layout.yaxis.automargin is None  # as built in the dashboard
+    for saved in (standalone(fig), figure_html(fig), figure_fragment(fig)):
+        text = saved.to_json() if isinstance(saved, go.Figure) else saved
+        assert '"automargin":true' in text.replace(" ", "") and "#000001" not in text
+    assert fig.layout.template.layout.yaxis.automargin is None  # the page's own figure is left as it was
 
 
 def test_a_figure_downloads_as_one_offline_html_file():
@@ -160,7 +215,7 @@ def test_every_log_axis_of_every_figure_has_readable_ticks_on_its_data() -> None
                 shown = axis_values(fig, axis_name)
                 low, high = shown[shown > 0].min(), shown.max()
             assert sum(low <= v <= high for v in axis.tickvals) >= 2, (name, axis_name, low, high, axis.tickvals)
-    assert {"firstlayer.profile.yaxis", "report.weight_norms.yaxis", "lab.fit_over_steps.xaxis",
+    assert {"firstlayer.profile.yaxis", "report.weight_norms.xaxis", "lab.fit_over_steps.xaxis",
             "channelaxes.axes_scatter.xaxis"} <= set(checked)
 
 
@@ -240,7 +295,8 @@ def test_a_long_title_wraps_instead_of_running_off_the_figure() -> None:
     lines = fig.layout.title.text.split("<br>")
     assert len(lines) >= 2 and all(len(line) <= TITLE_CHARS for line in lines) and " ".join(lines) == title
     assert readable(fig).layout.to_plotly_json() == fig.layout.to_plotly_json()  # idempotent
-    assert fig.layout.margin.t >= len(lines) * 24
+    assert fig.layout.margin.t >= len(lines) * 24 + TOOLBAR_PX
+    assert fig.layout.title.pad.t == TOOLBAR_PX  # the toolbar shown on hover sits above the title, not over its end
 
 
 def test_each_bank_keeps_its_colour_when_the_chosen_model_changes_the_order() -> None:
@@ -285,3 +341,29 @@ def test_master_key_names_are_written_on_the_line_at_a_readable_size() -> None:
                 assert "<sub>" not in text and not SMALL_GLYPHS & set(text), (name, text)
                 assert size is None or size >= 13, (name, text, size)
     assert naming >= 8 * 3  # the key grid's titles, the counts' categories and the stage bars' legend at least
+
+
+def test_a_model_far_flatter_than_its_learned_filter_is_drawn_on_its_own_scale() -> None:
+    """Scale-Space's "Try σ yourself": on one colour scale a model peaking at 0.17 beside a learned filter at 0.95 was
+    a nearly blank panel. Each panel now spans its own scale, its largest |value| in its title."""
+    from fl_core.masterkeys.plots import model_vs_learned_figure
+
+    learned, model = np.zeros((7, 7)), np.zeros((7, 7))
+    learned[3, 3], model[2:5, 2:5] = 0.95, 0.17
+    fig = model_vs_learned_figure(learned, model, "one key")
+    for panel, peak in zip(fig.data, (0.95, 0.17, 0.78)):
+        assert np.abs(np.asarray(panel.z)).max() == pytest.approx(1.0) and (panel.zmin, panel.zmax) == (-1, 1)
+        assert np.abs(np.asarray(panel.customdata)).max() == pytest.approx(peak)  # hover: the value itself
+    assert [a.text.split("<br>")[1] for a in fig.layout.annotations] == [
+        "largest |value| 0.95", "largest |value| 0.17", "largest |value| 0.78"]
+
+
+def test_a_log_axis_lists_only_the_ticks_on_its_values_and_one_beyond_each_end() -> None:
+    """Channel Axes' input-capture axis (0.45 … 3.2) carried the unseen ticks of three whole decades, which turned
+    its labels to 45° on a projector."""
+    axis = log_axis([0.45, 3.2])
+    inside = [t for t in axis["tickvals"] if 0.45 <= t <= 3.2]
+    assert len(axis["tickvals"]) <= len(inside) + 2 and len(inside) >= 3
+    fig = go.Figure(go.Scatter(x=[0.45, 1.0, 3.2], y=[0, 1, 2]))
+    fig.update_xaxes(**axis)
+    assert readable(fig).layout.xaxis.tickangle is None  # level labels

@@ -306,10 +306,11 @@ class ChannelAxesResult(Result):
         return jsonable(out)
 
     def metric_correlations(self) -> pd.DataFrame:
-        """Spearman ρ between every pair of :data:`CORRELATED_METRICS` that was measured and the baseline criteria's
-        scores (``score_*`` but random), a square table by column name."""
-        columns = [c for c in CORRELATED_METRICS if self.table[c].notna().any()]
-        columns += [c for c in self.table.columns if c.startswith("score_") and c != "score_random"]
+        """Spearman ρ between every pair of :data:`CORRELATED_METRICS` and the baseline criteria's scores (``score_*``
+        but random) that vary across the channels (a quantity that is the same for every channel has no rank
+        correlation: it drew a blank row), a square table by column name."""
+        scores = [c for c in self.table.columns if c.startswith("score_") and c != "score_random"]
+        columns = [c for c in (*CORRELATED_METRICS, *scores) if self.table[c].nunique() > 1]
         return spearman_matrix(self.table[columns])
 
     def replacement_method(self) -> str:

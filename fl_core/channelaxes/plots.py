@@ -45,6 +45,7 @@ DETAIL_LABELS = {  # further per-channel columns, shown in the channel table but
 AXIS_COLORS = {"local": ("#1f77b4", "#6baed6", "#08519c", "#9ecae1"), "target": ("#d62728", "#fb6a4a", "#a50f15",
                                                                                  "#fcae91")}
 GLYPHS = " ▁▂▃▄▅▆▇█"
+MISSING = "—"
 LAYOUT = dict(margin=dict(l=10, r=10, t=50, b=10))
 FILTER_COLUMN_PX = 360
 """The width a channel's filter is drawn at: beside its numbers (⅔ of a 1024-px projector's page)."""
@@ -52,13 +53,19 @@ FILTER_COLUMN_PX = 360
 
 def label(metric: str) -> str:
     """Display name of a per-channel column."""
-    return METRIC_LABELS.get(metric) or DETAIL_LABELS.get(metric) or metric.removeprefix("score_").replace("_", " ")
+    criterion = CRITERIA.get(metric.removeprefix("score_"))
+    return (METRIC_LABELS.get(metric) or DETAIL_LABELS.get(metric) or (criterion and f"{criterion.label} score")
+            or metric.replace("_", " "))
 
 
 SHORT_LABELS = {"input_capture": "input capture I_X", "peer_overlap": "peer overlap R̄_X",
-                "peer_r2": "peer R² (top-k)", "task_info": "task information I(ā;m)",
-                "task_info_gauss": "task info, Gaussian", "target_excess": "target-excess TE"}
-"""Names of the longest per-channel columns for narrow menus (units and estimator details in :func:`label`)."""
+                "peer_r2": "peer R² (top-k)", "peer_r2_all": "peer R² (all)", "task_info": "task info I(ā;m)",
+                "task_info_gauss": "task info (Gauss)", "target_excess": "target-excess TE",
+                "replacement_dloss": "Δloss, replacement", "peer_support": "peer support",
+                "local_score": "local score", "target_score": "target score"}
+"""Names of the per-channel columns that fit a select box a third of a 1024-px projector's page wide (the projector
+test checks every select box for a cut value) and the rows of the correlation heatmap; units and estimator details
+are in :func:`label`."""
 
 
 def short_label(metric: str) -> str:
@@ -169,7 +176,7 @@ def pruning_curves_figure(pruning: PruningResult, finetuned: bool = False,
         dash = "solid" if CRITERIA[name].axis in ("local", "target") else "dot"
         fig.add_trace(go.Scatter(
             x=np.asarray(curve.flops_removed) * 100, y=np.asarray(accuracy) * 100, mode="lines+markers",
-            name=f"{curve.label} (AUC {auc * 100:.1f})", line=dict(color=_criterion_color(name, counters), dash=dash),
+            name=f"{curve.label} (AUC {auc:.1%})", line=dict(color=_criterion_color(name, counters), dash=dash),
             customdata=pruning.channels_removed,
             hovertemplate="%{customdata} channels removed<br>MACs removed %{x:.2f}%<br>top-1 %{y:.1f}%<extra>"
                           + curve.label + "</extra>"))
@@ -183,7 +190,7 @@ def pruning_curves_figure(pruning: PruningResult, finetuned: bool = False,
 def metric_correlation_figure(result: ChannelAxesResult) -> go.Figure:
     """:meth:`~fl_core.channelaxes.analysis.ChannelAxesResult.metric_correlations` as an annotated heatmap."""
     table = result.metric_correlations()
-    return heatmap_figure(table.to_numpy(), [label(c) for c in table.columns],
+    return heatmap_figure(table.to_numpy(), [short_label(c) for c in table.columns],
                           "Spearman ρ between per-channel quantities")
 
 
@@ -197,7 +204,7 @@ def filter_figure(result: ChannelAxesResult, channel: int) -> go.Figure:
                           xaxis_title="input channel", yaxis_title="weight", **LAYOUT)
         return readable(fig)
     if len(weight) == 3:
-        return filter_zoom_figure(weight, f"Channel {channel}: RGB filter")
+        return filter_zoom_figure(weight, f"Channel {channel}: RGB filter", width=FILTER_COLUMN_PX)
     return tiles_figure(weight[:64, None], f"Channel {channel}: its kernel on each of "
                         f"{min(len(weight), 64)} input channels (red +, blue −)",
                         labels=[f"input {i}" for i in range(min(len(weight), 64))], width=FILTER_COLUMN_PX)
@@ -232,15 +239,18 @@ def pruning_verdict(result: ChannelAxesResult) -> PruningVerdict:
         return PruningVerdict("–", "")
     baselines = [c for name, c in curves.items() if CRITERIA[name].axis == "baseline"]
     best = max(baselines, key=lambda c: c.auc, default=None)
-    aucs = f"AUC local axis {curves['local'].auc:.3f}, target axis {curves['target'].auc:.3f}"
+    aucs = f"AUC local axis {curves['local'].auc:.1%}, target axis {curves['target'].auc:.1%}"
     if best is not None and best.auc > max(curves["local"].auc, curves["target"].auc):
         return PruningVerdict("neither", f"The {best.label} baseline pruned best ({aucs}, {best.label} "
-                                         f"{best.auc:.3f}): on this layer neither axis chose safer channels.")
+                                         f"{best.auc:.1%}): on this layer neither axis chose safer channels.")
     winner = result.removability.better_axis_pruning
     return PruningVerdict(winner, f"The {winner} axis pruned best ({aucs}" + (
-        f", best baseline {best.label} {best.auc:.3f})." if best is not None else ")."))
+        f", best baseline {best.label} {best.auc:.1%})." if best is not None else ")."))
 
 
 def summary_table(result: ChannelAxesResult) -> pd.DataFrame:
-    """The per-layer summary with readable numbers."""
-    return result.summary_frame().round(4)
+    """The per-layer summary with readable numbers: pruning AUCs as percentages (the average accuracy over the
+    pruning range, as the curves' legend and the verdict write them), the other quantities to 3 decimals."""
+    frame = result.summary_frame()
+    return frame.assign(value=[MISSING if value != value else f"{value:.1%}" if quantity.startswith("pruning AUC")
+                               else f"{value:.3f}" for quantity, value in zip(frame["quantity"], frame["value"])])

@@ -37,7 +37,7 @@ from fl_core.backend import Progress, evaluate_classifier, report
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.comparison import auc_accuracy_vs_flops
 from fl_core.channelaxes.pruner import LayerPruner, PrunedEvaluation
-from fl_core.channelaxes.settings import CRITERIA, PruningSettings
+from fl_core.channelaxes.settings import CRITERIA, Criterion, PruningSettings
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
 
@@ -175,6 +175,16 @@ def lowest_first(scores: np.ndarray, count: int) -> list[int]:
     return sorted(np.argsort(ranked, kind="stable")[:count].tolist())
 
 
+def ranking(scores: np.ndarray, criterion: Criterion, layer: str) -> np.ndarray:
+    """A criterion's ``scores`` of the channels of ``layer``, refused when every channel scores the same: its curve
+    would remove them in index order (a BatchNorm folded into the convolution leaves every |γ| at 1)."""
+    if np.ptp(scores) == 0:
+        raise AnalysisError(f"every channel of {layer} has the same {criterion.label} ({scores[0]:.3g}), so it ranks "
+                            "none of them" + (": the BatchNorm was folded into the convolution"
+                                              if criterion.name == "bn_gamma" else ""))
+    return scores
+
+
 def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, evaluation: LabelledInputs,
                  axis_scores: Mapping[str, np.ndarray], settings: PruningSettings | None = None, *,
                  device: torch.device, means: np.ndarray | None = None, readers: Sequence[str] = (),
@@ -219,7 +229,8 @@ def prune_curves(model: nn.Module, layer: str, calibration: LabelledInputs, eval
     for name in settings.criteria:
         if name in TP_CRITERIA:
             try:
-                scores[name] = pruner.importance(name, calibration, device, settings.gradient_images, settings.seed)
+                scores[name] = ranking(pruner.importance(name, calibration, device, settings.gradient_images,
+                                                         settings.seed), CRITERIA[name], layer)
             except AnalysisError as err:
                 skipped[name] = str(err)
         elif name in axis_scores:

@@ -19,6 +19,9 @@ from fl_core.cli import add_model_arguments, input_overrides, write_output
 from fl_core.report.settings import ReportSettings
 from fl_core.settings import add_settings_arguments, settings_from_args
 
+MORE_CHECKPOINTS = "Give several --model specs, or weights:DIR with the checkpoints of one run, to follow them."
+"""How the command line asks for a trajectory (the report's own reason names no option: pages show it too)."""
+
 if TYPE_CHECKING:
     from fl_core.report.build import Report
 
@@ -44,5 +47,7 @@ def run(args: argparse.Namespace, progress) -> Report:
         if name not in SECTIONS and name not in result.timings:
             continue
         state = f"skipped: {result.skipped[name]}" if name in result.skipped else "done"
+        if name == "trajectory" and len(result.models) == 1:
+            state += f" {MORE_CHECKPOINTS}"
         print(f"  {title:38s} {result.timings.get(name, 0.0):6.1f} s  {state}")
     return result

@@ -131,8 +131,11 @@ def autocorrelation_figure(result: WhiteningResult) -> go.Figure:
     return readable(fig)
 
 
-MAPS_SHOWN = 16
-"""Response maps an activation-maps figure shows (the page computes only these)."""
+MAPS_SHOWN = 8
+"""Response maps an activation-maps figure shows (the page computes only these): with the input, three rows of
+:data:`MAPS_PER_ROW`."""
+MAPS_PER_ROW = 3
+"""Maps side by side: each about 180 px wide on a 1024-px projector (six to a row were 86×57 px)."""
 
 
 def activation_maps_figure(image: np.ndarray, maps: np.ndarray, title: str, count: int = MAPS_SHOWN,
@@ -141,7 +144,7 @@ def activation_maps_figure(image: np.ndarray, maps: np.ndarray, title: str, coun
     ±(99th percentile of |y_k|: a few extreme pixels would leave the rest white), in cells shaped like the image
     (square pixels, row 0 at the top) for a figure about ``width`` px wide."""
     count = min(count, len(maps))
-    cols = min(count + 1, 6)
+    cols = min(count + 1, MAPS_PER_ROW)
     rows = int(np.ceil((count + 1) / cols))
     fig = make_subplots(rows=rows, cols=cols, horizontal_spacing=0.01, vertical_spacing=0.3 / rows,
                         subplot_titles=["input", *[f"filter {k}" for k in range(count)]])

@@ -41,23 +41,22 @@ GRID_COLUMNS = 4
 lies below them), so a 15-character title fits above each."""
 
 
-def filter_grid_figure(filters: np.ndarray, titles: Sequence[str], title: str, columns: int = GRID_COLUMNS,
-                       shared_scale: bool = False) -> go.Figure:
+def filter_grid_figure(filters: np.ndarray, titles: Sequence[str], title: str,
+                       columns: int = GRID_COLUMNS) -> go.Figure:
     """Small k×k filters as heatmaps (red positive, blue negative, white 0), row 0 at the top as stored, ``columns``
-    to a row with gaps and one colour bar: each filter divided by its own largest |w| (the bar reads w / max |w|),
-    or with ``shared_scale`` all on one scale (the bar reads the values). Hover shows the stored value."""
+    to a row with gaps and one colour bar: each filter divided by its own largest |w| (the bar reads w / max |w|).
+    Hover shows the stored value."""
     filters = np.asarray(filters, dtype=float)
     columns = min(columns, len(filters))
     rows = int(np.ceil(len(filters) / columns))
     largest = np.abs(filters).reshape(len(filters), -1).max(axis=1)
-    bounds = np.full(len(filters), largest.max() or 1.0) if shared_scale else np.where(largest > 0, largest, 1.0)
+    bounds = np.where(largest > 0, largest, 1.0)
     fig = make_subplots(rows=rows, cols=columns, subplot_titles=list(titles), horizontal_spacing=0.06,
                         vertical_spacing=0.35 / rows)
-    bar = dict(title=dict(text="value" if shared_scale else "w / max |w|", side="right"), thickness=10,
+    bar = dict(title=dict(text="w / max |w|", side="right"), thickness=10,
                orientation="h", len=0.6, x=0.5, xanchor="center", y=-0.02, yanchor="top")
     for i, filt in enumerate(filters):
-        scale = 1.0 if shared_scale else bounds[i]
-        fig.add_trace(go.Heatmap(z=filt / scale, zmin=-bounds[i] / scale, zmax=bounds[i] / scale, zmid=0,
+        fig.add_trace(go.Heatmap(z=filt / bounds[i], zmin=-1, zmax=1, zmid=0,
                                  customdata=filt, colorscale="RdBu_r", showscale=i == 0, colorbar=bar,
                                  hovertemplate="row %{y}, col %{x}<br>%{customdata:.4f}<extra>" + titles[i]
                                                + "</extra>"),
@@ -204,9 +203,14 @@ def sigma_by_method_figure(results: Mapping[str, ScaleSpaceResult]) -> go.Figure
 
 
 def model_vs_learned_figure(learned: np.ndarray, model: np.ndarray, title: str) -> go.Figure:
-    """The normalised learned filter, the model and their difference, on one shared colour scale."""
-    return filter_grid_figure(np.stack([learned, model, learned - model]),
-                              ["learned (normalised)", "model", "learned − model"], title, columns=3, shared_scale=True)
+    """The normalised learned filter, the model and their difference, each on its own colour scale with its largest
+    |value| in its title: on one scale a model far flatter than the learned filter (peak 0.17 beside 0.95) was a blank
+    panel. The cross-sections (:func:`cross_section_figure`) compare the heights."""
+    panels = np.stack([learned, model, learned - model])
+    peaks = np.abs(panels).reshape(len(panels), -1).max(axis=1)
+    names = ("learned (normalised)", "model", "learned − model")
+    return filter_grid_figure(panels, [f"{name}<br>largest |value| {peak:.2f}" for name, peak in zip(names, peaks)],
+                              title, columns=3)
 
 
 def cross_section_figure(learned: np.ndarray, model: np.ndarray) -> go.Figure:

@@ -218,7 +218,7 @@ def accuracy_skip_reason(loaded: LoadedModel, images: ImageSet) -> str | None:
                 "architecture (timm:NAME=PATH or torchvision:NAME=PATH).")
     if not images.labelled:
         return (f"No labelled images ({images.description}): accuracy and channel axes need an ImageFolder tree of "
-                "the model's classes (--images DIR with DIR/<class>/*.jpg).")
+                "the model's classes (a folder holding one folder of images per class).")
     return None
 
 
@@ -256,6 +256,11 @@ def master_key_counts(models: Sequence[LoadedModel], kernel_size: int, method: s
     return counts
 
 
+FIRST_LAYER_ONLY = "energy, whitening: first layer only"
+"""Why the energy and whitening sections skip a layer other than the first (the report says how to go further once,
+beside the table, rather than in every row)."""
+
+
 def layer_rows(loaded: LoadedModel, uses: dict[str, list[str]], reasons: dict[str, str]) -> tuple[dict, ...]:
     """The inventory of ``loaded`` with, per layer, the sections that analysed it and why others did not."""
     rows = []
@@ -289,8 +294,7 @@ def _layer_uses(loaded: LoadedModel, sections: _Sections, masterkeys: MasterKeyR
             else:
                 reasons[lay.name] = f"master keys: {sections.skipped.get('masterkeys', 'skipped')}"
         else:
-            reasons[lay.name] = ("energy and whitening describe the first layer (python -m fl_core energy --layer "
-                                 f"{lay.name} extends the profile to this one, beyond the paper)")
+            reasons[lay.name] = FIRST_LAYER_ONLY
         if channels is not None and lay.name == channels.layer:
             used.append("channel axes")
             reasons.pop(lay.name, None)
@@ -372,8 +376,8 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
             models, energy_all, whitening_all, counts, masterkeys.published_assignment.templates if counts else None,
             settings.trajectory_distance))
     else:
-        sections.skipped["trajectory"] = ("One checkpoint: give several --model specs, or weights:DIR with the "
-                                          "checkpoints of one run, to follow them over training.")
+        sections.skipped["trajectory"] = ("One checkpoint: the trajectory follows several checkpoints of one "
+                                          "training run.")
     uses, reasons = _layer_uses(final, sections, masterkeys, channels)
     report(progress, 1.0, "report done")
     return Report(

@@ -19,9 +19,10 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from fl_core import __version__
+from fl_core.figures import standalone
 from fl_core.firstlayer.plots import REFERENCE_NAMES
 from fl_core.masterkeys.plots import KEY_NAMES
-from fl_core.report.build import PART_TITLES, SECTIONS, Report, scalar_rows
+from fl_core.report.build import FIRST_LAYER_ONLY, PART_TITLES, SECTIONS, Report, scalar_rows
 
 HOW_TO_READ = {
     "loaded": "The first table says which files were analysed: a weights-only file has no architecture, so only "
@@ -75,7 +76,8 @@ h1{margin-top:24px}h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top
 .how-to-read{background:#f3f6fa;border-left:4px solid #1f77b4;padding:8px 12px}
 .skipped{background:#fff6e5;border-left:4px solid #ff7f0e;padding:8px 12px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0 16px}th,td{border:1px solid #ddd;padding:3px 6px;
-text-align:left;vertical-align:top}th{background:#f5f5f5}.table-wrap{overflow-x:auto;max-height:520px;overflow-y:auto}
+text-align:left;vertical-align:top}td{overflow-wrap:anywhere}th{background:#f5f5f5}
+.table-wrap{overflow-x:auto;max-height:520px;overflow-y:auto}
 code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
 nav a{margin-right:12px}footer{color:#666;font-size:12px;margin:40px 0}
 """
@@ -93,14 +95,16 @@ def number(value: object) -> str:
 
 
 def figure_fragment(fig: go.Figure) -> str:
-    """A figure as an HTML fragment that uses the page's single plotly.js."""
-    return fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False, auto_play=False,
+    """A figure (:func:`~fl_core.figures.standalone`) as an HTML fragment that uses the page's single plotly.js."""
+    return standalone(fig).to_html(full_html=False, include_plotlyjs=False, include_mathjax=False, auto_play=False,
                        config={"displaylogo": False, "responsive": True})
 
 
 def table_html(frame: pd.DataFrame) -> str:
-    """A table with the report's number format (values escaped)."""
+    """A table with the report's number format (values escaped), column names in words (``norm_mean`` → ``norm
+    mean``) so that headers wrap and the table fits a 1024-px window."""
     shown = frame.map(number) if hasattr(frame, "map") else frame.applymap(number)
+    shown.columns = [str(column).replace("_", " ") for column in shown.columns]
     return f'<div class="table-wrap">{shown.to_html(index=False, border=0, escape=True)}</div>'
 
 
@@ -132,7 +136,10 @@ def loaded_section(report: Report) -> str:
                             "sha256": m["sha256"] or "—", "notes": "; ".join(m["notes"])} for m in report.models])
     skipped = "".join(f"<li><b>{html.escape(PART_TITLES[name])}</b>: {html.escape(reason)}</li>"
                       for name, reason in report.skipped.items())
-    return (table_html(models) + f"<h3>Convolutions of {html.escape(report.models[-1]['label'])}</h3>"
+    deeper = paragraph("Energy and whitening describe the first layer, as the paper does; the Energy Profiles page "
+                       "(or the energy command's --layer option) extends the profile to a deeper layer, beyond the "
+                       "paper.") if any(row["skipped"] == FIRST_LAYER_ONLY for row in report.layers) else ""
+    return (table_html(models) + f"<h3>Convolutions of {html.escape(report.models[-1]['label'])}</h3>" + deeper
             + table_html(pd.DataFrame(list(report.layers))) + (f"<h3>Skipped sections</h3><ul>{skipped}</ul>"
                                                                 if skipped else ""))
 

@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from fl_core.figures import REFERENCE_COLORS, color, log_axis, readable
+from fl_core.figures import REFERENCE_COLORS, color, count_axis, log_axis, readable
 from fl_core.firstlayer.plots import REFERENCE_NAMES
 from fl_core.masterkeys.plots import KEY_NAMES
 from fl_core.report.build import CheckpointTrajectory
@@ -17,38 +17,41 @@ MIN_ENERGY = 1e-3
 """Floor of the log axis of the profiles (a max-normalized profile rarely goes below it)."""
 
 
+LAYER_ROW_PX = 18
+"""Height of one convolution's row in the weight statistics figure: its name at a readable size."""
 FLAWS = (("dead", "dead filters"), ("duplicates", "duplicate filters (peer R² ≈ 1)"),
          ("copies", "copies of one peer (|cos| ≈ 1)"))
 """The per-layer counts of filters that do nothing or repeat a peer (:mod:`fl_core.report.weightstats`)."""
 
 
 def weight_norms_figure(stats: WeightStatistics) -> go.Figure:
-    """Per layer: the mean filter norm (whiskers: smallest and largest) and, below, the dead and duplicate filters
-    — a panel drawn only when some layer has any (the title says when none has)."""
+    """A row per convolution, in forward order: the mean filter norm (whiskers: smallest and largest) and, beside
+    it, the dead and duplicate filters — a panel drawn only when some layer has any (the title says when none has).
+    Layers run down the page, one readable name each, however many the network has."""
     frame = stats.to_frame()
     counts = frame[[column for column, _ in FLAWS]].fillna(0)
     flawed = bool((counts.to_numpy() > 0).any())
-    fig = make_subplots(rows=2 if flawed else 1, cols=1, shared_xaxes=True,
-                        row_heights=[0.65, 0.35] if flawed else None, vertical_spacing=0.05)
+    fig = make_subplots(rows=1, cols=2 if flawed else 1, shared_yaxes=True, horizontal_spacing=0.04,
+                        column_widths=[0.6, 0.4] if flawed else None)
     fig.add_trace(go.Scatter(
-        x=frame["layer"], y=frame["norm_mean"], mode="markers", name="mean ‖w‖ (whiskers: min, max)",
+        x=frame["norm_mean"], y=frame["layer"], mode="markers", name="mean ‖w‖ (whiskers: min, max)",
         marker=dict(color=color(0), size=7),
-        error_y=dict(type="data", symmetric=False, array=frame["norm_max"] - frame["norm_mean"],
+        error_x=dict(type="data", symmetric=False, array=frame["norm_max"] - frame["norm_mean"],
                      arrayminus=frame["norm_mean"] - frame["norm_min"], color=color(0), thickness=1),
         customdata=np.column_stack([frame["kind"], frame["filters"]]),
-        hovertemplate="%{x} (%{customdata[0]}, %{customdata[1]} filters)<br>mean ‖w‖ = %{y:.4g}<extra></extra>"),
+        hovertemplate="%{y} (%{customdata[0]}, %{customdata[1]} filters)<br>mean ‖w‖ = %{x:.4g}<extra></extra>"),
         row=1, col=1)
-    fig.update_yaxes(title_text="filter norm ‖w‖", row=1, col=1, **log_axis(frame[["norm_min", "norm_max"]]))
+    fig.update_xaxes(title_text="filter norm ‖w‖", row=1, col=1, **log_axis(frame[["norm_min", "norm_max"]]))
     if flawed:
         for i, (column, name) in enumerate(FLAWS):
-            fig.add_trace(go.Bar(x=frame["layer"], y=counts[column], name=name, marker_color=color(i + 1)),
-                          row=2, col=1)
-        fig.update_yaxes(title_text="filters", rangemode="tozero", tickformat="d", row=2, col=1)
+            fig.add_trace(go.Bar(x=counts[column], y=frame["layer"], orientation="h", name=name,
+                                 marker_color=color(i + 1)), row=1, col=2)
+        fig.update_xaxes(title_text="filters", row=1, col=2, **count_axis(counts.to_numpy().max()))
         title = f"{stats.label}: filter norms and dead or duplicate filters per convolution"
     else:
         title = f"{stats.label}: filter norms per convolution (no dead, duplicate or copied filters)"
-    fig.update_xaxes(tickangle=45, row=2 if flawed else 1, col=1)
-    fig.update_layout(title=title, height=600 if flawed else 420, barmode="group", showlegend=flawed,
+    fig.update_yaxes(autorange="reversed", type="category", dtick=1)
+    fig.update_layout(title=title, height=max(320, 110 + LAYER_ROW_PX * len(frame)), barmode="group", showlegend=flawed,
                       margin=dict(l=10, r=10, t=60, b=10))
     return readable(fig)
 

@@ -33,7 +33,7 @@ from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report,
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.families import FAMILIES, resolve
 from fl_core.io.images import ImageSet, open_images
-from fl_core.io.models import LoadedModel, ModelSpec, load_model
+from fl_core.io.models import LoadedModel, ModelSpec, demo_manifest, load_model
 from fl_core.results import Result
 from fl_core.survey.models import survey_models
 from fl_core.survey.settings import FAMILIES as SURVEYED
@@ -95,6 +95,13 @@ class SurveyResult(Result):
         return tuple(sorted({row.worker for row in self.rows if row.error is None}))
 
     @property
+    def worker_names(self) -> dict[str, str]:
+        """Each row's worker address as ``worker 1``, ``worker 2``, ... (sorted by address; ``local`` stays), for
+        readers who need to see the rows spread over the engine, not its internal addresses."""
+        addresses = sorted({row.worker for row in self.rows} - {LOCAL})
+        return {LOCAL: LOCAL} | {address: f"worker {i}" for i, address in enumerate(addresses, start=1)}
+
+    @property
     def failed(self) -> tuple[SurveyRow, ...]:
         return tuple(row for row in self.rows if row.error is not None)
 
@@ -114,12 +121,18 @@ class SurveyResult(Result):
 
 def model_family(spec: str) -> str:
     """The architecture family of a spec: the stem of its registry name (``convnext_atto`` → ``convnext``,
-    ``mobilenetv3_large_100`` → ``mobilenetv3``), or its source for a file or a demo (``weights``, ``onnx``,
-    ``demo``)."""
+    ``mobilenetv3_large_100`` → ``mobilenetv3``); a demo's architecture's (``demo:squeezenet1_0``, built on
+    ``torchvision:squeezenet1_0``, is a ``squeezenet`` like it; a small net by its name, ``tiny_vgg``), or the source
+    of a file (``weights``, ``onnx``, and ``weights`` for a demo filter bank)."""
     try:
         parsed = ModelSpec.parse(spec)
     except ModelSpecError:
         return "unknown"
+    if parsed.source == "demo":
+        entry = demo_manifest().get(parsed.name)
+        if entry is None:
+            return "demo"
+        return "weights" if entry.arch is None else model_family(entry.arch) if ":" in entry.arch else entry.arch
     if parsed.source not in ("timm", "torchvision"):
         return parsed.source
     stem = re.match(r"[a-z]+?(?:v\d+)?(?![a-z])", parsed.name.lower())

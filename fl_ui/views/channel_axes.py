@@ -49,12 +49,17 @@ from fl_ui.widgets import (
     downloads,
     heavy_result,
     plot_with_explanation,
+    screen_columns,
     table_with_download,
     user_errors,
 )
 
 LESION_NAMES = {"mean": "mean-ablation", "zero": "zero-ablation", "replace": "peer replacement"}
 APPLIED = "axes_applied"  # session key: the request whose result the page shows
+# The per-channel table's columns on the page, in words that fit a 1024-px projector (the CSV has them all).
+CHANNEL_COLUMNS = {"index": "channel", "input_capture": "I_X", "peer_overlap": "R̄_X", "peer_r2": "peer R²",
+                   "task_info": "I(ā;m)", "target_excess": "TE", "lesion_dloss": "Δloss, lesion",
+                   "replacement_dloss": "Δloss, peers"}
 
 
 def duration_text(seconds: float) -> str:
@@ -68,7 +73,7 @@ def layer_choice(layers: list, default: str, ready: set[str]) -> str:
     described = {lay.name: f"{lay.name} ({lay.kind}, {lay.out_channels} channels)" for lay in layers}
     start = url_param("axes_layer", default, choices=names)
     layer = st.selectbox("Layer", names, index=names.index(start), key="axes_layer",
-                         format_func=lambda n: described[n] + (" ✓ computed" if n in ready else ""),
+                         format_func=lambda n: ("✓ " if n in ready else "") + described[n],
                          help="✓: analysed already at these settings, shown at once.")
     set_url_param("axes_layer", layer)
     return layer
@@ -160,7 +165,7 @@ st.markdown(
 
 selection = current_selection()
 with user_errors():
-    model_column, layer_column = st.columns([1, 2])
+    model_column, _ = st.columns([1, 1])  # the layer picker below it gets the page's width: its names are long
     candidates = channel_models(selection)
     spec = page_model("Model", candidates, DEFAULT_CHANNEL_SPEC, key="axes_model", container=model_column,
                       format_func=spec_labels(candidates).get,
@@ -182,9 +187,8 @@ with user_errors():
         return ChannelAxesRequest(spec, overrides, source, n_calibration, n_evaluation, replace(settings, layer=layer),
                               compare_init, selection.device)
 
-    with layer_column:
-        layer = layer_choice(layers, default_layer, {lay.name for lay in layers
-                                                     if channel_axes_result.cached(request(lay.name))})
+    layer = layer_choice(layers, default_layer, {lay.name for lay in layers
+                                                 if channel_axes_result.cached(request(lay.name))})
     st.caption("Data: " + ("crops of the bundled photos (calibration from the training crops, evaluation from the "
                            "held-out crops)" if source == CROPS else
                            f"the labelled ImageFolder tree {source}, split at random into calibration and "
@@ -296,11 +300,17 @@ with user_errors():
     plot_with_explanation(
         metric_correlation_figure(result),
         "Spearman rank correlation between every per-channel quantity across this layer's channels. Look at the "
-        "rows of the lesion and replacement costs: which score predicts them best?", f"metric_correlation_{layer}",
+        "rows of the lesion and replacement costs: which score predicts them best? A quantity that is the same for "
+        "every channel ranks none of them and is left out (a BatchNorm folded into its convolution, as in the "
+        "shipped MobileNetV2, gives every channel BN |γ| = 1).", f"metric_correlation_{layer}",
         frame=result.metric_correlations().reset_index(names="quantity"))
 
     st.subheader("Per-layer summary")
-    table_with_download(summary_table(result), f"channel_axes_summary_{layer}")
+    table_with_download(result.summary_frame(), f"channel_axes_summary_{layer}", shown=summary_table(result))
     st.subheader("Every channel")
-    table_with_download(result.to_frame().round(5), f"channel_axes_channels_{layer}")
+    st.caption("I_X: input capture; R̄_X: peer overlap; peer R²: how well its peers reconstruct it; I(ā;m): task "
+               "information and TE: target excess (nats); Δloss when it is mean-ablated and when its peers replace "
+               "it. The CSV has every per-channel number (scores, synergies, filter norms).")
+    table_with_download(result.to_frame(), f"channel_axes_channels_{layer}",
+                        shown=screen_columns(result.to_frame(), CHANNEL_COLUMNS))
     downloads(f"channel_axes_{layer}_result", data=result.to_dict())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import streamlit as st
 
 from fl_core.firstlayer.energy import EnergySettings
@@ -30,6 +31,20 @@ from fl_ui.widgets import (
 
 COMPONENTS_SHOWN = 32
 FILTERS_SHOWN = 64
+
+
+
+def summary_for_screen(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary's headline numbers in five columns that fit a 1024-px projector, and the initialization subtracted
+    when one was (the CSV has every column)."""
+    shown = pd.DataFrame({"model": summary["model"], "theory r": summary["theory_r"].map("{:.3f}".format),
+                          "r on logs": summary["theory_r_log"].map("{:.3f}".format),
+                          "ηt": summary["eta_t"].map("{:.3g}".format),
+                          "random init r": [f"{mean:.2f} ± {sd:.2f}" for mean, sd in
+                                            zip(summary["random_init_r_mean"], summary["random_init_r_sd"])]})
+    subtracted = summary["init_subtracted"].replace("", None)
+    return shown.assign(**{"minus": subtracted}) if subtracted.notna().any() else shown
+
 
 st.title("📈 Energy profiles")
 st.markdown(
@@ -97,7 +112,7 @@ with user_errors():
     st.caption("r is dominated by the first few components, which hold most of the energy; r on log values weighs "
                "every component alike, so a fit can score high on r and low on logs when it follows the first "
                "components but not the fine-detail tail.")
-    table_with_download(result.summary_frame().round(3), "energy_summary")
+    table_with_download(result.summary_frame(), "energy_summary", shown=summary_for_screen(result.summary_frame()))
     if len(result.models) > 1:
         plot_with_explanation(
             correlation_figure(result),

@@ -79,17 +79,18 @@ with user_errors():
     with progress_bar("Energy profiles") as progress:
         energy = energy_result(selection.model_keys(), selection.images, EnergySettings(), False, selection.device,
                                progress=progress)
-    story = "".join(f"\n\n**{trained.label} vs {baseline_words(trained)}: r = "
-                    f"{energy.correlation[energy.models.index(trained), energy.models.index(init)]:+.2f}.** "
-                    "Training replaced the flat, random profile by a structured one."
-                    for trained, init in init_pairs(energy.models))
-    fits = "; ".join(f"{m.label}: r = {m.theory.r:.2f}" for m in energy.models)
+    story = "".join(f"\n\n**{trained.label} against {baseline_words(trained)}**: the two profiles correlate at "
+                    f"{energy.correlation[energy.models.index(trained), energy.models.index(init)]:+.2f} (Pearson "
+                    "correlation of one profile with the other, not a theory fit). Training replaced the flat, random "
+                    "profile by a structured one." for trained, init in init_pairs(energy.models))
+    fits = "; ".join(f"{m.label} {m.theory.r:.2f}" for m in energy.models)
     plot_with_explanation(
         profile_figure(energy),
         "Each curve is a model's **energy profile**: how strongly its first-layer filters respond to each "
         "principal component of image patches (left = smooth patterns, right = fine detail). Dashed: the "
-        "linear-systems theory, fitted with one parameter." + story + f"\n\nTheory fit: {fits}. The paper reports "
-        "0.90–0.96 for trained networks and 0.10 ± 0.15 for random initialization. → *Energy Profiles* page.",
+        "linear-systems theory, fitted with one parameter." + story + f"\n\n**Theory fit** (Pearson r between each "
+        f"profile and its fitted theory): {fits}. The paper reports 0.90–0.96 for trained networks and 0.10 ± 0.15 "
+        "for random initialization. → *Energy Profiles* page.",
         "home_energy", frame=energy.to_frame(), data=energy.to_dict())
     with progress_bar("Whitening") as progress:
         whitening = whitening_result(selection.model_keys(), selection.images, WhiteningSettings(), selection.device,

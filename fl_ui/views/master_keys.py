@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pandas as pd
 import streamlit as st
 
 from fl_core.masterkeys.assignment import assignment_summary_frame
@@ -37,6 +38,7 @@ from fl_ui.state import current_selection, page_model
 from fl_ui.widgets import (
     plot_with_explanation,
     progress_bar,
+    screen_columns,
     table_with_download,
     url_widget,
     user_errors,
@@ -44,6 +46,19 @@ from fl_ui.widgets import (
 )
 
 MEMBERS_SHOWN = 48
+# The tables' columns on the page, in order and in words (the CSVs keep every column, the counts per key included).
+BANK_COLUMNS = {"bank": "bank", "filters": "filters", "median_abs_cosine": "median |cos|",
+                "per key": "filters per key 1 … 8"}
+CLUSTER_COLUMNS = {"cluster": "cluster", "size": "filters", "share": "share", "mean_abs_cosine": "mean |cos|",
+                   "master_key": "nearest key", "master_key_cosine": "its cos"}
+LAYER_COLUMNS = {"layer": "layer", "stage": "stage", "filters": "filters", "norm_mean": "mean norm",
+                 "dc_share": "dc share", "centre_share": "centre share", "constant": "constant"}
+
+
+def with_key_counts(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its counts per master key (``key_1`` … ``key_8``) in one text column, ``per key``."""
+    keys = [column for column in frame if column.startswith("key_")]
+    return frame.assign(**{"per key": [" ".join(map(str, row)) for row in frame[keys].itertuples(index=False)]})
 
 st.title("🗝️ Master keys")
 st.markdown(
@@ -112,7 +127,9 @@ with user_errors():
             "scale and offset). **Median |cos|** is the typical similarity of a filter to its best key (1 = the same "
             "shape): trained filters reach far higher values than random ones, which spread over the 8 keys "
             "(about 1/8 each, dotted line) with a low similarity to all of them.", "master_keys_vs_baseline")
-        table_with_download(assignment_summary_frame(assignments).round(3), "master_keys_vs_baseline_counts")
+        counts = assignment_summary_frame(assignments)
+        table_with_download(counts, "master_keys_vs_baseline_counts",
+                            shown=screen_columns(with_key_counts(counts), BANK_COLUMNS))
 
     st.subheader("The 8 published master keys")
     plot_with_explanation(
@@ -135,8 +152,9 @@ with user_errors():
         "idealized models at 3×3 instead of the 7×7 published filters.",
         "master_key_centroids", frame=result.to_frame(), data=result.to_dict())
     st.caption("Clusters: size, share, tightness (mean |cos| of the members to the centre), nearest master key with "
-               "its cosine, and how many members each key claims (key_1 … key_8).")
-    table_with_download(result.to_frame().round(3), "master_key_clusters")
+               "its cosine; how many members each key claims is in the CSV (key_1 … key_8) and the figure below.")
+    table_with_download(result.to_frame(), "master_key_clusters", shown=screen_columns(result.to_frame(),
+                                                                                      CLUSTER_COLUMNS))
     plot_with_explanation(
         composition_figure(result),
         "Each row is a cluster, each column a published key: how many of the cluster's filters are nearest to "
@@ -173,8 +191,10 @@ with user_errors():
                    name=f"cluster_{cluster + 1}_members", key="member")
 
     st.subheader("Per-layer statistics")
-    st.caption("norm = L2 length of the filters; dc_share = share of a filter's energy in its mean; centre_share = "
-               "share in the centre tap; constant = filters with no shape (e.g. pruned).")
-    table_with_download(result.layer_frame().round(4), "depthwise_layer_statistics")
+    st.caption("mean norm = average L2 length of the filters; dc share = share of a filter's energy in its mean; "
+               "centre share = share in the centre tap; constant = filters with no shape (e.g. pruned). The CSV adds "
+               "each layer's resolution, kernel and the norms' spread.")
+    table_with_download(result.layer_frame(), "depthwise_layer_statistics",
+                        shown=screen_columns(result.layer_frame(), LAYER_COLUMNS))
     if loaded.weights_only:
         st.caption("Weights-only file: stages come from layer names (stages.N / layerN / blocks.N) or widths.")

@@ -11,11 +11,25 @@ from fl_core.firstlayer.plots import profile_figure
 from fl_core.report.build import PART_TITLES, ReportSettings
 from fl_core.report.html import HOW_TO_READ
 from fl_core.report.plots import trajectory_summary_figure, weight_norms_figure
+from fl_ui.cache import get_images
 from fl_ui.forms import settings_widgets
 from fl_ui.report import report_document, report_key, report_result, report_sources, shareable_json
 from fl_ui.sidebar import server_path_error
 from fl_ui.state import current_selection, page_model, page_param, set_page_param
 from fl_ui.widgets import heavy_result, plot_with_explanation, slug, user_errors
+
+
+def how_to_add(report, labelled: bool) -> list[str]:
+    """What to choose on this page to add the sections the report skipped for want of input (its reasons say what is
+    missing, not where to pick it)."""
+    advice = []
+    if report.accuracy is None and not labelled:
+        advice.append("For accuracy and channel axes, pick a labelled ImageFolder tree under *Images* in the sidebar.")
+    if len(report.models) == 1:
+        advice.append("To follow a run over training, report on all selected models or a Training Lab run, or name a "
+                      "folder of one run's checkpoints above.")
+    return advice
+
 
 st.title("📄 Report")
 st.markdown(
@@ -64,10 +78,12 @@ with user_errors():
                           file_name=f"{slug(label)}_report.json", mime="application/json", key="report-json",
                           on_click="ignore")
     st.caption(f"{len(report.models)} checkpoint(s), images: {report.images}.")
-    status = pd.DataFrame([{"section": title, "seconds": round(report.timings.get(name, 0.0), 1),
+    status = pd.DataFrame([{"section": title, "time": f"{report.timings.get(name, 0.0):.1f}\u00a0s",  # no wrap
                             "status": f"skipped: {report.skipped[name]}" if name in report.skipped else "done"}
                            for name, title in PART_TITLES.items() if name in report.timings or name in report.skipped])
     st.table(status.set_index("section"))  # a static table wraps the reasons a section was skipped
+    if advice := how_to_add(report, get_images(selection.images).labelled):
+        st.caption(" ".join(advice))
 
     st.subheader("Preview")
     if report.trajectory is not None:

@@ -27,7 +27,7 @@ from fl_ui.masterkeys import (
 )
 from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_model, set_page_param, url_param
-from fl_ui.widgets import plot_with_explanation, table_with_download, url_widget, user_errors
+from fl_ui.widgets import plot_with_explanation, screen_columns, table_with_download, url_widget, user_errors
 
 PUBLISHED = "published"
 SIGMA_RANGE = (0.05, 3.0)
@@ -51,15 +51,14 @@ with user_errors():
     models = [s for s in depthwise_specs(selection) if s in selection.specs]
     sources = list(dict.fromkeys([DEFAULT_DEPTHWISE_SPEC, PUBLISHED, *models, BASELINE_DEPTHWISE_SPEC]))
     labels = spec_labels([s for s in sources if s != PUBLISHED])
-    c1, c2 = st.columns([2, 1])
-    source = page_model("Learned filters", sources, DEFAULT_DEPTHWISE_SPEC, key="ss_source", container=c1,
+    source = page_model("Learned filters", sources, DEFAULT_DEPTHWISE_SPEC, key="ss_source",
                         format_func=lambda s: "the 8 published filters" if s == PUBLISHED
                         else f"per-key mean filters of {labels[s]}",
                         help="The mean filter of each master key in the real text-detector bank that ships with "
                              "FilterLens, the 8 published filters, a depthwise model chosen in the sidebar, or a "
                              "random-init ConvNeXt (the baseline: what fitting finds in noise).")
     wanted_method = url_param("method", "B", choices=FIT_METHODS)
-    method = c2.selectbox("Fitting method", FIT_METHODS, index=FIT_METHODS.index(wanted_method),
+    method = st.selectbox("Fitting method", FIT_METHODS, index=FIT_METHODS.index(wanted_method),
                           format_func=lambda m: f"{m}: {FIT_METHOD_DESCRIPTIONS[m]}", key="ss_method")
     set_page_param("method", method)
     if source == PUBLISHED:
@@ -96,10 +95,13 @@ with user_errors():
     st.plotly_chart(key_filters_figure(learned, "Learned filters"), width="stretch", key="learned_filters")
 
     st.subheader("Spatial spread")
-    st.caption("M = mean position and V = variance of |h| (y upward, pixels²) of the raw filter; M_w, V_w of the "
-               "normalised filter weighted by |model at σ = 1| (which suppresses a noisy border). V_xy ≈ 0 supports "
-               "separable models; the half-pixel keys 1–4 have means about half a pixel off centre.")
-    table_with_download(spread_measures_frame(learned).round(4), f"spread_measures_{size}x{size}")
+    st.caption("M = mean position and V = variance of |h| (y upward, pixels²) of the raw filter; V_w of the "
+               "normalised filter weighted by |model at σ = 1| (which suppresses a noisy border; its means M_w are in "
+               "the CSV). V_xy ≈ 0 supports separable models; the half-pixel keys 1–4 have means about half a pixel "
+               "off centre.")
+    spread = spread_measures_frame(learned)
+    table_with_download(spread, f"spread_measures_{size}x{size}", shown=screen_columns(
+        spread, {"index": "key"} | {c: c for c in spread if c not in ("index", "Mw_x", "Mw_y")}))
 
     st.subheader("Try σ yourself")
     index = url_widget("Master key", next(iter(learned)), key="key", choices=list(learned),
@@ -126,8 +128,9 @@ with user_errors():
         model_vs_learned_figure(normalized, model, f"{KEY_NAMES[index - 1]}: learned vs model at your σ"),
         "The learned filter is **normalised** first: derivative keys are divided by their response to a ramp, "
         "blur-like keys get their background level removed and are scaled to sum 1 — the normalisation the models "
-        "have — so only shape and width are compared (one colour scale for all three panels). Move σ: too small "
-        "makes the model a sharp spike, too large spreads it beyond the filter.", f"model_vs_learned_{index}")
+        "have — so only shape and width are compared. Each panel has its own colour scale, its largest value in "
+        "its title; the cross-sections below compare the heights. Move σ: too small makes the model a sharp spike, "
+        "too large spreads it beyond the filter.", f"model_vs_learned_{index}")
     plot_with_explanation(
         cross_section_figure(normalized, model),
         "A slice through the centre along x and along y (y points up, as in the papers). Solid: learned, dashed: "

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
-from fl_core.survey.analysis import SurveySettings
+from fl_core.survey.analysis import HEADLINES, SurveySettings
 from fl_core.survey.models import specs_in_text, survey_models
 from fl_ui.forms import settings_widgets
 from fl_ui.state import current_selection
@@ -32,6 +33,18 @@ EXPLANATIONS = {
                "**right**: the share of duplicates (a filter its peers reconstruct, R² ≥ 0.999).",
 }
 
+
+
+def rows_for_screen(result) -> pd.DataFrame:
+    """The survey's rows in columns that fit a 1024-px projector: model, the measure's two headline numbers (the
+    figure's, whose legend gives the families), worker, and errors when a row failed; the CSV has every number,
+    families and worker addresses included."""
+    frame = result.to_frame()
+    shown = frame[["label", *HEADLINES[result.settings.family]]].round(3).rename(columns={"label": "model"})
+    shown["worker"] = frame["worker"].map(result.worker_names)
+    return shown.assign(error=frame["error"]) if result.failed else shown
+
+
 st.title("🗂️ Survey")
 st.markdown(
     "The papers compared dozens of networks by hand. Here one measure runs over every model you list, each model on "
@@ -41,15 +54,16 @@ st.markdown(
 
 selection = current_selection()
 with user_errors():
-    left, right = st.columns([2, 1])
-    text = left.text_area(
+    text = st.text_area(
         "Models, one a line", "\n".join(dict.fromkeys([*selection.specs, *EXAMPLES])), height=190, key="survey_models",
         help=f"A spec or a registry name pattern a line (timm:resnet1*, timm:convnext_*@pretrained); at most "
              f"{PAGE_MAX_MODELS} models. A model that fails becomes a row with its error.")
-    settings = settings_widgets(SurveySettings, {"family": "Measure", "distance": "Whitening distance δ (px)",
-                                                 "seeds": "Random-init seeds"},
-                                key="survey", container=right, base=SurveySettings(images=selection.images),
-                                options={"family": {"format_func": MEASURES.get}, "seeds": {"max_value": 20}})
+    measure, distance, seeds = st.columns([2, 1, 1])  # the measure's name whole at 1024 px
+    settings = SurveySettings(images=selection.images)
+    for column, (name, label) in zip((measure, distance, seeds), {
+            "family": "Measure", "distance": "Whitening distance δ (px)", "seeds": "Random-init seeds"}.items()):
+        settings = settings_widgets(SurveySettings, {name: label}, key="survey", container=column, base=settings,
+                                    options={"family": {"format_func": MEASURES.get}, "seeds": {"max_value": 20}})
     listed = (tuple(survey_models(specs_in_text(text), limit=PAGE_MAX_MODELS)), settings, selection.device)
     run, stop = st.columns([1, 2])  # "▶ Run survey" whole at 1024 px
     if run.button("▶ Run survey", type="primary", key="survey_run"):
@@ -69,10 +83,9 @@ with user_errors():
     stop.button("■ Cancel", key="survey_cancel", on_click=cancel, help="Stop the rows still waiting or running.")
     with progress_bar("Survey") as progress:
         result = run_survey(*asked, progress)
-    workers = ", ".join(result.workers) or "none"
-    st.caption(f"{len(result.rows)} models in {result.seconds:.1f} s on {len(result.workers)} worker(s) ({workers}); "
+    st.caption(f"{len(result.rows)} models in {result.seconds:.1f} s on {len(result.workers)} worker process(es); "
                f"{len(result.failed)} failed. Rows computed before with the same settings are kept.")
     plot_with_explanation(result.plot(), EXPLANATIONS[settings.family], "survey", frame=result.to_frame(),
                           data=result.to_dict())
     st.subheader("One row per model")
-    table_with_download(result.to_frame().round(4), "survey_table")
+    table_with_download(result.to_frame(), "survey_table", shown=rows_for_screen(result))

@@ -31,7 +31,7 @@ from fl_ui.masterkeys import (
 )
 from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_model, set_url_param, url_param
-from fl_ui.widgets import heavy_result, plot_with_explanation, table_with_download, user_errors
+from fl_ui.widgets import heavy_result, plot_with_explanation, screen_columns, table_with_download, user_errors
 
 # The recovery settings the page offers: field, label and the page's bounds.
 RECOVERY_WIDGETS = (("steps", "Distillation steps", {"max_value": 5000}),
@@ -42,6 +42,18 @@ NUMBERS = (("sw_images", "Images (at most)", RESCORE_IMAGES, 1, 100_000, "Spread
            ("sw_batch", "Batch size", DEFAULT_BATCH_SIZE, 1, 1024, None),
            ("sw_k", "Clusters (centroid)", RESCORE_K, 2, 32, "Clusters per kernel size of the 'centroid' replacement."),
            ("sw_seed", "Seed", RESCORE_SEED, 0, 10_000, "Seeds the random filters and the centroid clustering."))
+
+# The score tables' columns on the page, in order and in words (the CSVs keep every column under its own name).
+VARIANT_COLUMNS = {"method": "variant", "top1": "top-1", "top5": "top-5", "agreement": "agreement",
+                   "kl": "KL (nats)", "relative_error": "‖W − Ŵ‖/‖W‖", "recovered_top1": "top-1, recovered",
+                   "recovered_agreement": "agreement, recovered"}
+SWEEP_COLUMNS = {"layer": "layer", "theory_share": "theory share", "recovered_theory_share": "theory share, recovered",
+                 "swapped_top1": "top-1, swapped", "zeroed_top1": "top-1, zeroed"}
+# Without labels the sweep's table shows agreement in the place of top-1 (its KLs are in the CSV).
+SWEEP_AGREEMENT = {"swapped_agreement": "agreement, swapped", "zeroed_agreement": "agreement, zeroed"}
+COMPUTED_FROM = ("The CSV's *computed_from* is the first module each variant changes: its images ran from there on "
+                 "the original's activation, so the layers before it were computed once for every variant.")
+
 
 st.title("🔁 Swap & re-score")
 st.markdown(
@@ -103,7 +115,8 @@ with user_errors():
             "filters **frozen**, so everything it gains is learned around them. The calibration images are never "
             "scored: accuracy is measured on the rest.")
     stage_key = tuple(stages)
-    swaps = [filter_swap(spec, overrides, name, stage_key, k, seed, selection.device) for name in replacements]
+    with st.spinner("Fitting each replacement to every depthwise filter…"):
+        swaps = [filter_swap(spec, overrides, name, stage_key, k, seed, selection.device) for name in replacements]
     plot_with_explanation(
         reconstruction_figure(swaps),
         "How far each layer's filters move: ‖W − Ŵ‖/‖W‖ over the layer (0 = unchanged, about 1.4 for random "
@@ -172,7 +185,9 @@ with user_errors():
             st.warning("No swap changed the outputs: the depthwise filters of this network do not reach its output "
                        "yet. A random-init ConvNeXt, for one, multiplies every block by a layer scale of 10⁻⁶.")
         st.subheader("Original vs each swap")
-        table_with_download(result.to_frame().dropna(axis=1, how="all").round(4), "rescore_table")
+        table_with_download(result.to_frame().dropna(axis=1, how="all"), "rescore_table",
+                            shown=screen_columns(result.to_frame(), VARIANT_COLUMNS))
+        st.caption(f"Each variant on {result.n_images} images. {COMPUTED_FROM}")
 
     st.subheader("How much of this network is theory? One layer at a time")
     st.markdown(
@@ -180,14 +195,13 @@ with user_errors():
         "time**: swap only that layer and, as the control, **zero** only that layer (its spatial filtering deleted). "
         "A layer whose swapped bar stays near the original while its zeroed bar falls is a layer the theory "
         "explains; where both fall, the idealized models miss something the network needs.")
-    s1, s2 = st.columns([2, 3])
     choices = [r for r in REPLACEMENTS if r != "zero"]
-    sweep_replacement = s1.selectbox("Swap each layer by", choices, key="sw_sweep_replacement",
+    sweep_replacement = st.selectbox("Swap each layer by", choices, key="sw_sweep_replacement",
                                      index=choices.index(url_param("sw_sweep", "B", choices=choices)),
                                      format_func=lambda r: f"{r}: {REPLACEMENTS[r]}")
     set_url_param("sw_sweep", sweep_replacement)
     n_layers = len(bank.chosen(stages=stages))
-    s2.caption(f"{n_layers} layers × 2 variants + the original on each image"
+    st.caption(f"{n_layers} layers × 2 variants + the original on each image"
                + (f", every variant recovered first ({2 * n_layers} recoveries)" if recovery else "") + ".")
     sweep_key = ScoringRequest(spec, overrides, selection.images, max_images, LayerSweepSettings(
         replacement=sweep_replacement, stages=stage_key, k=k, seed=seed, batch_size=batch_size, recovery=recovery),
@@ -207,4 +221,6 @@ with user_errors():
             "KL(zeroed): the part of the layer's effect on the predictions that its idealized filters reproduce "
             "(1: all of it, 0: no better than deleting the layer).",
             "layer_sweep", frame=sweep.to_frame(), data=sweep.to_dict())
-        table_with_download(sweep.to_frame().round(4), "layer_sweep_table")
+        columns = SWEEP_COLUMNS if sweep.to_frame()["swapped_top1"].notna().any() else SWEEP_COLUMNS | SWEEP_AGREEMENT
+        table_with_download(sweep.to_frame(), "layer_sweep_table", shown=screen_columns(sweep.to_frame(), columns))
+        st.caption(COMPUTED_FROM)

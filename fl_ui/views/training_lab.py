@@ -26,7 +26,7 @@ from fl_ui.forms import setting_widget
 from fl_ui.jobs import TrainingJob
 from fl_ui.lab import RUNS_TOKEN, demo_name_of, get_claims, get_correlations, get_trajectory, my_runs_dir, runs_in
 from fl_ui.state import current_selection, encode_token, set_url_param, url_param, url_setting
-from fl_ui.widgets import dashed, downloads, plot_with_explanation, table_with_download, user_errors
+from fl_ui.widgets import downloads, plot_with_explanation, table_with_download, user_errors
 
 MODES = {"shipped": "📦 Shipped runs", "train": "🏋 Train a run", "yours": "🗂 Your runs"}
 DEFAULT_RUN = "lab_vgg_true_s0"
@@ -115,6 +115,14 @@ def show_run(run: Run) -> None:
         st.code(f"python -m fl_core train {cli_flags(run.config)} --out runs/{run.name}", language="bash")
 
 
+def claims_for_screen(claims: pd.DataFrame) -> pd.DataFrame:
+    """The claims table in six columns that wrap on a 1024-px projector, the verdict beside the claim (the CSV keeps
+    the sources, counts and the runs behind each value)."""
+    matched = [f"{ours} ({verdict})" if isinstance(ours, str) and ours else "" for ours, verdict in
+               zip(claims["ours at matched ηt (proposed)"], claims["verdict at matched ηt"])]
+    return claims[["claim", "verdict", "ours", "agrees when", "paper"]].assign(**{"at matched ηt": matched})
+
+
 def show_claims(runs: list[Run]) -> None:
     """The paper's claims on these runs, and their consistency matrix."""
     st.subheader("The paper's claims, measured on these runs")
@@ -125,12 +133,10 @@ def show_claims(runs: list[Run]) -> None:
                "same fitted training time: the theory says the profile depends on ηt only, so runs of different "
                "lengths are compared where they have trained equally far.")
     frame = summary.to_frame()
-    st.dataframe(dashed(frame), width="stretch", hide_index=True, column_config={
-        "verdict": st.column_config.TextColumn("verdict", help="Whether our value lies in the interval that agrees "
-                                               "with the paper's claim (column 'agrees when'; our proposal)."),
-        "detail": st.column_config.TextColumn("detail", width="small"),
-        "matched detail": st.column_config.TextColumn("matched detail", width="small")})
-    downloads("training_lab_claims", frame=frame, data=summary.to_dict())
+    st.caption("*verdict*: whether our value lies in the interval that agrees with the paper's claim (*agrees "
+               "when*, our proposal). The pairs and runs behind each value are in the CSV and JSON.")
+    table_with_download(frame, "training_lab_claims", shown=claims_for_screen(frame), wrap=True,
+                        data=summary.to_dict())
     plot_with_explanation(
         claims_figure(summary),
         "Our measurements (dots, mean ± sd over runs or pairs; triangles: pairs at matched ηt) next to the "
@@ -189,7 +195,7 @@ def config_form() -> RunSettings | None:
         field("crops_per_image", "Training crops per image (0 = auto)", d3, "lab_crops", value=0, min_value=0,
               max_value=5000)
         st.markdown("**Model**")
-        m1, m2, m3, m4 = st.columns(4)
+        m1, m2, m3 = st.columns(3)
         archs = ["small_vgg", "small_resnet", "timm"]
         arch = m1.selectbox("Architecture", archs, key="lab_arch", help=FIELDS["arch"].help,
                             index=archs.index(url_param("lab_arch", archs[0], choices=archs)))
@@ -199,7 +205,8 @@ def config_form() -> RunSettings | None:
         set_url_param("lab_timm", timm_name)
         field("width", "First-layer width", m2, "lab_width", max_value=256)
         field("first_kernel", "First-layer kernel", m3, "lab_kernel")
-        field("freeze_first", "Freeze the first layer", m4, "lab_freeze")
+        field("freeze_first", "Freeze the first layer", st, "lab_freeze")  # a row of its own: a checkbox's label
+        # is cut at its column's width ("Freeze the…" in a quarter of the form)
         st.markdown("**Labels and input (App. D)**")
         v1, v2, v3, v4 = st.columns(4)
         field("labels", "Labels", v1, "lab_labels", format_func={

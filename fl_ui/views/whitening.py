@@ -42,9 +42,11 @@ with user_errors():
         "they just blur. **Fully trained filters** fall faster: they emphasise what changes between neighbours, "
         "so distant responses are less redundant. The **ideal ZCA bank** (filters W = UΛ⁻¹Uᵀ built from the patch "
         "PCA) is the limit of full whitening: almost 0 beyond the filter size.\n\n"
-        "The paper reports, at δ = 10 px: RGB > 0.5, random ≈ RGB, learned ≈ 0.2, perfect whitening ≈ 0. A layer "
-        "trained only briefly (the demo: a few CPU minutes) is still in the early regime of the theory, where it "
-        "follows the patch spectrum and smooths rather than whitens; compare a fully trained checkpoint.",
+        "The paper reports, at δ = 10 px: RGB > 0.5, random ≈ RGB, learned ≈ 0.2, perfect whitening ≈ 0. How far "
+        "a layer has come depends on how long it trained: networks trained for a few CPU minutes (the tiny demos, "
+        "the Training Lab's runs) are still in the early regime of the theory, where the layer follows the patch "
+        "spectrum and smooths rather than whitens; a fully trained ImageNet network such as the shipped SqueezeNet "
+        "(the default model) falls below RGB.",
         "whitening_curves", frame=result.to_frame(), data=result.to_dict())
     at = min(10, settings.max_distance)
     table = pd.DataFrame([{"curve": result.labels.get(name) or REFERENCE_NAMES.get(name, name),
@@ -57,7 +59,7 @@ with user_errors():
     st.caption("The first layer's linear responses to one image (red positive, blue negative). Whitened responses "
                "look like edge maps: flat regions give ~0, changes light up.")
     images = get_images(selection.images)
-    m1, m2 = st.columns(2)
+    m1, m2 = st.columns([3, 2])  # an uploaded file's name is long
     spec = page_model("Model", selection.specs, selection.specs[0], key="maps_model", container=m1,
                       format_func=lambda s: result.labels.get(s, s))
     image_name = url_widget("Image", images.names[0], key="maps_image", choices=images.names[:MAX_IMAGE_CHOICES],

@@ -1,6 +1,7 @@
 """Every page of ``app.py``'s ``PAGES`` on a 1024×768 projector and a 1440 px screen, with the default models and with
 a real checkpoint uploaded through the sidebar: no exception or error box, no stray "None", a page title that fits,
-figures whose legend stays clear of the axis titles, and a plot area left to read.
+figures whose legend stays clear of the axis titles, and a plot area left to read; no label, text or select box
+value cut with "…", and no table wider than the page (a verdict or a column scrolled out of sight).
 
 Screenshots go to ``test-artifacts/browser/projector/`` (git-ignored): look at them after a change to a page.
 """
@@ -46,6 +47,26 @@ LAYOUT_PROBLEMS_JS = """() => {
             problems.push(`${title}: plot area ${Math.round(tallest)} px tall`);
         const gtitle = gd.querySelector('.gtitle');
         if (gtitle && box(gtitle).right > box(gd).right + 1) problems.push(`${title}: title runs off the figure`);
+    });
+    const main = '[data-testid="stMain"] ';
+    document.querySelectorAll(main + '*').forEach(el => {  // a label or text Streamlit ends with "…"
+        if (getComputedStyle(el).textOverflow === 'ellipsis' && el.scrollWidth > el.clientWidth + 1
+            && el.innerText.trim()) problems.push(`text cut: ${el.innerText.trim()}`);
+    });
+    const ctx = document.createElement('canvas').getContext('2d');
+    document.querySelectorAll(main + 'input[role="combobox"]').forEach(el => {  // a select box's chosen value
+        const style = getComputedStyle(el);
+        ctx.font = style.font;
+        const room = el.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+        if (ctx.measureText(el.value).width > room + 1) problems.push(`select box cut: ${el.value}`);
+    });
+    document.querySelectorAll(main + '.dvn-scroller, ' + main + '[data-testid="stTable"] *').forEach(el => {
+        const table = el.closest('[data-testid="stDataFrame"], [data-testid="stTable"]');
+        if (['auto', 'scroll'].includes(getComputedStyle(el).overflowX) && el.scrollWidth > el.clientWidth + 1
+            && box(el).width > 0) {
+            const heads = Array.from(table.querySelectorAll('th, [role="columnheader"]')).map(h => h.innerText);
+            problems.push(`table wider than the page (${el.scrollWidth} > ${el.clientWidth} px): ${heads.join(', ')}`);
+        }
     });
     return problems;
 }""".replace("MIN_PLOT_AREA_PX", str(MIN_PLOT_AREA_PX))
@@ -122,6 +143,20 @@ def test_every_page_reads_well_with_an_uploaded_checkpoint(browser, app_url: str
     chips = sidebar(page).locator('[data-testid="stMultiSelect"]').first.inner_text()
     assert path.name in chips, chips  # the file's own name, not its content hash
     problems = visit_every_page(page, folder, f"upload-{path.stem}")
+    context.close()
+    assert not problems, problems
+
+
+def test_the_training_form_reads_whole_on_a_projector(browser, app_url: str, folder: Path) -> None:
+    """The Training Lab's form (not its default view): every label whole at 1024 px ("Freeze the…" was cut)."""
+    context = browser.new_context(viewport={"width": 1024, "height": 768})
+    context.set_default_timeout(300_000)
+    page = context.new_page()
+    page.goto(f"{app_url}/training-lab?lab=train")
+    settle(page)
+    assert_no_failure(page, "Training Lab form")
+    problems = page_problems(page)
+    whole_page_screenshot(page, folder / "projector-training-form.png")
     context.close()
     assert not problems, problems
 

@@ -215,13 +215,15 @@ def test_figures_show_every_channel_with_its_filter_and_every_curve_with_its_auc
     curves = plots.pruning_curves_figure(result.pruning)
     assert [t.name.split(" (AUC")[0] for t in curves.data] == ["local axis", "peer R²", "L1 norm"]
     for name, trace in zip(result.pruning.curves, curves.data):
-        assert f"AUC {result.pruning.curves[name].auc * 100:.1f}" in trace.name
+        assert f"AUC {result.pruning.curves[name].auc:.1%}" in trace.name  # as the verdict writes it
     correlations = result.metric_correlations()
+    constant = replace(result, table=result.table.assign(score_bn_gamma=1.0))  # a folded BatchNorm: every |γ| = 1
+    assert list(constant.metric_correlations().columns) == list(correlations.columns)  # no blank row for it
     np.testing.assert_allclose(np.diag(correlations.to_numpy()), 1.0)
     np.testing.assert_allclose(correlations.to_numpy(), correlations.to_numpy().T)
     assert correlations.loc["input_capture", "score_l1"] == pytest.approx(
         spearmanr(result.table["input_capture"], result.table["score_l1"]).statistic)
     heatmap = plots.metric_correlation_figure(result).data[0]
-    assert list(heatmap.x) == [plots.label(c) for c in correlations.columns]
+    assert list(heatmap.x) == [plots.short_label(c) for c in correlations.columns]
     assert plots.filter_figure(result, 0).layout.title.text.startswith("Channel 0")
     assert "quantity" in plots.summary_table(result).columns

@@ -14,10 +14,12 @@ from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.comparison import auc_accuracy_vs_flops
 from fl_core.channelaxes.pruner import LayerPruner
 from fl_core.channelaxes.pruning import (
+    CRITERIA,
     PruningSettings,
     evaluate_model,
     lowest_first,
     prune_curves,
+    ranking,
     recovery_finetune,
     removal_counts,
 )
@@ -127,6 +129,15 @@ def test_removal_grid_and_ranking() -> None:
     with pytest.raises(AnalysisError):
         removal_counts(1, (0.5,))
     assert lowest_first(np.array([0.3, np.nan, 0.1, 0.1, 2.0]), 3) == [1, 2, 3]
+
+
+def test_a_criterion_that_scores_every_channel_the_same_is_refused_with_the_reason() -> None:
+    """The shipped MobileNetV2 has its BatchNorms folded (every |γ| = 1): its BN |γ| curve removed channels in index
+    order, and the correlation heatmap drew a blank row for it."""
+    scores = np.array([0.5, 2.0, 1.0])
+    assert ranking(scores, CRITERIA["l1"], "conv") is scores
+    with pytest.raises(AnalysisError, match=r"same BN \|γ\| \(1\).*folded into the convolution"):
+        ranking(np.ones(4), CRITERIA["bn_gamma"], "features.16.conv.2")
 
 
 def test_curves_are_flops_matched_with_auc_and_fine_tune() -> None:

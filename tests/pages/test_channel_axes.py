@@ -57,10 +57,12 @@ def test_an_added_model_is_analysed_with_both_axes_lesions_and_pruning() -> None
     shown = " ".join(titles(app))
     assert all(t in shown for t in ("local axis vs target axis", "Lesion and peer replacement", "Pruning features.14"))
     channels_table = app.dataframe[-1].value
-    assert len(channels_table) == 128 and {"input_capture", "task_info", "lesion_dloss"} <= set(channels_table.columns)
+    assert len(channels_table) == 128 and {"I_X", "I(ā;m)", "Δloss, lesion"} <= set(channels_table.columns)
     assert not channels_table.isin(["None"]).any().any()
     summary = app.dataframe[-2].value
     assert summary["quantity"].str.contains("at initialization").any()  # the demo knows its initialization
+    auc = summary.set_index("quantity")["value"].filter(like="pruning AUC")
+    assert len(auc) and auc.str.endswith("%").all()  # as the curves' legend and the verdict write it
     assert len(app.get("download_button")) >= 8
     assert channel_axes_result.cached(demo_request("features.14", pruning=PAGE_PRUNING))
     kernels = json.loads(app.get("plotly_chart")[1].proto.spec)
@@ -86,7 +88,7 @@ def test_a_new_layer_is_one_apply_with_an_estimate_and_analysed_layers_show_at_o
     assert len(app.dataframe[-1].value) == 64 and app.query_params["axes_layer"] == "features.7"
     assert "not applied yet" not in texts(app)
     layer = app.selectbox(key="axes_layer")
-    assert "✓ computed" in layer.format_func("features.11") and "✓" not in layer.format_func("features.4")
+    assert layer.format_func("features.11").startswith("✓ ") and "✓" not in layer.format_func("features.4")
     layer.select("features.11").run()  # analysed already: shown at once, no Apply
     assert_clean(app)
     assert len(app.dataframe[-1].value) == 128 and "not applied yet" not in texts(app)

@@ -46,7 +46,9 @@ def test_home_opens_on_a_real_imagenet_first_layer_beside_a_random_init_of_its_a
     assert app.query_params["models"] == ",".join(DEFAULT_MODELS)
     assert len(app.get("plotly_chart")) >= 2
     text = " ".join(m.value for m in app.markdown)
-    assert "squeezenet1_0 vs a random init of the same architecture: r =" in text and "Theory fit" in text
+    assert "squeezenet1_0 against a random init of the same architecture**: the two profiles correlate at" in text
+    assert "not a theory fit" in text and "**Theory fit** (Pearson r between each profile and its fitted" in text
+    assert "r = +" not in text  # a profile-to-profile correlation written like the theory r read as a second fit
     assert "its own initialization" not in text  # SqueezeNet's own initialization was never published
     assert "squeezenet1_0**: 0.17 below RGB at 10 px: it whitens." in text  # computed: 0.64 vs RGB 0.81
     assert "random init)**: 0.01 below RGB at 10 px: random filters pass the image's correlations through" in text
@@ -59,7 +61,7 @@ def test_home_says_a_demo_is_compared_with_its_own_initialization() -> None:
     app = open_page("views/home.py", models=TINY_MODELS)
     assert_clean(app)
     text = " ".join(m.value for m in app.markdown)
-    assert "tiny_vgg vs its own initialization: r =" in text
+    assert "tiny_vgg against its own initialization**: the two profiles correlate at" in text
     assert app.query_params["models"] == TINY_MODELS
 
 
@@ -69,8 +71,8 @@ def test_energy_page_subtracts_init_and_labels_deeper_layers() -> None:
     app.checkbox[0].check().run()
     assert_clean(app)
     summary = app.dataframe[0].value
-    assert summary["init_subtracted"].iloc[0] == "demo:tiny_vgg_init"
-    assert summary["theory_r"].iloc[0] > 0.85 and 0 < summary["theory_r_log"].iloc[0] < 1
+    assert summary["minus"].iloc[0] == "demo:tiny_vgg_init"
+    assert float(summary["theory r"].iloc[0]) > 0.85 and 0 < float(summary["r on logs"].iloc[0]) < 1
     assert any(m.label == "r on log values" for m in app.metric)
     app.selectbox(key="energy_layer").select("features.4").run()
     assert_clean(app)

@@ -40,10 +40,11 @@ def test_master_keys_opens_offline_on_the_real_text_detector_bank_beside_the_ran
     assert "published 7×7" in text and len(app.get("plotly_chart")) >= 7
     compared = app.dataframe[0].value.set_index("bank")
     assert list(compared["filters"]) == [384, 1840]  # PP-OCRv6 det small's 7×7 bank; ConvNeXt-atto's
-    real, baseline = compared["median_abs_cosine"]
+    real, baseline = compared["median |cos|"]
     assert real > baseline + 0.3
+    assert compared["filters per key 1 … 8"].str.split().map(len).eq(8).all()  # eight counts in a column that fits
     clusters = app.dataframe[1].value
-    assert len(clusters) == 8 and clusters["size"].sum() == 384
+    assert len(clusters) == 8 and clusters["filters"].sum() == 384
     app.slider[0].set_value(5).run()
     assert_clean(app)
     assert app.query_params["k"] == "5" and len(app.dataframe[1].value) == 5
@@ -55,7 +56,7 @@ def test_master_keys_random_init_baseline_is_one_choice_away() -> None:
     assert_clean(app)
     assert "random weights" in text_of(app)
     assert len(app.dataframe[0].value) == 2  # the comparison stays: baseline and real bank
-    assert app.dataframe[1].value["size"].sum() == 1840  # ConvNeXt-atto: 1840 depthwise 7×7 filters
+    assert app.dataframe[1].value["filters"].sum() == 1840  # ConvNeXt-atto: 1840 depthwise 7×7 filters
 
 
 @pytest.mark.slow
@@ -79,7 +80,7 @@ def test_scale_space_opens_on_the_real_bank_with_the_published_filters_and_basel
     assert {"the 8 published filters", f"per-key mean filters of {BASELINE_DEPTHWISE_SPEC} (random init)"} <= set(
         source.options)
     assert "text detector" in text_of(app) and "384 7×7 filters" in text_of(app)
-    assert list(app.dataframe[0].value["index"]) == list(range(1, 9))  # every key has members in the real bank
+    assert list(app.dataframe[0].value["key"]) == list(range(1, 9))  # every key has members in the real bank
 
 
 def test_scale_space_page_shows_sigma_by_method_and_reacts_to_the_sigma_slider() -> None:
@@ -87,7 +88,7 @@ def test_scale_space_page_shows_sigma_by_method_and_reacts_to_the_sigma_slider()
     assert "the 8 published filters" in text_of(app)
     assert len(app.get("plotly_chart")) == 5
     spread = app.dataframe[0].value
-    assert list(spread["index"]) == list(range(1, 9))
+    assert list(spread["key"]) == list(range(1, 9))
     assert abs(spread["Vw_xx"].iloc[4] - 1.7324) < 1e-3  # B.4: weighted variance of key 5
     fitted = app.metric[0].value
     app.slider(key="sx_published_B_1").set_value(1.5).run()
@@ -107,13 +108,15 @@ def test_swap_page_opens_on_the_real_mobilenet_with_the_agreement_and_kl_of_each
     assert "right class" not in text and "Top-1" not in text  # no accuracy words without labels
     assert "cannot be re-scored here" in text
     table, sweep = (frame.value for frame in app.dataframe[-2:])  # scored and swept at once: no button to press
-    assert table["method"].tolist() == ["original", "B", "centroid", "random"]
-    assert "top1" not in table and not table.isin(["None"]).any().any()
+    assert table["variant"].tolist() == ["original", "B", "centroid", "random"]
+    assert "top-1" not in table and not table.isin(["None"]).any().any()
     assert table["agreement"].iloc[0] == 1.0
-    kl = dict(zip(table["method"], table["kl"]))
+    kl = dict(zip(table["variant"], table["KL (nats)"]))
     assert kl["random"] > kl["B"] > 0  # idealized shapes move the outputs less than random filters of equal norm
     assert f"B {kl['B']:.3f}" in text  # the explanation states each swap's KL
-    assert len(sweep) == 17 and (sweep["zeroed_kl"] > 0).all()  # every depthwise layer swapped alone and zeroed
+    assert len(sweep) == 17 and (sweep["theory share"] <= 1).all()  # every depthwise layer swapped alone and zeroed
+    assert list(sweep.columns[:2]) == ["layer", "theory share"]  # the sweep's answer beside each layer, in sight
+    assert "computed_from" not in table and "*computed_from* is the first module" in text  # explained, for the CSV
 
 
 def test_swap_page_rescores_the_real_mobilenet_on_the_imagenet_sample(mobilenet, imagenet_sample) -> None:
@@ -124,8 +127,8 @@ def test_swap_page_rescores_the_real_mobilenet_on_the_imagenet_sample(mobilenet,
     app.button(key="sw_run").click().run()
     assert_clean(app)
     table = app.dataframe[-1].value
-    assert table["method"].tolist() == ["original", "B", "keep"] and (table["n_images"] == 6).all()
-    assert table["top1"].iloc[0] >= 0.5 and table["top1"].iloc[2] == table["top1"].iloc[0]
+    assert table["variant"].tolist() == ["original", "B", "keep"] and "Each variant on 6 images" in text_of(app)
+    assert table["top-1"].iloc[0] >= 0.5 and table["top-1"].iloc[2] == table["top-1"].iloc[0]
     assert app.query_params["swaps"] == "B,keep"
 
 

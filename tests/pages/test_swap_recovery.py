@@ -23,10 +23,10 @@ def test_swap_page_recovers_each_swap_on_held_out_images_and_sweeps_one_stage():
     app.button(key="sw_run").click().run()
     assert_clean(app)
     table = app.dataframe[-1].value
-    assert table["method"].tolist() == ["original", "B"] and (table["n_images"] == 3).all()  # 6 - 3 calibration
-    assert table["recovered_agreement"].iloc[0] == MISSING_CELL  # the original is not recovered: "—", not "None"
-    assert float(table["recovered_agreement"].iloc[1]) >= 0 and table["recovered_steps"].iloc[1] == "1"
-    assert "3 held-out images" in text_of(app)
+    assert table["variant"].tolist() == ["original", "B"] and "Each variant on 3 images" in text_of(app)
+    assert table["agreement, recovered"].iloc[0] == MISSING_CELL  # the original is not recovered: "—", not "None"
+    assert float(table["agreement, recovered"].iloc[1]) >= 0
+    assert "3 held-out images" in text_of(app) and "*computed_from* is the first module" in text_of(app)
 
     first_stage = min(get_bank(DEFAULT_SWAP_SPEC).stages)
     app.toggle(key="sw_recover").set_value(False).run()
@@ -35,7 +35,7 @@ def test_swap_page_recovers_each_swap_on_held_out_images_and_sweeps_one_stage():
     sweep = app.dataframe[-1].value
     layers = [layer.name for layer in get_bank(DEFAULT_SWAP_SPEC).chosen(stages=[first_stage])]
     assert sweep["layer"].tolist() == layers
-    assert (sweep["zeroed_kl"] > 0).all() and "theory_share" in sweep
+    assert (sweep["agreement, zeroed"] <= 1).all() and "theory share" in sweep and "KL, zeroed" not in sweep
     assert "theory share" in text_of(app)
 
 

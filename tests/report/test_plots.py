@@ -17,13 +17,13 @@ def test_weight_norms_show_every_convolution_and_say_when_none_has_dead_or_dupli
     assert not frame[["dead", "duplicates", "copies"]].fillna(0).to_numpy().any()
     fig = weight_norms_figure(stats)
     (norms,) = fig.data  # no empty panel of zero counts (it drew a -1…1 axis with nothing on it)
-    assert list(norms.x) == list(frame["layer"])
-    np.testing.assert_allclose(np.asarray(norms.y), frame["norm_mean"])
-    whisker_top = np.asarray(norms.y) + np.asarray(norms.error_y.array)
+    assert list(norms.y) == list(frame["layer"])  # a row per layer, its name written across (not 45° on the x axis)
+    np.testing.assert_allclose(np.asarray(norms.x), frame["norm_mean"])
+    whisker_top = np.asarray(norms.x) + np.asarray(norms.error_x.array)
     np.testing.assert_allclose(whisker_top, frame["norm_max"])
-    assert fig.layout.yaxis.type == "log" and stats.label in fig.layout.title.text
+    assert fig.layout.xaxis.type == "log" and stats.label in fig.layout.title.text
     assert "no dead, duplicate or copied filters" in fig.layout.title.text.replace("<br>", " ")
-    assert "yaxis2" not in fig.layout
+    assert "xaxis2" not in fig.layout
 
 
 def test_weight_norms_count_the_dead_and_duplicate_filters_of_each_convolution(tmp_path):
@@ -38,5 +38,6 @@ def test_weight_norms_count_the_dead_and_duplicate_filters_of_each_convolution(t
     bars = fig.data[1:]
     assert [b.name.split()[0] for b in bars] == ["dead", "duplicate", "copies"]
     for bar, column in zip(bars, ("dead", "duplicates", "copies")):
-        assert list(bar.y) == list(frame[column]) and bar.yaxis == "y2"
-    assert fig.layout.yaxis2.rangemode == "tozero"
+        assert list(bar.x) == list(frame[column]) and bar.xaxis == "x2" and bar.orientation == "h"
+    counts = fig.layout.xaxis2  # whole filters: ticks 0, 1, 2 (plotly's 0.2 steps read "0 0 0 1 1 1" as integers)
+    assert counts.rangemode == "tozero" and counts.tick0 == 0 and counts.dtick == 1
