@@ -5,6 +5,7 @@ the server down."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import sys
 import threading
@@ -44,7 +45,9 @@ def test_the_warm_start_preloads_in_a_thread_before_the_app_serves(monkeypatch: 
         async with serve.warm_start():
             return list(ran)
 
-    preloaded = asyncio.run(serving())
+    # in a thread of its own, as the server runs it: a test before this one may leave an event loop in this thread
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        preloaded = pool.submit(asyncio.run, serving()).result()
     assert len(preloaded) == 1 and preloaded[0] is not threading.main_thread()
 
 

@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -89,6 +89,8 @@ class SurveyResult(Result):
     rows: tuple[SurveyRow, ...]
     seconds: float
 
+    _figures: ClassVar[dict[str, str]] = {"survey": "fl_core.survey.plots:survey_figure"}
+
     @property
     def workers(self) -> tuple[str, ...]:
         """The workers that computed rows, sorted."""
@@ -111,12 +113,6 @@ class SurveyResult(Result):
         return pd.DataFrame([{"spec": row.spec, "label": row.label, "model_family": row.model_family,
                               "worker": row.worker, "seconds": row.seconds, "error": row.error,
                               **{name: row.values.get(name, np.nan) for name in columns}} for row in self.rows])
-
-    def plot(self):
-        """:func:`fl_core.survey.plots.survey_figure`."""
-        from fl_core.survey.plots import survey_figure
-
-        return survey_figure(self)
 
 
 def model_family(spec: str) -> str:

@@ -241,7 +241,7 @@ def test_a_background_job_reports_live_snapshots_and_can_be_cancelled(tmp_path) 
     status = job.wait(timeout=600)
     assert status.state == "done" and status.run.path == str(tmp_path / "job") and status.fraction == 1.0
     assert sorted(status.snapshots) == status.run.steps and status.pca is not None
-    slow = TrainingJob(replace_settings(TINY, {"steps": 100_000}), tmp_path / "slow").start()
+    slow = TrainingJob(replace_settings(TINY, {"steps": 20_000}), tmp_path / "slow").start()
     slow.cancel()
     status = slow.wait(timeout=600)
     assert status.state == "cancelled" and status.error is None
