@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from fl_ui.testing import shown
+
 from ..conftest import page_app
 
 PAGE = "views/survey.py"
@@ -20,10 +22,10 @@ def test_a_survey_runs_each_model_on_a_worker_and_keeps_bad_models_as_rows() -> 
     assert not app.exception and not app.error
     assert list(app.dataframe[-1].value["spec"]) == ["demo:tiny_vgg"]  # the sidebar's model, at once
     app.text_area(key="survey_models").input(MODELS).run()
-    assert any("The 3 models listed × energy profile vs linear theory" in caption.value for caption in app.caption)
+    assert any("The 3 models listed × energy profile vs linear theory" in shown(caption) for caption in app.caption)
     assert list(app.dataframe[-1].value["spec"]) == ["demo:tiny_vgg"]  # the list waits for Run survey
     app.button(key="survey_run").click().run()
-    assert not app.exception and not app.error, [e.value for e in (*app.exception, *app.error)]
+    assert not app.exception and not app.error, [shown(e) for e in (*app.exception, *app.error)]
     table = app.dataframe[-1].value.set_index("spec")
     assert list(table.index) == ["demo:tiny_vgg", "demo:tiny_vgg_init", "weights:/no/such/file.pt"]
     assert table["worker"].iloc[:2].str.startswith("tcp://127.0.0.1:").all()
@@ -39,5 +41,5 @@ def test_a_survey_runs_each_model_on_a_worker_and_keeps_bad_models_as_rows() -> 
 def test_a_pattern_matching_more_models_than_the_page_takes_is_refused() -> None:
     app = page_app(PAGE).run()
     app.text_area(key="survey_models").input("timm:*").run()
-    assert any("more than its limit of 50" in error.value for error in app.error)
+    assert any("more than its limit of 50" in shown(error) for error in app.error)
     assert not app.get("plotly_chart")
