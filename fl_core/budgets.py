@@ -19,6 +19,9 @@ The limits (:class:`Budget`, read from the environment on every check, so an adm
 A training run is checked against three of them (:func:`check_training`): its parameters, the memory of one step and
 the work of all its steps.
 
+Preprocessing is bounded when it is chosen (:func:`check_scaled_images`: a link's, the sidebar's or ``--input-size``
+with ``--crop-pct``): the images an analysis holds at once at the model's scale must fit the memory budget.
+
 Image decoding is bounded by pixels × progressive scans (:data:`MAX_DECODE_PIXEL_SCANS`): a progressive JPEG
 decodes every scan over the whole image, so a 1 MB file of many scans can take minutes.
 """
@@ -45,6 +48,8 @@ EIGH_WORK = 9
 CHANNEL_MATRICES = 10
 """C×C float64 matrices the channel statistics hold (co-moments, covariance, correlation, shrunk and inverted copies,
 pre- and post-activation)."""
+SCALED_BATCH = 8
+"""Images an analysis holds at once at the model's scale, at the least (the energy profiles' batch)."""
 MAX_DECODE_PIXEL_SCANS = 1_000_000_000
 """Pixels × scans of one image's decoding (a 64-megapixel photo of 15 scans; a usual progressive JPEG has 10 or
 fewer): 0.3-2 ns per pixel-scan on one core, so at most about 2 s."""
@@ -239,6 +244,13 @@ def check_training(parameters: int, activations: int, multiply_adds: float, *, b
                             f"{work / 1e12:,.1f} trillion multiply-adds, over the {budget.training_tmac:,.0f} trillion "
                             f"a training run may cost ({TRAINING_VARIABLE}); refused before training. Use fewer steps, "
                             "a smaller batch or a smaller network.")
+def check_scaled_images(resize_size: int, what: str) -> None:
+    """Preprocessing that resizes every image to ``resize_size`` pixels on its edge: :data:`SCALED_BATCH` float32 RGB
+    images at that scale, which every analysis holds at once, within the memory budget; checked when the
+    preprocessing is chosen (a link, the sidebar, ``--input-size``), before any image is read."""
+    scale = f"{SCALED_BATCH} images at the model's scale, {resize_size:,}×{resize_size:,} pixels, at once"
+    require_memory(f"{what} ({scale})", SCALED_BATCH * 3 * FLOAT32 * resize_size**2,
+                   "Lower the input size or raise the crop fraction.")
 
 
 def check_decoding(width: int, height: int, scans: int, label: str) -> None:

@@ -33,6 +33,7 @@ from fl_core.firstlayer.whitening import ActivationMaps, WhiteningResult, Whiten
 from fl_core.io.images import BUNDLED_PHOTOS, ImageSet, is_bundled, open_images
 from fl_core.io.layers import find_layer
 from fl_core.io.models import LoadedModel, load_model, spec_file_stamp
+from fl_core.io.paths import check_readable
 from fl_ui import jobs, sessions
 from fl_ui.engine import Job, Lane, engine_started, heavy_engine
 
@@ -272,14 +273,22 @@ def _cached_model(spec: str, overrides: tuple, stamp: str) -> LoadedModel:
 
 
 def get_model(spec: str, overrides: tuple = ()) -> LoadedModel:
-    """The loaded model for a spec (shared, read-only)."""
+    """The loaded model for a spec (shared, read-only); its file only where this session's path policy lets it read
+    (asked before the cache: :func:`fl_core.io.models.spec_file_stamp`)."""
     return _cached_model(spec, overrides, spec_file_stamp(spec))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def get_images(source: str, limit: int | None = None) -> ImageSet:
-    """An image source (bundled photos or a folder), listed once per server."""
+def _cached_images(source: str, limit: int | None) -> ImageSet:
     return open_images(source, limit)
+
+
+def get_images(source: str, limit: int | None = None) -> ImageSet:
+    """An image source (bundled photos or a folder), listed once per server; a folder only where this session's path
+    policy lets it read (:func:`fl_core.io.paths.check_readable`, asked before the cache)."""
+    if not is_bundled(source):
+        check_readable(source)
+    return _cached_images(source, limit)
 
 
 IN_THREAD_WORK = 1e9

@@ -2,8 +2,9 @@
 clone): navigation over the pages in ``views/`` beside it, and the shared sidebar.
 
 The page list is data (:data:`PAGES`, paths relative to this package); the shared sidebar (models, preprocessing,
-images, device) is drawn here once per run and its selection stored in the session and the URL. It ships inside the
-package, so an installed wheel serves the same dashboard.
+images, device) is drawn here once per run and its selection stored in the session and the URL; both run under this
+session's path policy (:func:`fl_ui.paths.users_paths`). It ships inside the package, so an installed wheel serves
+the same dashboard.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from fl_ui.cache import start_engine
+from fl_ui.paths import users_paths
 from fl_ui.sidebar import render_sidebar
 from fl_ui.state import url_notices_above
 
@@ -36,6 +38,7 @@ st.set_page_config(page_title="FilterLens", page_icon="🔍", layout="wide")
 navigation = st.navigation([st.Page(HERE / path, title=title, icon=icon, url_path=url, default=i == 0)
                             for i, (path, title, icon, url) in enumerate(PAGES)])
 start_engine()
-render_sidebar()
-with url_notices_above():
-    navigation.run()
+with users_paths():
+    render_sidebar()
+    with url_notices_above():
+        navigation.run()

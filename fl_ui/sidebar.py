@@ -6,23 +6,24 @@ The selection is stored in ``st.session_state["selection"]`` and mirrored into t
 from __future__ import annotations
 
 import dataclasses
-import os
+import re
 from pathlib import Path
 
 import streamlit as st
-from streamlit import config
 
 from fl_core.backend import available_devices
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
 from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES, is_bundled
 from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest
+from fl_core.io.paths import path_policy
 from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, MAX_RESIZE_SIZE, parse_rgb, rgb_text
 from fl_ui.cache import get_model
+from fl_ui.messages import show
+from fl_ui.paths import users_paths
 from fl_ui.state import Selection, selection_from_url, write_selection_to_url
 from fl_ui.uploads import upload_store
 
-LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1")
 REGISTRIES = ("timm", "torchvision")
 PRETRAINED_TAG = "@pretrained"
 PICKER_STYLE = "<style>.st-key-model_picker * { max-height: none !important; }</style>"
@@ -31,56 +32,18 @@ CHIP_CHARS = 20
 """The picker's chips cut names past about this many characters; those are also written out in full below it."""
 
 
-def data_roots() -> tuple[Path, ...]:
-    """Server folders users may read from (``FL_DATA_ROOTS``, separated by ``os.pathsep``)."""
-    return tuple(Path(p).resolve() for p in os.environ.get("FL_DATA_ROOTS", "").split(os.pathsep) if p.strip())
-
-
-def shared_address() -> str | None:
-    """Where the server listens when others can reach it, else ``None`` (a local server).
-
-    Local means Streamlit's ``server.address`` is localhost, 127.0.0.1 or ::1 (``.streamlit/config.toml`` sets
-    localhost); anything else, including unset (Streamlit then binds every interface), is shared.
-    """
-    address = str(config.get_option("server.address") or "").strip()
-    return None if address in LOCAL_ADDRESSES else address or "every interface"
-
-
-def server_path_error(path: str) -> str | None:
-    """Why users may not read ``path`` on this server, or ``None`` when they may.
-
-    Files inside the upload folder always (the upload flow names them), never the folder itself: listing it would
-    show other users' uploads. Other paths: with ``FL_DATA_ROOTS`` set, only inside those folders; without it,
-    anywhere on a local server and nowhere on a shared one (fail closed: an admin who exposes the server without
-    saying what it shares shares nothing).
-    """
-    target = Path(path).resolve()
-    if upload_store().root.resolve() in target.parents:
-        return None
-    if roots := data_roots():
-        if any(target == r or r in target.parents for r in roots):
-            return None
-        return (f"{path} is outside the folders this server shares ({', '.join(map(str, roots))}). Upload the file, "
-                "or ask the admin to add its folder to FL_DATA_ROOTS.")
-    if (address := shared_address()) is None:
-        return None
-    return (f"{path}: this server is shared (it listens on {address}) and shares no server folders, because "
-            "FL_DATA_ROOTS is not set. Upload the file, or ask the admin to set FL_DATA_ROOTS to the folders users "
-            "may read.")
-
-
 def _spec_path_error(spec: str) -> str | None:
     try:
         path = ModelSpec.parse(spec).path
     except FilterLensError:  # the loader explains malformed specs
         return None
-    return server_path_error(path) if path else None
+    return path_policy().error(path) if path else None
 
 
 def _shared_paths_only(url: Selection) -> tuple[Selection, list[str]]:
     """The URL's selection without server paths users may not read (an edited or shared link), and why."""
     errors = {spec: _spec_path_error(spec) for spec in url.specs}
-    image_error = server_path_error(url.images) if not is_bundled(url.images) else None
+    image_error = path_policy().error(url.images) if not is_bundled(url.images) else None
     kept = tuple(spec for spec in url.specs if errors[spec] is None)
     clean = dataclasses.replace(url, specs=kept, overrides={k: v for k, v in url.overrides.items() if k in kept},
                                 images=BUNDLED if image_error else url.images)
@@ -114,12 +77,11 @@ def spec_labels(specs: list[str]) -> dict[str, str]:
 
 
 def _add_spec(spec: str) -> bool:
-    """Validate a new model by loading it; on success add it to the picker and the selection."""
-    if error := _spec_path_error(spec):
-        st.session_state["sidebar_error"] = error
-        return False
+    """Validate a new model by loading it under this session's path policy (a button's callback runs before the
+    script that holds it: :func:`fl_ui.paths.users_paths`); on success add it to the picker and the selection."""
     try:
-        get_model(spec)
+        with users_paths():
+            get_model(spec)
     except FilterLensError as err:
         st.session_state["sidebar_error"] = str(err)
         return False
@@ -188,7 +150,14 @@ def _on_add_upload() -> None:
         if not accepted and is_new:
             upload_store().discard(path)
     if not accepted:
-        st.session_state["sidebar_error"] = st.session_state["sidebar_error"].replace(path.name, uploaded.name)
+        st.session_state["sidebar_error"] = _as_uploaded(st.session_state["sidebar_error"], path, uploaded.name)
+
+
+def _as_uploaded(message: str, path: Path, name: str) -> str:
+    """``message`` with the stored upload ``path`` named as the user named it (``name``): never the server's path,
+    and never a part of a longer word (a dot-file ``.pt`` is stored as ``pt``)."""
+    text = upload_store().shareable(message)
+    return re.sub(rf"(?<![\w.-]){re.escape(path.name)}(?![\w.-])", lambda _: name, text)
 
 
 def _upload_form() -> None:
@@ -246,8 +215,8 @@ def _images_form(current: str) -> str:
     if choice == options[1]:
         folder = st.text_input("Folder or ImageFolder tree", "" if is_bundled(current) else current,
                                key="img_folder", placeholder="/data/imagenet/val").strip()
-        if folder and (error := server_path_error(folder)):
-            st.error(error)
+        if folder and (error := path_policy().error(folder)):
+            show(st.error, "{}", error)
             return BUNDLED
         return folder or BUNDLED
     files = st.file_uploader("Images", type=[s.lstrip(".") for s in IMAGE_SUFFIXES], accept_multiple_files=True,
@@ -257,7 +226,7 @@ def _images_form(current: str) -> str:
     try:
         return str(upload_store().add_images([(f.name, f.getvalue()) for f in files]))
     except FilterLensError as err:
-        st.error(str(err))
+        show(st.error, "{}", err)
         return current
 
 
@@ -276,7 +245,7 @@ def render_sidebar() -> Selection:
         st.markdown("### 🔍 FilterLens")
         st.caption("What convolutional filters learn, and why.")
         for error in refused:
-            st.error(error)
+            show(st.error, "{}", error)
         options = _known_specs(url)
         if "model_picker" not in st.session_state:
             st.session_state["model_picker"] = [s for s in url.specs if s in options]
@@ -285,11 +254,11 @@ def render_sidebar() -> Selection:
                                help="Compare several models side by side. Demo models ship with the app.")
         st.html(PICKER_STYLE)
         if cut := [labels[spec] for spec in specs if len(labels[spec]) > CHIP_CHARS]:
-            st.caption("In full: " + "; ".join(cut))
+            show(st.caption, "In full: {}", "; ".join(cut))
         _registry_form()
         _upload_form()
         if error := st.session_state.pop("sidebar_error", None):  # said once, not on every page after
-            st.error(error)
+            show(st.error, "{}", error)
         overrides = _preprocessing_form(specs, {k: v for k, v in url.overrides.items() if k in specs})
         images = _images_form(url.images)
         devices = ["auto", *available_devices()]

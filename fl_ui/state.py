@@ -20,11 +20,12 @@ from typing import Any, TypeVar
 import streamlit as st
 
 from fl_core.backend import available_devices
-from fl_core.errors import ArgumentError, ModelSpecError
+from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.images import BUNDLED, is_bundled
 from fl_core.io.models import ModelSpec
 from fl_core.io.preprocessing import InputConfig, Overrides
 from fl_core.settings import SettingField, parse_setting, path_text_problem, printable
+from fl_ui.messages import show
 
 T = TypeVar("T")
 NOTICES_KEY = "url_notices"
@@ -110,7 +111,7 @@ def model_from_url(token: str) -> tuple[str, dict] | None:
         return None
     try:
         InputConfig().with_overrides(**overrides)
-    except (ArgumentError, ModelSpecError) as err:  # a value out of InputConfig's bounds, or one it cannot combine
+    except FilterLensError as err:  # out of range, or over the memory budget (fl_core.budgets.check_scaled_images)
         _notice("models", token, f"its preprocessing {str(err).rstrip('.')}", spec)
         overrides = {}
     return spec, overrides
@@ -218,7 +219,7 @@ def url_notices_above() -> Iterator[None]:
     finally:
         with slot:
             for message in url_notices():
-                st.warning(message, icon="🔗")
+                show(st.warning, "{}", message, icon="🔗")
 
 
 def latest_added_model(selection: Selection, offered: Callable[[str], bool] = lambda spec: True) -> str | None:

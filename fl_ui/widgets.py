@@ -18,8 +18,8 @@ import streamlit as st
 from fl_core.backend import Progress
 from fl_core.errors import FilterLensError
 from fl_core.figures import figure_html, filter_zoom_figure
-from fl_core.settings import printable
 from fl_ui.forms import setting_widget
+from fl_ui.messages import literal, show
 from fl_ui.state import set_url_param, url_setting, value_field
 
 T = TypeVar("T")
@@ -35,7 +35,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except FilterLensError as err:
-        st.error(printable(str(err)))
+        show(st.error, "{}", err)
     except Exception as err:  # the page must keep serving; details go to the log
         log.exception("unexpected error")
         st.error(f"Something went wrong ({type(err).__name__}). The details are in the server log; try another "
@@ -49,7 +49,7 @@ def progress_bar(label: str) -> Iterator[Progress]:
     bar = slot.progress(0.0, text=label)
 
     def progress(fraction: float, message: str) -> None:
-        bar.progress(min(max(fraction, 0.0), 1.0), text=f"{label}: {message}")
+        bar.progress(min(max(fraction, 0.0), 1.0), text=f"{label}: {literal(message)}")
 
     try:
         yield progress

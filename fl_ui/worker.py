@@ -1,8 +1,9 @@
 """What runs inside an engine worker: the job runner, its progress and live values, the stop flag, the model cache,
 and the worker's set-up.
 
-Every heavy job reaches a worker as :func:`run_job` of a :func:`job_payload` ``(function, request, graceful)``
-(:mod:`fl_ui.engine` submits it). The job's state lives on the scheduler, named by its key: a Dask ``Variable``
+Every heavy job reaches a worker as :func:`run_job` of a :func:`job_payload` ``(function, request, graceful, path
+policy)`` (:mod:`fl_ui.engine` submits it; the request's files are opened under the policy of the session that
+submitted it). The job's state lives on the scheduler, named by its key: a Dask ``Variable``
 ``<key>/progress`` holding ``[fraction, message, worker address]`` (empty until it starts), a ``Variable``
 ``<key>/published`` holding the live values the job :func:`publish`-es (name → pickled value: the Training Lab's
 snapshots), and a Dask ``Event`` ``<key>/stop`` that :meth:`fl_ui.engine.Job.cancel` sets. At each progress report
@@ -32,6 +33,7 @@ from typing import Any
 
 from fl_core import allocator
 from fl_core.errors import FilterLensError
+from fl_core.io.paths import path_policy, reading_for
 
 log = logging.getLogger("filterlens")
 
@@ -132,19 +134,20 @@ def _current() -> _JobContext | None:
 
 def job_payload(function: Callable[..., Any], request: Any, graceful: bool) -> bytes:
     """What a job's task carries, pickled here so that the scheduler (which unpickles task graphs) never imports the
-    job's module and its libraries: only the workers do."""
-    return pickle.dumps((function, request, graceful), protocol=pickle.HIGHEST_PROTOCOL)
+    job's module and its libraries: only the workers do. With it goes the path policy in force where it is submitted
+    (:func:`fl_core.io.paths.path_policy`: the session's), under which the worker opens the request's files."""
+    return pickle.dumps((function, request, graceful, path_policy()), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def run_job(payload: bytes) -> Any:
     """The engine task: ``function(request, progress=...)`` of a :func:`job_payload`, with this job's progress, stop
-    flag and live values."""
+    flag and live values, its files opened under the payload's path policy."""
     from distributed import Event, Variable, get_worker
     from distributed.core import Status
 
     closing = (Status.closing, Status.closing_gracefully, Status.stopping, Status.stopped, Status.closed)
 
-    function, request, graceful = pickle.loads(payload)
+    function, request, graceful, policy = pickle.loads(payload)
 
     worker = get_worker()
     key = str(worker.get_current_task())
@@ -155,7 +158,8 @@ def run_job(payload: bytes) -> Any:
     context.progress.set([0.0, "started on a worker", context.address])
     _CURRENT.job = context
     try:
-        return function(request, progress=_report)
+        with reading_for(policy):
+            return function(request, progress=_report)
     except FilterLensError:
         raise
     except Exception:

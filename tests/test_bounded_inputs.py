@@ -902,6 +902,21 @@ def test_jpeg_scans_are_counted_from_the_markers_and_many_are_refused_before_dec
     assert time.perf_counter() - start < 1.0
 
 
+def test_a_stray_byte_between_segments_hides_no_scan() -> None:
+    """libjpeg skips bytes between a segment and the next marker ("extraneous bytes before marker") and decodes the
+    scans after them; the count skips them too (it stopped there, counting 1 scan of 2,010)."""
+    hostile = many_scans_jpeg()
+    first_scan = hostile.index(b"\xff\xda")
+    table = hostile.index(b"\xff\xc4", first_scan)  # a Huffman table between two scans
+    end = table + 2 + int.from_bytes(hostile[table + 2:table + 4], "big")
+    hidden = hostile[:end] + b"\x00" + hostile[end:]
+    assert jpeg_scans(hidden) == 2010
+    with pytest.raises(DataError, match=r"2,010 scans over 4,000×4,000 pixels"):
+        decode_rgb(io.BytesIO(hidden), "hidden.jpg")
+    truncated = hostile[:first_scan + 40]  # a scan cut short: counted, no marker after it
+    assert jpeg_scans(truncated) == 1
+
+
 def test_every_number_of_every_settings_class_has_both_bounds() -> None:
     """So the command line, the widgets and the URL refuse the same values (a choice list bounds a number too)."""
     import dataclasses

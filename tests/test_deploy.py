@@ -29,8 +29,8 @@ from fl_core.io.checkpoints import max_checkpoint_bytes, save_state_dict
 from fl_core.survey.engine import WORKER_PROCESS_CONFIG
 from fl_ui.cluster import SCHEDULER_CONFIG, WORKER_PRELOAD, dask_environment
 from fl_ui.engine import GPU_RESOURCE
-from fl_ui.sidebar import shared_address
-from fl_ui.testing import page_app
+from fl_ui.paths import shared_address
+from fl_ui.testing import page_app, shown
 from fl_ui.uploads import DEFAULT_MAX_AGE_HOURS, DEFAULT_QUOTA_MB
 
 from .app_pages import app_pages
@@ -297,7 +297,7 @@ USER_SESSION = textwrap.dedent("""
     import torch
     from safetensors.torch import save
     from fl_core.io.images import bundled_images
-    from fl_ui.testing import page_app
+    from fl_ui.testing import page_app, shown
 
     photo = io.BytesIO()
     bundled_images().image(0).resize((96, 96)).save(photo, "PNG")
@@ -307,7 +307,7 @@ USER_SESSION = textwrap.dedent("""
     app.button(key="ckpt_add").click().run()
     app.radio(key="img_choice").set_value("upload images").run()
     app.file_uploader(key="img_upload").set_value([("noise.png", photo.getvalue(), "image/png")]).run()
-    problems = [e.value for e in (*app.exception, *app.error)]
+    problems = [shown(e) for e in (*app.exception, *app.error)]
     selection = app.session_state["selection"]
     assert len(selection.specs) == 3 and "images-" in selection.images and not problems, (selection, problems)
 """)
@@ -446,17 +446,17 @@ def test_a_shared_server_without_data_roots_refuses_typed_server_paths(server_fi
     folder, weights = server_files
     server_address("0.0.0.0")
     app = page_app(app_pages()[0].path, models=f"demo:tiny_vgg,weights:{weights}", images=str(folder)).run()
-    errors = [e.value for e in app.sidebar.error]
+    errors = [shown(e) for e in app.sidebar.error]
     assert not app.exception and len(errors) == 2 and all("FL_DATA_ROOTS" in e for e in errors), errors
     assert app.session_state["selection"].specs == ("demo:tiny_vgg",)
     assert app.session_state["selection"].images == "bundled" and "weights:" not in app.query_params["models"]
 
     app.text_input(key="reg_name").input(f"resnet18={weights}")
     app.button(key="reg_add").click().run()
-    assert any("FL_DATA_ROOTS" in e.value for e in app.sidebar.error)  # said on the run after the click
+    assert any("FL_DATA_ROOTS" in shown(e) for e in app.sidebar.error)  # said on the run after the click
     app.radio(key="img_choice").set_value("folder on the server").run()
     app.text_input(key="img_folder").input(str(folder)).run()
-    assert any("FL_DATA_ROOTS" in e.value and str(folder) in e.value for e in app.sidebar.error)
+    assert any("FL_DATA_ROOTS" in shown(e) and str(folder) in shown(e) for e in app.sidebar.error)
     assert app.session_state["selection"].images == "bundled"
 
     app.radio(key="img_choice").set_value("bundled photos (offline)").run()

@@ -35,7 +35,7 @@ from torch import nn
 from fl_core.errors import CheckpointError, DataError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, load_state_dict
 from fl_core.io.images import MAX_IMAGE_PIXELS, save_uploaded_images
-from fl_ui.testing import page_app
+from fl_ui.testing import page_app, shown
 
 from . import test_bounded_inputs as bounded
 from .app_pages import app_pages
@@ -320,12 +320,12 @@ def _upload(app: AppTest, name: str, data: bytes) -> None:
 
 def _refusal_problems(app: AppTest, entry: Hostile, uploads: Path, selection: list[str], plots: int) -> list[str]:
     """What is wrong with how the app handled a refused upload (empty when it shows one clear error and goes on)."""
-    shown = [e.value for e in app.sidebar.error]
-    if app.exception or len(shown) != 1:
-        return [f"{entry.name}: exception {[e.value for e in app.exception]}, errors {shown}"]
+    errors = [shown(e) for e in app.sidebar.error]
+    if app.exception or len(errors) != 1:
+        return [f"{entry.name}: exception {[e.value for e in app.exception]}, errors {errors}"]
     problems = []
     try:
-        _assert_clear_refusal(shown[0], entry)
+        _assert_clear_refusal(errors[0], entry)
     except AssertionError as err:
         problems.append(f"{entry.name}: unclear message: {err}")
     if list(app.session_state["model_picker"]) != selection:
@@ -422,12 +422,12 @@ def test_app_refuses_a_bad_image_upload_and_keeps_the_image_source(tmp_path: Pat
     for name, (build, refusal) in HOSTILE_IMAGES.items():
         app.file_uploader(key="img_upload").set_value([(name, build(), "image/png")]).run()
         assert not app.exception
-        assert [re.search(refusal, e.value) is not None for e in app.sidebar.error] == [True], name
+        assert [re.search(refusal, shown(e)) is not None for e in app.sidebar.error] == [True], name
         assert app.session_state["selection"].images == "bundled"
     app.file_uploader(key="img_upload").set_value([("red.png", _png(), "image/png")]).run()
     assert not app.exception and not app.sidebar.error
     assert Path(app.session_state["selection"].images).name.startswith("images-")
-    assert [e.value for e in app.main.error] == [  # a flat image is accepted, and the page says why it shows nothing
+    assert [shown(e) for e in app.main.error] == [  # a flat image is accepted, and the page says why it shows nothing
         "The patches do not vary (the images are flat colour): pick images with texture."]
 
 
@@ -445,7 +445,7 @@ def test_a_shared_server_refuses_paths_outside_its_data_roots(tmp_path: Path, mo
     monkeypatch.setenv("FL_DATA_ROOTS", str(shared))
     monkeypatch.chdir(REPO)
     app = page_app(app_pages()[0].path, models=f"demo:tiny_vgg,weights:{real}", images=str(uploads)).run()
-    errors = [e.value for e in app.sidebar.error]
+    errors = [shown(e) for e in app.sidebar.error]
     assert not app.exception and len(errors) == 2 and all("outside the folders this server shares" in e
                                                           for e in errors), errors
     assert app.session_state["selection"].specs == ("demo:tiny_vgg",)
@@ -453,12 +453,12 @@ def test_a_shared_server_refuses_paths_outside_its_data_roots(tmp_path: Path, mo
 
     app.text_input(key="reg_name").input(f"resnet18={real}")
     app.button(key="reg_add").click().run()
-    assert any("outside the folders" in e.value for e in app.sidebar.error)
+    assert any("outside the folders" in shown(e) for e in app.sidebar.error)
     assert app.session_state["selection"].specs == ("demo:tiny_vgg",)
 
     app.radio(key="img_choice").set_value("folder on the server").run()
     app.text_input(key="img_folder").input("/etc").run()
-    assert any("/etc is outside" in e.value for e in app.sidebar.error)
+    assert any("/etc is outside" in shown(e) for e in app.sidebar.error)
     app.text_input(key="img_folder").input(str(shared)).run()
     assert not app.exception and app.session_state["selection"].images == str(shared)
 
@@ -532,9 +532,9 @@ def test_costly_uploads_get_the_budget_refusal_on_the_pages_and_wide_layers_stil
     wide.write_bytes(bounded.conv_file(12_000, 3))
     for page in ("views/energy_profiles.py", "views/whitening.py"):
         app = page_app(page, models=f"weights:{kernel_101}").run()
-        errors = [e.value for e in app.error]
+        errors = [shown(e) for e in app.error]
         assert not app.exception and len(errors) == 1, (page, errors)
         assert "refused before computing" in errors[0] and "Pick a layer with a smaller kernel" in errors[0]
     app = page_app("views/whitening.py", models=f"weights:{wide}").run()
-    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert not app.exception and not app.error, [shown(e) for e in app.error]
     assert len(app.get("plotly_chart")) >= 2

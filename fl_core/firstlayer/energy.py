@@ -26,7 +26,7 @@ import torch
 
 from fl_core.arguments import ModelLike, as_images, as_model, as_models, as_settings
 from fl_core.backend import DeviceLike, Progress, ProgressLike, progress_callback, report, resolve_device, sub_progress
-from fl_core.budgets import check_patch_statistics, check_random_banks
+from fl_core.budgets import SCALED_BATCH, check_patch_statistics, check_random_banks
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
 from fl_core.firstlayer.settings import EnergyOverrides, EnergySettings
@@ -396,7 +396,7 @@ def layer_patch_pca(loaded: LoadedModel, layer: ConvLayer, images: ImageSet, *, 
         batches = iter_scaled_inputs(images, loaded.input_config)
         return patch_pca(batches, layer.kernel_size, device=device, total=len(images), progress=progress)
     model = loaded.forward_copy(device)
-    batches = (x for x, _ in iter_input_batches(images, loaded.input_config, batch_size=8))
+    batches = (x for x, _ in iter_input_batches(images, loaded.input_config, batch_size=SCALED_BATCH))
     inputs = iter_layer_inputs(model, layer.name, batches, device)
     return patch_pca(inputs, layer.kernel_size, device=device, groups=layer.groups,
                      total=math.ceil(len(images) / 8), progress=progress)

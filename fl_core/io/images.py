@@ -22,6 +22,7 @@ ratio, and for JPEGs pixels × scans, :func:`jpeg_scans`), and its size at the m
 from __future__ import annotations
 
 import io
+import itertools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from torchvision.transforms import v2 as T
 from fl_core.budgets import check_decoding
 from fl_core.errors import DataError
 from fl_core.io import ASSETS_DIR
+from fl_core.io.paths import check_readable, path_policy
 from fl_core.io.preprocessing import InputConfig
 from fl_core.io.sources import BUNDLED as BUNDLED  # re-exported: the public name
 from fl_core.io.sources import ImageSource, is_bundled
@@ -138,24 +140,28 @@ def decode_rgb(source: str | Path | io.BytesIO, name: str | None = None) -> Imag
         raise DataError(f"{label} is not a readable image ({err}). Remove or replace the file.") from err
 
 
+_MARKER = re.compile(rb"\xff+([^\x00\xff])")
+"""A marker as a decoder finds it after a segment: 0xFF (and any 0xFF fill bytes) followed by a byte other than 0x00;
+libjpeg skips whatever comes before it."""
 _MARKER_AFTER_SCAN = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 """The first marker after a scan's entropy-coded data, where 0xFF is followed by 0x00 (stuffing), a restart
 marker (0xD0-0xD7) or more 0xFF fill bytes."""
 
 
 def jpeg_scans(data: bytes) -> int:
-    """Start-of-scan (SOS) segments of a JPEG stream: the markers are walked by their segment lengths and each scan's
-    entropy-coded data is skipped to the next marker, so bytes inside segments are never taken for markers. A
-    baseline JPEG has one scan (or one per colour), a progressive one usually 10."""
+    """Start-of-scan (SOS) segments of a JPEG stream, found as libjpeg finds them: from marker to marker, each
+    segment skipped by its length and each scan's entropy-coded data to the next marker, bytes between a segment and
+    the next marker skipped (as the decoder skips them: a stray byte cannot hide the scans behind it), so bytes
+    inside segments are never taken for markers. A baseline JPEG has one scan (or one per colour), a progressive one
+    usually 10."""
     scans, position = 0, 2
-    while position + 4 <= len(data) and data[position] == 0xFF:
-        marker = data[position + 1]
-        if marker == 0xFF or 0xD0 <= marker <= 0xD7 or marker == 0x01:
-            position += 1 if marker == 0xFF else 2
-            continue
+    while (found := _MARKER.search(data, position)) is not None:
+        marker, position = found.group(1)[0], found.end()
         if marker == 0xD9:  # end of image
             break
-        position += 2 + int.from_bytes(data[position + 2:position + 4], "big")
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # restart markers and TEM have no segment
+            continue
+        position += int.from_bytes(data[position:position + 2], "big")
         if marker == 0xDA:
             scans += 1
             after = _MARKER_AFTER_SCAN.search(data, position)
@@ -250,11 +256,13 @@ def bundled_images(names: Sequence[str] | None = None) -> ImageSet:
 def folder_images(root: str | Path, limit: int | None = None) -> ImageSet:
     """Images in a folder. If its sub-folders hold images, it is read as a labelled ImageFolder tree.
 
-    Class index = position in the sorted sub-folder names (the torchvision/ImageNet convention).
+    Class index = position in the sorted sub-folder names (the torchvision/ImageNet convention). The folder and every
+    image in it must be readable under the path policy (:func:`fl_core.io.paths.check_readable`): a symlink out of
+    it is refused.
     """
     if problem := path_text_problem(str(root)):
         raise DataError(f"The image folder '{printable(str(root)[:60])}' cannot be used: {problem}.")
-    root = Path(root)
+    root = check_readable(root)
     if not root.is_dir():
         raise DataError(f"No folder at {printable(str(root))}. Give a folder of images or an ImageFolder tree "
                         "(root/class/img.jpg).")
@@ -269,6 +277,9 @@ def folder_images(root: str | Path, limit: int | None = None) -> ImageSet:
         items = [(str(f), -1, printable(f.name)) for f in sorted(root.iterdir()) if _is_image(f)]
     if not items:
         raise DataError(f"{root} holds no images ({', '.join(IMAGE_SUFFIXES)}).")
+    if path_policy().roots is not None:
+        for path, _, _ in items:
+            check_readable(path)
     if limit is not None:
         items = _spread(items, limit)
     kind = f"ImageFolder tree, {len(classes)} classes" if classes else "folder"
@@ -304,11 +315,19 @@ def open_images(source: str, limit: int | None = None) -> ImageSet:
 
 
 def save_uploaded_images(files: Sequence[tuple[str, bytes]], folder: str | Path) -> ImageSet:
-    """Decode uploaded image bytes (refusing non-images and decompression bombs) and save them as PNGs."""
+    """Decode uploaded image bytes (refusing non-images and decompression bombs) and save them as PNGs, each under
+    its own name: the upload's stem without leading dots (a dot-file is a visible image too), ``-2``, ``-3``, ...
+    added when two uploads share it (``a.png`` and ``a.jpg`` are both kept)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    taken: set[str] = set()
     for name, data in files:
-        decode_rgb(io.BytesIO(data), name).save(folder / f"{Path(name).stem[:60]}.png")
+        image = decode_rgb(io.BytesIO(data), name)
+        stem = Path(name).stem.lstrip(".")[:60] or "image"
+        saved = next(candidate for n in itertools.count(1)
+                     if (candidate := stem if n == 1 else f"{stem}-{n}").lower() not in taken)
+        taken.add(saved.lower())
+        image.save(folder / f"{saved}.png")
     return folder_images(folder)
 
 

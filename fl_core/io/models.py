@@ -35,6 +35,7 @@ from fl_core.io import DEMO_DIR, nets
 from fl_core.io.checkpoints import file_sha256, load_into, load_state_dict, match_state_dict
 from fl_core.io.classes import IMAGENET_CLASSES, imagenet_class_names
 from fl_core.io.layers import ConvLayer, probe_inventory
+from fl_core.io.paths import check_readable
 from fl_core.io.preprocessing import INTERPOLATIONS, InputConfig
 from fl_core.settings import path_text_problem, printable
 
@@ -211,9 +212,10 @@ def _count_outputs(model: nn.Module | None) -> int | None:
 
 
 def spec_file_stamp(spec: str) -> str:
-    """Modification time and size of a spec's file ("" when it names none), so an edited file is reloaded."""
+    """Modification time and size of a spec's file ("" when it names none), so an edited file is reloaded; a file
+    users may not read is refused (:func:`fl_core.io.paths.check_readable`) before any cache is asked for it."""
     path = ModelSpec.parse(spec).path
-    if path and Path(path).is_file():
+    if path and check_readable(path).is_file():
         stat = Path(path).stat()
         return f"{stat.st_mtime_ns}:{stat.st_size}"
     return ""
@@ -231,8 +233,11 @@ def load_model(spec: str, *, input_overrides: Mapping[str, object] | None = None
 
     Raises:
         ModelSpecError, CheckpointError, WeightsUnavailableError: with a message for the user.
+        DataError: the spec's file is outside the folders users may read (:mod:`fl_core.io.paths`).
     """
     parsed = ModelSpec.parse(spec)
+    if parsed.path:
+        check_readable(parsed.path)
     loader = {"timm": _load_registry, "torchvision": _load_registry, "weights": _load_weights_only,
               "onnx": _load_onnx, "demo": _load_demo}[parsed.source]
     loaded = loader(parsed, prefer_ema)
@@ -301,14 +306,43 @@ def _classifier_keys(model: nn.Module) -> set[str]:
     return {f"{name}.{k}" for k in heads[-1][1].state_dict()}
 
 
+def check_registry_name(source: str, name: str) -> None:
+    """Refuse an architecture name that ``source`` (``timm`` or ``torchvision``) does not register, before anything
+    is built (timm: with close names)."""
+    if source == "timm":
+        import timm
+
+        if not timm.is_model(name.split(".")[0]) and not name.startswith("hf-hub:"):
+            close = timm.list_models(f"*{name.split('.')[0][:6]}*")[:5]
+            raise ModelSpecError(f"timm has no architecture '{name}'." + (f" Close names: {', '.join(close)}."
+                                                                          if close else " See timm.list_models()."))
+    elif source == "torchvision":
+        import torchvision
+
+        if name not in torchvision.models.list_models():
+            raise ModelSpecError(f"torchvision has no classification model '{name}'. See "
+                                 "torchvision.models.list_models().")
+
+
+def check_spec(spec: str) -> ModelSpec:
+    """The parsed spec, once everything that can be checked without loading it holds: its form, its registry name,
+    and its file under the path policy (:func:`fl_core.io.paths.check_readable`).
+
+    Raises:
+        ModelSpecError, DataError: with a message for the user.
+    """
+    parsed = ModelSpec.parse(spec)
+    check_registry_name(parsed.source, parsed.name)
+    if parsed.path:
+        check_readable(parsed.path)
+    return parsed
+
+
 def _build_timm(name: str, pretrained: bool, num_classes: int | None) -> tuple[nn.Module, InputConfig]:
     import timm
     from timm.data import resolve_data_config
 
-    if not timm.is_model(name.split(".")[0]) and not name.startswith("hf-hub:"):
-        close = timm.list_models(f"*{name.split('.')[0][:6]}*")[:5]
-        raise ModelSpecError(f"timm has no architecture '{name}'." + (f" Close names: {', '.join(close)}." if close
-                                                                      else " See timm.list_models()."))
+    check_registry_name("timm", name)
     kwargs = {} if num_classes is None else {"num_classes": num_classes}
     with _hub_errors(name, "timm"):
         model = build_within_budget(lambda meta: timm.create_model(name, pretrained=pretrained and not meta,
@@ -330,9 +364,7 @@ def _build_torchvision(name: str, pretrained: bool, num_classes: int | None) -> 
     side, centre crop, interpolation, mean/std), metadata that needs no download."""
     import torchvision
 
-    if name not in torchvision.models.list_models():
-        raise ModelSpecError(f"torchvision has no classification model '{name}'. See "
-                             "torchvision.models.list_models().")
+    check_registry_name("torchvision", name)
     weights_enum = torchvision.models.get_model_weights(name)
     default = weights_enum.DEFAULT
     kwargs = {} if num_classes is None else {"num_classes": num_classes}

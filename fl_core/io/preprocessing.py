@@ -9,6 +9,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from fl_core.budgets import check_scaled_images
 from fl_core.errors import ModelSpecError
 from fl_core.settings import Settings, setting
 
@@ -115,9 +116,15 @@ class InputConfig(Settings):
         return math.floor(self.input_size / self.crop_pct + 1e-6)
 
     def with_overrides(self, **overrides: object) -> InputConfig:
-        """A copy with the non-``None`` overrides applied (sidebar fields / CLI ``--input-size`` ...)."""
+        """A copy with the non-``None`` overrides applied (sidebar fields / CLI ``--input-size`` ...), refused when
+        the images it resizes would not fit an analysis's memory (:func:`fl_core.budgets.check_scaled_images`)."""
         given = _override_values(overrides, strict=True)
-        return dataclasses.replace(self, **given) if given else self
+        if not given:
+            return self
+        config = dataclasses.replace(self, **given)
+        check_scaled_images(config.resize_size, f"input size {config.input_size} with crop fraction "
+                                                f"{config.crop_pct:g}")
+        return config
 
     def changed_fields(self, chosen: Mapping[str, object]) -> dict[str, object]:
         """The fields of ``chosen`` (a form's values) that differ from this config: the overrides to keep."""

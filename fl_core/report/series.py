@@ -19,6 +19,7 @@ import torch
 from fl_core.errors import ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, file_sha256
 from fl_core.io.models import LoadedModel, ModelSpec, load_model, spec_file_stamp
+from fl_core.io.paths import check_readable
 from fl_core.lab.runs import load_run
 
 ORDER_KEYS = ("epoch", "step", "global_step")
@@ -38,12 +39,16 @@ def load_spec(spec: str, overrides: tuple = ()) -> LoadedModel:
 
 
 def folder_of(spec: str) -> Path | None:
-    """The folder a ``weights:DIR`` spec names (``None`` for any other spec)."""
+    """The folder a ``weights:DIR`` spec names (``None`` for any other spec), once the path policy lets users read it
+    (:func:`fl_core.io.paths.check_readable`)."""
     try:
         parsed = ModelSpec.parse(spec)
     except ModelSpecError:
         return None
-    return Path(parsed.path) if parsed.source == "weights" and Path(parsed.path).is_dir() else None
+    if parsed.source != "weights":
+        return None
+    folder = check_readable(parsed.path)
+    return folder if folder.is_dir() else None
 
 
 def checkpoint_files(folder: Path) -> list[Path]:

@@ -58,18 +58,20 @@ def _use_cores(threads: int) -> None:
 @contextlib.contextmanager
 def survey_client(scheduler: str | None, workers: int) -> Iterator:
     """A Dask client of ``scheduler``, or of an embedded cluster of ``workers`` processes (the cores shared among
-    them) that closes afterwards."""
+    them, no dashboard) that closes afterwards; Dask logs only warnings and errors (the command prints its rows)."""
     require_extra("cluster", "The survey's engine")
     import dask
     from distributed import Client, LocalCluster
 
+    logging.getLogger("distributed").setLevel(logging.WARNING)
     if scheduler:
         with Client(scheduler, timeout=60) as client:
             yield client
         return
     with dask.config.set({"distributed.scheduler.allowed-failures": 0} | WORKER_PROCESS_CONFIG), \
-            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                         memory_limit=0, silence_logs=logging.ERROR) as cluster, \
+            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                         scheduler_kwargs={"dashboard": False}, memory_limit=0,
+                         silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
         client.run(_use_cores, max(1, (os.cpu_count() or 1) // workers))
         yield client

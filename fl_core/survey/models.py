@@ -9,10 +9,12 @@ torchvision VGG.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from fl_core.errors import DataError, ModelSpecError
+from fl_core.errors import DataError, FilterLensError, ModelSpecError
+from fl_core.io.paths import check_readable
 
 PATTERN_CHARS = "*?["
 PRETRAINED = "@pretrained"
@@ -64,7 +66,7 @@ def specs_in_text(text: str) -> list[str]:
 def specs_in_file(path: str | Path) -> list[str]:
     """The specs (or patterns) of a text file (:func:`specs_in_text`)."""
     try:
-        return specs_in_text(Path(path).read_text(encoding="utf-8"))
+        return specs_in_text(check_readable(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(f"Cannot read the list of models {path}: {err}.") from err
 
@@ -73,7 +75,7 @@ def checkpoints_in_folder(folder: str | Path) -> list[str]:
     """``weights:FILE`` for every checkpoint file directly in ``folder``, in natural order."""
     from fl_core.report.series import checkpoint_files
 
-    folder = Path(folder)
+    folder = check_readable(folder)
     if not folder.is_dir():
         raise DataError(f"{folder} is not a folder. Give a folder of checkpoint files.")
     return [f"weights:{path}" for path in checkpoint_files(folder)]
@@ -82,19 +84,41 @@ def checkpoints_in_folder(folder: str | Path) -> list[str]:
 def survey_models(models: Iterable[str] = (), files: Sequence[str | Path] = (), folders: Sequence[str | Path] = (),
                   *, limit: int) -> tuple[str, ...]:
     """Every model of a survey, in the order given, each once: ``models`` (specs or patterns), then the specs of each
-    text file, then the checkpoints of each folder.
+    text file, then the checkpoints of each folder. Repeated entries are dropped before any pattern is expanded, the
+    count is bounded as the list grows, and every spec is checked (its form, its registry name, its file under the path
+    policy: :func:`fl_core.io.models.check_spec`) before anything is loaded.
 
     Raises:
-        DataError: no model, or more than ``limit``.
-        ModelSpecError: a pattern matching nothing.
+        DataError: no model, more than ``limit``, or a file users may not read.
+        ModelSpecError: a pattern matching nothing, a malformed spec, an architecture its registry does not have.
     """
-    given = [*models, *(spec for path in files for spec in specs_in_file(path))]
-    specs = [*(spec for entry in given for spec in expand_spec(entry)),
-             *(spec for folder in folders for spec in checkpoints_in_folder(folder))]
-    unique = tuple(dict.fromkeys(specs))
+    entries = (entry.strip() for entry in itertools.chain(models, *map(specs_in_file, files)))
+    given = dict.fromkeys(filter(None, entries))
+    unique: dict[str, None] = {}
+    for found in itertools.chain(map(expand_spec, given), map(checkpoints_in_folder, folders)):
+        unique.update(dict.fromkeys(found))
+        if len(unique) > limit:
+            raise DataError(f"The survey would hold more than its limit of {limit} models (max_models). Narrow the "
+                            "pattern or raise the limit.")
     if not unique:
         raise DataError("A survey needs at least one model: give --model, --models-file or --folder.")
-    if len(unique) > limit:
-        raise DataError(f"The survey would hold {len(unique)} models, more than its limit of {limit} (max_models). "
-                        "Narrow the pattern or raise the limit.")
-    return unique
+    _check_specs(tuple(unique))
+    return tuple(unique)
+
+
+def _check_specs(specs: tuple[str, ...]) -> None:
+    """Refuse the survey when a spec cannot load whatever the worker does (:func:`fl_core.io.models.check_spec`: its
+    form, its registry name, its file under the path policy): the first refusal, with the count of the others."""
+    from fl_core.io.models import check_spec
+
+    refused = []
+    for spec in specs:
+        try:
+            check_spec(spec)
+        except FilterLensError as err:
+            refused.append(err)
+    if len(refused) == 1:
+        raise refused[0]
+    if refused:
+        raise type(refused[0])(f"{len(refused):,} of the {len(specs):,} models cannot be surveyed. The first: "
+                               f"{refused[0]}")

@@ -42,6 +42,7 @@ from fl_ui.channels import (
 )
 from fl_ui.forms import settings_widgets
 from fl_ui.jobs import ChannelAxesRequest
+from fl_ui.messages import show
 from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_model, set_url_param, url_param
 from fl_ui.widgets import (
@@ -139,12 +140,12 @@ def applied_request(wanted: ChannelAxesRequest) -> ChannelAxesRequest:
         estimate = estimated_duration(wanted)
         box = st.empty()
         with box.container(border=True):
-            st.markdown(f"**Changed settings, not applied yet.** Layer `{wanted.settings.layer}` of "
-                        f"{get_model(wanted.spec, wanted.overrides).label} on {wanted.n_calibration} + "
-                        f"{wanted.n_evaluation} images: {duration_text(estimate.seconds)} ({estimate.basis}).")
+            show(st.markdown, "**Changed settings, not applied yet.** Layer **{}** of {} on {} + {} images: {} ({}).",
+                 wanted.settings.layer, get_model(wanted.spec, wanted.overrides).label, wanted.n_calibration,
+                 wanted.n_evaluation, duration_text(estimate.seconds), estimate.basis)
             if not st.button("▶ Apply", type="primary", key="axes_apply"):
-                st.caption(f"Below: the result applied last (layer `{applied.settings.layer}` of "
-                           f"{get_model(applied.spec, applied.overrides).label}).")
+                show(st.caption, "Below: the result applied last (layer **{}** of {}).", applied.settings.layer,
+                     get_model(applied.spec, applied.overrides).label)
                 return applied
         box.empty()
     if applied is not None and applied != wanted:
@@ -173,10 +174,10 @@ with user_errors():
     overrides = selection.overrides_of(spec)
     loaded = get_model(spec, overrides)
     if loaded.weights_only:
-        st.info(f"**{loaded.label} is weights-only**: the file holds the weights but not the network that uses "
-                "them, and Channel Axes runs the network (lesions, peer replacement, pruning). Add it again with its "
-                "architecture in the sidebar (*Upload a checkpoint* → *Architecture*, e.g. `timm:resnet18`), or "
-                "open its filters on the Energy Profiles, Master Keys and Report pages, which need only weights.")
+        show(st.info, "**{} is weights-only**: the file holds the weights but not the network that uses them, and "
+             "Channel Axes runs the network (lesions, peer replacement, pruning). Add it again with its architecture "
+             "in the sidebar (*Upload a checkpoint* → *Architecture*, e.g. `timm:resnet18`), or open its filters on "
+             "the Energy Profiles, Master Keys and Report pages, which need only weights.", loaded.label)
         st.stop()
     source = data_source(selection.images)
     layers = analysable_layers(spec, overrides)
@@ -189,16 +190,18 @@ with user_errors():
 
     layer = layer_choice(layers, default_layer, {lay.name for lay in layers
                                                  if channel_axes_result.cached(request(lay.name))})
-    st.caption("Data: " + ("crops of the bundled photos (calibration from the training crops, evaluation from the "
-                           "held-out crops)" if source == CROPS else
-                           f"the labelled ImageFolder tree {source}, split at random into calibration and "
-                           "evaluation halves") + ". Change it in the sidebar.")
+    if source == CROPS:
+        st.caption("Data: crops of the bundled photos (calibration from the training crops, evaluation from the "
+                   "held-out crops). Change it in the sidebar.")
+    else:
+        show(st.caption, "Data: the labelled ImageFolder tree {}, split at random into calibration and evaluation "
+             "halves. Change it in the sidebar.", source)
     applied = applied_request(request(layer))
     result = heavy_result("Channel axes", channel_axes_result, applied)
     learn_durations(result, applied.overrides)
     layer = result.layer
     for warning in result.warnings:
-        st.warning(warning)
+        show(st.warning, "{}", warning)
 
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("ρ between axes", f"{result.axes.spearman:+.2f}",
@@ -211,10 +214,11 @@ with user_errors():
     verdict = pruning_verdict(result)
     m4.metric("Prunes better", verdict.winner, help="By the area under the pruning curve (AUC). " + verdict.sentence)
     decisions = labelled_by_decisions(result)
-    st.caption(f"{result.site.n_channels} channels of `{layer}`, {observed_where(result.site)} ({result.positions} "
-               f"positions per image), on {result.n_calibration} calibration and {result.n_evaluation} evaluation "
-               "images" + ("." if decisions else f"; intact network: {result.calibration_accuracy:.1%} calibration "
-                           "accuracy.") + (f" {verdict.sentence}" if verdict.sentence else ""))
+    show(st.caption, "{} channels of **{}**, {}", result.site.n_channels, layer,
+         f"{observed_where(result.site)} ({result.positions} positions per image), on {result.n_calibration} "
+         f"calibration and {result.n_evaluation} evaluation images" + (
+             "." if decisions else f"; intact network: {result.calibration_accuracy:.1%} calibration accuracy.")
+         + (f" {verdict.sentence}" if verdict.sentence else ""))
     right_class = "its own top-1 class" if decisions else "the right class"
 
     st.subheader("Both axes")
@@ -294,7 +298,7 @@ with user_errors():
                 "" if tuned else " Set fine-tune steps in the settings to see how much a short retraining recovers."),
             f"pruning_{layer}", frame=auc, data=result.to_dict()["pruning"])
         skipped = [f"not available here: {k} ({v})" for k, v in result.pruning.skipped.items()]
-        st.caption("Pruning: " + "; ".join([*result.pruning.notes, *skipped]) + ".")
+        show(st.caption, "Pruning: {}.", "; ".join([*result.pruning.notes, *skipped]))
 
     st.subheader("Which numbers go together")
     plot_with_explanation(

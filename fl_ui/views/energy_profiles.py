@@ -18,6 +18,7 @@ from fl_core.firstlayer.plots import (
 from fl_core.io.layers import conv_inventory
 from fl_ui.cache import energy_result, get_model
 from fl_ui.forms import settings_widgets
+from fl_ui.messages import show
 from fl_ui.state import current_selection, page_model
 from fl_ui.widgets import (
     card_rows,
@@ -78,13 +79,13 @@ with user_errors():
         keys = tuple(k for k in keys if any(lay.name == layer for lay in conv_inventory(get_model(*k))))
         skipped = len(selection.specs) - len(keys)
         if skipped:
-            st.caption(f"{skipped} selected model(s) have no layer named {layer} and are left out.")
+            show(st.caption, "{} selected model(s) have no layer named {} and are left out.", skipped, layer)
         st.warning("Deeper layers are an **extension beyond the paper**: patches are the layer's own inputs "
                    "(captured by hooks), and the linear theory was derived for the first layer only.")
     with progress_bar("Energy profiles") as progress:
         result = energy_result(keys, selection.images, settings, subtract, selection.device, progress=progress)
 
-    st.caption(f"Patch PCA from {result.n_patches:,} patches of {result.images}.")
+    show(st.caption, "Patch PCA from {} patches of {}.", f"{result.n_patches:,}", result.images)
     plot_with_explanation(
         profile_figure(result, log_y=log_y),
         "**How to read it.** Each patch of an image is a point in a space with one axis per pixel and colour. "
@@ -104,7 +105,7 @@ with user_errors():
         "energy_profiles", frame=result.to_frame(), data=result.to_dict())
     st.subheader("Summary")
     for column, m in zip(card_rows(len(result.models)), result.models):
-        column.markdown(f"**{m.label}**")
+        show(column.markdown, "**{}**", m.label)
         column.metric("theory r", f"{m.theory.r:.2f}",
                       help="Pearson r of the profile and the theory on linear values (the paper's measure).")
         column.metric("r on log values", f"{m.theory.r_log:.2f}" if math.isfinite(m.theory.r_log) else "—",

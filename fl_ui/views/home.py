@@ -12,6 +12,7 @@ from fl_core.io.images import bundled_licences
 from fl_core.io.inspect import inspect_models
 from fl_core.io.models import demo_manifest
 from fl_ui.cache import energy_result, get_model, whitening_result
+from fl_ui.messages import literal
 from fl_ui.state import current_selection
 from fl_ui.widgets import dashed, downloads, plot_with_explanation, progress_bar, user_errors
 
@@ -79,11 +80,11 @@ with user_errors():
     with progress_bar("Energy profiles") as progress:
         energy = energy_result(selection.model_keys(), selection.images, EnergySettings(), False, selection.device,
                                progress=progress)
-    story = "".join(f"\n\n**{trained.label} against {baseline_words(trained)}**: the two profiles correlate at "
-                    f"{energy.correlation[energy.models.index(trained), energy.models.index(init)]:+.2f} (Pearson "
+    story = "".join(f"\n\n**{literal(trained.label)} against {baseline_words(trained)}**: the two profiles correlate "
+                    f"at {energy.correlation[energy.models.index(trained), energy.models.index(init)]:+.2f} (Pearson "
                     "correlation of one profile with the other, not a theory fit). Training replaced the flat, random "
                     "profile by a structured one." for trained, init in init_pairs(energy.models))
-    fits = "; ".join(f"{m.label} {m.theory.r:.2f}" for m in energy.models)
+    fits = "; ".join(f"{literal(m.label)} {m.theory.r:.2f}" for m in energy.models)
     plot_with_explanation(
         profile_figure(energy),
         "Each curve is a model's **energy profile**: how strongly its first-layer filters respond to each "
@@ -96,7 +97,7 @@ with user_errors():
         whitening = whitening_result(selection.model_keys(), selection.images, WhiteningSettings(), selection.device,
                                      progress=progress)
     rgb = whitening.at(WHITENING_DISTANCE)["rgb"]
-    verdicts = "".join(f"\n\n**{whitening.labels[spec]}**: {whitening_verdict(spec, drop)}"
+    verdicts = "".join(f"\n\n**{literal(whitening.labels[spec])}**: {whitening_verdict(spec, drop)}"
                        for spec, drop in whitening.decorrelation(WHITENING_DISTANCE).items())
     plot_with_explanation(
         autocorrelation_figure(whitening),

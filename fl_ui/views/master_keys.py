@@ -33,6 +33,7 @@ from fl_ui.masterkeys import (
     master_key_result,
     published_assignment,
 )
+from fl_ui.messages import show
 from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_model
 from fl_ui.widgets import (
@@ -79,14 +80,14 @@ with user_errors():
     loaded = get_model(spec, overrides)
     bank = get_bank(spec, overrides)
     if description := bank_description(spec):
-        st.info(f"**{loaded.label}**: {description} The master-key papers studied ImageNet classifiers; these are "
-                "trained filters of another task, so read the match as evidence from outside ImageNet. The "
-                f"random-init baseline ({BASELINE_DEPTHWISE_SPEC}) is in the model menu and in the comparison below.")
+        show(st.info, "**{}**: {} The master-key papers studied ImageNet classifiers; these are trained filters of "
+             "another task, so read the match as evidence from outside ImageNet. The random-init baseline ({}) is in "
+             "the model menu and in the comparison below.", loaded.label, description, BASELINE_DEPTHWISE_SPEC)
     if loaded.random_init:
-        st.info(f"**{loaded.label}** has random weights: its filters are noise, so expect no master keys — loose "
-                "clusters and about 1/8 of the filters on every key. That is the baseline; for the real thing add "
-                "trained depthwise weights in the sidebar (upload a MobileNet/ConvNeXt/EfficientNet checkpoint with "
-                "its architecture, or `timm:convnext_tiny@pretrained` where the hub is reachable).")
+        show(st.info, "**{}** has random weights: its filters are noise, so expect no master keys — loose "
+             "clusters and about 1/8 of the filters on every key. That is the baseline; for the real thing add "
+             "trained depthwise weights in the sidebar (upload a MobileNet/ConvNeXt/EfficientNet checkpoint with "
+             "its architecture, or `timm:convnext_tiny@pretrained` where the hub is reachable).", loaded.label)
     c1, c2, c3, c4 = st.columns(4)
     sizes = list(bank.kernel_sizes)
     kernel = url_widget("Kernel size", sizes[0], key=f"kernel_{spec}", param="kernel", choices=sizes, container=c1,
@@ -111,10 +112,10 @@ with user_errors():
                                        sweep=DEFAULT_SWEEP if sweep else None)
         result = master_key_result(spec, overrides, settings, selection.device, progress=progress)
     assignment = result.published_assignment
-    st.caption(f"{result.n_filters:,} {kernel}×{kernel} filters from {len(result.layer_statistics)} layers"
-               f" ({result.n_constant} constant filters left out); mean |cos| to their centroid "
-               f"{result.objective:.3f}. Reference filters: {assignment.templates}."
-               + (f" Not analysed: {'; '.join(result.skipped)}." if result.skipped else ""))
+    show(st.caption, "{}", f"{result.n_filters:,} {kernel}×{kernel} filters from {len(result.layer_statistics)} "
+         f"layers ({result.n_constant} constant filters left out); mean |cos| to their centroid "
+         f"{result.objective:.3f}. Reference filters: {assignment.templates}."
+         + (f" Not analysed: {'; '.join(result.skipped)}." if result.skipped else ""))
 
     compared = comparison_specs(spec, kernel, overrides)
     if len(compared) > 1:

@@ -8,13 +8,14 @@ import pandas as pd
 import streamlit as st
 
 from fl_core.firstlayer.plots import profile_figure
+from fl_core.io.paths import path_policy
 from fl_core.report.build import PART_TITLES, ReportSettings
 from fl_core.report.html import HOW_TO_READ
 from fl_core.report.plots import trajectory_summary_figure, weight_norms_figure
 from fl_ui.cache import get_images
 from fl_ui.forms import settings_widgets
+from fl_ui.messages import show
 from fl_ui.report import report_document, report_key, report_result, report_sources, shareable_json
-from fl_ui.sidebar import server_path_error
 from fl_ui.state import current_selection, page_model, page_param, set_page_param
 from fl_ui.widgets import heavy_result, plot_with_explanation, slug, user_errors
 
@@ -45,8 +46,8 @@ with user_errors():
                            key="report_dir", placeholder="/data/runs/resnet18/checkpoints",
                            help="Every checkpoint file of the folder, ordered by the epoch each records, else by "
                                 "name (ckpt_2 before ckpt_10).").strip()
-    if folder and (error := server_path_error(folder)):
-        st.error(error)
+    if folder and (error := path_policy().error(folder)):
+        show(st.error, "{}", error)
         folder = ""
     set_page_param("report_dir", folder)
     sources = report_sources(selection, folder)
@@ -77,7 +78,7 @@ with user_errors():
     right.download_button("⬇ JSON", functools.partial(shareable_json, report),
                           file_name=f"{slug(label)}_report.json", mime="application/json", key="report-json",
                           on_click="ignore")
-    st.caption(f"{len(report.models)} checkpoint(s), images: {report.images}.")
+    show(st.caption, "{} checkpoint(s), images: {}.", len(report.models), report.images)
     status = pd.DataFrame([{"section": title, "time": f"{report.timings.get(name, 0.0):.1f}\u00a0s",  # no wrap
                             "status": f"skipped: {report.skipped[name]}" if name in report.skipped else "done"}
                            for name, title in PART_TITLES.items() if name in report.timings or name in report.skipped])

@@ -25,6 +25,7 @@ from fl_ui.masterkeys import (
     model_scale_fit,
     published_scale_fit,
 )
+from fl_ui.messages import show
 from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_model, set_page_param, url_param
 from fl_ui.widgets import plot_with_explanation, screen_columns, table_with_download, url_widget, user_errors
@@ -71,11 +72,11 @@ with user_errors():
         learned = {f.index: model_keys(source, overrides, method)[f.index] for f in fits[method].filters}
     fit = fits[method]
     size = next(iter(learned.values())).shape[-1]
-    st.caption(f"Fitted: {fit.source}.")
+    show(st.caption, "Fitted: {}.", fit.source)
     if description := bank_description(source):
-        st.info(f"{description} Each key's filter here is the mean shape of the bank's filters assigned to it; "
-                "choose *the 8 published filters* (ImageNet ConvNeXt-like networks) to compare, or the random-init "
-                f"{BASELINE_DEPTHWISE_SPEC} for what the fits find in noise.")
+        show(st.info, "{} Each key's filter here is the mean shape of the bank's filters assigned to it; choose *the "
+             "8 published filters* (ImageNet ConvNeXt-like networks) to compare, or the random-init {} for what the "
+             "fits find in noise.", description, BASELINE_DEPTHWISE_SPEC)
 
     plot_with_explanation(
         sigma_by_method_figure(fits),

@@ -8,6 +8,7 @@ import streamlit as st
 from fl_core.survey.analysis import HEADLINES, SurveySettings
 from fl_core.survey.models import specs_in_text, survey_models
 from fl_ui.forms import settings_widgets
+from fl_ui.messages import show
 from fl_ui.state import current_selection
 from fl_ui.survey import cancel_survey, run_survey
 from fl_ui.widgets import plot_with_explanation, progress_bar, table_with_download, user_errors
@@ -71,8 +72,8 @@ with user_errors():
     requested = st.session_state.get("survey_requested") == listed
     asked = listed if requested else (selection.specs, *listed[1:])
     if not requested:  # until the list runs: the sidebar's models, which every page shows at once
-        st.caption(f"Below: the sidebar's {len(selection.specs)} model(s). The {len(listed[0])} models listed × "
-                   f"{MEASURES[settings.family]} on {selection.images} when you press Run survey.")
+        show(st.caption, "Below: the sidebar's {} model(s). The {} models listed × {} on {} when you press Run survey.",
+             len(selection.specs), len(listed[0]), MEASURES[settings.family], selection.images)
     if not asked[0]:
         st.stop()
 

@@ -29,6 +29,7 @@ from fl_ui.masterkeys import (
     layer_sweep_result,
     rescore_result,
 )
+from fl_ui.messages import show
 from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, page_model, set_url_param, url_param
 from fl_ui.widgets import heavy_result, plot_with_explanation, screen_columns, table_with_download, user_errors
@@ -74,7 +75,7 @@ with user_errors():
     loaded = get_model(spec, overrides)
     bank = get_bank(spec, overrides)
     if description := bank_description(spec):
-        st.caption(f"**{loaded.label}**: {description}")
+        show(st.caption, "**{}**: {}", loaded.label, description)
     replacements = list(st.pills(
         "Replace the filters by", list(REPLACEMENTS), selection_mode="multi", key="sw_replacements",
         default=list(url_param("swaps", DEFAULT_REPLACEMENTS, choices=list(REPLACEMENTS))),
@@ -139,18 +140,18 @@ with user_errors():
     mapping = map_tree_classes(images.classes if images.labelled else (), loaded.num_classes, loaded.class_names)
     labelled = mapping.label_map is not None
     if not labelled:
-        st.info(f"**No accuracy on {images.description}**: accuracy needs images labelled with the model's classes, "
-                "and these have none. The re-score shows how often each swapped network still predicts the **same "
-                "class as the original** (agreement) and how far its output probabilities move (**KL** divergence), "
-                "which need no labels. For accuracy, pick an ImageNet-style tree (val/<wnid>/*.JPEG) under *Images* "
-                "in the sidebar.")
+        show(st.info, "**No accuracy on {}**: accuracy needs images labelled with the model's classes, "
+             "and these have none. The re-score shows how often each swapped network still predicts the **same "
+             "class as the original** (agreement) and how far its output probabilities move (**KL** divergence), "
+             "which need no labels. For accuracy, pick an ImageNet-style tree (val/<wnid>/*.JPEG) under *Images* "
+             "in the sidebar.", images.description)
     else:
-        st.caption(f"{images.description}. {mapping.how}")
+        show(st.caption, "{}. {}", images.description, mapping.how)
     for warning in mapping.warnings if labelled else ():
-        st.warning(warning)
+        show(st.warning, "{}", warning)
     if loaded.random_init:
-        st.caption(f"{loaded.label} has random weights: its predictions are arbitrary (often one class for every "
-                   "image), so compare the variants by how far their outputs move (KL), not by accuracy.")
+        show(st.caption, "{} has random weights: its predictions are arbitrary (often one class for every image), so "
+             "compare the variants by how far their outputs move (KL), not by accuracy.", loaded.label)
 
     key = ScoringRequest(spec, overrides, selection.images, max_images, RescoreSettings(
         replacements=tuple(replacements), stages=stage_key, k=k, seed=seed, batch_size=batch_size, recovery=recovery),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from datetime import datetime
+from urllib.parse import quote
 
 import pandas as pd
 import streamlit as st
@@ -25,6 +26,7 @@ from fl_core.settings import replace_settings, settings_fields
 from fl_ui.forms import setting_widget
 from fl_ui.jobs import TrainingJob
 from fl_ui.lab import RUNS_TOKEN, demo_name_of, get_claims, get_correlations, get_trajectory, my_runs_dir, runs_in
+from fl_ui.messages import literal, show
 from fl_ui.state import current_selection, encode_token, set_url_param, url_param, url_setting
 from fl_ui.widgets import downloads, plot_with_explanation, table_with_download, user_errors
 
@@ -107,9 +109,9 @@ def show_run(run: Run) -> None:
             st.markdown(f"Shipped as **`demo:{demo}`** (and `demo:{demo}_init`): pick it in the sidebar's model list.")
         elif spec is not None:
             token = encode_token(*spec)
-            st.markdown(f"Open it in [Energy Profiles](energy?models={token}) or use the spec `{spec[0]}` with "
-                        f"input size {run.input_config.input_size}, crop {run.input_config.crop_pct:g}, mean "
-                        f"{run.input_config.mean} and std {run.input_config.std}.")
+            show(st.markdown, "Open it in [Energy Profiles]({}) or use the spec **{}** with input size {}, crop {}, "
+                 "mean {} and std {}.", f"energy?models={quote(token)}", spec[0], run.input_config.input_size,
+                 f"{run.input_config.crop_pct:g}", run.input_config.mean, run.input_config.std)
         else:
             st.caption("This run kept only its first-layer snapshots (no full checkpoints).")
         st.code(f"python -m fl_core train {cli_flags(run.config)} --out runs/{run.name}", language="bash")
@@ -237,7 +239,7 @@ def show_job(job: TrainingJob) -> None:
     @st.fragment(run_every=None if job.status().finished else 1.0)
     def live() -> None:
         status = job.status()
-        st.progress(min(max(status.fraction, 0.0), 1.0), text=f"{job.folder.name}: {status.message}")
+        st.progress(min(max(status.fraction, 0.0), 1.0), text=literal(f"{job.folder.name}: {status.message}"))
         if not status.finished:
             st.button("■ Cancel", key="lab_cancel", on_click=job.cancel,
                       help="Stop after the current step; what was trained so far is kept.")
@@ -246,11 +248,11 @@ def show_job(job: TrainingJob) -> None:
             st.plotly_chart(trajectory_figure(traj, not job.config.train.freeze_first), width="stretch",
                             key="lab_live_profile")
         if status.state == "failed":
-            st.error(status.error)
+            show(st.error, "{}", status.error)
         elif status.finished and status.run is not None:
-            st.success(f"Run {status.run.name} {'stopped early and ' if status.state == 'cancelled' else ''}"
-                       f"saved: validation accuracy {status.run.history.final_val_accuracy:.1%}. It is listed "
-                       "under “Your runs”.")
+            show(st.success, "Run {} {}saved: validation accuracy {}. It is listed under “Your runs”.", status.run.name,
+                 "stopped early and " if status.state == "cancelled" else "",
+                 f"{status.run.history.final_val_accuracy:.1%}")
         if status.finished and st.session_state.get("lab_job_seen") != job.folder.name:
             st.session_state["lab_job_seen"] = job.folder.name
             st.rerun(scope="app")

@@ -19,7 +19,7 @@ from fl_core.io.layers import conv_inventory, first_conv_name
 from fl_core.io.models import ModelSpec, load_model
 from fl_core.io.onnx_weights import read_onnx_convs
 from fl_core.masterkeys.depthwise import depthwise_bank
-from fl_ui.testing import page_app
+from fl_ui.testing import page_app, shown
 
 from ..app_pages import app_pages
 from ..conftest import REPO, TINY_MODELS
@@ -167,7 +167,7 @@ def _upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: str = ""):
 @pytest.mark.slow
 def test_an_onnx_upload_becomes_an_onnx_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app, uploads = _upload(tmp_path, monkeypatch)
-    assert not app.exception and not app.sidebar.error, [e.value for e in app.sidebar.error]
+    assert not app.exception and not app.sidebar.error, [shown(e) for e in app.sidebar.error]
     [path] = uploads.glob("*/*")
     assert path.name == "mine.onnx" and app.session_state["selection"].specs[-1] == f"onnx:{path}"
 
@@ -175,7 +175,7 @@ def test_an_onnx_upload_becomes_an_onnx_spec(tmp_path: Path, monkeypatch: pytest
 def test_an_onnx_upload_with_an_architecture_is_refused_and_removed(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     app, uploads = _upload(tmp_path, monkeypatch, arch="timm:resnet18")
-    assert [e.value for e in app.sidebar.error if "mine.onnx is an ONNX model" in e.value]
+    assert [shown(e) for e in app.sidebar.error if "mine.onnx is an ONNX model" in shown(e)]
     assert list(uploads.iterdir()) == []
 
 
@@ -187,7 +187,7 @@ def test_a_damaged_onnx_upload_gets_one_clear_error_and_is_removed(tmp_path: Pat
     app = page_app(app_pages()[0].path, models=TINY_MODELS).run()
     app.file_uploader(key="ckpt_upload").set_value(("broken.onnx", b"\x08\x07" + b"\xff" * 200, "application/x"))
     app.button(key="ckpt_add").click().run()
-    assert [e.value for e in app.sidebar.error] == [
+    assert [shown(e) for e in app.sidebar.error] == [
         "broken.onnx could not be read as an ONNX model: the file is damaged, truncated or not ONNX (DecodeError). "
         "Export it again."]
     assert list(uploads.iterdir()) == []

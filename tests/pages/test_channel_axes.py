@@ -13,6 +13,7 @@ from fl_ui import cache as cache_module
 from fl_ui import channels
 from fl_ui.channels import PAGE_LESIONS, PAGE_PRUNING, channel_axes_result, default_request
 from fl_ui.jobs import ChannelAxesRequest
+from fl_ui.testing import shown
 
 from ..conftest import RESNET20_SPEC, page_app
 
@@ -23,7 +24,7 @@ SMALL = {"models": DEMO, "axes_ncal": "64", "axes_neval": "32"}
 
 def assert_clean(app) -> None:
     assert not app.exception, [e.value for e in app.exception]
-    assert not app.error, [e.value for e in app.error]
+    assert not app.error, [shown(e) for e in app.error]
 
 
 def titles(app) -> list[str]:
@@ -31,7 +32,7 @@ def titles(app) -> list[str]:
 
 
 def texts(app) -> str:
-    return " ".join(e.value for e in [*app.markdown, *app.caption, *app.info, *app.warning])
+    return " ".join(shown(e) for e in [*app.markdown, *app.caption, *app.info, *app.warning])
 
 
 def demo_request(layer: str, **settings) -> ChannelAxesRequest:
@@ -53,7 +54,7 @@ def test_an_added_model_is_analysed_with_both_axes_lesions_and_pruning() -> None
     assert verdict in ("local", "target", "neither")
     assert ("baseline pruned best" in texts(app)) == (verdict == "neither")
     # the conv and where its channels are read are both named (not "features.14 … observed at features.16")
-    assert "128 channels of `features.14`, observed after features.15 → features.16" in texts(app)
+    assert "128 channels of **features.14**, observed after features.15 → features.16" in texts(app)
     shown = " ".join(titles(app))
     assert all(t in shown for t in ("local axis vs target axis", "Lesion and peer replacement", "Pruning features.14"))
     channels_table = app.dataframe[-1].value
@@ -122,10 +123,10 @@ def test_a_weights_only_upload_is_explained_without_a_job(resnet20) -> None:
     app.run()
     assert_clean(app)
     assert app.selectbox(key="axes_model").value == RESNET20_SPEC
-    info = " ".join(i.value for i in app.info)
+    info = " ".join(shown(i) for i in app.info)
     assert "is weights-only" in info and "Architecture" in info
-    shown = texts(app) + " ".join(str(m.value) for m in app.metric)
-    assert "None" not in shown and "wnid" not in shown
+    text = texts(app) + " ".join(str(m.value) for m in app.metric)
+    assert "None" not in text and "wnid" not in text
     assert not app.main.button and not app.get("plotly_chart")  # no Cancel button, no job
 
 

@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from fl_ui import DASHBOARD
 from fl_ui.state import DEFAULT_MODELS
-from fl_ui.testing import page_app
+from fl_ui.testing import page_app, shown
 
 from ..conftest import RESNET20_SPEC, TINY_MODELS
 from .url_round_trip import assert_round_trip, figure_titles
@@ -25,7 +25,7 @@ def open_page(page: str, **query: str) -> AppTest:
 
 def assert_clean(app: AppTest) -> None:
     assert not app.exception, [e.value for e in app.exception]
-    assert not app.error, [e.value for e in app.error]
+    assert not app.error, [shown(e) for e in app.error]
 
 
 def test_app_entry_point_opens_on_home_with_the_sidebar() -> None:
@@ -45,7 +45,7 @@ def test_home_opens_on_a_real_imagenet_first_layer_beside_a_random_init_of_its_a
     assert app.session_state["selection"].specs == DEFAULT_MODELS == ("demo:squeezenet1_0", "torchvision:squeezenet1_0")
     assert app.query_params["models"] == ",".join(DEFAULT_MODELS)
     assert len(app.get("plotly_chart")) >= 2
-    text = " ".join(m.value for m in app.markdown)
+    text = " ".join(shown(m) for m in app.markdown)
     assert "squeezenet1_0 against a random init of the same architecture**: the two profiles correlate at" in text
     assert "not a theory fit" in text and "**Theory fit** (Pearson r between each profile and its fitted" in text
     assert "r = +" not in text  # a profile-to-profile correlation written like the theory r read as a second fit
@@ -60,7 +60,7 @@ def test_home_opens_on_a_real_imagenet_first_layer_beside_a_random_init_of_its_a
 def test_home_says_a_demo_is_compared_with_its_own_initialization() -> None:
     app = open_page("views/home.py", models=TINY_MODELS)
     assert_clean(app)
-    text = " ".join(m.value for m in app.markdown)
+    text = " ".join(shown(m) for m in app.markdown)
     assert "tiny_vgg against its own initialization**: the two profiles correlate at" in text
     assert app.query_params["models"] == TINY_MODELS
 
@@ -76,7 +76,7 @@ def test_energy_page_subtracts_init_and_labels_deeper_layers() -> None:
     assert any(m.label == "r on log values" for m in app.metric)
     app.selectbox(key="energy_layer").select("features.4").run()
     assert_clean(app)
-    assert any("extension beyond the paper" in w.value for w in app.warning)
+    assert any("extension beyond the paper" in shown(w) for w in app.warning)
     assert app.query_params["layer"] == "features.4"
 
 
@@ -119,10 +119,10 @@ def test_a_bad_registry_name_is_explained_once_and_the_selection_kept() -> None:
     before = app.session_state["selection"].specs
     app.text_input(key="reg_name").input("not_a_net")
     app.button(key="reg_add").click().run()
-    assert any("timm has no architecture 'not_a_net'" in e.value for e in app.error)
+    assert any("timm has no architecture 'not_a_net'" in shown(e) for e in app.error)
     assert app.session_state["selection"].specs == before
     app.run()  # the next page or rerun: the error does not follow the user around
-    assert not any("timm has no architecture" in e.value for e in app.error)
+    assert not any("timm has no architecture" in shown(e) for e in app.error)
 
 
 @pytest.mark.slow

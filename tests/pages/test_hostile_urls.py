@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from PIL import Image
 
 from fl_core.settings import path_text_problem
 from fl_ui.state import MAX_URL_MODELS
-from fl_ui.testing import page_app
+from fl_ui.testing import page_app, shown
 
 from ..app_pages import app_pages
 
@@ -54,12 +55,12 @@ PAGES = [page.path for page in app_pages()]
 
 def assert_no_exception_box(app, label: str) -> None:
     assert not app.exception, (label, [e.value for e in app.exception][:2])
-    generic = [e.value for e in app.error if "Something went wrong" in e.value]
+    generic = [shown(e) for e in app.error if "Something went wrong" in shown(e)]
     assert not generic, (label, generic)
 
 
 def notices(app) -> str:
-    return " ".join(w.value for w in app.warning)
+    return " ".join(shown(w) for w in app.warning)
 
 
 @pytest.mark.slow
@@ -125,3 +126,17 @@ def test_a_folder_holding_names_in_another_encoding_is_listed(tmp_path: Path) ->
     assert_no_exception_box(app, "non-UTF-8 names")
     names = app.selectbox(key="maps_image").options
     assert "cats/\ufffdt\ufffd.png" in names and "\ufffd\ufffddogs/\ufffdt\ufffd.png" in names
+
+
+@pytest.mark.slow
+def test_a_preprocessing_over_the_memory_budget_is_dropped_with_a_notice_before_any_work() -> None:
+    """``|size=4096;crop=1`` resizes every image to 4,096² pixels (an analysis's batch of 8: 1.5 GiB); the link's
+    model is kept with its own preprocessing and the page says why, instead of computing for minutes."""
+    began = time.monotonic()
+    app = page_app("views/home.py", models="demo:tiny_vgg|size=4096;crop=1").run()
+    assert_no_exception_box(app, "size=4096")
+    assert "its preprocessing input size 4096 with crop fraction 1" in notices(app)
+    assert "over the 1.0 GiB an analysis may use (FL_ANALYSIS_MEMORY_MB)" in notices(app)
+    assert app.session_state["selection"].specs == ("demo:tiny_vgg",)
+    assert app.session_state["selection"].overrides == {} and app.query_params["models"] == "demo:tiny_vgg"
+    assert time.monotonic() - began < 60  # the tiny demo at its own 32 px (2 idle cores: ~3 s)

@@ -6,7 +6,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from fl_ui.masterkeys import BASELINE_DEPTHWISE_SPEC, DEFAULT_DEPTHWISE_SPEC, DEFAULT_SWAP_SPEC
-from fl_ui.testing import page_app
+from fl_ui.testing import page_app, shown
 
 from .url_round_trip import assert_round_trip
 
@@ -20,7 +20,7 @@ def open_page(page: str, **query: str) -> AppTest:
 
 def assert_clean(app: AppTest) -> None:
     assert not app.exception, [e.value for e in app.exception]
-    assert not app.error, [e.value for e in app.error]
+    assert not app.error, [shown(e) for e in app.error]
 
 
 def mobilenet_token(mobilenet) -> str:
@@ -29,7 +29,7 @@ def mobilenet_token(mobilenet) -> str:
 
 
 def text_of(app: AppTest) -> str:
-    return " ".join(e.value for e in [*app.markdown, *app.caption, *app.info, *app.warning])
+    return " ".join(shown(e) for e in [*app.markdown, *app.caption, *app.info, *app.warning])
 
 
 def test_master_keys_opens_offline_on_the_real_text_detector_bank_beside_the_random_baseline() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from fl_ui.testing import shown
+
 from ..conftest import page_app
 from .url_round_trip import assert_round_trip
 
@@ -13,7 +15,7 @@ PAGE = "views/report.py"
 
 def assert_clean(app) -> None:
     assert not app.exception, [e.value for e in app.exception]
-    assert not app.error, [e.value for e in app.error]
+    assert not app.error, [shown(e) for e in app.error]
 
 
 def chart_titles(app) -> str:
@@ -33,7 +35,7 @@ def test_the_selected_model_is_reported_with_a_preview_and_its_downloads() -> No
     assert "Energy profile" in chart_titles(app) and "filter norms" in chart_titles(app)
     labels = [button.proto.label for button in app.get("download_button")]
     assert "⬇ HTML report" in labels and "⬇ JSON" in labels
-    assert any("1 checkpoint(s)" in caption.value for caption in app.caption)
+    assert any("1 checkpoint(s)" in shown(caption) for caption in app.caption)
 
 
 def test_the_selected_models_as_checkpoints_of_one_run_add_the_trajectory() -> None:
@@ -42,7 +44,7 @@ def test_the_selected_models_as_checkpoints_of_one_run_add_the_trajectory() -> N
     assert_clean(app)
     assert app.selectbox(key="report_source").value == "selected" and app.query_params["report"] == "selected"
     assert "over the checkpoints" in chart_titles(app)
-    assert any("2 checkpoint(s)" in caption.value for caption in app.caption)
+    assert any("2 checkpoint(s)" in shown(caption) for caption in app.caption)
 
 
 @pytest.mark.slow
@@ -59,12 +61,12 @@ def test_a_shared_server_folder_of_checkpoints_is_reported_as_one_run(tmp_path, 
     assert_clean(app)
     assert app.selectbox(key="report_source").value == f"dir:{folder}"
     assert "over the checkpoints" in chart_titles(app)
-    assert any("2 checkpoint(s)" in caption.value for caption in app.caption)
+    assert any("2 checkpoint(s)" in shown(caption) for caption in app.caption)
 
     refused = page_app(PAGE, models="demo:tiny_vgg", report_dir="/etc")
     refused.run()
     assert not refused.exception
-    assert "outside the folders this server shares" in refused.error[0].value
+    assert "outside the folders this server shares" in shown(refused.error[0])
     assert refused.selectbox(key="report_source").value == "model:demo:tiny_vgg"
 
 

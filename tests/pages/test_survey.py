@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from fl_ui.testing import shown
+
 from ..conftest import page_app
 
 PAGE = "views/survey.py"
@@ -20,14 +22,14 @@ def test_a_survey_runs_each_model_on_a_worker_and_keeps_bad_models_as_rows() -> 
     assert not app.exception and not app.error
     assert list(app.dataframe[-1].value["model"]) == ["tiny_vgg"]  # the sidebar's model, at once
     app.text_area(key="survey_models").input(MODELS).run()
-    assert any("The 3 models listed × energy profile vs linear theory" in caption.value for caption in app.caption)
+    assert any("The 3 models listed × energy profile vs linear theory" in shown(caption) for caption in app.caption)
     assert list(app.dataframe[-1].value["model"]) == ["tiny_vgg"]  # the list waits for Run survey
     app.button(key="survey_run").click().run()
-    assert not app.exception and not app.error, [e.value for e in (*app.exception, *app.error)]
+    assert not app.exception and not app.error, [shown(e) for e in (*app.exception, *app.error)]
     table = app.dataframe[-1].value.set_index("model")
     assert list(table.index) == ["tiny_vgg", "tiny_vgg_init", "weights:/no/such/file.pt"]
     assert table["worker"].iloc[:2].str.fullmatch(r"worker \d").all()  # not the engine's tcp://127.0.0.1:… address
-    assert not any("tcp://" in caption.value for caption in app.caption)
+    assert not any("tcp://" in shown(caption) for caption in app.caption)
     assert "No checkpoint file" in table.loc["weights:/no/such/file.pt", "error"]
     # the trained network's first layer follows the linear theory much better than its own initialization
     trained, init = (float(table.loc[name, "theory_r"]) for name in ("tiny_vgg", "tiny_vgg_init"))
@@ -40,5 +42,5 @@ def test_a_survey_runs_each_model_on_a_worker_and_keeps_bad_models_as_rows() -> 
 def test_a_pattern_matching_more_models_than_the_page_takes_is_refused() -> None:
     app = page_app(PAGE).run()
     app.text_area(key="survey_models").input("timm:*").run()
-    assert any("more than its limit of 50" in error.value for error in app.error)
+    assert any("more than its limit of 50" in shown(error) for error in app.error)
     assert not app.get("plotly_chart")

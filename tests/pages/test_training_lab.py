@@ -14,6 +14,7 @@ from fl_core.cli.train import cli_flags, config_from_args
 from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunSettings, list_runs, load_run, resolve_config, session_runs_dir
 from fl_core.lab.train import TrainSettings
 from fl_core.settings import MAX_STEPS, replace_settings
+from fl_ui.testing import shown
 
 from ..conftest import page_app
 from .url_round_trip import assert_round_trip
@@ -23,7 +24,7 @@ PAGE = "views/training_lab.py"
 
 def assert_clean(app) -> None:
     assert not app.exception, [e.value for e in app.exception]
-    assert not app.error, [e.value for e in app.error]
+    assert not app.error, [shown(e) for e in app.error]
 
 
 @pytest.fixture()
@@ -56,7 +57,7 @@ def test_the_step_slider_shows_the_initialization_and_is_remembered_in_the_url()
     assert_clean(app)
     assert app.query_params["step"] == "0" and app.query_params["run"] == "lab_vgg_random_s0"
     assert app.metric[2].value == "+1.000"  # at step 0 the profile is the initial one
-    assert any("showing the raw profile" in c.value for c in app.caption)
+    assert any("showing the raw profile" in shown(c) for c in app.caption)
 
 
 def test_a_run_trains_live_from_the_form_and_appears_under_your_runs(runs_dir) -> None:
@@ -72,7 +73,7 @@ def test_a_run_trains_live_from_the_form_and_appears_under_your_runs(runs_dir) -
     assert status.state == "done", status.error
     app.run()
     assert_clean(app)
-    assert any("saved" in s.value for s in app.success)
+    assert any("saved" in shown(s) for s in app.success)
     assert status.run.config.labels == "random" and status.run.config.train.steps == 6
     app.radio(key="lab_mode").set_value("yours").run()
     assert_clean(app)
@@ -97,7 +98,7 @@ def test_a_run_over_the_memory_budget_is_refused_before_it_starts(runs_dir) -> N
     app.number_input(key="lab_width").set_value(256)
     app.number_input(key="lab_batch").set_value(4096)
     app.button(key="lab_start").click().run()
-    assert any("over the 1.0 GiB" in e.value and "FL_ANALYSIS_MEMORY_MB" in e.value for e in app.error)
+    assert any("over the 1.0 GiB" in shown(e) and "FL_ANALYSIS_MEMORY_MB" in shown(e) for e in app.error)
     assert "lab_job" not in app.session_state and not list(runs_dir.iterdir())
 
 
@@ -137,7 +138,7 @@ def test_each_browser_session_lists_only_its_own_runs(runs_dir) -> None:
     alice.run()
     bob.run()
     assert alice.selectbox(key="lab_run").options == ["lab_vgg_true_s0"]  # its name in run.json
-    assert not bob.main.selectbox and any("No runs in this browser session" in i.value for i in bob.info)
+    assert not bob.main.selectbox and any("No runs in this browser session" in shown(i) for i in bob.info)
     again = page_app(PAGE, lab="yours", lab_runs=alice.query_params["lab_runs"])  # a reload of Alice's page
     again.run()
     assert again.selectbox(key="lab_run").options == ["lab_vgg_true_s0"]

@@ -6,7 +6,7 @@ import pytest
 
 from fl_core.masterkeys.clustering import MasterKeySettings
 from fl_core.settings import MAX_TEXT_LENGTH, parse_setting, settings_fields
-from fl_ui.testing import page_app
+from fl_ui.testing import page_app, shown
 
 from .test_masterkeys import assert_clean
 
@@ -37,8 +37,8 @@ def test_an_invalid_url_value_falls_back_to_the_default_with_a_notice_and_a_vali
     app.run()
     assert_clean(app)
     assert app.slider[0].value == MasterKeySettings.k and app.checkbox[0].value is False
-    notices = " ".join(w.value for w in app.warning)
+    notices = " ".join(shown(w) for w in app.warning)
     assert "'k'" in notices and "'lots'" in notices and "'sweep'" in notices
     assert app.query_params["k"] == str(MasterKeySettings.k)  # the URL now says what is shown
     app.run()  # said once, not on every rerun
-    assert not any("'k'" in w.value for w in app.warning)
+    assert not any("'k'" in shown(w) for w in app.warning)

@@ -8,7 +8,7 @@ from typing import Any
 
 from streamlit.testing.v1 import AppTest
 
-from fl_ui.testing import page_app
+from fl_ui.testing import page_app, shown
 
 WIDGET_KINDS = ("selectbox", "multiselect", "checkbox", "toggle", "slider", "select_slider", "number_input",
                 "text_input", "radio", "button_group")
@@ -31,7 +31,7 @@ def figure_titles(app: AppTest) -> list[str]:
 
 def assert_clean(app: AppTest) -> None:
     assert not app.exception, [e.value for e in app.exception]
-    assert not app.error, [e.value for e in app.error]
+    assert not app.error, [shown(e) for e in app.error]
 
 
 def assert_round_trip(page: str, changes: Mapping[str, Any], fixed: frozenset[str] = frozenset(),

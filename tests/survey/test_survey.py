@@ -148,3 +148,43 @@ def test_the_figure_shows_the_headline_numbers_of_every_model_coloured_by_family
     panel_titles = [annotation.text for annotation in fig.layout.annotations]
     assert len(panel_titles) == 2 and panel_titles[0].startswith("Pearson r")  # side by side on a projector:
     assert all(len(line) <= PANEL_TITLE_CHARS for title in panel_titles for line in title.split("<br>"))  # no overlap
+
+
+def test_a_list_of_bad_names_is_refused_in_one_line_before_any_worker_starts(capsys, monkeypatch) -> None:
+    """800 names no registry has: the command's one-line error and exit status 2, no cluster, no Dask log."""
+    from fl_core.cli import main
+    from fl_core.survey import engine
+
+    monkeypatch.setattr(engine, "survey_client", lambda *args: pytest.fail("a cluster was started"))
+    names = [argument for index in range(800) for argument in ("--model", f"timm:no_such_net_{index}")]
+    assert main(["survey", "--max-models", "1000", "--quiet", *names]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err == ("error: 800 of the 800 models cannot be surveyed. The first: timm has no architecture "
+                               "'no_such_net_0'. See timm.list_models().\n")
+
+
+def test_duplicates_are_dropped_before_patterns_expand_and_the_count_is_bounded_as_it_grows(monkeypatch) -> None:
+    from fl_core.survey import models
+
+    expanded = []
+    real = models.expand_spec
+    monkeypatch.setattr(models, "expand_spec", lambda spec: expanded.append(spec) or real(spec))
+    assert survey_models(["timm:convnext_at*"] * 5000 + ["demo:tiny_vgg"] * 5000, limit=50) == (
+        *expand_spec("timm:convnext_at*"), "demo:tiny_vgg")
+    assert expanded == ["timm:convnext_at*", "demo:tiny_vgg"]
+    expanded.clear()
+    with pytest.raises(DataError, match="more than its limit of 3"):
+        survey_models(["timm:resnet*", *(f"demo:tiny_vgg_{index}" for index in range(5000))], limit=3)
+    assert expanded == ["timm:resnet*"]  # refused as soon as the list passed the limit
+
+
+@pytest.mark.slow
+def test_the_command_on_its_embedded_cluster_prints_its_rows_not_dasks_log(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "fl_core", "survey", "--family", "weights", "--model", "demo:tiny_vgg",
+                           "--workers", "1", "--quiet"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("tiny_vgg: dead_share 0.000") and "1 models in" in done.stdout
+    assert not [line for line in done.stderr.splitlines() if "INFO" in line or "UserWarning" in line], done.stderr

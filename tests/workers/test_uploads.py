@@ -21,7 +21,7 @@ import torch
 
 from fl_core.errors import DataError
 from fl_core.io.checkpoints import save_state_dict
-from fl_ui.testing import page_app
+from fl_ui.testing import page_app, shown
 from fl_ui.uploads import IN_USE_SECONDS, UploadStore, upload_store, write_atomically, writers_lock
 
 from ..app_pages import app_pages
@@ -67,6 +67,28 @@ def test_uploads_are_content_addressed_and_keep_the_users_file_name(tmp_path: Pa
     assert folder.name.startswith("images-") and sorted(names(folder)) == ["a.png", "b.png"]
     assert store.add_images([("a.png", _png()), ("b.png", _png(20))]) == folder
     assert not [n for n in names(store.root) if n.endswith(".part")]
+
+
+def test_images_uploaded_together_are_each_kept_under_their_own_name(tmp_path: Path) -> None:
+    """``a.png`` and ``a.jpg`` (one stem) are both kept; a dot-file is an image like any other, named without its dot
+    (a name starting with a dot is hidden from the folder's listing)."""
+    from fl_core.io.images import folder_images
+
+    store = store_in(tmp_path / "uploads")
+    folder = store.add_images([("a.png", _png(20)), ("a.jpg", _png(30)), ("A.tif", _png(40)), (".png", _png(50))])
+    assert sorted(names(folder)) == ["A-3.png", "a-2.png", "a.png", "png.png"]
+    assert sorted(image.size for image, _ in folder_images(folder)) == [(20, 20), (30, 30), (40, 40), (50, 50)]
+
+
+def test_a_refused_dot_file_upload_is_named_as_the_user_named_it(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FL_UPLOAD_DIR", str(tmp_path / "uploads"))
+    monkeypatch.chdir(REPO)
+    app = page_app(app_pages()[0].path, models=TINY_MODELS).run()
+    app.file_uploader(key="ckpt_upload").set_value((".pt", b"not a checkpoint", "application/octet-stream"))
+    app.button(key="ckpt_add").click().run()
+    [error] = [shown(e) for e in app.sidebar.error]
+    assert error.startswith(".pt: ") and str(tmp_path) not in error and "unsupported" in error, error
 
 
 def test_the_quota_evicts_the_least_recently_used_uploads_first(tmp_path: Path) -> None:
@@ -303,7 +325,7 @@ def _app_with_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quota_mb: 
 def test_the_sidebar_refuses_an_upload_larger_than_the_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app, uploads = _app_with_upload(tmp_path, monkeypatch, quota_mb="0.0001")
     assert not app.exception
-    assert [e.value for e in app.sidebar.error if "FL_UPLOAD_QUOTA_MB" in e.value and "mine.safetensors" in e.value]
+    assert [shown(e) for e in app.sidebar.error if "FL_UPLOAD_QUOTA_MB" in shown(e) and "mine.safetensors" in shown(e)]
     assert list(uploads.iterdir()) == [] and app.session_state["selection"].specs == ("demo:tiny_vgg",
                                                                                      "demo:tiny_vgg_init")
 
@@ -318,7 +340,7 @@ def test_the_sidebar_marks_selected_uploads_used_without_changing_their_file_sta
     [path] = folder.iterdir()
     assert path.name == "mine.safetensors" and app.session_state["selection"].specs[-1] == f"weights:{path}"
     assert "weights: mine.safetensors" in app.multiselect(key="model_picker").format_func(f"weights:{path}")
-    assert any("In full: " in c.value and "weights: mine.safetensors" in c.value for c in app.sidebar.caption)
+    assert any("In full: " in shown(c) and "weights: mine.safetensors" in shown(c) for c in app.sidebar.caption)
     last_used(folder, 10)
     stamp = path.stat().st_mtime_ns
     app.run()
@@ -335,4 +357,4 @@ def test_a_session_whose_upload_was_evicted_gets_a_clear_error(tmp_path: Path, m
     shutil.rmtree(folder)  # what eviction does to an upload nobody used for a while
     app.run()
     assert not app.exception
-    assert any("No checkpoint file at" in e.value for e in app.error), [e.value for e in app.error]
+    assert any("No checkpoint file at" in shown(e) for e in app.error), [shown(e) for e in app.error]

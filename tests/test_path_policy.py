@@ -1,0 +1,228 @@
+"""One path policy at every door (DESIGN: "one rule per concern, one place that enforces it"): on a server with one
+data root, a file outside it and a symlink inside it that leads out are refused, with the same message, by every
+entry point that takes a path: the library and the command line, every URL value and form of the dashboard that
+names a file or a folder, the Survey page's list, the Report page's folder, and a job sent to a worker. A library
+user without ``FL_DATA_ROOTS`` keeps reading any path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from fl_core.cli import main as cli_main
+from fl_core.errors import DataError, FilterLensError
+from fl_core.firstlayer.energy import EnergySettings
+from fl_core.firstlayer.whitening import WhiteningSettings
+from fl_core.io.checkpoints import save_state_dict
+from fl_core.io.images import folder_images
+from fl_core.io.models import load_model
+from fl_core.io.paths import PathPolicy, data_roots, reading_for
+from fl_core.report.build import ReportSettings
+from fl_core.report.series import load_series
+from fl_core.survey.analysis import SurveySettings
+from fl_core.survey.models import survey_models
+from fl_ui import jobs
+from fl_ui.testing import page_app, shown
+
+from .app_pages import app_pages
+from .conftest import REPO
+from .test_hostile_uploads import _png
+
+
+@dataclass(frozen=True)
+class Server:
+    """A server's files: ``root`` (its one data root) holds ``inside`` files and symlinks that lead out of it."""
+
+    root: Path
+    weights: Path
+    photos: Path
+    checkpoints: Path
+    models_list: Path
+
+    def link(self, target: Path) -> Path:
+        """The symlink inside the root that leads to ``target`` outside it."""
+        return self.root / f"link-{target.name}"
+
+    def both(self, target: Path) -> tuple[Path, Path]:
+        """The file or folder outside the root, and the symlink to it inside."""
+        return target, self.link(target)
+
+
+def refusal(path: Path | str) -> str:
+    """The one message every door gives for ``path``."""
+    return PathPolicy(roots=data_roots()).error(path)
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Server:
+    root, private = tmp_path / "shared", tmp_path / "private"
+    (root / "ok").mkdir(parents=True)
+    (private / "photos").mkdir(parents=True)
+    (private / "checkpoints").mkdir()
+    weights = private / "private.safetensors"
+    for path in (weights, private / "checkpoints" / "ckpt_1.safetensors", root / "ok" / "mine.safetensors"):
+        save_state_dict({"conv.weight": torch.randn(8, 3, 3, 3)}, path)
+    (private / "photos" / "fish.png").write_bytes(_png(40))
+    (private / "models.txt").write_text(f"weights:{weights}\n")
+    found = Server(root, weights, private / "photos", private / "checkpoints", private / "models.txt")
+    for target in (found.weights, found.photos, found.checkpoints, found.models_list):
+        found.link(target).symlink_to(target)
+    monkeypatch.setenv("FL_DATA_ROOTS", str(root))
+    monkeypatch.setenv("FL_UPLOAD_DIR", str(tmp_path / "uploads"))
+    monkeypatch.chdir(REPO)
+    return found
+
+
+LIBRARY_DOORS: dict[str, tuple[str, Callable[[Path], object]]] = {
+    "weights:PATH": ("weights", lambda p: load_model(f"weights:{p}")),
+    "NAME=PATH": ("weights", lambda p: load_model(f"timm:resnet18={p}")),
+    "onnx:PATH": ("weights", lambda p: load_model(f"onnx:{p}")),
+    "image folder": ("photos", folder_images),
+    "report folder": ("checkpoints", lambda p: load_series([f"weights:{p}"])),
+    "survey spec": ("weights", lambda p: survey_models([f"weights:{p}"], limit=5)),
+    "survey list": ("models_list", lambda p: survey_models(files=[p], limit=5)),
+    "survey folder": ("checkpoints", lambda p: survey_models(folders=[p], limit=5)),
+}
+
+
+@pytest.mark.parametrize("linked", [False, True], ids=["outside", "symlink out"])
+@pytest.mark.parametrize("door", LIBRARY_DOORS)
+def test_every_library_door_refuses_paths_outside_the_data_root(server: Server, door: str, linked: bool) -> None:
+    target, function = LIBRARY_DOORS[door]
+    path = server.both(getattr(server, target))[linked]
+    with pytest.raises(DataError) as refused:
+        function(path)
+    assert str(refused.value) == refusal(path)
+
+
+def test_the_command_line_refuses_with_the_one_line_message(server: Server, capsys: pytest.CaptureFixture) -> None:
+    for path in server.both(server.weights):
+        assert cli_main(["inspect", "--model", f"weights:{path}", "--quiet"]) == 2
+        assert capsys.readouterr().err == f"error: {refusal(path)}\n"
+
+
+def test_a_file_in_a_shared_folder_that_links_out_is_refused(server: Server) -> None:
+    mixed = server.root / "ok"
+    (mixed / "fish.png").write_bytes(_png(40))
+    (mixed / "secret.png").symlink_to(server.photos / "fish.png")
+    with pytest.raises(DataError) as refused:
+        folder_images(mixed)
+    assert str(refused.value) == refusal(mixed / "secret.png")
+
+
+def test_files_inside_the_data_root_are_read(server: Server) -> None:
+    assert load_model(f"weights:{server.root / 'ok' / 'mine.safetensors'}").weights_only
+    assert survey_models([f"weights:{server.root / 'ok' / 'mine.safetensors'}", "demo:tiny_vgg"], limit=5)
+
+
+@pytest.mark.parametrize("door", LIBRARY_DOORS)
+def test_a_library_user_without_data_roots_reads_any_path(server: Server, door: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FL_DATA_ROOTS")
+    target, function = LIBRARY_DOORS[door]
+    for path in server.both(getattr(server, target)):
+        try:
+            function(path)
+        except FilterLensError as err:  # whatever else the file is (not ONNX, not a ResNet): never the policy
+            assert "outside the folders" not in str(err)
+
+
+def test_the_upload_folder_shares_its_entries_never_itself(tmp_path: Path) -> None:
+    store = tmp_path / "uploads"
+    (store / "ab12").mkdir(parents=True)
+    policy = PathPolicy(roots=(), stores=(store,), listens_on="0.0.0.0")
+    assert policy.error(store / "ab12" / "mine.pt") is None
+    assert "FL_DATA_ROOTS is not set" in policy.error(store)
+    assert "it listens on 0.0.0.0" in policy.error(tmp_path / "elsewhere.pt")
+
+
+# ------------------------------------------------------------------------------------------- the dashboard's doors
+
+
+def errors_of(app, where) -> list[str]:
+    assert not app.exception, [e.value for e in app.exception]
+    return [shown(e) for e in where.error]
+
+
+@pytest.mark.slow
+def test_every_url_value_and_sidebar_form_refuses_with_the_same_message(server: Server) -> None:
+    file, link = server.both(server.weights)
+    folder, folder_link = server.both(server.photos)
+    specs = [f"weights:{file}", f"weights:{link}", f"timm:resnet18={file}", f"onnx:{link}"]
+    app = page_app(app_pages()[0].path, models=",".join(["demo:tiny_vgg", *specs]), images=str(folder_link)).run()
+    paths = [file, link, file, link, folder_link]
+    assert errors_of(app, app.sidebar) == [refusal(path) for path in paths]
+    assert app.session_state["selection"].specs == ("demo:tiny_vgg",)
+    assert app.session_state["selection"].images == "bundled"
+
+    for path in (file, link):  # the architecture form
+        app.text_input(key="reg_name").input(f"resnet18={path}")
+        app.button(key="reg_add").click().run()
+        assert errors_of(app, app.sidebar) == [refusal(path)]
+    app.radio(key="img_choice").set_value("folder on the server").run()
+    for path in (folder, folder_link):  # the image folder form
+        app.text_input(key="img_folder").input(str(path)).run()
+        assert errors_of(app, app.sidebar) == [refusal(path)]
+    assert app.session_state["selection"].specs == ("demo:tiny_vgg",)
+    assert app.session_state["selection"].images == "bundled"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("linked", [False, True], ids=["outside", "symlink out"])
+def test_the_report_folder_refuses_with_the_same_message(server: Server, linked: bool) -> None:
+    path = server.both(server.checkpoints)[linked]
+    app = page_app("views/report.py", models="demo:tiny_vgg", report_dir=str(path)).run()
+    assert errors_of(app, app.main) == [refusal(path)]
+    assert "report_dir" not in app.query_params or not app.query_params["report_dir"]
+
+
+@pytest.mark.slow
+def test_the_survey_list_refuses_with_the_same_message(server: Server) -> None:
+    app = page_app("views/survey.py", models="demo:tiny_vgg").run()
+    for path in server.both(server.weights):
+        app.text_area(key="survey_models").input(f"demo:tiny_vgg\nweights:{path}").run()  # checked as typed
+        assert errors_of(app, app.main) == [refusal(path)]
+        assert "survey_run" not in [button.key for button in app.main.button]
+        assert not [row for row in app.dataframe if "private" in row.value.to_string()]  # nothing surveyed
+
+
+@pytest.mark.slow
+def test_a_job_sent_to_a_worker_opens_files_under_the_submitting_sessions_policy(
+        server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's own environment shares everything (no ``FL_DATA_ROOTS``): the job brings the session's policy."""
+    from fl_ui.engine import Engine
+
+    policy = PathPolicy(roots=data_roots())
+    monkeypatch.delenv("FL_DATA_ROOTS")
+    file, link = server.both(server.weights)
+    folder_link = server.link(server.photos)
+    checkpoints, checkpoints_link = server.both(server.checkpoints)
+    requests = {
+        file: (jobs.energy_job, jobs.EnergyRequest(((f"weights:{file}", ()),), "bundled", EnergySettings(), False,
+                                                   "cpu")),
+        link: (jobs.whitening_job, jobs.WhiteningRequest(((f"weights:{link}", ()),), "bundled",
+                                                         WhiteningSettings(), "cpu")),
+        folder_link: (jobs.energy_job, jobs.EnergyRequest((("demo:tiny_vgg", ()),), str(folder_link),
+                                                          EnergySettings(), False, "cpu")),
+        checkpoints: (jobs.report_job, jobs.ReportRequest(((f"weights:{checkpoints}", ()),), ("",), ReportSettings(),
+                                                          "cpu")),
+    }
+    engine = Engine(workers=1)
+    try:
+        engine.wait_for_workers()
+        with reading_for(policy):
+            submitted = {path: engine.submit(function, request) for path, (function, request) in requests.items()}
+            row = engine.submit(jobs.survey_row_job, jobs.SurveyRowRequest(f"weights:{checkpoints_link}",
+                                                                            SurveySettings(), "cpu"))
+        for path, job in submitted.items():
+            with pytest.raises(FilterLensError) as refused:
+                job.wait()
+            assert str(refused.value) == policy.error(path)
+        assert row.wait().error == policy.error(checkpoints_link)
+        assert engine.submit(jobs.energy_job, requests[file][1]).wait().models  # outside the session: no policy
+    finally:
+        engine.close()
