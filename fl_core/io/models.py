@@ -7,6 +7,8 @@ Spec forms (README.md, "Models"):
                                     process; labelled "random init" everywhere)
 ``timm:NAME@pretrained``            registry weights (hub download or local cache; clear error when unreachable)
 ``timm:NAME=PATH``                  architecture + a state-dict file
+``cifar:resnet56[=PATH]``           a CIFAR ResNet of He et al. 2016 (:mod:`fl_core.io.cifar`): random init, or a
+                                    checkpoint in any of the common layouts, with its family's 32-pixel input
 ``weights:PATH``                    weights only: any state dict, no architecture needed
 ``onnx:PATH``                       weights only: the Conv nodes of an ONNX model (:mod:`fl_core.io.onnx_weights`)
 ``demo:NAME``                       a checkpoint shipped in ``fl_core/assets/demo`` (listed in its manifest)
@@ -31,14 +33,14 @@ from torch import nn
 
 from fl_core.budgets import check_parameters
 from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
-from fl_core.io import DEMO_DIR, nets
+from fl_core.io import DEMO_DIR, cifar, nets
 from fl_core.io.checkpoints import file_sha256, load_into, load_state_dict, match_state_dict
 from fl_core.io.classes import IMAGENET_CLASSES, imagenet_class_names
 from fl_core.io.layers import ConvLayer, probe_inventory
 from fl_core.io.preprocessing import INTERPOLATIONS, InputConfig
 from fl_core.settings import path_text_problem, printable
 
-SOURCES = ("timm", "torchvision", "weights", "onnx", "demo")
+SOURCES = ("timm", "torchvision", "cifar", "weights", "onnx", "demo")
 FILE_SOURCES = ("weights", "onnx")
 """Spec sources that are just a file path (``weights:PATH``, ``onnx:PATH``): weights only."""
 def check_spec_text(spec: str) -> None:
@@ -59,13 +61,14 @@ class ModelSpec:
 
     @classmethod
     def parse(cls, spec: str) -> ModelSpec:
-        """Parse ``timm:NAME[@pretrained|=PATH]``, ``torchvision:...``, ``weights:PATH``, ``onnx:PATH`` or
-        ``demo:NAME``."""
+        """Parse ``timm:NAME[@pretrained|=PATH]``, ``torchvision:...``, ``cifar:NAME[=PATH]``, ``weights:PATH``,
+        ``onnx:PATH`` or ``demo:NAME``."""
         check_spec_text(spec)
         source, sep, rest = spec.strip().partition(":")
         if not sep or source not in SOURCES or not rest:
             raise ModelSpecError(f"'{spec}' is not a model spec. Use timm:NAME, timm:NAME@pretrained, timm:NAME=PATH, "
-                                 "torchvision:NAME (same forms), weights:PATH, onnx:PATH or demo:NAME.")
+                                 "torchvision:NAME (same forms), cifar:resnet56[=PATH], weights:PATH, onnx:PATH or "
+                                 "demo:NAME.")
         if source in FILE_SOURCES:
             return cls(source, name=Path(rest).name, path=rest)
         if source == "demo":
@@ -184,14 +187,25 @@ class LoadedModel:
         return copy.deepcopy(model).to(device)
 
     def _require_model(self) -> nn.Module:
-        if self.model is None and self.spec.startswith("onnx:"):
-            raise ModelSpecError(f"{self.label}: ONNX models are read for their weights only (FilterLens does not "
-                                 "run ONNX graphs), and this analysis needs a runnable model. Load the network's "
-                                 "PyTorch weights with timm:NAME=PATH or torchvision:NAME=PATH instead.")
         if self.model is None:
-            raise ModelSpecError(f"{self.label} is weights-only: this analysis needs a full model. Use "
-                                 "timm:NAME=PATH or torchvision:NAME=PATH to name its architecture.")
+            raise ModelSpecError(f"{self.label} is weights-only, and this analysis runs the network. "
+                                 f"{self.runnable_advice()}")
         return self.model
+
+    def runnable_advice(self) -> str:
+        """How to get a network FilterLens can run from this weights-only model, naming a route that exists: for an
+        ONNX file, that its graph cannot run here; for a CIFAR ResNet's state dict, its ``cifar:`` spec (depth from the
+        keys); otherwise the registries' ``NAME=PATH`` specs and, for a network of one's own code, ``from_module``."""
+        if self.spec.startswith("onnx:"):
+            return ("FilterLens reads ONNX files for their weights only and cannot run ONNX graphs: load the "
+                    "network's PyTorch weights with its architecture instead (timm:NAME=PATH, torchvision:NAME=PATH or "
+                    "cifar:resnetNN=PATH).")
+        if layout := cifar.read_cifar_layout(self.state_dict):
+            return (f"Its weights are a CIFAR {layout.name} ({layout.blocks} blocks in each of layer1-layer3 after a "
+                    f"16×3×3×3 conv1): load it as cifar:{layout.name}=PATH.")
+        return ("Name the architecture it was trained as: timm:NAME=PATH or torchvision:NAME=PATH (CIFAR ResNets: "
+                "cifar:resnetNN=PATH). A network defined in your own code runs from Python: "
+                "fl_core.LoadedModel.from_module(model).")
 
     def describe(self) -> dict[str, object]:
         """JSON-safe summary for ``inspect`` and the Home page."""
@@ -233,8 +247,8 @@ def load_model(spec: str, *, input_overrides: Mapping[str, object] | None = None
         ModelSpecError, CheckpointError, WeightsUnavailableError: with a message for the user.
     """
     parsed = ModelSpec.parse(spec)
-    loader = {"timm": _load_registry, "torchvision": _load_registry, "weights": _load_weights_only,
-              "onnx": _load_onnx, "demo": _load_demo}[parsed.source]
+    loader = {"timm": _load_registry, "torchvision": _load_registry, "cifar": _load_cifar,
+              "weights": _load_weights_only, "onnx": _load_onnx, "demo": _load_demo}[parsed.source]
     loaded = loader(parsed, prefer_ema)
     if input_overrides:
         loaded = dataclasses.replace(loaded, input_config=loaded.input_config.with_overrides(**input_overrides))
@@ -263,11 +277,18 @@ def _load_onnx(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
 RANDOM_INIT_SEED = 0  # registry architectures without weights: one reproducible network, not a new one per process
 
 
+@contextlib.contextmanager
+def _random_init_seed() -> Iterator[None]:
+    """Build a network's random init from :data:`RANDOM_INIT_SEED`, leaving the caller's random state as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANDOM_INIT_SEED)
+        yield
+
+
 def _load_registry(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
     build = _build_timm if spec.source == "timm" else _build_torchvision
     if spec.path is None:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(RANDOM_INIT_SEED)
+        with _random_init_seed():
             model, config = build(spec.name, spec.pretrained, None)
         tag = "pretrained" if spec.pretrained else "random init"
         return LoadedModel(spec=str(spec), label=f"{spec.name} ({tag})", model=model, state_dict=model.state_dict(),
@@ -278,6 +299,28 @@ def _load_registry(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
     load_into(model, sd.tensors, f"{spec.source}:{spec.name}")
     return LoadedModel(spec=str(spec), label=f"{spec.name} ({Path(spec.path).name})", model=model,
                        state_dict=model.state_dict(), input_config=config, sha256=sd.sha256, notes=sd.notes)
+
+
+def _load_cifar(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
+    """``cifar:NAME`` at random init (seeded), or ``cifar:NAME=PATH`` with its layout mapped (:mod:`fl_core.io.cifar`)
+    and its family's preprocessing; CIFAR-10 class names for a trained 10-class head."""
+    if spec.pretrained:
+        raise ModelSpecError(f"cifar:{spec.name} has no registry weights to download: give the checkpoint file, "
+                             f"cifar:{spec.name}=PATH.")
+    if spec.path is None:
+        with _random_init_seed():
+            model = build_within_budget(lambda meta: cifar.cifar_resnet(spec.name), str(spec))
+        return LoadedModel(spec=str(spec), label=f"cifar {spec.name} (random init)", model=model,
+                           state_dict=model.state_dict(), input_config=cifar.cifar_input_config(), random_init=True)
+    sd = load_state_dict(spec.path, prefer_ema=prefer_ema)
+    layout = cifar.cifar_checkpoint(spec.name, sd.tensors, Path(spec.path).name)
+    model = build_within_budget(lambda meta: cifar.cifar_resnet(spec.name, layout.num_classes, layout.shortcut),
+                                str(spec))
+    load_into(model, layout.tensors, f"cifar:{spec.name}")
+    return LoadedModel(spec=str(spec), label=f"cifar {spec.name} ({Path(spec.path).name})", model=model,
+                       state_dict=model.state_dict(), input_config=cifar.cifar_input_config(layout.family),
+                       sha256=sd.sha256, notes=(*sd.notes, *layout.notes),
+                       class_names=cifar.CIFAR10_CLASSES if layout.num_classes == len(cifar.CIFAR10_CLASSES) else None)
 
 
 def _infer_num_classes(build, name: str, tensors: Mapping[str, torch.Tensor]) -> int | None:

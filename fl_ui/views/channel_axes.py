@@ -169,9 +169,9 @@ with user_errors():
     loaded = get_model(spec, overrides)
     if loaded.weights_only:
         st.info(f"**{loaded.label} is weights-only**: the file holds the weights but not the network that uses "
-                "them, and Channel Axes runs the network (lesions, peer replacement, pruning). Add it again with its "
-                "architecture in the sidebar (*Upload a checkpoint* → *Architecture*, e.g. `timm:resnet18`), or "
-                "open its filters on the Energy Profiles, Master Keys and Report pages, which need only weights.")
+                f"them, and Channel Axes runs the network (lesions, peer replacement, pruning). "
+                f"{loaded.runnable_advice()} In the sidebar: *Upload a checkpoint* with its *Architecture*. Its "
+                "filters open on the Energy Profiles, Master Keys and Report pages, which need only weights.")
         st.stop()
     source = data_source(selection.images)
     layers = analysable_layers(spec, overrides)
