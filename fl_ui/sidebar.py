@@ -15,7 +15,8 @@ from streamlit import config
 from fl_core.backend import available_devices
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
-from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES, is_bundled
+from fl_core.io.image_archives import MAX_MEMBERS
+from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES, is_bundled, open_images
 from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest
 from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, MAX_RESIZE_SIZE, parse_rgb, rgb_text
 from fl_ui.cache import get_model
@@ -237,19 +238,23 @@ def _preprocessing_form(specs: list[str], overrides: dict[str, dict]) -> dict[st
         return {**overrides, spec: changed} if changed else {k: v for k, v in overrides.items() if k != spec}
 
 
+IMAGE_SOURCES = ("bundled photos (offline)", "folder on the server", "upload images", "upload a labelled set")
+
+
 def _images_form(current: str) -> str:
-    options = ["bundled photos (offline)", "folder on the server", "upload images"]
     index = 0 if is_bundled(current) else 1
-    choice = st.radio("Images", options, index=index, key="img_choice")
-    if choice == options[0]:
+    choice = st.radio("Images", IMAGE_SOURCES, index=index, key="img_choice")
+    if choice == IMAGE_SOURCES[0]:
         return BUNDLED
-    if choice == options[1]:
+    if choice == IMAGE_SOURCES[1]:
         folder = st.text_input("Folder or ImageFolder tree", "" if is_bundled(current) else current,
                                key="img_folder", placeholder="/data/imagenet/val").strip()
         if folder and (error := server_path_error(folder)):
             st.error(error)
             return BUNDLED
         return folder or BUNDLED
+    if choice == IMAGE_SOURCES[3]:
+        return _labelled_upload_form(current)
     files = st.file_uploader("Images", type=[s.lstrip(".") for s in IMAGE_SUFFIXES], accept_multiple_files=True,
                              key="img_upload")
     if not files:
@@ -259,6 +264,28 @@ def _images_form(current: str) -> str:
     except FilterLensError as err:
         st.error(str(err))
         return current
+
+
+def _labelled_upload_form(current: str) -> str:
+    """Images with their classes, for accuracy (top-1 / top-5): one archive of an ImageFolder tree, or images with a
+    CSV of labels (:meth:`fl_ui.uploads.UploadStore.add_labelled_images`)."""
+    files = st.file_uploader(
+        "Archive (.zip, .tar, .tar.gz) of class folders, or images and a labels CSV",
+        type=["zip", "tar", "gz", "tgz", "csv", *(s.lstrip(".") for s in IMAGE_SUFFIXES)],
+        accept_multiple_files=True, key="img_labelled_upload",
+        help=f"Class folders: <class>/<image>, the class an ImageNet wnid (n01440764) or one of the model's class "
+             f"names (cat, dog), as ImageNet's val/<wnid>/*.JPEG. Or images side by side with a CSV of file,label "
+             f"rows. At most {MAX_MEMBERS:,} files. Accuracy (top-1 / top-5) then appears on Swap & Re-score "
+             "and Channel Axes.")
+    if not files:
+        return current
+    try:
+        folder = upload_store().add_labelled_images([(f.name, f.getvalue()) for f in files])
+    except FilterLensError as err:
+        st.error(str(err))
+        return current
+    st.caption(f"{open_images(str(folder)).description.replace(str(folder), 'your upload')}.")
+    return str(folder)
 
 
 def _mark_selected_uploads_used(selection: Selection) -> None:

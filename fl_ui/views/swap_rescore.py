@@ -129,8 +129,8 @@ with user_errors():
         st.info(f"**No accuracy on {images.description}**: accuracy needs images labelled with the model's classes, "
                 "and these have none. The re-score shows how often each swapped network still predicts the **same "
                 "class as the original** (agreement) and how far its output probabilities move (**KL** divergence), "
-                "which need no labels. For accuracy, pick an ImageNet-style tree (val/<wnid>/*.JPEG) under *Images* "
-                "in the sidebar.")
+                "which need no labels. For accuracy, choose *upload a labelled set* under *Images* in the sidebar: an "
+                "archive (.zip, .tar.gz) of <wnid or class>/<image> folders, or images with a CSV of labels.")
     else:
         st.caption(f"{images.description}. {mapping.how}")
     for warning in mapping.warnings if labelled else ():
