@@ -72,6 +72,20 @@ def depthwise_specs(selection: Selection, full_models_only: bool = False,
     return list(dict.fromkeys([*found, *defaults]))
 
 
+def unswappable_reason(spec: str, overrides: tuple = ()) -> str:
+    """Why Swap & Re-score cannot take a sidebar model (it is weights-only, has no depthwise filters, or does not
+    load), in words for the page."""
+    try:
+        loaded = get_model(spec, overrides)
+        if loaded.weights_only:
+            return (f"**{loaded.label} is weights-only**, and re-scoring runs the network. {loaded.runnable_advice()} "
+                    "Below: the network that ships with FilterLens.")
+        get_bank(spec, overrides)
+    except FilterLensError as err:
+        return f"{err} Below: the network that ships with FilterLens."
+    return f"{loaded.label} cannot be swapped here. Below: the network that ships with FilterLens."
+
+
 def comparison_specs(spec: str, kernel_size: int, overrides: tuple = ()) -> list[str]:
     """``spec`` and the offline real bank and random-init baseline, those of them with k×k depthwise filters."""
     chosen = dict.fromkeys([spec, *OFFLINE_DEPTHWISE_SPECS])

@@ -24,7 +24,7 @@ from fl_ui.state import Selection, selection_from_url, write_selection_to_url
 from fl_ui.uploads import upload_store
 
 LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1")
-REGISTRIES = ("timm", "torchvision")
+REGISTRIES = ("timm", "torchvision", "cifar")
 PRETRAINED_TAG = "@pretrained"
 PICKER_STYLE = "<style>.st-key-model_picker * { max-height: none !important; }</style>"
 """Streamlit's multiselect scrolls after four rows of chips, hiding the fifth model: the model picker grows instead."""
@@ -152,11 +152,12 @@ def _on_add_registry() -> None:
 
 
 def _registry_form() -> None:
-    with st.expander("➕ Add a timm / torchvision architecture"):
+    with st.expander("➕ Add a timm / torchvision / CIFAR architecture"):
         st.radio("Library", REGISTRIES, horizontal=True, key="reg_library")
         st.text_input("Architecture", placeholder="resnet18, convnext_tiny, timm:mobilenetv3_large_100 …",
                       key="reg_name", help="A name of the library chosen above, or a spec such as timm:resnet18 or "
-                                           "torchvision:squeezenet1_0@pretrained.")
+                                           "torchvision:squeezenet1_0@pretrained. cifar: the CIFAR ResNets of He "
+                                           "et al. 2016 (resnet20, resnet32, resnet44, resnet56, resnet110).")
         st.checkbox("Pretrained weights (needs network or a warm cache)", key="reg_pretrained")
         st.button("Add architecture", key="reg_add", on_click=_on_add_registry)
 
@@ -201,9 +202,10 @@ def _upload_form() -> None:
                               "fits and filter views work; analyses that run the network need a PyTorch file with "
                               "its architecture.")
         st.text_input("Architecture (optional)", key="ckpt_arch",
-                      placeholder="timm:resnet18 or torchvision:squeezenet1_0; blank = weights only (and ONNX)",
+                      placeholder="timm:resnet18, torchvision:squeezenet1_0, cifar:resnet56; blank = weights only",
                       help="Without an architecture, analyses that need only weights (energy profiles, whitening, "
-                           "master keys, scale-space fits) still work.")
+                           "master keys, scale-space fits) still work. CIFAR ResNets (akamaster's or chenyaofo's "
+                           "checkpoints): cifar:resnet20 … cifar:resnet110.")
         st.button("Add upload", key="ckpt_add", on_click=_on_add_upload)
 
 

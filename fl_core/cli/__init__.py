@@ -93,8 +93,8 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
 def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """``--model SPEC`` (repeatable) and the preprocessing overrides for uploaded weights."""
     parser.add_argument("--model", action="append", required=required, metavar="SPEC", default=None,
-                        help="timm:NAME[@pretrained|=PATH], torchvision:NAME[...], weights:PATH, onnx:PATH "
-                             "(weights only) or demo:NAME")
+                        help="timm:NAME[@pretrained|=PATH], torchvision:NAME[...], cifar:resnet56[=PATH], "
+                             "weights:PATH, onnx:PATH (weights only) or demo:NAME")
     group = parser.add_argument_group("preprocessing overrides (registry models default to their own config)")
     group.add_argument("--input-size", type=bounded(int, 8, MAX_RESIZE_SIZE, "input-size"),
                        help="square input size in pixels")

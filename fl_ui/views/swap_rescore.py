@@ -28,9 +28,10 @@ from fl_ui.masterkeys import (
     get_bank,
     layer_sweep_result,
     rescore_result,
+    unswappable_reason,
 )
 from fl_ui.sidebar import spec_labels
-from fl_ui.state import current_selection, page_model, set_url_param, url_param
+from fl_ui.state import current_selection, latest_added_model, page_model, set_url_param, url_param
 from fl_ui.widgets import heavy_result, plot_with_explanation, table_with_download, user_errors
 
 # The recovery settings the page offers: field, label and the page's bounds.
@@ -58,6 +59,8 @@ with user_errors():
                       format_func=spec_labels(candidates).get,
                       help="Full models (architecture + weights) with depthwise convolutions: those in the sidebar "
                            "and the real ImageNet MobileNetV2 that ships with FilterLens.")
+    if (latest := latest_added_model(selection)) and latest not in candidates:
+        st.info(unswappable_reason(latest, selection.overrides_of(latest)))
     overrides = selection.overrides_of(spec)
     loaded = get_model(spec, overrides)
     bank = get_bank(spec, overrides)

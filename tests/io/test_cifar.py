@@ -70,19 +70,25 @@ def test_option_a_shortcut_subsamples_and_pads_channels() -> None:
     assert not out[:, :8].any() and not out[:, 24:].any()
 
 
-def test_real_resnet20_loads_strictly_and_classifies_cifar_like_photos(imagenet_sample: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def cifar_like_tree(imagenet_sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ImageFolder tree of CIFAR-10 class names holding the sample's photos of those classes (links)."""
+    tree = tmp_path_factory.mktemp("cifar_like")
+    for name, wnids in CIFAR_LIKE_WNIDS.items():
+        (tree / name).mkdir()
+        for wnid in wnids:
+            for photo in (imagenet_sample / wnid).iterdir():
+                (tree / name / photo.name).symlink_to(photo)
+    return tree
+
+
+def test_real_resnet20_loads_strictly_and_classifies_cifar_like_photos(cifar_like_tree: Path) -> None:
     checkpoint = require_fixture(RESNET20_FILE)
     loaded = load_model(f"cifar:resnet20={checkpoint}")
     assert not loaded.weights_only and loaded.class_names == CIFAR10_CLASSES
     assert loaded.input_config.mean == IMAGENET_MEAN  # akamaster normalized CIFAR with ImageNet's statistics
     assert any("'module.'" in note for note in loaded.notes) and any("'linear.'" in note for note in loaded.notes)
-    tree = tmp_path / "cifar_like"
-    for name, wnids in CIFAR_LIKE_WNIDS.items():
-        (tree / name).mkdir(parents=True)
-        for wnid in wnids:
-            for photo in (imagenet_sample / wnid).iterdir():
-                (tree / name / photo.name).symlink_to(photo)
-    images = folder_images(tree)
+    images = folder_images(cifar_like_tree)
     mapping = map_tree_classes(images.classes, loaded.num_classes, loaded.class_names)
     correct = 0
     with torch.no_grad():
@@ -159,3 +165,14 @@ def test_weights_only_advice_elsewhere_names_the_registries(tmp_path: Path) -> N
     torch.save({"features.0.weight": torch.randn(8, 3, 3, 3)}, tmp_path / "vgg.pt")
     advice = load_model(f"weights:{tmp_path / 'vgg.pt'}").runnable_advice()
     assert "timm:NAME=PATH" in advice and "from_module" in advice and "cifar:resnet" in advice
+
+
+@pytest.mark.slow
+def test_report_on_the_real_resnet20_as_a_full_network(cifar_like_tree: Path) -> None:
+    """Accuracy and channel axes run; master keys say plainly that a CIFAR ResNet has no depthwise filters."""
+    from fl_core.report.build import build_report
+
+    report = build_report(f"cifar:resnet20={require_fixture(RESNET20_FILE)}", data=str(cifar_like_tree))
+    assert report.accuracy is not None and report.accuracy.top1 > 0.6
+    assert report.channels is not None and "channels" not in report.skipped
+    assert "no depthwise convolution" in report.skipped["masterkeys"]

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from fl_ui.sidebar import IMAGE_SOURCES
 from fl_ui.testing import page_app
 
-from ..io.test_image_archives import HOSTILE
+from ..io.test_image_archives import HOSTILE, image_bytes
 
 LABELLED = IMAGE_SOURCES[3]
 
@@ -72,3 +72,13 @@ def test_a_hostile_archive_is_refused_in_the_sidebar_and_nothing_is_kept(uploads
     assert errors and name in errors[0] and re.search(message, errors[0]), errors
     assert not [p for p in uploads.rglob("*") if p.is_file() and p.suffix != ".lock"]
     assert app.session_state["selection"].images == "bundled"
+
+
+def test_swap_and_rescore_says_why_a_cifar_resnet_is_not_swapped(tmp_path: Path) -> None:
+    for i in range(2):  # a folder of images: nothing is scored before Re-score is pressed
+        (tmp_path / f"{i}.jpg").write_bytes(image_bytes(i))
+    app = page_app("views/swap_rescore.py", models="demo:tiny_vgg,cifar:resnet20", images=str(tmp_path)).run()
+    assert not app.exception and not app.error
+    info = " ".join(i.value for i in app.info)
+    assert "cifar resnet20 (random init) has no depthwise convolution" in info and "ships with FilterLens" in info
+    assert app.selectbox(key="sw_model").value == "demo:mobilenet_v2"
