@@ -49,6 +49,7 @@ from fl_ui.widgets import (
     downloads,
     heavy_result,
     plot_with_explanation,
+    preprocessing_caption,
     table_with_download,
     user_errors,
 )
@@ -173,6 +174,7 @@ with user_errors():
                 f"{loaded.runnable_advice()} In the sidebar: *Upload a checkpoint* with its *Architecture*. Its "
                 "filters open on the Energy Profiles, Master Keys and Report pages, which need only weights.")
         st.stop()
+    preprocessing_caption([loaded])
     source = data_source(selection.images)
     layers = analysable_layers(spec, overrides)
     default_layer = default_request(spec, overrides, selection.images, selection.device).settings.layer

@@ -11,11 +11,12 @@ from fl_core.firstlayer.plots import profile_figure
 from fl_core.report.build import PART_TITLES, ReportSettings
 from fl_core.report.html import HOW_TO_READ
 from fl_core.report.plots import trajectory_summary_figure, weight_norms_figure
+from fl_ui.cache import get_model
 from fl_ui.forms import settings_widgets
 from fl_ui.report import report_document, report_key, report_result, report_sources, shareable_json
 from fl_ui.sidebar import server_path_error
 from fl_ui.state import current_selection, page_model, page_param, set_page_param
-from fl_ui.widgets import heavy_result, plot_with_explanation, slug, user_errors
+from fl_ui.widgets import heavy_result, plot_with_explanation, preprocessing_caption, slug, user_errors
 
 st.title("📄 Report")
 st.markdown(
@@ -64,6 +65,8 @@ with user_errors():
                           file_name=f"{slug(label)}_report.json", mime="application/json", key="report-json",
                           on_click="ignore")
     st.caption(f"{len(report.models)} checkpoint(s), images: {report.images}.")
+    if chosen.startswith("model:"):
+        preprocessing_caption([get_model(*models[0])])
     status = pd.DataFrame([{"section": title, "seconds": round(report.timings.get(name, 0.0), 1),
                             "status": f"skipped: {report.skipped[name]}" if name in report.skipped else "done"}
                            for name, title in PART_TITLES.items() if name in report.timings or name in report.skipped])

@@ -32,7 +32,13 @@ from fl_ui.masterkeys import (
 )
 from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, latest_added_model, page_model, set_url_param, url_param
-from fl_ui.widgets import heavy_result, plot_with_explanation, table_with_download, user_errors
+from fl_ui.widgets import (
+    heavy_result,
+    plot_with_explanation,
+    preprocessing_caption,
+    table_with_download,
+    user_errors,
+)
 
 # The recovery settings the page offers: field, label and the page's bounds.
 RECOVERY_WIDGETS = (("steps", "Distillation steps", {"max_value": 5000}),
@@ -66,6 +72,7 @@ with user_errors():
     bank = get_bank(spec, overrides)
     if description := bank_description(spec):
         st.caption(f"**{loaded.label}**: {description}")
+    preprocessing_caption([loaded])
     replacements = list(st.pills(
         "Replace the filters by", list(REPLACEMENTS), selection_mode="multi", key="sw_replacements",
         default=list(url_param("swaps", DEFAULT_REPLACEMENTS, choices=list(REPLACEMENTS))),
