@@ -34,6 +34,7 @@ from fl_core.io.layers import find_layer
 from fl_core.io.models import LoadedModel, load_model, spec_file_stamp
 from fl_ui import jobs
 from fl_ui.engine import Job, heavy_engine
+from fl_ui.uploads import upload_store
 
 WAIT_POLL_S = 0.25
 """How often a session waiting for another session's computation redraws its progress bar."""
@@ -286,8 +287,11 @@ def get_model(spec: str, overrides: tuple = ()) -> LoadedModel:
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def get_images(source: str, limit: int | None = None) -> ImageSet:
-    """An image source (bundled photos or a folder), listed once per server."""
-    return open_images(source, limit)
+    """An image source (bundled photos or a folder), listed once per server; an upload is described as such, not by
+    the server's folder (:meth:`fl_ui.uploads.UploadStore.shareable`)."""
+    images = open_images(source, limit)
+    images.description = upload_store().shareable(images.description)
+    return images
 
 
 IN_THREAD_WORK = 1e9

@@ -80,6 +80,10 @@ def unswappable_reason(spec: str, overrides: tuple = ()) -> str:
         if loaded.weights_only:
             return (f"**{loaded.label} is weights-only**, and re-scoring runs the network. {loaded.runnable_advice()} "
                     "Below: the network that ships with FilterLens.")
+        if not any(layer.kind == "depthwise" for layer in loaded.conv_layers):
+            return (f"**{loaded.label} has no depthwise convolutions** (groups = channels), and Swap & Re-score "
+                    "replaces depthwise filters by their idealized models: there is nothing to swap in it (its "
+                    "channels open on Channel Axes). Below: the network that ships with FilterLens.")
         get_bank(spec, overrides)
     except FilterLensError as err:
         return f"{err} Below: the network that ships with FilterLens."

@@ -16,10 +16,10 @@ from fl_core.backend import available_devices
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
 from fl_core.io.image_archives import MAX_MEMBERS
-from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES, is_bundled, open_images
+from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES, is_bundled
 from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest
 from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, MAX_RESIZE_SIZE, parse_rgb, rgb_text
-from fl_ui.cache import get_model
+from fl_ui.cache import get_images, get_model
 from fl_ui.state import Selection, selection_from_url, write_selection_to_url
 from fl_ui.uploads import upload_store
 
@@ -286,7 +286,7 @@ def _labelled_upload_form(current: str) -> str:
     except FilterLensError as err:
         st.error(str(err))
         return current
-    st.caption(f"{open_images(str(folder)).description.replace(str(folder), 'your upload')}.")
+    st.caption(f"{get_images(str(folder)).description}.")
     return str(folder)
 
 

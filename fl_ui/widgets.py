@@ -90,12 +90,12 @@ def preprocessing_caption(models: Sequence[LoadedModel], container: Any = st) ->
     """Every page that feeds images to models says, in one caption, how each model sees them, where that came from
     (:meth:`~fl_core.io.models.LoadedModel.preprocessing_text`: registry config, checkpoint family or FilterLens's
     default, what the user set) and where to change it."""
-    lines = [f"**{loaded.label}**: {loaded.preprocessing_text()}." for loaded in models]
+    lines = " ".join(f"**{loaded.label}**: {loaded.preprocessing_text()}." for loaded in models)
     change = ("A file trained or converted elsewhere may expect other values (MobileNetV2 converted from TensorFlow: "
               "mean and std 0.5): set them under *⚙ Preprocessing of uploaded weights* in the sidebar."
               if any(loaded.user_file for loaded in models) else
               "Registry and demo models use their own; a checkpoint file's can be set in the sidebar.")
-    container.caption("**Preprocessing.** " + " ".join(lines) + " " + change)
+    container.caption(f"Preprocessing of {lines} {change}")
 
 
 def slug(text: str) -> str:

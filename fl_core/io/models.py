@@ -327,10 +327,9 @@ def _load_registry(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
 
 
 def _registry_input_source(spec: ModelSpec) -> str:
-    """Where a registry model's preprocessing comes from; for a file, that it is the registry's weights' own."""
-    own = (f"timm's config of {spec.name}'s pretrained weights" if spec.source == "timm" else
-           f"torchvision's evaluation transform of {spec.name}'s default weights")
-    return own + (", which a file trained or converted elsewhere may not share" if spec.path else "")
+    """Where a registry model's preprocessing comes from: the config of the registry's own weights (a file's too)."""
+    return (f"timm's config of {spec.name}'s pretrained weights" if spec.source == "timm" else
+            f"torchvision's evaluation transform of {spec.name}'s default weights")
 
 
 def _load_cifar(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:

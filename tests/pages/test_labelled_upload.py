@@ -80,5 +80,5 @@ def test_swap_and_rescore_says_why_a_cifar_resnet_is_not_swapped(tmp_path: Path)
     app = page_app("views/swap_rescore.py", models="demo:tiny_vgg,cifar:resnet20", images=str(tmp_path)).run()
     assert not app.exception and not app.error
     info = " ".join(i.value for i in app.info)
-    assert "cifar resnet20 (random init) has no depthwise convolution" in info and "ships with FilterLens" in info
+    assert "cifar resnet20 (random init) has no depthwise convolutions" in info and "nothing to swap" in info
     assert app.selectbox(key="sw_model").value == "demo:mobilenet_v2"

@@ -12,7 +12,7 @@ from ..io.test_image_archives import image_bytes
 
 
 def preprocessing_text(app) -> str:
-    return " ".join(c.value for c in app.caption if c.value.startswith("**Preprocessing.**"))
+    return " ".join(c.value for c in app.caption if c.value.startswith("Preprocessing of **"))
 
 
 def test_an_uploaded_mobilenet_is_told_its_family_may_expect_mean_and_std_half(mobilenet, tmp_path: Path) -> None:
