@@ -36,6 +36,7 @@ from fl_core.io.models import LoadedModel, load_model, spec_file_stamp
 from fl_core.io.paths import check_readable
 from fl_ui import jobs, sessions
 from fl_ui.engine import Job, Lane, engine_started, heavy_engine
+from fl_ui.uploads import upload_store
 
 WAIT_POLL_S = 0.25
 """How often a session waiting for another session's computation redraws its progress bar."""
@@ -280,12 +281,15 @@ def get_model(spec: str, overrides: tuple = ()) -> LoadedModel:
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def _cached_images(source: str, limit: int | None) -> ImageSet:
-    return open_images(source, limit)
+    images = open_images(source, limit)
+    images.description = upload_store().shareable(images.description)
+    return images
 
 
 def get_images(source: str, limit: int | None = None) -> ImageSet:
     """An image source (bundled photos or a folder), listed once per server; a folder only where this session's path
-    policy lets it read (:func:`fl_core.io.paths.check_readable`, asked before the cache)."""
+    policy lets it read (:func:`fl_core.io.paths.check_readable`, asked before the cache); an upload is described as
+    such, not by the server's folder (:meth:`fl_ui.uploads.UploadStore.shareable`)."""
     if not is_bundled(source):
         check_readable(source)
     return _cached_images(source, limit)

@@ -30,6 +30,7 @@ from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, RescoreSettings
 from fl_core.masterkeys.swap import FilterSwap, swap_filters
 from fl_ui import jobs
 from fl_ui.cache import get_model, memoize, pooled
+from fl_ui.messages import literal
 from fl_ui.state import Selection
 
 DEFAULT_DEPTHWISE_SPEC = "demo:ppocrv6_det_small_dw7"
@@ -70,6 +71,26 @@ def depthwise_specs(selection: Selection, full_models_only: bool = False,
             continue
         found.append(spec)
     return list(dict.fromkeys([*found, *defaults]))
+
+
+def unswappable_reason(spec: str, overrides: tuple = ()) -> str:
+    """Why Swap & Re-score cannot take a sidebar model (it is weights-only, has no depthwise filters, or does not
+    load), in Markdown for the page (the model's name and any error shown literally: :func:`fl_ui.messages.literal`)."""
+    below = "Below: the network that ships with FilterLens."
+    try:
+        loaded = get_model(spec, overrides)
+        name = literal(loaded.label)
+        if loaded.weights_only:
+            return (f"**{name} is weights-only**, and re-scoring runs the network. "
+                    f"{literal(loaded.runnable_advice())} {below}")
+        if not any(layer.kind == "depthwise" for layer in loaded.conv_layers):
+            return (f"**{name} has no depthwise convolutions** (groups = channels), and Swap & Re-score replaces "
+                    "depthwise filters by their idealized models: there is nothing to swap in it (its channels open "
+                    f"on Channel Axes). {below}")
+        get_bank(spec, overrides)
+    except FilterLensError as err:
+        return f"{literal(err)} {below}"
+    return f"{name} cannot be swapped here. {below}"
 
 
 def comparison_specs(spec: str, kernel_size: int, overrides: tuple = ()) -> list[str]:

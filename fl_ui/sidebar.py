@@ -14,17 +14,18 @@ import streamlit as st
 from fl_core.backend import available_devices
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
+from fl_core.io.image_archives import MAX_MEMBERS
 from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES, is_bundled
 from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest
 from fl_core.io.paths import path_policy
 from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, MAX_RESIZE_SIZE, parse_rgb, rgb_text
-from fl_ui.cache import get_model
+from fl_ui.cache import get_images, get_model
 from fl_ui.messages import show
 from fl_ui.paths import users_paths
 from fl_ui.state import Selection, selection_from_url, write_selection_to_url
 from fl_ui.uploads import upload_store
 
-REGISTRIES = ("timm", "torchvision")
+REGISTRIES = ("timm", "torchvision", "cifar")
 PRETRAINED_TAG = "@pretrained"
 PICKER_STYLE = "<style>.st-key-model_picker * { max-height: none !important; }</style>"
 """Streamlit's multiselect scrolls after four rows of chips, hiding the fifth model: the model picker grows instead."""
@@ -113,11 +114,12 @@ def _on_add_registry() -> None:
 
 
 def _registry_form() -> None:
-    with st.expander("➕ Add a timm / torchvision architecture"):
+    with st.expander("➕ Add a timm / torchvision / CIFAR architecture"):
         st.radio("Library", REGISTRIES, horizontal=True, key="reg_library")
         st.text_input("Architecture", placeholder="resnet18, convnext_tiny, timm:mobilenetv3_large_100 …",
                       key="reg_name", help="A name of the library chosen above, or a spec such as timm:resnet18 or "
-                                           "torchvision:squeezenet1_0@pretrained.")
+                                           "torchvision:squeezenet1_0@pretrained. cifar: the CIFAR ResNets of He "
+                                           "et al. 2016 (resnet20, resnet32, resnet44, resnet56, resnet110).")
         st.checkbox("Pretrained weights (needs network or a warm cache)", key="reg_pretrained")
         st.button("Add architecture", key="reg_add", on_click=_on_add_registry)
 
@@ -169,9 +171,10 @@ def _upload_form() -> None:
                               "fits and filter views work; analyses that run the network need a PyTorch file with "
                               "its architecture.")
         st.text_input("Architecture (optional)", key="ckpt_arch",
-                      placeholder="timm:resnet18 or torchvision:squeezenet1_0; blank = weights only (and ONNX)",
+                      placeholder="timm:resnet18, torchvision:squeezenet1_0, cifar:resnet56; blank = weights only",
                       help="Without an architecture, analyses that need only weights (energy profiles, whitening, "
-                           "master keys, scale-space fits) still work.")
+                           "master keys, scale-space fits) still work. CIFAR ResNets (akamaster's or chenyaofo's "
+                           "checkpoints): cifar:resnet20 … cifar:resnet110.")
         st.button("Add upload", key="ckpt_add", on_click=_on_add_upload)
 
 
@@ -206,19 +209,23 @@ def _preprocessing_form(specs: list[str], overrides: dict[str, dict]) -> dict[st
         return {**overrides, spec: changed} if changed else {k: v for k, v in overrides.items() if k != spec}
 
 
+IMAGE_SOURCES = ("bundled photos (offline)", "folder on the server", "upload images", "upload a labelled set")
+
+
 def _images_form(current: str) -> str:
-    options = ["bundled photos (offline)", "folder on the server", "upload images"]
     index = 0 if is_bundled(current) else 1
-    choice = st.radio("Images", options, index=index, key="img_choice")
-    if choice == options[0]:
+    choice = st.radio("Images", IMAGE_SOURCES, index=index, key="img_choice")
+    if choice == IMAGE_SOURCES[0]:
         return BUNDLED
-    if choice == options[1]:
+    if choice == IMAGE_SOURCES[1]:
         folder = st.text_input("Folder or ImageFolder tree", "" if is_bundled(current) else current,
                                key="img_folder", placeholder="/data/imagenet/val").strip()
         if folder and (error := path_policy().error(folder)):
             show(st.error, "{}", error)
             return BUNDLED
         return folder or BUNDLED
+    if choice == IMAGE_SOURCES[3]:
+        return _labelled_upload_form(current)
     files = st.file_uploader("Images", type=[s.lstrip(".") for s in IMAGE_SUFFIXES], accept_multiple_files=True,
                              key="img_upload")
     if not files:
@@ -228,6 +235,28 @@ def _images_form(current: str) -> str:
     except FilterLensError as err:
         show(st.error, "{}", err)
         return current
+
+
+def _labelled_upload_form(current: str) -> str:
+    """Images with their classes, for accuracy (top-1 / top-5): one archive of an ImageFolder tree, or images with a
+    CSV of labels (:meth:`fl_ui.uploads.UploadStore.add_labelled_images`)."""
+    files = st.file_uploader(
+        "Archive (.zip, .tar, .tar.gz) of class folders, or images and a labels CSV",
+        type=["zip", "tar", "gz", "tgz", "csv", *(s.lstrip(".") for s in IMAGE_SUFFIXES)],
+        accept_multiple_files=True, key="img_labelled_upload",
+        help=f"Class folders: <class>/<image>, the class an ImageNet wnid (n01440764) or one of the model's class "
+             f"names (cat, dog), as ImageNet's val/<wnid>/*.JPEG. Or images side by side with a CSV of file,label "
+             f"rows. At most {MAX_MEMBERS:,} files. Accuracy (top-1 / top-5) then appears on Swap & Re-score "
+             "and Channel Axes.")
+    if not files:
+        return current
+    try:
+        folder = upload_store().add_labelled_images([(f.name, f.getvalue()) for f in files])
+    except FilterLensError as err:
+        show(st.error, "{}", err)
+        return current
+    show(st.caption, "{}.", get_images(str(folder)).description)
+    return str(folder)
 
 
 def _mark_selected_uploads_used(selection: Selection) -> None:

@@ -6,7 +6,9 @@ Layout of the folder (``FL_UPLOAD_DIR``)::
     <sha256[:24]>/<name>     an uploaded checkpoint in a folder named by its content, under the user's file name
                              (:func:`upload_name`), so every label shows that name; the same bytes uploaded under
                              another name land beside it
-    images-<sha256[:16]>/    uploaded images saved as PNGs (digest over every file's bytes and name)
+    images-<sha256[:16]>/    uploaded images saved as PNGs (digest over every file's bytes and name); a labelled set
+                             (an archive of an ImageFolder tree, or images with a CSV of labels) as an ImageFolder
+                             tree of PNGs, <class>/<image>.png
     .<random>.part           a write in progress, or a leftover of a killed process (no spec ever names one)
 
 and beside it ``<folder>.lock``, the lock writers hold while they make room and land an upload.
@@ -48,12 +50,13 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from fl_core.errors import DataError
+from fl_core.io.image_archives import save_labelled_set
 from fl_core.io.images import save_uploaded_images
 
 DEFAULT_QUOTA_MB = 4096
@@ -143,6 +146,13 @@ def _last_used(path: Path) -> float:
     return stat.st_mtime if path.is_dir() else stat.st_atime
 
 
+def _stored_size(path: Path) -> int:
+    """Bytes of an entry: a file's size, a folder's files (an ImageFolder tree's in its class folders too)."""
+    if not path.is_dir():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
 def _delete(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
@@ -225,7 +235,7 @@ class UploadStore:
             if _is_temp(path):
                 continue
             try:
-                size = sum(f.stat().st_size for f in path.iterdir()) if path.is_dir() else path.stat().st_size
+                size = _stored_size(path)
                 found.append(StoredEntry(path, size, _last_used(path)))
             except FileNotFoundError:  # removed meanwhile
                 continue
@@ -289,20 +299,37 @@ class UploadStore:
         Raises:
             DataError: a file is not a readable image, or the images cannot fit the quota.
         """
-        content = b"".join(data + name.encode() for name, data in files)
+        return self._add_image_folder(files, b"", lambda building: save_uploaded_images(files, building))
+
+    def add_labelled_images(self, files: Sequence[tuple[str, bytes]]) -> Path:
+        """Store a labelled image set, one archive of an ImageFolder tree or images with a CSV of labels (checked and
+        written by :func:`fl_core.io.image_archives.save_labelled_set`), as an ``images-<digest>`` ImageFolder tree
+        of PNGs, built in a temp folder and renamed into place; the same files give the same folder.
+
+        Raises:
+            DataError: the upload breaks a limit or holds something other than labelled images (nothing of it is
+                kept), or it cannot fit the quota.
+        """
+        return self._add_image_folder(files, b"labelled\0", lambda building: save_labelled_set(files, building))
+
+    def _add_image_folder(self, files: Sequence[tuple[str, bytes]], kind: bytes, write: Callable[[Path], object]
+                          ) -> Path:
+        """An ``images-<digest>`` folder of uploaded images: the digest over ``kind`` and every file's bytes and name,
+        the folder written by ``write`` into a temp folder, then moved into place within the quota."""
+        content = kind + b"".join(data + name.encode() for name, data in files)
         digest = hashlib.sha256(content).hexdigest()[:IMAGES_DIGEST_CHARS]
         folder = self.root / f"images-{digest}"
         if folder.is_dir():
             self.touch(folder)
             return folder
-        label = f"{len(files)} images"
+        label = f"{len(files)} images" if not kind else f"the labelled set of {len(files)} file(s)"
         self._refuse_larger_than_quota(sum(len(data) for _, data in files), label)
         building = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{folder.name}.", suffix=TEMP_SUFFIX))
         try:
-            save_uploaded_images(files, building)
+            write(building)
             with writers_lock(self.root):
                 if not folder.is_dir():
-                    self._make_room(sum(f.stat().st_size for f in building.iterdir()), label)
+                    self._make_room(_stored_size(building), label)
                     _rename_folder_into_place(building, folder)
         finally:
             shutil.rmtree(building, ignore_errors=True)

@@ -18,6 +18,7 @@ import streamlit as st
 from fl_core.backend import Progress
 from fl_core.errors import FilterLensError
 from fl_core.figures import figure_html, filter_zoom_figure
+from fl_core.io.models import LoadedModel
 from fl_ui.forms import setting_widget
 from fl_ui.messages import literal, show
 from fl_ui.state import set_url_param, url_setting, value_field
@@ -84,6 +85,18 @@ def heavy_result(label: str, compute: Callable, *args: object) -> object:
             return compute(*args, progress=progress)
     finally:
         button.empty()  # also when the job failed: no Cancel button is left under its error
+
+
+def preprocessing_caption(models: Sequence[LoadedModel], container: Any = st) -> None:
+    """Every page that feeds images to models says, in one caption, how each model sees them, where that came from
+    (:meth:`~fl_core.io.models.LoadedModel.preprocessing_text`: registry config, checkpoint family or FilterLens's
+    default, what the user set) and where to change it."""
+    lines = " ".join(f"**{literal(loaded.label)}**: {literal(loaded.preprocessing_text())}." for loaded in models)
+    change = ("A file trained or converted elsewhere may expect other values (MobileNetV2 converted from TensorFlow: "
+              "mean and std 0.5): set them under *⚙ Preprocessing of uploaded weights* in the sidebar."
+              if any(loaded.user_file for loaded in models) else
+              "Registry and demo models use their own; a checkpoint file's can be set in the sidebar.")
+    container.caption(f"Preprocessing of {lines} {change}")
 
 
 def slug(text: str) -> str:

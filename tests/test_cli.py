@@ -92,7 +92,11 @@ def test_inspect_with_preprocessing_overrides(tmp_path: Path, resnet20, capsys) 
     model = json.loads(out.read_text())["models"][0]
     assert model["input_config"]["input_size"] == 32 and model["input_config"]["mean"] == [0.49, 0.48, 0.45]
     assert model["layers"][0]["kind"] == "first"
-    assert "stripped the 'module.' prefix" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "stripped the 'module.' prefix" in printed
+    assert "preprocessing 32 px, cropped from 36 px, bilinear, mean 0.49 0.48 0.45" in printed
+    assert "FilterLens's default for files that do not record theirs" in printed and "input size, mean set by you" in \
+        printed
 
 
 @pytest.mark.slow

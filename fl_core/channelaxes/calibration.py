@@ -166,7 +166,7 @@ def crop_settings_for(loaded: LoadedModel) -> CropSettings:
     return CropSettings() if size == CropSettings.crop_size else CropSettings(crop_size=size, scale=4 * size)
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference mode: the labels enter the Taylor criterion's loss, which autograd records
 def decision_labels(loaded: LoadedModel, x: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
     """The intact network's top-1 class of each model input ``x (N, 3, S, S)``: the labels of crops whose classes
     are not the model's (a forward pass on the shared model, which it does not change)."""

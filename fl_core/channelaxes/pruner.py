@@ -29,6 +29,7 @@ from torch_pruning.ops import OPTYPE
 from fl_core.backend import evaluate_classifier, evaluate_logits, inference_autocast
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.errors import AnalysisError
+from fl_core.io.cifar import ZeroPadShortcut
 from fl_core.suffix import (
     PROBE_IMAGES,
     PrefixPasses,
@@ -63,6 +64,45 @@ class Removal(NamedTuple):
     root_idxs: list[int]
 
 
+class ZeroPadShortcutPruner(tp.pruner.BasePruningFunc):
+    """Torch-Pruning's view of a CIFAR ResNet's option-A shortcut (:class:`fl_core.io.cifar.ZeroPadShortcut`): input
+    and output channels are removed independently (an input removed: its output channel stays, zero; an output
+    removed: the input landing there is dropped), every other channel keeps its place."""
+
+    TARGET_MODULES = ZeroPadShortcut
+
+    def prune_in_channels(self, layer: ZeroPadShortcut, idxs: Sequence[int]) -> ZeroPadShortcut:
+        kept = _kept_positions(layer.in_channels, idxs)
+        used = kept[layer.sources] >= 0
+        layer.sources, layer.targets = kept[layer.sources][used], layer.targets[used]
+        layer.in_channels -= len(set(idxs))
+        return layer
+
+    def prune_out_channels(self, layer: ZeroPadShortcut, idxs: Sequence[int]) -> ZeroPadShortcut:
+        kept = _kept_positions(layer.out_channels, idxs)
+        used = kept[layer.targets] >= 0
+        layer.sources, layer.targets = layer.sources[used], kept[layer.targets][used]
+        layer.out_channels -= len(set(idxs))
+        return layer
+
+    def get_in_channels(self, layer: ZeroPadShortcut) -> int:
+        return layer.in_channels
+
+    def get_out_channels(self, layer: ZeroPadShortcut) -> int:
+        return layer.out_channels
+
+
+def _kept_positions(n: int, removed: Sequence[int]) -> torch.Tensor:
+    """New index of each of ``n`` channels once ``removed`` are gone (-1 for the removed ones)."""
+    keep = torch.ones(n, dtype=torch.bool)
+    keep[list(removed)] = False
+    return torch.where(keep, keep.cumsum(0) - 1, -1)
+
+
+CUSTOM_PRUNERS = {ZeroPadShortcut: ZeroPadShortcutPruner()}
+"""Modules Torch-Pruning cannot see into, and how their channels are removed."""
+
+
 class LayerPruner:
     """Torch-Pruning's dependency graph of a model, built once, pruning any subset of one conv's output channels
     on fresh copies (the template is never changed).
@@ -78,7 +118,8 @@ class LayerPruner:
         self.conv = model.get_submodule(layer)
         self.layer = layer
         with _gradients(model):
-            self.graph = tp.DependencyGraph().build_dependency(model, example_inputs=example)
+            self.graph = tp.DependencyGraph().build_dependency(model, example_inputs=example,
+                                                               customized_pruners=CUSTOM_PRUNERS)
         self.n_channels = self.conv.out_channels
         self.positions = output_positions(model, example[:1])
 

@@ -117,8 +117,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     """``--model SPEC`` (repeatable) and the preprocessing overrides for uploaded weights, each checked by
     :class:`~fl_core.io.preprocessing.InputConfig`'s own rules."""
     parser.add_argument("--model", action="append", required=required, metavar="SPEC", default=None,
-                        help="timm:NAME[@pretrained|=PATH], torchvision:NAME[...], weights:PATH, onnx:PATH "
-                             "(weights only) or demo:NAME")
+                        help="timm:NAME[@pretrained|=PATH], torchvision:NAME[...], cifar:resnet56[=PATH], "
+                             "weights:PATH, onnx:PATH (weights only) or demo:NAME")
     group = parser.add_argument_group("preprocessing overrides (registry models default to their own config)")
     add_settings_arguments(group, InputConfig, defaults=dict.fromkeys(InputConfig.__dataclass_fields__))
 

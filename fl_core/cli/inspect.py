@@ -22,10 +22,7 @@ def run(args: argparse.Namespace, progress) -> InspectResult:
 
     result = inspect_models(load_models(args))
     for entry in result.models:
-        cfg = entry["input_config"]
-        print(f"{entry['label']}: {entry['parameters']:,} parameters, input {cfg['input_size']}px "
-              f"(crop {cfg['crop_pct']:g}, {cfg['crop_mode']}, {cfg['interpolation']}), mean {cfg['mean']}, "
-              f"std {cfg['std']}")
+        print(f"{entry['label']}: {entry['parameters']:,} parameters; preprocessing {entry['preprocessing']}")
         for note in entry["notes"]:
             print(f"  note: {note}")
         print(pd.DataFrame(entry["layers"]).to_string(index=False))

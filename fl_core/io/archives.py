@@ -24,6 +24,7 @@ import pickletools
 import struct
 import zipfile
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
@@ -210,36 +211,48 @@ def _check_stored_records(members: list[zipfile.ZipInfo], size: int, name: str) 
 
 
 def _check_zip_directory(path: Path) -> None:
-    """Count the central-directory entries from the end record (and its zip64 form), as :mod:`zipfile` will find
-    them, and refuse more than :data:`MAX_ZIP_RECORDS` (or a directory that disagrees with its end record) before
-    :class:`zipfile.ZipFile` builds one object per entry."""
-    with open(path, "rb") as handle:
-        size = handle.seek(0, os.SEEK_END)
-        tail_start = max(0, size - ZIP_END.size - 0xFFFF - ZIP64_LOCATOR.size - ZIP64_END.size)
-        handle.seek(tail_start)
-        tail = handle.read()
-        end = tail.rfind(b"PK\x05\x06")
-        if end < 0 or len(tail) - end < ZIP_END.size:
-            raise CheckpointError(f"{path.name}: damaged zip archive (no end of central directory). Upload the file "
-                                  "again.")
-        _, _, _, _, entries, directory_size, directory_offset, _ = ZIP_END.unpack_from(tail, end)
-        directory_end = tail_start + end
-        locator = end - ZIP64_LOCATOR.size
-        record = locator - ZIP64_END.size
-        if record >= 0 and tail[locator:locator + 4] == b"PK\x06\x07" and tail[record:record + 4] == b"PK\x06\x06":
-            _, _, _, _, _, _, _, entries, directory_size, directory_offset = ZIP64_END.unpack_from(tail, record)
-            directory_end = tail_start + record
-        if entries > MAX_ZIP_RECORDS:
-            check_tensor_count(entries, path.name, "archive records")
-        if (directory_size > entries * MAX_ZIP_DIRECTORY_ENTRY_BYTES
-                or directory_offset != directory_end - directory_size or directory_offset < 0):
-            raise CheckpointError(f"{path.name}: damaged zip archive (its central directory does not match its end "
-                                  "record). Upload the file torch.save wrote.")
-        handle.seek(directory_offset)
-        directory = handle.read(directory_size)
-    if _count_directory_entries(directory, entries) != entries:
-        raise CheckpointError(f"{path.name}: damaged zip archive (its central directory does not hold the "
-                              f"{entries:,} entries its end record says). Upload the file torch.save wrote.")
+    """Refuse more than :data:`MAX_ZIP_RECORDS` central-directory entries, or a directory that disagrees with its end
+    record, before :class:`zipfile.ZipFile` builds one object per entry (:func:`zip_entry_count`)."""
+    try:
+        with open(path, "rb") as handle:
+            entries = zip_entry_count(handle, MAX_ZIP_RECORDS)
+    except zipfile.BadZipFile as err:
+        raise CheckpointError(f"{path.name}: damaged zip archive ({err}). Upload the file torch.save wrote.") from err
+    if entries > MAX_ZIP_RECORDS:
+        check_tensor_count(entries, path.name, "archive records")
+
+
+def zip_entry_count(handle: BinaryIO, limit: int) -> int:
+    """The central-directory entries of a zip archive, counted from its end record (and its zip64 form) as
+    :mod:`zipfile` will find them, without building an object per entry. Over ``limit``: that count, the directory
+    unread. Otherwise the directory is walked and must hold exactly that many entries.
+
+    Raises:
+        zipfile.BadZipFile: no end record, or a directory that disagrees with it (the reason in words).
+    """
+    size = handle.seek(0, os.SEEK_END)
+    tail_start = max(0, size - ZIP_END.size - 0xFFFF - ZIP64_LOCATOR.size - ZIP64_END.size)
+    handle.seek(tail_start)
+    tail = handle.read()
+    end = tail.rfind(b"PK\x05\x06")
+    if end < 0 or len(tail) - end < ZIP_END.size:
+        raise zipfile.BadZipFile("no end of central directory")
+    _, _, _, _, entries, directory_size, directory_offset, _ = ZIP_END.unpack_from(tail, end)
+    directory_end = tail_start + end
+    locator = end - ZIP64_LOCATOR.size
+    record = locator - ZIP64_END.size
+    if record >= 0 and tail[locator:locator + 4] == b"PK\x06\x07" and tail[record:record + 4] == b"PK\x06\x06":
+        _, _, _, _, _, _, _, entries, directory_size, directory_offset = ZIP64_END.unpack_from(tail, record)
+        directory_end = tail_start + record
+    if entries > limit:
+        return entries
+    if (directory_size > entries * MAX_ZIP_DIRECTORY_ENTRY_BYTES
+            or directory_offset != directory_end - directory_size or directory_offset < 0):
+        raise zipfile.BadZipFile("its central directory does not match its end record")
+    handle.seek(directory_offset)
+    if _count_directory_entries(handle.read(directory_size), entries) != entries:
+        raise zipfile.BadZipFile(f"its central directory does not hold the {entries:,} entries its end record says")
+    return entries
 
 
 def _count_directory_entries(directory: bytes, expected: int) -> int:

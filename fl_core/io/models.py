@@ -7,6 +7,8 @@ Spec forms (README.md, "Models"):
                                     process; labelled "random init" everywhere)
 ``timm:NAME@pretrained``            registry weights (hub download or local cache; clear error when unreachable)
 ``timm:NAME=PATH``                  architecture + a state-dict file
+``cifar:resnet56[=PATH]``           a CIFAR ResNet of He et al. 2016 (:mod:`fl_core.io.cifar`): random init, or a
+                                    checkpoint in any of the common layouts, with its family's 32-pixel input
 ``weights:PATH``                    weights only: any state dict, no architecture needed
 ``onnx:PATH``                       weights only: the Conv nodes of an ONNX model (:mod:`fl_core.io.onnx_weights`)
 ``demo:NAME``                       a checkpoint shipped in ``fl_core/assets/demo`` (listed in its manifest)
@@ -31,17 +33,18 @@ from torch import nn
 
 from fl_core.budgets import check_parameters
 from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
-from fl_core.io import DEMO_DIR, nets
+from fl_core.io import DEMO_DIR, cifar, nets
 from fl_core.io.checkpoints import file_sha256, load_into, load_state_dict, match_state_dict
 from fl_core.io.classes import IMAGENET_CLASSES, imagenet_class_names
 from fl_core.io.layers import ConvLayer, probe_inventory
 from fl_core.io.paths import check_readable
-from fl_core.io.preprocessing import INTERPOLATIONS, InputConfig
+from fl_core.io.preprocessing import INTERPOLATIONS, OVERRIDE_FIELDS, InputConfig
 from fl_core.settings import path_text_problem, printable
 
-SOURCES = ("timm", "torchvision", "weights", "onnx", "demo")
+SOURCES = ("timm", "torchvision", "cifar", "weights", "onnx", "demo")
 FILE_SOURCES = ("weights", "onnx")
 """Spec sources that are just a file path (``weights:PATH``, ``onnx:PATH``): weights only."""
+DEFAULT_INPUT_SOURCE = "FilterLens's default for files that do not record theirs (ImageNet evaluation)"
 def check_spec_text(spec: str) -> None:
     """Refuse a spec no file system or registry could resolve (:func:`fl_core.settings.path_text_problem`)."""
     if problem := path_text_problem(spec):
@@ -60,13 +63,14 @@ class ModelSpec:
 
     @classmethod
     def parse(cls, spec: str) -> ModelSpec:
-        """Parse ``timm:NAME[@pretrained|=PATH]``, ``torchvision:...``, ``weights:PATH``, ``onnx:PATH`` or
-        ``demo:NAME``."""
+        """Parse ``timm:NAME[@pretrained|=PATH]``, ``torchvision:...``, ``cifar:NAME[=PATH]``, ``weights:PATH``,
+        ``onnx:PATH`` or ``demo:NAME``."""
         check_spec_text(spec)
         source, sep, rest = spec.strip().partition(":")
         if not sep or source not in SOURCES or not rest:
             raise ModelSpecError(f"'{spec}' is not a model spec. Use timm:NAME, timm:NAME@pretrained, timm:NAME=PATH, "
-                                 "torchvision:NAME (same forms), weights:PATH, onnx:PATH or demo:NAME.")
+                                 "torchvision:NAME (same forms), cifar:resnet56[=PATH], weights:PATH, onnx:PATH or "
+                                 "demo:NAME.")
         if source in FILE_SOURCES:
             return cls(source, name=Path(rest).name, path=rest)
         if source == "demo":
@@ -111,6 +115,9 @@ class LoadedModel:
             strides, pads and the conv that sees the image), used instead of reading kinds off weight shapes.
         conv_layers: every convolution in forward order (:func:`fl_core.io.layers.probe_inventory`, or
             ``declared_layers``), taken once on construction, before the object is shared.
+        input_source: where :attr:`input_config` came from, in words (the registry's config, the checkpoint family,
+            a demo's manifest, FilterLens's default for files that do not record it).
+        input_changed: the preprocessing fields the user set (``load_model``'s ``input_overrides``).
     """
 
     spec: str
@@ -124,6 +131,8 @@ class LoadedModel:
     init_spec: str | None = None
     class_names: tuple[str, ...] | None = None
     declared_layers: tuple[ConvLayer, ...] = field(default=(), repr=False)
+    input_source: str = DEFAULT_INPUT_SOURCE
+    input_changed: tuple[str, ...] = ()
     conv_layers: tuple[ConvLayer, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -151,11 +160,19 @@ class LoadedModel:
         model = copy.deepcopy(module).eval().requires_grad_(False)
         name = name or type(module).__name__
         return cls(spec=f"module:{name}", label=f"{name} (nn.Module)", model=model, state_dict=model.state_dict(),
-                   input_config=input_config or InputConfig(), class_names=class_names)
+                   input_config=input_config or InputConfig(), class_names=class_names,
+                   input_source="the input_config given with the module" if input_config else
+                   "FilterLens's default (ImageNet evaluation)")
 
     @property
     def weights_only(self) -> bool:
         return self.model is None
+
+    @property
+    def user_file(self) -> bool:
+        """Whether the weights come from a file the user named (``…=PATH``, ``weights:``, ``onnx:``), whose
+        preprocessing is theirs to set."""
+        return self.spec.partition(":")[0] in SOURCES and ModelSpec.parse(self.spec).path is not None
 
     @property
     def init_is_own(self) -> bool:
@@ -185,14 +202,25 @@ class LoadedModel:
         return copy.deepcopy(model).to(device)
 
     def _require_model(self) -> nn.Module:
-        if self.model is None and self.spec.startswith("onnx:"):
-            raise ModelSpecError(f"{self.label}: ONNX models are read for their weights only (FilterLens does not "
-                                 "run ONNX graphs), and this analysis needs a runnable model. Load the network's "
-                                 "PyTorch weights with timm:NAME=PATH or torchvision:NAME=PATH instead.")
         if self.model is None:
-            raise ModelSpecError(f"{self.label} is weights-only: this analysis needs a full model. Use "
-                                 "timm:NAME=PATH or torchvision:NAME=PATH to name its architecture.")
+            raise ModelSpecError(f"{self.label} is weights-only, and this analysis runs the network. "
+                                 f"{self.runnable_advice()}")
         return self.model
+
+    def runnable_advice(self) -> str:
+        """How to get a network FilterLens can run from this weights-only model, naming a route that exists: for an
+        ONNX file, that its graph cannot run here; for a CIFAR ResNet's state dict, its ``cifar:`` spec (depth from the
+        keys); otherwise the registries' ``NAME=PATH`` specs and, for a network of one's own code, ``from_module``."""
+        if self.spec.startswith("onnx:"):
+            return ("FilterLens reads ONNX files for their weights only and cannot run ONNX graphs: load the "
+                    "network's PyTorch weights with its architecture instead (timm:NAME=PATH, torchvision:NAME=PATH or "
+                    "cifar:resnetNN=PATH).")
+        if layout := cifar.read_cifar_layout(self.state_dict):
+            return (f"Its weights are a CIFAR {layout.name} ({layout.blocks} blocks in each of layer1-layer3 after a "
+                    f"16×3×3×3 conv1): load it as cifar:{layout.name}=PATH.")
+        return ("Name the architecture it was trained as: timm:NAME=PATH or torchvision:NAME=PATH (CIFAR ResNets: "
+                "cifar:resnetNN=PATH). A network defined in your own code runs from Python: "
+                "fl_core.LoadedModel.from_module(model).")
 
     def describe(self) -> dict[str, object]:
         """JSON-safe summary for ``inspect`` and the Home page."""
@@ -200,8 +228,15 @@ class LoadedModel:
                        if t.is_floating_point() and not k.endswith(("running_mean", "running_var")))
         return {"spec": self.spec, "label": self.label, "weights_only": self.weights_only,
                 "random_init": self.random_init, "parameters": n_params, "num_classes": self.num_classes,
-                "input_config": self.input_config.to_dict(), "sha256": self.sha256, "notes": list(self.notes),
-                "init_spec": self.init_spec}
+                "input_config": self.input_config.to_dict(), "preprocessing": self.preprocessing_text(),
+                "sha256": self.sha256, "notes": list(self.notes), "init_spec": self.init_spec}
+
+    def preprocessing_text(self) -> str:
+        """The preprocessing in words and where it came from: ``32 px, no crop, …, from the checkpoint family …;
+        mean, std set by you``."""
+        changed = f"; {', '.join(f.replace('_', ' ') for f in self.input_changed)} set by you" \
+            if self.input_changed else ""
+        return f"{self.input_config.describe()}, from {self.input_source}{changed}"
 
 
 def _count_outputs(model: nn.Module | None) -> int | None:
@@ -238,11 +273,13 @@ def load_model(spec: str, *, input_overrides: Mapping[str, object] | None = None
     parsed = ModelSpec.parse(spec)
     if parsed.path:
         check_readable(parsed.path)
-    loader = {"timm": _load_registry, "torchvision": _load_registry, "weights": _load_weights_only,
-              "onnx": _load_onnx, "demo": _load_demo}[parsed.source]
+    loader = {"timm": _load_registry, "torchvision": _load_registry, "cifar": _load_cifar,
+              "weights": _load_weights_only, "onnx": _load_onnx, "demo": _load_demo}[parsed.source]
     loaded = loader(parsed, prefer_ema)
     if input_overrides:
-        loaded = dataclasses.replace(loaded, input_config=loaded.input_config.with_overrides(**input_overrides))
+        config = loaded.input_config.with_overrides(**input_overrides)
+        loaded = dataclasses.replace(loaded, input_config=config, input_changed=tuple(
+            name for name in OVERRIDE_FIELDS if getattr(config, name) != getattr(loaded.input_config, name)))
     if loaded.model is not None:
         loaded.model.eval().requires_grad_(False)
     return loaded
@@ -268,21 +305,61 @@ def _load_onnx(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
 RANDOM_INIT_SEED = 0  # registry architectures without weights: one reproducible network, not a new one per process
 
 
+@contextlib.contextmanager
+def _random_init_seed() -> Iterator[None]:
+    """Build a network's random init from :data:`RANDOM_INIT_SEED`, leaving the caller's random state as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANDOM_INIT_SEED)
+        yield
+
+
 def _load_registry(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
     build = _build_timm if spec.source == "timm" else _build_torchvision
     if spec.path is None:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(RANDOM_INIT_SEED)
+        with _random_init_seed():
             model, config = build(spec.name, spec.pretrained, None)
         tag = "pretrained" if spec.pretrained else "random init"
         return LoadedModel(spec=str(spec), label=f"{spec.name} ({tag})", model=model, state_dict=model.state_dict(),
                            input_config=config, random_init=not spec.pretrained,
-                           class_names=_imagenet_names(model) if spec.pretrained else None)
+                           class_names=_imagenet_names(model) if spec.pretrained else None,
+                           input_source=_registry_input_source(spec))
     sd = load_state_dict(spec.path, prefer_ema=prefer_ema)
     model, config = build(spec.name, False, _infer_num_classes(build, spec.name, sd.tensors))
     load_into(model, sd.tensors, f"{spec.source}:{spec.name}")
     return LoadedModel(spec=str(spec), label=f"{spec.name} ({Path(spec.path).name})", model=model,
-                       state_dict=model.state_dict(), input_config=config, sha256=sd.sha256, notes=sd.notes)
+                       state_dict=model.state_dict(), input_config=config, sha256=sd.sha256, notes=sd.notes,
+                       input_source=_registry_input_source(spec))
+
+
+def _registry_input_source(spec: ModelSpec) -> str:
+    """Where a registry model's preprocessing comes from: the config of the registry's own weights (a file's too)."""
+    return (f"timm's config of {spec.name}'s pretrained weights" if spec.source == "timm" else
+            f"torchvision's evaluation transform of {spec.name}'s default weights")
+
+
+def _load_cifar(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
+    """``cifar:NAME`` at random init (seeded), or ``cifar:NAME=PATH`` with its layout mapped (:mod:`fl_core.io.cifar`)
+    and its family's preprocessing; CIFAR-10 class names for a trained 10-class head."""
+    if spec.pretrained:
+        raise ModelSpecError(f"cifar:{spec.name} has no registry weights to download: give the checkpoint file, "
+                             f"cifar:{spec.name}=PATH.")
+    if spec.path is None:
+        with _random_init_seed():
+            model = build_within_budget(lambda meta: cifar.cifar_resnet(spec.name), str(spec))
+        return LoadedModel(spec=str(spec), label=f"cifar {spec.name} (random init)", model=model,
+                           state_dict=model.state_dict(), input_config=cifar.cifar_input_config(), random_init=True,
+                           input_source=f"the most common CIFAR ResNet checkpoints, "
+                                        f"{cifar.RANDOM_INIT_FAMILY.description}")
+    sd = load_state_dict(spec.path, prefer_ema=prefer_ema)
+    layout = cifar.cifar_checkpoint(spec.name, sd.tensors, Path(spec.path).name)
+    model = build_within_budget(lambda meta: cifar.cifar_resnet(spec.name, layout.num_classes, layout.shortcut),
+                                str(spec))
+    load_into(model, layout.tensors, f"cifar:{spec.name}")
+    return LoadedModel(spec=str(spec), label=f"cifar {spec.name} ({Path(spec.path).name})", model=model,
+                       state_dict=model.state_dict(), input_config=cifar.cifar_input_config(layout.family),
+                       sha256=sd.sha256, notes=(*sd.notes, *layout.notes),
+                       input_source=f"its checkpoint family, {layout.family.description}",
+                       class_names=cifar.CIFAR10_CLASSES if layout.num_classes == len(cifar.CIFAR10_CLASSES) else None)
 
 
 def _infer_num_classes(build, name: str, tensors: Mapping[str, torch.Tensor]) -> int | None:
@@ -463,6 +540,9 @@ def _reachable(host: str, port: int = 443, timeout: float = 3.0) -> bool:
 # ----------------------------------------------------------------------------------------------------- demo models
 
 
+DEMO_INPUT_SOURCE = "the demo's manifest (how it was trained)"
+
+
 @dataclass(frozen=True)
 class DemoEntry:
     """One checkpoint of ``fl_core/assets/demo/manifest.json``; without ``arch`` a weights-only file (a filter bank)."""
@@ -506,14 +586,15 @@ def _load_demo(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
     sd = load_state_dict(path, prefer_ema=prefer_ema)
     if entry.arch is None:
         return LoadedModel(spec=str(spec), label=spec.name, model=None, state_dict=sd.tensors,
-                           input_config=InputConfig(**entry.input_config), sha256=sd.sha256, notes=sd.notes)
+                           input_config=InputConfig(**entry.input_config), sha256=sd.sha256, notes=sd.notes,
+                           input_source=DEMO_INPUT_SOURCE)
     model = registry_model(entry.arch)[0] if ":" in entry.arch else nets.build_net(entry.arch, **entry.arch_kwargs)
     load_into(model, sd.tensors, f"demo:{spec.name}")
     return LoadedModel(spec=str(spec), label=spec.name, model=model, state_dict=model.state_dict(),
                        input_config=InputConfig(**entry.input_config),
                        random_init=entry.provenance.get("trained_steps", 1) == 0, sha256=file_sha256(path),
                        notes=sd.notes, init_spec=entry.init_spec,
-                       class_names=entry.class_names or _imagenet_names(model))
+                       class_names=entry.class_names or _imagenet_names(model), input_source=DEMO_INPUT_SOURCE)
 
 
 def registry_model(arch: str) -> tuple[nn.Module, InputConfig]:

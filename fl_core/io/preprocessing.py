@@ -153,5 +153,12 @@ class InputConfig(Settings):
                     overrides[fields[key]] = _parse_value(fields[key], value)
         return overrides
 
+    def describe(self) -> str:
+        """In words: ``224 px, cropped from 256 px, bilinear, mean 0.485 0.456 0.406, std 0.229 0.224 0.225``."""
+        crop = "no crop" if self.resize_size == self.input_size else f"cropped from {self.resize_size} px"
+        mode = "" if self.crop_mode == "center" else f" ({self.crop_mode})"
+        return (f"{self.input_size} px, {crop}{mode}, {self.interpolation}, mean {rgb_text(self.mean)}, "
+                f"std {rgb_text(self.std)}")
+
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)

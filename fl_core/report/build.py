@@ -214,8 +214,8 @@ def final_whitening(whitening: WhiteningResult, spec: str) -> WhiteningResult:
 def accuracy_skip_reason(loaded: LoadedModel, images: ImageSet) -> str | None:
     """Why accuracy and channel axes cannot run (``None`` when they can)."""
     if loaded.weights_only:
-        return (f"{loaded.label} is weights-only: accuracy and channel axes need a runnable model. Name its "
-                "architecture (timm:NAME=PATH or torchvision:NAME=PATH).")
+        return (f"{loaded.label} is weights-only: accuracy and channel axes need a runnable model. "
+                f"{loaded.runnable_advice()}")
     if not images.labelled:
         return (f"No labelled images ({images.description}): accuracy and channel axes need an ImageFolder tree of "
                 "the model's classes (a folder holding one folder of images per class).")

@@ -3,7 +3,7 @@
 A pattern is a registry spec whose name holds a shell wildcard (``*``, ``?``, ``[``): ``timm:convnext_*`` is every
 timm ConvNeXt at random init, ``timm:resnet*@pretrained`` every timm ResNet that has registry weights (loaded from
 the hub or its local cache: where they are unreachable, that model's row says so), ``torchvision:vgg*`` every
-torchvision VGG.
+torchvision VGG, ``cifar:resnet*`` the CIFAR ResNets of the paper (20 to 1202 layers).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def is_pattern(spec: str) -> bool:
 
 
 def registry_names(source: str, pattern: str, pretrained: bool) -> list[str]:
-    """Architecture names of ``source`` (``timm`` or ``torchvision``) matching ``pattern`` (with weights, if
-    ``pretrained``), sorted."""
+    """Architecture names of ``source`` (``timm``, ``torchvision`` or ``cifar``) matching ``pattern`` (with weights,
+    if ``pretrained``), sorted (CIFAR ResNets by depth)."""
     if source == "timm":
         import timm
 
@@ -36,7 +36,12 @@ def registry_names(source: str, pattern: str, pretrained: bool) -> list[str]:
 
         names = [name for name in torchvision.models.list_models() if fnmatch.fnmatchcase(name, pattern)]
         return sorted(name for name in names if not pretrained or torchvision.models.get_model_weights(name))
-    raise ModelSpecError(f"'{source}:{pattern}': name patterns work for timm: and torchvision: specs only.")
+    if source == "cifar" and not pretrained:
+        from fl_core.io.cifar import CIFAR_BLOCKS
+
+        return sorted((name for name in CIFAR_BLOCKS if fnmatch.fnmatchcase(name, pattern)), key=CIFAR_BLOCKS.get)
+    raise ModelSpecError(f"'{source}:{pattern}': name patterns work for timm:, torchvision: and cifar: specs only "
+                         "(cifar: without @pretrained).")
 
 
 def expand_spec(spec: str) -> list[str]:

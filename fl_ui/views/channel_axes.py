@@ -50,6 +50,7 @@ from fl_ui.widgets import (
     downloads,
     heavy_result,
     plot_with_explanation,
+    preprocessing_caption,
     screen_columns,
     table_with_download,
     user_errors,
@@ -175,10 +176,11 @@ with user_errors():
     loaded = get_model(spec, overrides)
     if loaded.weights_only:
         show(st.info, "**{} is weights-only**: the file holds the weights but not the network that uses them, and "
-             "Channel Axes runs the network (lesions, peer replacement, pruning). Add it again with its architecture "
-             "in the sidebar (*Upload a checkpoint* → *Architecture*, e.g. `timm:resnet18`), or open its filters on "
-             "the Energy Profiles, Master Keys and Report pages, which need only weights.", loaded.label)
+             "Channel Axes runs the network (lesions, peer replacement, pruning). {} In the sidebar: *Upload a "
+             "checkpoint* with its *Architecture*. Its filters open on the Energy Profiles, Master Keys and Report "
+             "pages, which need only weights.", loaded.label, loaded.runnable_advice())
         st.stop()
+    preprocessing_caption([loaded])
     source = data_source(selection.images)
     layers = analysable_layers(spec, overrides)
     default_layer = default_request(spec, overrides, selection.images, selection.device).settings.layer

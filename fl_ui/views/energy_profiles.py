@@ -23,6 +23,7 @@ from fl_ui.state import current_selection, page_model
 from fl_ui.widgets import (
     card_rows,
     plot_with_explanation,
+    preprocessing_caption,
     progress_bar,
     table_with_download,
     url_widget,
@@ -86,6 +87,7 @@ with user_errors():
         result = energy_result(keys, selection.images, settings, subtract, selection.device, progress=progress)
 
     show(st.caption, "Patch PCA from {} patches of {}.", f"{result.n_patches:,}", result.images)
+    preprocessing_caption([get_model(*key) for key in keys])
     plot_with_explanation(
         profile_figure(result, log_y=log_y),
         "**How to read it.** Each patch of an image is a point in a space with one axis per pixel and colour. "

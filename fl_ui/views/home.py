@@ -14,7 +14,7 @@ from fl_core.io.models import demo_manifest
 from fl_ui.cache import energy_result, get_model, whitening_result
 from fl_ui.messages import literal
 from fl_ui.state import current_selection
-from fl_ui.widgets import dashed, downloads, plot_with_explanation, progress_bar, user_errors
+from fl_ui.widgets import dashed, downloads, plot_with_explanation, preprocessing_caption, progress_bar, user_errors
 
 WHITENING_DISTANCE = 10  # pixels: where Home states each model's whitening verdict, as the paper does
 WHITENS_BY = 0.05  # how far below RGB (in C(δ)/C(0)) a model's curve must lie for Home to say that it whitens
@@ -70,11 +70,13 @@ with user_errors():
     if not selection.specs:
         st.info("Pick at least one model in the sidebar to begin.")
         st.stop()
-    inspected = inspect_models([get_model(spec, selection.overrides_of(spec)) for spec in selection.specs])
+    models = [get_model(spec, selection.overrides_of(spec)) for spec in selection.specs]
+    inspected = inspect_models(models)
     st.subheader("Selected models")
     summary = inspected.summary_frame()
     st.dataframe(summary_for_screen(summary), hide_index=True, width="stretch")
     downloads("selected_models", frame=summary)
+    preprocessing_caption(models)
 
     st.subheader("First layer at a glance")
     with progress_bar("Energy profiles") as progress:

@@ -12,12 +12,12 @@ from fl_core.io.paths import path_policy
 from fl_core.report.build import PART_TITLES, ReportSettings
 from fl_core.report.html import HOW_TO_READ
 from fl_core.report.plots import trajectory_summary_figure, weight_norms_figure
-from fl_ui.cache import get_images
+from fl_ui.cache import get_images, get_model
 from fl_ui.forms import settings_widgets
 from fl_ui.messages import show
 from fl_ui.report import report_document, report_key, report_result, report_sources, shareable_json
 from fl_ui.state import current_selection, page_model, page_param, set_page_param
-from fl_ui.widgets import heavy_result, plot_with_explanation, slug, user_errors
+from fl_ui.widgets import heavy_result, plot_with_explanation, preprocessing_caption, slug, user_errors
 
 
 def how_to_add(report, labelled: bool) -> list[str]:
@@ -79,6 +79,8 @@ with user_errors():
                           file_name=f"{slug(label)}_report.json", mime="application/json", key="report-json",
                           on_click="ignore")
     show(st.caption, "{} checkpoint(s), images: {}.", len(report.models), report.images)
+    if chosen.startswith("model:"):
+        preprocessing_caption([get_model(*models[0])])
     status = pd.DataFrame([{"section": title, "time": f"{report.timings.get(name, 0.0):.1f}\u00a0s",  # no wrap
                             "status": f"skipped: {report.skipped[name]}" if name in report.skipped else "done"}
                            for name, title in PART_TITLES.items() if name in report.timings or name in report.skipped])

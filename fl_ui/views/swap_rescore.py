@@ -28,11 +28,19 @@ from fl_ui.masterkeys import (
     get_bank,
     layer_sweep_result,
     rescore_result,
+    unswappable_reason,
 )
 from fl_ui.messages import show
 from fl_ui.sidebar import spec_labels
-from fl_ui.state import current_selection, page_model, set_url_param, url_param
-from fl_ui.widgets import heavy_result, plot_with_explanation, screen_columns, table_with_download, user_errors
+from fl_ui.state import current_selection, latest_added_model, page_model, set_url_param, url_param
+from fl_ui.widgets import (
+    heavy_result,
+    plot_with_explanation,
+    preprocessing_caption,
+    screen_columns,
+    table_with_download,
+    user_errors,
+)
 
 # The recovery settings the page offers: field, label and the page's bounds.
 RECOVERY_WIDGETS = (("steps", "Distillation steps", {"max_value": 5000}),
@@ -71,11 +79,14 @@ with user_errors():
                       format_func=spec_labels(candidates).get,
                       help="Full models (architecture + weights) with depthwise convolutions: those in the sidebar "
                            "and the real ImageNet MobileNetV2 that ships with FilterLens.")
+    if (latest := latest_added_model(selection)) and latest not in candidates:
+        st.info(unswappable_reason(latest, selection.overrides_of(latest)))
     overrides = selection.overrides_of(spec)
     loaded = get_model(spec, overrides)
     bank = get_bank(spec, overrides)
     if description := bank_description(spec):
         show(st.caption, "**{}**: {}", loaded.label, description)
+    preprocessing_caption([loaded])
     replacements = list(st.pills(
         "Replace the filters by", list(REPLACEMENTS), selection_mode="multi", key="sw_replacements",
         default=list(url_param("swaps", DEFAULT_REPLACEMENTS, choices=list(REPLACEMENTS))),
@@ -143,8 +154,9 @@ with user_errors():
         show(st.info, "**No accuracy on {}**: accuracy needs images labelled with the model's classes, "
              "and these have none. The re-score shows how often each swapped network still predicts the **same "
              "class as the original** (agreement) and how far its output probabilities move (**KL** divergence), "
-             "which need no labels. For accuracy, pick an ImageNet-style tree (val/<wnid>/*.JPEG) under *Images* "
-             "in the sidebar.", images.description)
+             "which need no labels. For accuracy, choose *upload a labelled set* under *Images* in the sidebar: an "
+             "archive (.zip, .tar.gz) of <wnid or class>/<image> folders, or images with a CSV of labels.",
+             images.description)
     else:
         show(st.caption, "{}. {}", images.description, mapping.how)
     for warning in mapping.warnings if labelled else ():

@@ -7,10 +7,18 @@ import streamlit as st
 
 from fl_core.firstlayer.plots import REFERENCE_NAMES, activation_maps_figure, autocorrelation_figure
 from fl_core.firstlayer.whitening import WhiteningSettings
-from fl_ui.cache import activation_maps_of, get_images, whitening_result
+from fl_ui.cache import activation_maps_of, get_images, get_model, whitening_result
 from fl_ui.forms import settings_widgets
 from fl_ui.state import current_selection, page_model
-from fl_ui.widgets import downloads, plot_with_explanation, progress_bar, table_with_download, url_widget, user_errors
+from fl_ui.widgets import (
+    downloads,
+    plot_with_explanation,
+    preprocessing_caption,
+    progress_bar,
+    table_with_download,
+    url_widget,
+    user_errors,
+)
 
 MAX_IMAGE_CHOICES = 200
 
@@ -52,6 +60,7 @@ with user_errors():
     table = pd.DataFrame([{"curve": result.labels.get(name) or REFERENCE_NAMES.get(name, name),
                            f"C({at})/C(0)": round(value, 3)}
                           for name, value in result.at(at).items()])
+    preprocessing_caption([get_model(*key) for key in selection.model_keys()])
     st.subheader(f"Values at δ = {at} px")
     table_with_download(table, "whitening_at_distance")
 

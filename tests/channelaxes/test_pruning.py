@@ -25,6 +25,7 @@ from fl_core.channelaxes.pruning import (
 )
 from fl_core.channelaxes.site import locate_site
 from fl_core.errors import AnalysisError, ArgumentError
+from fl_core.io.cifar import cifar_resnet
 from fl_core.io.models import load_model
 
 from .planted_nets import duplicate_world
@@ -261,3 +262,29 @@ def test_a_removal_is_torch_prunings_group_of_the_removed_channels(spec: str, la
         traced = pruner.graph.get_pruning_group(pruner.conv, pruner.group[0].dep.handler, idxs=channels)
         assert plain(pruner.removals(channels)) == plain(traced)
     assert pruner.removals([]) == []
+
+
+def test_pruning_through_option_a_shortcuts_equals_zeroing_the_channels() -> None:
+    """A CIFAR ResNet's stem feeds the residual stream of stage 1 and, through the zero-padding shortcut, channels
+    8-23 of stage 2: removing stem channels for real equals zeroing them wherever the stream carries them."""
+    model = cifar_resnet("resnet20").eval()
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.5, 0.5)
+            module.bias.data.uniform_(-0.3, 0.3)
+    x, removed = torch.randn(4, 3, 32, 32), [0, 3, 5]
+
+    def zero(module, inputs, output):
+        output = output.clone()
+        output[:, removed] = 0
+        return output
+
+    for layer, carriers in (("conv1", ["bn1", *(f"layer1.{j}.bn2" for j in range(3))]),
+                            ("layer2.0.conv2", ["layer2.0.shortcut", *(f"layer2.{j}.bn2" for j in range(3))])):
+        pruned = LayerPruner(model, layer, x[:1]).pruned_copy(removed).model(x)
+        hooks = [model.get_submodule(name).register_forward_hook(zero) for name in carriers]
+        zeroed = model(x)
+        for hook in hooks:
+            hook.remove()
+        assert torch.allclose(pruned, zeroed, atol=1e-5), layer
+        assert not torch.allclose(model(x), zeroed, atol=1e-3)

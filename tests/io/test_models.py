@@ -178,3 +178,16 @@ def test_random_init_is_the_same_network_every_time_and_leaves_the_global_seed_a
     second = load_model("timm:resnet18")
     assert second.state_dict is not first and all(torch.equal(first[k], v) for k, v in second.state_dict.items())
     assert not torch.equal(first["conv1.weight"], torch.zeros_like(first["conv1.weight"]))
+
+
+def test_each_model_says_where_its_preprocessing_came_from(tmp_path: Path) -> None:
+    torch.save({"conv.weight": torch.randn(4, 3, 3, 3)}, tmp_path / "w.pt")
+    sources = {"demo:tiny_vgg": "from the demo's manifest", "torchvision:squeezenet1_0": "torchvision's evaluation "
+               "transform of squeezenet1_0's default weights", "cifar:resnet20": "32 px, no crop",
+               f"weights:{tmp_path / 'w.pt'}": "FilterLens's default for files that do not record theirs"}
+    for spec, words in sources.items():
+        assert words in load_model(spec).preprocessing_text(), spec
+    changed = load_model(f"weights:{tmp_path / 'w.pt'}", input_overrides={"mean": (0.5,) * 3, "std": (0.5,) * 3})
+    assert changed.preprocessing_text().endswith("; mean, std set by you") and changed.user_file
+    assert "mean 0.5 0.5 0.5" in changed.describe()["preprocessing"]
+    assert not load_model("demo:tiny_vgg").user_file

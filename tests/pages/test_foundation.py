@@ -112,6 +112,8 @@ def test_the_architecture_box_reads_a_name_or_a_spec() -> None:
     spec = registry_spec("timm", " torchvision:squeezenet1_0@pretrained ", False)
     assert spec == "torchvision:squeezenet1_0@pretrained"
     assert registry_spec("timm", "convnext_atto", True) == "timm:convnext_atto@pretrained"
+    assert registry_spec("cifar", "resnet56", False) == "cifar:resnet56"
+    assert registry_spec("timm", "cifar:resnet56", False) == "cifar:resnet56"
 
 
 def test_a_bad_registry_name_is_explained_once_and_the_selection_kept() -> None:

@@ -40,8 +40,10 @@ def test_a_timm_pattern_is_every_matching_architecture_and_pretrained_keeps_thos
     assert expand_spec(" demo:tiny_vgg ") == ["demo:tiny_vgg"]  # not a pattern: as it is
     with pytest.raises(ModelSpecError, match="No timm architecture matches"):
         expand_spec("timm:no_such_net_*")
-    with pytest.raises(ModelSpecError, match="timm: and torchvision:"):
+    with pytest.raises(ModelSpecError, match="timm:, torchvision: and cifar:"):
         expand_spec("weights:/data/*.pt")
+    assert expand_spec("cifar:resnet*")[:3] == ["cifar:resnet20", "cifar:resnet32", "cifar:resnet44"]
+    assert expand_spec("cifar:resnet5?") == ["cifar:resnet56"]
 
 
 def test_models_come_from_specs_files_and_folders_once_each_in_order(tmp_path) -> None:

@@ -120,6 +120,21 @@ def test_image_folders_count_and_are_evicted_like_files(tmp_path: Path) -> None:
     assert names(store.root) == {checkpoint.name, newer.name}
 
 
+def test_labelled_sets_are_content_addressed_trees_counted_whole(tmp_path: Path) -> None:
+    from ..io.test_image_archives import tree_members, zip_bytes
+
+    store = store_in(tmp_path / "uploads")
+    archive = [("val.zip", zip_bytes(tree_members("val/")))]
+    folder = store.add_labelled_images(archive)
+    assert store.add_labelled_images(archive) == folder and folder.name.startswith("images-")
+    assert sorted(p.name for p in folder.iterdir()) == ["n01440764", "n01443537"]
+    [(_, size, _)] = store.entries()
+    assert size == sum(p.stat().st_size for p in folder.rglob("*.png")) > 0  # the class folders' images count
+    with pytest.raises(DataError, match="outside the archive"):
+        store.add_labelled_images([("evil.zip", zip_bytes({"../a.png": b"x"}))])
+    assert names(store.root) == {folder.name}  # nothing kept of the refused upload, not even its temp folder
+
+
 def test_uploads_unused_past_the_age_limit_are_swept(tmp_path: Path) -> None:
     store = store_in(tmp_path / "uploads", max_age_hours=1)
     old = stored(store, b"old", "old.pt")
