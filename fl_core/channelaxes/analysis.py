@@ -62,20 +62,21 @@ class ChannelSettings:
     Attributes:
         layer: the convolution analysed (none: the first convolution).
         axes: estimator choices of the two axes.
-        lesion_kinds: interventions to run (``mean``, ``zero``, ``replace``; none: skip).
+        lesion_kinds: interventions to run (``mean``, ``zero``, ``replace``; none: skip); by default mean-ablation and
+            peer replacement (zero-ablation removes the channel's mean too, §5).
         cluster_k: k-means clusters per axis (ARI).
         cluster_seeds: k-means / permutation seeds (ARI).
-        pruning: the pruning protocol (``None``: no pruning curves).
+        pruning: the pruning protocol (default: :class:`PruningSettings`' defaults; ``None``: no pruning curves).
         batch_size: images per forward pass.
         memory_mb: activation memory for the batched lesions and the in-memory evaluation set.
     """
 
     layer: str | None = None
     axes: AxisSettings = field(default_factory=AxisSettings)
-    lesion_kinds: tuple[str, ...] = setting(LESION_KINDS, choices=LESION_KINDS, flag="lesions")
+    lesion_kinds: tuple[str, ...] = setting(("mean", "replace"), choices=LESION_KINDS, flag="lesions")
     cluster_k: int = setting(4, minimum=2, maximum=64)
     cluster_seeds: int = setting(10, minimum=1, maximum=1000)
-    pruning: PruningSettings | None = None
+    pruning: PruningSettings | None = field(default_factory=PruningSettings)
     batch_size: int = setting(32, minimum=1, maximum=1024)
     memory_mb: int = setting(1024, minimum=1, maximum=65_536)
 

@@ -83,7 +83,9 @@ CRITERIA: dict[str, Criterion] = {c.name: c for c in (
               "Molchanov et al. 2019; TP GroupTaylorImportance"),
     Criterion("random", "random", "baseline", "uniform (seeded)", "TP RandomImportance"),
 )}
-DEFAULT_CRITERIA = ("local", "target", "l1", "l2", "bn_gamma", "fpgm", "taylor", "random")
+DEFAULT_CRITERIA = ("local", "target", "l1", "bn_gamma", "random")
+"""The criteria compared by default: the two axes against a norm, BatchNorm |γ| and chance (the Channel Axes page's
+first view; :data:`CRITERIA` lists the others)."""
 TP_CRITERIA = ("l1", "l2", "bn_gamma", "fpgm", "taylor", "random")
 
 
@@ -94,7 +96,8 @@ class PruningSettings:
     Attributes:
         criteria: criteria to compare (keys of :data:`CRITERIA`; none on the command line: no pruning curves).
         fractions: fractions of the layer's channels removed at each point (the intact network is added at 0).
-        finetune_steps: recovery fine-tune steps per pruned network (0 = none).
+        finetune_steps: recovery fine-tune steps per pruned network (0 = none, the default: each fine-tune runs the
+            whole network forward and backward, more than the curves themselves cost).
         finetune_lr: SGD step size of the fine-tune (0.01 collapsed a pruned SqueezeNet to chance; 1e-3 recovers it).
         finetune_batch: images per fine-tune step.
         gradient_images: calibration images for the Taylor gradients.
@@ -105,7 +108,7 @@ class PruningSettings:
 
     criteria: tuple[str, ...] = setting(DEFAULT_CRITERIA, choices=tuple(CRITERIA))
     fractions: tuple[float, ...] = setting((0.125, 0.25, 0.5, 0.75), minimum=0.0, maximum=1.0)
-    finetune_steps: int = setting(20, minimum=0, maximum=10_000)
+    finetune_steps: int = setting(0, minimum=0, maximum=10_000)
     finetune_lr: float = setting(1e-3, minimum=0.0, maximum=10.0)
     finetune_batch: int = setting(32, minimum=1, maximum=1024)
     gradient_images: int = setting(64, minimum=1, maximum=10_000)

@@ -14,7 +14,7 @@ from scipy.stats import spearmanr
 
 from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import LabelledInputs, channel_data, class_mapping, folder_channel_data
-from fl_core.channelaxes.interventions import fold_peer_replacement
+from fl_core.channelaxes.interventions import LESION_KINDS, fold_peer_replacement
 from fl_core.channelaxes.layerstats import AxisSettings, collect_layer_statistics, local_axis
 from fl_core.channelaxes.pruner import LayerPruner
 from fl_core.channelaxes.pruning import PruningSettings
@@ -25,7 +25,7 @@ from fl_core.io.models import load_model
 from .planted_nets import alone_world, duplicate_world
 
 CPU = torch.device("cpu")
-FAST = ChannelSettings(cluster_seeds=2, cluster_k=2)
+FAST = ChannelSettings(cluster_seeds=2, cluster_k=2, lesion_kinds=LESION_KINDS, pruning=None)
 DESIGN_CHANNEL_KEYS = {"index", "input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess",
                        "lesion_dloss", "replacement_dloss"}
 
