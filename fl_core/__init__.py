@@ -9,7 +9,8 @@ names. Each analysis family has one shape (:mod:`fl_core.arguments`)::
     analyze_<family>(models_or_model, data=None, settings=None, *, device=None, progress=None,
                      **setting_overrides) -> <Family>Result
 
-and every result has ``to_dict()``, ``to_frame()`` and ``plot(kind=None, **kw)`` (a plotly figure).
+and every result has ``to_dict()``, ``to_frame()``, ``plot(kind=None, **kw)`` (a plotly figure) and ``save(path)``
+(``load_result(path)`` or ``<Result>.load(path)`` reads it back).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     "fl_core.io.images": ("open_images", "ImageSet", "BUNDLED"),
     "fl_core.io.layers": ("conv_inventory",),
     "fl_core.io.inspect": ("inspect_models", "InspectResult"),
+    "fl_core.io.resultfiles": ("load_result",),
     "fl_core.firstlayer.patches": ("patch_pca", "PatchStatistics", "PatchPCA"),
     "fl_core.firstlayer.energy": ("analyze_energy", "EnergySettings", "EnergyResult"),
     "fl_core.firstlayer.whitening": ("analyze_whitening", "WhiteningSettings", "WhiteningResult"),
@@ -73,6 +75,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; tests/test_core.py keep
     from fl_core.io.layers import conv_inventory
     from fl_core.io.models import LoadedModel, load_model
     from fl_core.io.preprocessing import InputConfig
+    from fl_core.io.resultfiles import load_result
     from fl_core.lab.runs import Run, RunSettings, load_run, train_run
     from fl_core.lab.train import TrainSettings
     from fl_core.masterkeys.assignment import analyze_scale_space
