@@ -47,6 +47,20 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+MODEL_COLUMNS = ("model", "spec")
+"""The first columns of every family's table (:meth:`Result.to_frame`): the model's short label (``LoadedModel.label``,
+the same in every family) and its spec beside it, so tables of several models and families stack in one long shape."""
+
+
+def with_model_columns(frame: pd.DataFrame, label: str, spec: str, **columns: Any) -> pd.DataFrame:
+    """``frame`` with :data:`MODEL_COLUMNS` first (``label`` and ``spec`` on every row), then ``columns`` (name →
+    one value for every row, e.g. ``layer=``)."""
+    import pandas as pd
+
+    first = pd.DataFrame({"model": label, "spec": spec, **columns}, index=frame.index)
+    return pd.concat([first, frame.drop(columns=list(first.columns), errors="ignore")], axis=1)
+
+
 class Result:
     """Mixin for frozen dataclass results.
 

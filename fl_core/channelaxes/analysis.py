@@ -45,7 +45,7 @@ from fl_core.channelaxes.pruning import PruningResult, PruningSettings, prune_cu
 from fl_core.channelaxes.site import ChannelSite, locate_site
 from fl_core.errors import AnalysisError
 from fl_core.io.layers import ConvLayer, find_layer
-from fl_core.results import Result, jsonable
+from fl_core.results import Result, jsonable, with_model_columns
 from fl_core.settings import setting
 
 AXIS_SCORES = ("local", "target", "input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess")
@@ -289,8 +289,8 @@ class ChannelAxesResult(Result):
         return (self.pruning,)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per channel."""
-        return self.table
+        """One row per channel: the model's label and spec, the layer, then :attr:`table`."""
+        return with_model_columns(self.table, self.label, self.spec, layer=self.layer)
 
     def to_dict(self) -> dict:
         """JSON-safe result with the keys of docs/cli.md, "JSON output" (``layer``, ``channels``, ``spearman``, ``ari``,

@@ -369,14 +369,15 @@ class EnergyResult(Result):
     }
 
     def to_frame(self) -> pd.DataFrame:
-        """Long table: one row per (model, component) with λ, e_i, the theory θ_i (max-normalized), the fitted
-        curve a + b·θ_i and the random-init band."""
+        """Long table: one row per (model, component) with the model's label and spec, λ, e_i, the theory θ_i
+        (max-normalized), the fitted curve a + b·θ_i and the random-init band."""
         rows = []
         for m in self.models:
             for i, (lam, e, t, fit) in enumerate(zip(m.lambdas, m.profile, m.theory.shape, m.theory.profile),
                                                  start=1):
-                rows.append({"spec": m.spec, "layer": m.layer, "component": i, "lambda": lam, "profile": e,
-                             "theory": t, "theory_fit": fit, "random_init_mean": m.random_init.profile_mean[i - 1],
+                rows.append({"model": m.label, "spec": m.spec, "layer": m.layer, "component": i, "lambda": lam,
+                             "profile": e, "theory": t, "theory_fit": fit,
+                             "random_init_mean": m.random_init.profile_mean[i - 1],
                              "random_init_sd": m.random_init.profile_sd[i - 1]})
         return pd.DataFrame(rows)
 

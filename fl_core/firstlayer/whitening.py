@@ -185,6 +185,10 @@ def activation_maps(loaded: LoadedModel, image: Image.Image, name: str | None = 
                           maps=linear_responses(weight, x).numpy())
 
 
+REFERENCE_NAMES = {"rgb": "RGB input", "random": "random-init filters", "zca": "ideal ZCA whitening bank"}
+"""The reference curves of :class:`WhiteningResult`, by key, as tables and legends name them."""
+
+
 @dataclass(frozen=True)
 class WhiteningResult(Result):
     """Normalized spatial autocorrelation curves.
@@ -209,10 +213,14 @@ class WhiteningResult(Result):
     _figures: ClassVar[dict[str, str]] = {"autocorrelation": "fl_core.firstlayer.plots:autocorrelation_figure"}
 
     def to_frame(self) -> pd.DataFrame:
-        frame = pd.DataFrame({"distance": self.distances, **self.curves})
-        for name, sd in self.curves_sd.items():
-            frame[f"{name}_sd"] = sd
-        return frame
+        """Long table: one row per (curve, δ) with ``model`` (a model's label, or the reference curve's name),
+        ``spec`` (empty for references), ``curve`` (the key of :attr:`curves`), ``distance``, ``correlation``
+        C(δ)/C(0) and ``correlation_sd`` (over seeds, random init only)."""
+        return pd.concat([pd.DataFrame({
+            "model": self.labels.get(name, REFERENCE_NAMES.get(name, name)),
+            "spec": name if name in self.labels else "", "curve": name, "distance": self.distances,
+            "correlation": curve, "correlation_sd": self.curves_sd.get(name, np.full(len(curve), np.nan))})
+            for name, curve in self.curves.items()], ignore_index=True)
 
     def at(self, distance: int) -> dict[str, float]:
         """Every curve's value at one distance (the paper quotes δ = 10)."""

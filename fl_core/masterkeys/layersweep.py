@@ -27,7 +27,7 @@ from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.recovery import RecoveryInfo
 from fl_core.masterkeys.rescore import RescoreSettings, ScoringSettings, VariantScore, rescore
 from fl_core.masterkeys.swap import REPLACEMENTS, swap_filters
-from fl_core.results import Result
+from fl_core.results import Result, with_model_columns
 from fl_core.settings import setting
 
 ZERO = "zero"
@@ -92,8 +92,8 @@ class LayerSweepResult(Result):
     _figures: ClassVar[dict[str, str]] = {"layers": "fl_core.masterkeys.plots:layer_sweep_figure"}
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per depthwise layer: the layer, then ``swapped_*`` and ``zeroed_*`` scores (``*_recovered_*``
-        after recovery) and the theory shares."""
+        """One row per depthwise layer: the model's label and spec, the layer, then ``swapped_*`` and ``zeroed_*``
+        scores (``*_recovered_*`` after recovery) and the theory shares."""
         records = []
         for row in self.rows:
             record = {key: value for key, value in row.to_dict().items() if key not in ("swapped", "zeroed")}
@@ -102,7 +102,7 @@ class LayerSweepResult(Result):
                 record.update({f"{kind}_{key}": value for key, value in scores.items()
                                if key not in ("method", "n_images", "relative_error")})
             records.append(record)
-        return pd.DataFrame(records)
+        return with_model_columns(pd.DataFrame(records), self.label, self.spec)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ from fl_core.masterkeys.fitting import FIT_METHODS
 from fl_core.masterkeys.kmeans import DEFAULT_K
 from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
 from fl_core.masterkeys.swap import REPLACEMENTS, FilterSwap, parameter_patch, swap_filters
-from fl_core.results import Result
+from fl_core.results import Result, with_model_columns
 from fl_core.settings import MAX_SEED, setting
 from fl_core.suffix import PROBE_IMAGES, SuffixPlan, changed_keys, full_forwards, plan_suffixes, shared_copy
 
@@ -224,12 +224,12 @@ class RescoreResult(Result):
     _figures: ClassVar[dict[str, str]] = {"scores": "fl_core.masterkeys.plots:scores_figure"}
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per variant (the original first) with Δ top-1, agreement, KL, reconstruction error and, when
-        recovery ran, the recovered scores (``recovered_*``)."""
+        """One row per variant (the original first) after the model's label and spec, with Δ top-1, agreement, KL,
+        reconstruction error and, when recovery ran, the recovered scores (``recovered_*``)."""
         original = VariantScore(method=ORIGINAL, n_images=self.n_images, top1=self.top1, top5=self.top5,
                                 loss=self.loss, delta_top1=0.0 if self.top1 is not None else None, agreement=1.0,
                                 kl=0.0, relative_error=None)
-        return pd.DataFrame([v.row() for v in (original, *self.swaps)])
+        return with_model_columns(pd.DataFrame([v.row() for v in (original, *self.swaps)]), self.label, self.spec)
 
 
 # ----------------------------------------------------------------------------------------------------- resume
