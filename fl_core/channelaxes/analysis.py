@@ -33,6 +33,7 @@ from fl_core.backend import Progress, cpu_layout, report, resolve_device, sub_pr
 from fl_core.budgets import check_channel_statistics
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman, spearman_matrix
+from fl_core.channelaxes.estimate import channels_estimate
 from fl_core.channelaxes.interventions import LESION_KINDS, ChannelInterventions, channel_interventions, folded_around
 from fl_core.channelaxes.layerstats import (
     AxisSettings,
@@ -384,12 +385,13 @@ def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, se
         model: the model (a spec string, :class:`LoadedModel` or ``nn.Module``; never changed: the analysis works on
             private copies).
         data: calibration and evaluation sets (:func:`fl_core.channelaxes.calibration.channel_data`), or their source
-            (``"crops"``, the default, or a labelled ImageFolder tree: 256 + 256 images split with the axes' seed).
+            (``"crops"``, the default, or a labelled ImageFolder tree: 256 + 64 images split with the axes' seed).
         settings: the layer, estimator choices, interventions and pruning protocol; ``setting_overrides`` replace
             fields (``layer=``, ``cluster_k=``, the axes' ``k=``, ``seed=``, ...).
         init: the same architecture at initialization, to compare the axes before training.
         device: where to run.
-        progress: ``progress(fraction, message)``.
+        progress: ``progress(fraction, message)``; its first message is the expected duration
+            (:func:`~fl_core.channelaxes.estimate.estimate_channels`).
     """
     loaded = as_model(model)
     settings = as_settings(ChannelSettings, settings, setting_overrides)
@@ -400,6 +402,10 @@ def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, se
     check_channel_statistics(conv.out_channels, what=f"layer {conv.name} of {loaded.label}")
     if len(data.calibration) < 2 * settings.axes.k:
         raise AnalysisError(f"Use at least {2 * settings.axes.k} calibration images (got {len(data.calibration)}).")
+    if progress is not None:
+        estimate = channels_estimate(loaded, conv.name, len(data.calibration), len(data.evaluation), settings,
+                                     init is not None, device)
+        report(progress, 0.0, f"{conv.name}: {estimate.text()} expected")
     timings: dict[str, float] = {}
     start = time.perf_counter()
     model = cpu_layout(loaded.copy_model().to(device).eval(), device)

@@ -2,8 +2,10 @@
 
 Two sources:
 
-* a labelled ImageFolder tree (``root/<class>/*.jpg``; ImageNet val layout: class index = sorted wnid), split at
-  random (seeded) into disjoint calibration and evaluation halves;
+* labelled images, split at random (seeded) into disjoint calibration and evaluation halves: an ImageFolder tree
+  (``root/<class>/*.jpg``; ImageNet val layout: class index = sorted wnid), or images a script holds with their
+  labels (a ``TensorDataset(images, labels)``, a ``Dataset`` of ``(image, label)`` pairs, a ``DataLoader`` of such
+  batches: :func:`fl_core.arguments.as_images`);
 * the bundled labelled crops (:func:`fl_core.io.crops.photo_crops`): calibration from the training crops, evaluation
   from the validation crops, which never share pixels. A model whose classes are not the photos' (an ImageNet
   classifier offline) is scored against its own top-1 decision on each crop (:func:`decision_labels`): the target
@@ -27,15 +29,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fl_core.arguments import ModelLike, as_model
-from fl_core.errors import ArgumentError, DataError
+from fl_core.arguments import ModelLike, as_images, as_model
+from fl_core.errors import DataError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.crops import CropData, CropSettings, photo_crops
-from fl_core.io.images import ImageSet, folder_images, is_bundled, iter_input_batches
+from fl_core.io.images import ImageSet, is_bundled, iter_input_batches
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
 
 CROPS = "crops"
+DEFAULT_CALIBRATION, DEFAULT_EVALUATION = 256, 64
+"""Images of a channel analysis by default (the Channel Axes page's first view): the calibration set feeds one pass
+of statistics, while every channel's lesioned networks run on each evaluation image, so it is the smaller."""
 DECISION_LABELS = "each labelled with the network's own top-1 class"
 """What the data description says when the labels are the network's decisions (:func:`decision_labels`)."""
 
@@ -130,21 +135,22 @@ def class_mapping(classes: Sequence[str], loaded: LoadedModel) -> tuple[np.ndarr
     return mapping.label_map, notes
 
 
-def folder_channel_data(root: str, loaded: LoadedModel, n_calibration: int, n_evaluation: int,
-                        seed: int = 0) -> ChannelData:
-    """Disjoint random halves of a labelled ImageFolder tree (at most ``n_calibration`` / ``n_evaluation``)."""
-    images = folder_images(root)
+def image_channel_data(images: ImageSet, loaded: LoadedModel, n_calibration: int, n_evaluation: int,
+                       seed: int = 0) -> ChannelData:
+    """Disjoint random halves of a labelled image set (at most ``n_calibration`` / ``n_evaluation``), labels mapped
+    onto the model's head."""
     if not images.labelled:
-        raise DataError(f"{root} is not labelled: give an ImageFolder tree (root/<class>/image.jpg), or 'crops'.")
+        raise DataError(f"{images.description} is not labelled: give an ImageFolder tree (root/<class>/image.jpg), "
+                        "images with their labels (e.g. a TensorDataset(images, labels)), or 'crops'.")
     mapping, warnings = class_mapping(images.classes, loaded)
     order = np.random.default_rng(seed).permutation(len(images))
     half = len(order) // 2
     cal_index = np.sort(order[:half][:n_calibration])
     eval_index = np.sort(order[half:][:n_evaluation])
-    labels = mapping[np.asarray(images.labels)]
 
     def inputs(index: np.ndarray) -> LabelledInputs:
-        return LabelledInputs(images=images.subset(index.tolist()), labels=labels[index].tolist(),
+        chosen = images.subset(index.tolist())
+        return LabelledInputs(images=chosen, labels=mapping[np.asarray(chosen.labels, dtype=int)].tolist(),
                               config=loaded.input_config)
 
     return ChannelData(calibration=inputs(cal_index), evaluation=inputs(eval_index), classes=tuple(images.classes),
@@ -212,25 +218,25 @@ def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int
                        description=description, seed=seed, warnings=warnings)
 
 
-def channel_data(model: ModelLike, source: str = CROPS, n_calibration: int = 256, n_evaluation: int = 256,
-                 seed: int = 0) -> ChannelData:
+def is_crops(source: object) -> bool:
+    """The source is the bundled photos' labelled crops (:data:`CROPS`, or the bundled photos' own source)."""
+    return isinstance(source, str | Path) and (str(source) == CROPS or is_bundled(str(source)))
+
+
+def channel_data(model: ModelLike, source: object = CROPS, n_calibration: int = DEFAULT_CALIBRATION,
+                 n_evaluation: int = DEFAULT_EVALUATION, seed: int = 0) -> ChannelData:
     """The labelled sets of a channel analysis of ``model``: ``"crops"`` (or the bundled photos' source: their
-    labelled crops) or a labelled ImageFolder tree, labels mapped onto the model's head."""
+    labelled crops), a labelled ImageFolder tree, or labelled images as :func:`fl_core.arguments.as_images` takes
+    them, labels mapped onto the model's head."""
     loaded = as_model(model)
-    if not isinstance(source, str | Path):
-        raise ArgumentError(f"source must be 'crops' or a labelled ImageFolder tree, not {type(source).__name__}.")
-    source = str(source)
-    if source == CROPS or is_bundled(source):
+    if is_crops(source):
         return crop_channel_data(loaded, n_calibration, n_evaluation, seed)
-    return folder_channel_data(source, loaded, n_calibration, n_evaluation, seed)
+    return image_channel_data(as_images(source, "source"), loaded, n_calibration, n_evaluation, seed)
 
 
-def as_channel_data(data: str | ChannelData | None, loaded: LoadedModel, seed: int = 0) -> ChannelData:
-    """``data`` of :func:`~fl_core.channelaxes.analysis.analyze_channels`: a :class:`ChannelData` as is, a source
-    string through :func:`channel_data` (default sizes, ``seed``), ``None``: the bundled crops."""
+def as_channel_data(data: object, loaded: LoadedModel, seed: int = 0) -> ChannelData:
+    """``data`` of :func:`~fl_core.channelaxes.analysis.analyze_channels`: a :class:`ChannelData` as is, anything
+    else :func:`channel_data` takes through it (default sizes, ``seed``), ``None``: the bundled crops."""
     if isinstance(data, ChannelData):
         return data
-    if data is None or isinstance(data, str | Path):
-        return channel_data(loaded, CROPS if data is None else str(data), seed=seed)
-    raise ArgumentError(f"data must be a source ('crops' or a labelled ImageFolder tree) or a ChannelData from "
-                        f"channel_data(model, source, ...), not {type(data).__name__}.")
+    return channel_data(loaded, CROPS if data is None else data, seed=seed)

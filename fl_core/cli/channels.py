@@ -6,17 +6,19 @@ removability better).
 Examples:
     python -m fl_core channels --model demo:tiny_vgg --layer features.14 --compare-init --json axes.json
     python -m fl_core channels --model torchvision:squeezenet1_0=squeezenet.pt --layer features.12.squeeze \\
-        --data /data/imagenet/val --calibration 512 --evaluation 256 --finetune-steps 0 --csv channels.csv
+        --data /data/imagenet/val --calibration 512 --evaluation 256 --finetune-steps 20 --csv channels.csv
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 
 from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
-from fl_core.channelaxes.calibration import CROPS, channel_data
+from fl_core.channelaxes.calibration import CROPS, DEFAULT_CALIBRATION, DEFAULT_EVALUATION, channel_data
+from fl_core.channelaxes.estimate import estimate_channels
 from fl_core.channelaxes.pruning import PruningSettings
 from fl_core.cli import add_model_arguments, load_models
 from fl_core.errors import ModelSpecError
@@ -29,9 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=CROPS, metavar="SOURCE",
                         help="'crops' (the bundled labelled crops, offline) or a labelled ImageFolder tree "
                              "(ImageNet val layout: class index = sorted wnid)")
-    parser.add_argument("--calibration", type=bounded(int, 8, MAX_IMAGES, "calibration"), default=256,
+    parser.add_argument("--calibration", type=bounded(int, 8, MAX_IMAGES, "calibration"),
+                        default=DEFAULT_CALIBRATION,
                         help="calibration images (statistics, fine-tune)")
-    parser.add_argument("--evaluation", type=bounded(int, 8, MAX_IMAGES, "evaluation"), default=256,
+    parser.add_argument("--evaluation", type=bounded(int, 8, MAX_IMAGES, "evaluation"),
+                        default=DEFAULT_EVALUATION,
                         help="held-out images (lesions, pruning)")
     parser.add_argument("--seed", type=bounded(int, 0, MAX_SEED, "seed"), default=0,
                         help="seed of the data split and every random choice")
@@ -57,8 +61,11 @@ def run(args: argparse.Namespace, progress) -> ChannelAxesResult:
     init_spec = args.init or (loaded.init_spec if args.compare_init else None)
     init = load_model(init_spec) if init_spec else None
     data = channel_data(loaded, args.data, args.calibration, args.evaluation, seed=args.seed)
-    result = analyze_channels(loaded, data, channel_settings(args), init=init, device=args.device,
-                              progress=progress)
+    settings = channel_settings(args)
+    estimate = estimate_channels(loaded, data, settings, init=init, device=args.device)
+    print(f"expected: {estimate.text()} ({', '.join(f'{k} {v:.0f} s' for k, v in estimate.stages.items())})",
+          file=sys.stderr)
+    result = analyze_channels(loaded, data, settings, init=init, device=args.device, progress=progress)
     print_summary(result)
     return result
 

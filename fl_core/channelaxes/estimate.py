@@ -1,0 +1,140 @@
+"""How long :func:`~fl_core.channelaxes.analysis.analyze_channels` will take, known before it starts.
+
+Each stage's work is counted in multiply-accumulates (MACs) of the network's convolutions (:func:`stage_work`): the
+statistics run the whole network on the calibration images; every lesion kind runs one copy per channel from the
+layer on, on the evaluation images; every pruned network (criterion × fraction) runs from the layer on too, plus the
+fine-tune's forward and backward passes. The seconds are that work divided by the rate this device runs the model at
+(:func:`forward_rate`: one timed forward pass of a few images) and multiplied by each stage's measured cost per MAC
+relative to a plain forward pass (:data:`STAGE_FACTORS`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from fl_core.arguments import ModelLike, as_images, as_model, as_settings
+from fl_core.backend import inference_autocast, resolve_device
+from fl_core.channelaxes.calibration import DEFAULT_CALIBRATION, DEFAULT_EVALUATION, ChannelData, is_crops
+from fl_core.io.layers import ConvLayer, conv_inventory, find_layer
+from fl_core.io.models import LoadedModel
+from fl_core.results import Result
+
+if TYPE_CHECKING:
+    from fl_core.channelaxes.analysis import ChannelSettings
+
+STAGE_FACTORS = {"statistics": 1.0, "interventions": 1.0, "pruning": 1.0, "initialization": 1.0}
+"""Seconds per MAC of each stage relative to one plain forward pass of the same model (not yet calibrated: 1)."""
+PROBE_IMAGES = 8
+"""Images of the timed forward pass (:func:`forward_rate`), after one untimed pass of the same shape."""
+
+
+def conv_macs(layer: ConvLayer) -> int:
+    """Multiply-accumulates of one convolution per image: ``out · in/groups · kh · kw · side²`` (0 when the probe
+    pass did not reach it)."""
+    kh, kw = layer.kernel_size
+    return layer.out_channels * layer.in_channels // layer.groups * kh * kw * (layer.output_size or 0) ** 2
+
+
+def stage_work(loaded: LoadedModel, layer: str, n_calibration: int, n_evaluation: int, settings: ChannelSettings,
+               init: bool = False) -> dict[str, float]:
+    """Each stage of :func:`~fl_core.channelaxes.analysis.analyze_channels` in MACs of convolutions (module
+    docstring): ``statistics``, ``interventions``, ``pruning`` and ``initialization``, the stages the settings run."""
+    layers = conv_inventory(loaded)
+    macs = [conv_macs(lay) for lay in layers]
+    names = [lay.name for lay in layers]
+    total = float(sum(macs))
+    after = float(sum(macs[names.index(layer):])) if layer in names else total
+    channels = next((lay.out_channels for lay in layers if lay.name == layer), 0)
+    work = {"statistics": n_calibration * total,
+            "interventions": len(settings.lesion_kinds) * channels * n_evaluation * after}
+    if settings.pruning is not None:
+        networks = len(settings.pruning.criteria) * len(settings.pruning.fractions)
+        work["pruning"] = networks * (n_evaluation * after + 3 * settings.pruning.finetune_steps
+                                      * settings.pruning.finetune_batch * total)
+    if init:
+        work["initialization"] = n_calibration * total
+    return work
+
+
+@torch.inference_mode()
+def forward_rate(loaded: LoadedModel, device: torch.device | str | None = None, images: int = PROBE_IMAGES) -> float:
+    """MACs of convolutions per second of ``loaded`` on ``device``: one forward pass of ``images`` random inputs at
+    the model's input size, timed after an untimed one of the same shape."""
+    device = resolve_device(device)
+    model = loaded.forward_copy(device)
+    size = loaded.input_config.input_size
+    x = torch.randn(images, 3, size, size, device=device)
+    with inference_autocast(device):
+        model(x)
+        _synchronize(device)
+        start = time.perf_counter()
+        model(x)
+        _synchronize(device)
+    seconds = max(time.perf_counter() - start, 1e-6)
+    return images * sum(conv_macs(lay) for lay in conv_inventory(loaded)) / seconds
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass(frozen=True)
+class ChannelsEstimate(Result):
+    """The expected duration of a channel analysis.
+
+    Attributes:
+        seconds: the whole analysis.
+        stages: seconds per stage (``statistics``, ``interventions``, ``pruning``, ``initialization``).
+        macs_per_second: the rate the model ran at on the device (:func:`forward_rate`).
+    """
+
+    seconds: float
+    stages: dict[str, float]
+    macs_per_second: float
+
+    def text(self) -> str:
+        """``about 40 s`` / ``about 3 min``."""
+        return duration_text(self.seconds)
+
+
+def duration_text(seconds: float) -> str:
+    """``about 40 s`` below 90 s, else ``about 3 min``."""
+    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.0f} min"
+
+
+def estimate_channels(model: ModelLike, data: object = None,
+                      settings: ChannelSettings | None = None, *, init: ModelLike | None = None, device=None,
+                      **setting_overrides) -> ChannelsEstimate:
+    """How long :func:`~fl_core.channelaxes.analysis.analyze_channels` with the same arguments will take (module
+    docstring), the images counted without reading them (:func:`image_counts`)."""
+    from fl_core.channelaxes.analysis import ChannelSettings  # the analysis reports this module's estimate
+
+    loaded = as_model(model)
+    settings = as_settings(ChannelSettings, settings, setting_overrides)
+    layer = find_layer(loaded, settings.layer).name
+    return channels_estimate(loaded, layer, *image_counts(data), settings, init is not None, device)
+
+
+def image_counts(data: object) -> tuple[int, int]:
+    """Calibration and evaluation images a channel analysis of ``data`` takes
+    (:func:`~fl_core.channelaxes.calibration.channel_data` at its default sizes), counted without decoding them."""
+    if isinstance(data, ChannelData):
+        return len(data.calibration), len(data.evaluation)
+    if data is None or is_crops(data):
+        return DEFAULT_CALIBRATION, DEFAULT_EVALUATION
+    images = len(as_images(data, "data"))
+    return min(images // 2, DEFAULT_CALIBRATION), min(images - images // 2, DEFAULT_EVALUATION)
+
+
+def channels_estimate(loaded: LoadedModel, layer: str, n_calibration: int, n_evaluation: int,
+                      settings: ChannelSettings, init: bool, device=None) -> ChannelsEstimate:
+    """:func:`estimate_channels` of a resolved call: :func:`stage_work` at the :func:`forward_rate` of ``loaded``."""
+    rate = forward_rate(loaded, device)
+    work = stage_work(loaded, layer, n_calibration, n_evaluation, settings, init)
+    stages = {stage: amount * STAGE_FACTORS[stage] / rate for stage, amount in work.items()}
+    return ChannelsEstimate(seconds=sum(stages.values()), stages=stages, macs_per_second=rate)
