@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 from scipy.stats import rankdata
 
-from fl_core.arguments import ModelLike, as_model, as_settings
+from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings
 from fl_core.backend import Progress, cpu_layout, report, resolve_device, sub_progress
 from fl_core.budgets import check_channel_statistics
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
@@ -376,16 +376,18 @@ def layer_axes(model: torch.nn.Module, layer: str, data: ChannelData, settings: 
     return site, stats, local, channel_table(stats, local, target)
 
 
-def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, settings: ChannelSettings | None = None,
-                     *, init: ModelLike | None = None, device=None, progress: Progress | None = None,
-                     **setting_overrides) -> ChannelAxesResult:
+def analyze_channels(model: ModelLike, data: ImagesLike | ChannelData | None = None,
+                     settings: ChannelSettings | None = None, *, init: ModelLike | None = None, device=None,
+                     progress: Progress | None = None, **setting_overrides) -> ChannelAxesResult:
     """Both axes, lesions, peer replacement and pruning curves of one conv layer, compared (module docstring).
 
     Args:
         model: the model (a spec string, :class:`LoadedModel` or ``nn.Module``; never changed: the analysis works on
             private copies).
         data: calibration and evaluation sets (:func:`fl_core.channelaxes.calibration.channel_data`), or their source
-            (``"crops"``, the default, or a labelled ImageFolder tree: 256 + 64 images split with the axes' seed).
+            (``"crops"``, the default, a labelled ImageFolder tree, or labelled images a script holds, e.g. a
+            ``TensorDataset(images, labels)``: :func:`~fl_core.arguments.as_images`), 256 + 64 images split with the
+            axes' seed.
         settings: the layer, estimator choices, interventions and pruning protocol; ``setting_overrides`` replace
             fields (``layer=``, ``cluster_k=``, the axes' ``k=``, ``seed=``, ...).
         init: the same architecture at initialization, to compare the axes before training.

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fl_core.arguments import ModelLike, as_images, as_model, as_models, as_settings
+from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_models, as_settings
 from fl_core.backend import Progress, report, resolve_device, sub_progress
 from fl_core.budgets import check_patch_statistics, check_random_banks
 from fl_core.errors import AnalysisError
@@ -464,7 +464,7 @@ def model_energy(loaded: LoadedModel, layer: ConvLayer, pca: PatchPCA, *, seeds:
                        filters=filters, pca_key=key)
 
 
-def analyze_energy(models: ModelLike | Sequence[ModelLike], data: str | ImageSet | None = None,
+def analyze_energy(models: ModelLike | Sequence[ModelLike], data: ImagesLike | None = None,
                    settings: EnergySettings | None = None, *, inits: Mapping[str, ModelLike] | None = None,
                    device=None, progress: Progress | None = None, **setting_overrides) -> EnergyResult:
     """Energy profiles of ``settings.layer`` (default: the first convolution) for each model, compared.

@@ -23,13 +23,13 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from fl_core.arguments import ModelLike, as_images, as_models, as_settings
+from fl_core.arguments import ImagesLike, ModelLike, as_images, as_models, as_settings
 from fl_core.backend import Progress, report, resolve_device, statistics_dtype, sub_progress
 from fl_core.budgets import check_activation_maps, check_patch_statistics, check_random_banks, check_whitening
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.energy import random_init_banks
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
-from fl_core.io.images import ImageSet, iter_scaled_inputs, scaled_input, to_display
+from fl_core.io.images import iter_scaled_inputs, scaled_input, to_display
 from fl_core.io.layers import ConvLayer, find_layer, layer_weight
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
@@ -258,7 +258,7 @@ def check_whitening_budget(models: Sequence[LoadedModel], layers: Sequence[ConvL
     check_random_banks(settings.seeds, first.out_channels, first.patch_dim, what=what)
 
 
-def analyze_whitening(models: ModelLike | Sequence[ModelLike], data: str | ImageSet | None = None,
+def analyze_whitening(models: ModelLike | Sequence[ModelLike], data: ImagesLike | None = None,
                       settings: WhiteningSettings | None = None, *, device=None, progress: Progress | None = None,
                       **setting_overrides) -> WhiteningResult:
     """C(δ)/C(0) of RGB, of each model's learned first layer, of random-init banks and of the ideal ZCA bank.

@@ -20,9 +20,8 @@ from typing import ClassVar
 import pandas as pd
 import torch
 
-from fl_core.arguments import ModelLike, as_model, as_settings
+from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings
 from fl_core.backend import Progress
-from fl_core.io.images import ImageSet
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.recovery import RecoveryInfo
 from fl_core.masterkeys.rescore import RescoreSettings, ScoringSettings, VariantScore, rescore
@@ -116,7 +115,7 @@ class LayerSweepSettings(ScoringSettings):
     replacement: str = setting("B", choices=tuple(REPLACEMENTS), flag="swap")
 
 
-def sweep_layers(model: ModelLike, data: str | ImageSet | None = None, settings: LayerSweepSettings | None = None, *,
+def sweep_layers(model: ModelLike, data: ImagesLike | None = None, settings: LayerSweepSettings | None = None, *,
                  device: str | torch.device | None = None, progress: Progress | None = None,
                  **setting_overrides) -> LayerSweepResult:
     """Swap, and zero, each chosen depthwise layer alone and score them all together (module docstring).

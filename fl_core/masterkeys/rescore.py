@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
-from fl_core.arguments import ModelLike, as_images, as_model, as_settings
+from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_settings
 from fl_core.backend import Progress, inference_autocast, report, statistics_dtype, sub_progress
 from fl_core.errors import AnalysisError, ArgumentError
 from fl_core.io.classes import map_tree_classes
@@ -407,7 +407,7 @@ def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | No
                         computed_from=computed_from, **_scores(row, original))
 
 
-def rescore(model: ModelLike, data: str | ImageSet | None = None, settings: RescoreSettings | None = None, *,
+def rescore(model: ModelLike, data: ImagesLike | None = None, settings: RescoreSettings | None = None, *,
             swaps: Sequence[FilterSwap] | None = None, resume: str | Path | None = None,
             device: str | torch.device | None = None, progress: Progress | None = None,
             **setting_overrides) -> RescoreResult:
