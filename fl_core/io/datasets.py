@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 from fl_core.budgets import analysis_budget
 from fl_core.errors import DataError
@@ -103,11 +103,13 @@ class DatasetImages(ImageSet):
     tensors and arrays as :func:`image_from_array` takes them) or ``(image, label)`` pairs (labelled; the label an
     index of the dataset's ``classes`` when it names them, else of the model's outputs). Labels come from
     ``dataset.targets`` (as torchvision's data sets hold them) or a ``TensorDataset``'s second tensor without reading
-    images; otherwise from the items, read when labels are first needed."""
+    images, through any ``Subset``; otherwise from the items, read when labels are first needed."""
 
     def __init__(self, dataset: Dataset, indices: Sequence[int] | None = None, description: str | None = None) -> None:
-        self.dataset = dataset
-        self.indices = list(range(len(dataset))) if indices is None else list(indices)  # type: ignore[arg-type]
+        indices = list(range(len(dataset))) if indices is None else list(indices)  # type: ignore[arg-type]
+        while isinstance(dataset, Subset):  # read the underlying data set's targets and classes
+            indices, dataset = [int(dataset.indices[i]) for i in indices], dataset.dataset
+        self.dataset, self.indices = dataset, indices
         self.description = description or f"{len(self.indices)} images of a {type(dataset).__name__}"
         self._labelled = bool(len(dataset)) and _dataset_item(dataset[0])[1] is not None  # type: ignore[arg-type]
         self._labels: list[int] | None = None

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 import fl_core
 from fl_core import DataError
@@ -100,6 +100,16 @@ def test_a_dataset_that_names_its_classes_is_mapped_by_name_for_channel_analyses
     assert set(data.calibration.labels.tolist() + data.evaluation.labels.tolist()) == {5, 9}
     with pytest.raises(DataError, match="not labelled"):
         channel_data(loaded, x)
+
+
+def test_a_subset_reads_labels_and_classes_of_its_data_set_without_reading_images() -> None:
+    x = batch(6)
+    dataset = Photos(x, [0, 1, 0, 1, 0, 1])
+    dataset.targets, dataset.classes = dataset.labels, ["cat", "dog"]
+    images = as_images(Subset(Subset(dataset, [5, 4, 3, 2]), [0, 2]))
+    dataset.labels = None  # from here on an item read would be an unlabelled image: labels must come from targets
+    assert images.labels == [1, 1] and images.classes == ("cat", "dog") and images.names == ["item 5", "item 3"]
+    assert np.array_equal(np.asarray(images.image(1)), np.asarray(as_images(x).image(3)))
 
 
 def test_normalized_or_misshapen_data_is_refused_with_what_to_give() -> None:
