@@ -33,7 +33,7 @@ from fl_core.arguments import ModelLike, as_images, as_model
 from fl_core.errors import DataError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.crops import CropData, CropSettings, photo_crops
-from fl_core.io.images import ImageSet, is_bundled, iter_input_batches
+from fl_core.io.images import ImageSet, bundled_images, is_bundled, iter_input_batches
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
 
@@ -180,15 +180,21 @@ def decision_labels(loaded: LoadedModel, x: torch.Tensor, batch_size: int = 64) 
     return torch.cat([model(x[start: start + batch_size]).argmax(dim=1) for start in range(0, len(x), batch_size)])
 
 
+def photo_class_mapping(loaded: LoadedModel) -> tuple[np.ndarray, tuple[str, ...]] | None:
+    """:func:`class_mapping` of the bundled photos' classes (the crops' labels) onto the model's head; ``None`` when
+    the head has no such classes, and the crops are labelled by the network's decisions (:func:`decision_labels`)."""
+    try:
+        return class_mapping(bundled_images().classes, loaded)
+    except DataError:
+        return None
+
+
 def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int, seed: int = 0,
                       config: CropSettings | None = None) -> ChannelData:
     """Calibration from the bundled photos' training crops, evaluation from their validation crops, labelled by the
     photo they come from when the model's head has the photos' classes, else by the model's own decision."""
     crops = _bundled_crops(config or crop_settings_for(loaded))
-    try:
-        mapping, warnings = class_mapping(crops.classes, loaded)
-    except DataError:
-        mapping, warnings = None, ()
+    mapping, warnings = photo_class_mapping(loaded) or (None, ())
     rng = np.random.default_rng(seed)
     cal = np.sort(rng.permutation(len(crops.train_x))[:n_calibration])
     val = np.sort(rng.permutation(len(crops.val_x))[:n_evaluation])

@@ -1,9 +1,10 @@
 """How long :func:`~fl_core.channelaxes.analysis.analyze_channels` will take, known before it starts.
 
 Each stage's work is counted in multiply-accumulates (MACs) of the network's convolutions (:func:`stage_work`): the
-statistics run the whole network on the calibration images; every lesion kind runs one copy per channel from the
-layer on, on the evaluation images; every pruned network (criterion × fraction) runs from the layer on too, plus the
-fine-tune's forward and backward passes. The seconds are that work divided by the rate this device runs the model at
+bundled crops' labels, when they are the network's decisions, and the statistics run the whole network on the images;
+every lesion kind runs one copy per channel from after the layer on (the layer's own output is computed once), on the
+evaluation images; every pruned network (criterion × fraction) runs from the layer on, plus the fine-tune's forward
+and backward passes. The seconds are that work divided by the rate this device runs the model at
 (:func:`forward_rate`: one timed forward pass of a few images) and multiplied by each stage's measured cost per MAC
 relative to a plain forward pass (:data:`STAGE_FACTORS`).
 """
@@ -18,7 +19,13 @@ import torch
 
 from fl_core.arguments import ModelLike, as_images, as_model, as_settings
 from fl_core.backend import inference_autocast, resolve_device
-from fl_core.channelaxes.calibration import DEFAULT_CALIBRATION, DEFAULT_EVALUATION, ChannelData, is_crops
+from fl_core.channelaxes.calibration import (
+    DEFAULT_CALIBRATION,
+    DEFAULT_EVALUATION,
+    ChannelData,
+    is_crops,
+    photo_class_mapping,
+)
 from fl_core.io.layers import ConvLayer, conv_inventory, find_layer
 from fl_core.io.models import LoadedModel
 from fl_core.results import Result
@@ -26,7 +33,7 @@ from fl_core.results import Result
 if TYPE_CHECKING:
     from fl_core.channelaxes.analysis import ChannelSettings
 
-STAGE_FACTORS = {"statistics": 1.0, "interventions": 1.0, "pruning": 1.0, "initialization": 1.0}
+STAGE_FACTORS = {"labels": 1.0, "statistics": 1.0, "interventions": 1.0, "pruning": 1.0, "initialization": 1.0}
 """Seconds per MAC of each stage relative to one plain forward pass of the same model (not yet calibrated: 1)."""
 PROBE_IMAGES = 8
 """Images of the timed forward pass (:func:`forward_rate`), after one untimed pass of the same shape."""
@@ -40,20 +47,22 @@ def conv_macs(layer: ConvLayer) -> int:
 
 
 def stage_work(loaded: LoadedModel, layer: str, n_calibration: int, n_evaluation: int, settings: ChannelSettings,
-               init: bool = False) -> dict[str, float]:
+               init: bool = False, labels: bool = False) -> dict[str, float]:
     """Each stage of :func:`~fl_core.channelaxes.analysis.analyze_channels` in MACs of convolutions (module
-    docstring): ``statistics``, ``interventions``, ``pruning`` and ``initialization``, the stages the settings run."""
+    docstring): ``labels`` (the network's decisions on every image, when ``labels``), ``statistics``,
+    ``interventions``, ``pruning`` and ``initialization`` (when ``init``), the stages the settings run."""
     layers = conv_inventory(loaded)
     macs = [conv_macs(lay) for lay in layers]
     names = [lay.name for lay in layers]
     total = float(sum(macs))
-    after = float(sum(macs[names.index(layer):])) if layer in names else total
-    channels = next((lay.out_channels for lay in layers if lay.name == layer), 0)
-    work = {"statistics": n_calibration * total,
-            "interventions": len(settings.lesion_kinds) * channels * n_evaluation * after}
+    start = names.index(layer) if layer in names else 0
+    channels = layers[start].out_channels if layer in names else 0
+    work = {"labels": (n_calibration + n_evaluation) * total} if labels else {}
+    work["statistics"] = n_calibration * total
+    work["interventions"] = len(settings.lesion_kinds) * channels * n_evaluation * sum(macs[start + 1:])
     if settings.pruning is not None:
         networks = len(settings.pruning.criteria) * len(settings.pruning.fractions)
-        work["pruning"] = networks * (n_evaluation * after + 3 * settings.pruning.finetune_steps
+        work["pruning"] = networks * (n_evaluation * sum(macs[start:]) + 3 * settings.pruning.finetune_steps
                                       * settings.pruning.finetune_batch * total)
     if init:
         work["initialization"] = n_calibration * total
@@ -89,7 +98,7 @@ class ChannelsEstimate(Result):
 
     Attributes:
         seconds: the whole analysis.
-        stages: seconds per stage (``statistics``, ``interventions``, ``pruning``, ``initialization``).
+        stages: seconds per stage (:func:`stage_work`'s).
         macs_per_second: the rate the model ran at on the device (:func:`forward_rate`).
     """
 
@@ -117,7 +126,8 @@ def estimate_channels(model: ModelLike, data: object = None,
     loaded = as_model(model)
     settings = as_settings(ChannelSettings, settings, setting_overrides)
     layer = find_layer(loaded, settings.layer).name
-    return channels_estimate(loaded, layer, *image_counts(data), settings, init is not None, device)
+    labels = (data is None or is_crops(data)) and photo_class_mapping(loaded) is None
+    return channels_estimate(loaded, layer, *image_counts(data), settings, init is not None, device, labels)
 
 
 def image_counts(data: object) -> tuple[int, int]:
@@ -132,9 +142,9 @@ def image_counts(data: object) -> tuple[int, int]:
 
 
 def channels_estimate(loaded: LoadedModel, layer: str, n_calibration: int, n_evaluation: int,
-                      settings: ChannelSettings, init: bool, device=None) -> ChannelsEstimate:
+                      settings: ChannelSettings, init: bool, device=None, labels: bool = False) -> ChannelsEstimate:
     """:func:`estimate_channels` of a resolved call: :func:`stage_work` at the :func:`forward_rate` of ``loaded``."""
     rate = forward_rate(loaded, device)
-    work = stage_work(loaded, layer, n_calibration, n_evaluation, settings, init)
+    work = stage_work(loaded, layer, n_calibration, n_evaluation, settings, init, labels)
     stages = {stage: amount * STAGE_FACTORS[stage] / rate for stage, amount in work.items()}
     return ChannelsEstimate(seconds=sum(stages.values()), stages=stages, macs_per_second=rate)
