@@ -200,14 +200,15 @@ def library_defaults(spec: str, layer: str | None) -> None:
     start = time.perf_counter()
     estimate = estimate_channels(loaded, layer=layer)
     estimate_s = time.perf_counter() - start
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = analyze_channels(loaded, layer=layer)
-    total = time.perf_counter() - start
+    total, cpu = time.perf_counter() - start, time.process_time() - cpu
     stages = "  ".join(f"{name} {seconds:.1f} s (est. {estimate.stages.get(name, 0):.1f})"
                        for name, seconds in result.timings.items())
     print(f"{spec}, layer {layer} ({result.site.n_channels} channels), library defaults ({result.data}): "
-          f"{total:.1f} s, estimated {estimate.seconds:.1f} s in {estimate_s:.2f} s at "
-          f"{estimate.macs_per_second / 1e9:.1f} GMAC/s; {stages}")
+          f"{total:.1f} s ({cpu:.1f} s of CPU time), estimated {estimate.seconds:.1f} s (labels "
+          f"{estimate.stages.get('labels', 0):.1f} s) in {estimate_s:.2f} s at {estimate.macs_per_second / 1e9:.1f} "
+          f"GMAC/s; {stages}")
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 

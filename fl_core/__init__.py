@@ -35,6 +35,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     "fl_core.firstlayer.whitening": ("analyze_whitening", "WhiteningSettings", "WhiteningResult"),
     "fl_core.channelaxes.calibration": ("channel_data", "ChannelData"),
     "fl_core.channelaxes.analysis": ("analyze_channels", "ChannelSettings", "ChannelAxesResult"),
+    "fl_core.channelaxes.estimate": ("estimate_channels",),
     "fl_core.channelaxes.layerstats": ("AxisSettings",),
     "fl_core.channelaxes.pruning": ("PruningSettings",),
     "fl_core.masterkeys.depthwise": ("depthwise_bank",),
@@ -55,6 +56,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
 if TYPE_CHECKING:  # what type checkers and editors see; tests/test_core.py keeps it equal to PUBLIC_API
     from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
     from fl_core.channelaxes.calibration import ChannelData, channel_data
+    from fl_core.channelaxes.estimate import estimate_channels
     from fl_core.channelaxes.layerstats import AxisSettings
     from fl_core.channelaxes.pruning import PruningSettings
     from fl_core.errors import (
