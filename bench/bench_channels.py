@@ -17,6 +17,7 @@ Each time is the least of ``--repeats`` runs; each configuration runs in a fresh
 leak between rows. One table per N, one row per C, and as the last row the growth exponent of each cost against C
 (a conv layer's FLOPs grow as C²).
 
+``--defaults SPEC [--layer NAME]`` times ``analyze_channels`` with the library's defaults beside its estimate.
 ``--page SPEC [--data SOURCE]`` instead times the Channel Axes page's job for a model's default layer at the page's
 default settings (:func:`fl_ui.channels.default_request`), in seconds per stage, once, next to one forward pass over
 the evaluation images. Usage::
@@ -25,6 +26,7 @@ the evaluation images. Usage::
     python bench/bench_channels.py --channels 64 128 256 --images 256 1024
     python bench/bench_channels.py --page demo:mobilenet_v2      # the bundled photos' crops, as the page opens
     python bench/bench_channels.py --page demo:mobilenet_v2 --data ../shared/fixtures/imagenet-sample
+    python bench/bench_channels.py --defaults demo:squeezenet1_0 --layer features.3.expand3x3   # library defaults
 """
 
 from __future__ import annotations
@@ -177,6 +179,39 @@ def page_job(spec: str, source: str) -> None:
           f"{result.pruning.computed_from or 'the input'}")
 
 
+def library_defaults(spec: str, layer: str | None) -> None:
+    """Print the seconds of ``analyze_channels(spec)`` with the library's defaults (the model's default layer, or
+    ``layer``), stage by stage beside :func:`~fl_core.channelaxes.estimate.estimate_channels`, and the load average."""
+    import os
+    import time
+
+    import torch
+
+    from fl_core import allocator
+    from fl_core.channelaxes.analysis import analyze_channels, default_channel_layer
+    from fl_core.channelaxes.estimate import estimate_channels
+    from fl_core.io.layers import conv_inventory
+    from fl_core.io.models import load_model
+
+    allocator.tune()  # as the command line does (fl_core.cli.main)
+    loaded = load_model(spec)
+    layer = layer or default_channel_layer([lay for lay in conv_inventory(loaded) if lay.out_channels >= 2])
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}, {torch.get_num_threads()} threads")
+    start = time.perf_counter()
+    estimate = estimate_channels(loaded, layer=layer)
+    estimate_s = time.perf_counter() - start
+    start, cpu = time.perf_counter(), time.process_time()
+    result = analyze_channels(loaded, layer=layer)
+    total, cpu = time.perf_counter() - start, time.process_time() - cpu
+    stages = "  ".join(f"{name} {seconds:.1f} s (est. {estimate.stages.get(name, 0):.1f})"
+                       for name, seconds in result.timings.items())
+    print(f"{spec}, layer {layer} ({result.site.n_channels} channels), library defaults ({result.data}): "
+          f"{total:.1f} s ({cpu:.1f} s of CPU time), estimated {estimate.seconds:.1f} s (labels "
+          f"{estimate.stages.get('labels', 0):.1f} s) in {estimate_s:.2f} s at {estimate.macs_per_second / 1e9:.1f} "
+          f"GMAC/s; {stages}")
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--channels", type=int, nargs="+", default=[16, 32, 64, 128])
@@ -186,7 +221,12 @@ def main() -> None:
     parser.add_argument("--page", metavar="SPEC", help="time the page's default-layer job of this model instead")
     parser.add_argument("--data", default="bundled", help="the page job's images: 'bundled' (their labelled crops, "
                         "as the page opens) or a labelled ImageFolder")
+    parser.add_argument("--defaults", metavar="SPEC", help="time analyze_channels(SPEC) with the library's defaults")
+    parser.add_argument("--layer", help="with --defaults: this layer instead of the model's default one")
     args = parser.parse_args()
+    if args.defaults:
+        library_defaults(args.defaults, args.layer)
+        return
     if args.page:
         page_job(args.page, args.data)
         return

@@ -10,7 +10,8 @@ names (``import X as X``: re-exported). ``__all__`` derives from the analysis fa
     analyze_<family>(models_or_model, data=None, settings=None, *, device=None, progress=None,
                      **setting_overrides) -> <Family>Result
 
-and every result has ``to_dict()``, ``to_frame()`` and ``plot(kind=None, **kw)`` (a plotly figure).
+and every result has ``to_dict()``, ``to_frame()``, ``plot(kind=None, **kw)`` (a plotly figure) and ``save(path)``
+(``load_result(path)`` or ``<Result>.load(path)`` reads it back).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ CORE_API: dict[str, tuple[str, ...]] = {
     "fl_core.io.images": ("open_images", "ImageSet", "BUNDLED"),
     "fl_core.io.sources": ("ImageSource",),
     "fl_core.io.layers": ("conv_inventory",),
+    "fl_core.io.resultfiles": ("load_result",),
     "fl_core.firstlayer.patches": ("patch_pca", "PatchStatistics", "PatchPCA"),
 }
-"""Public names that no analysis family owns: errors, models, images, patch statistics."""
+"""Public names that no analysis family owns: errors, models, images, patch statistics, saved results."""
 PUBLIC_API: dict[str, tuple[str, ...]] = public_api(CORE_API)
 """Module → the public names it defines (configs as data: ``__all__`` and the lazy imports derive from it)."""
 
@@ -42,6 +44,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; tests/test_api.py keeps
     from fl_core.channelaxes.analysis import analyze_channels as analyze_channels
     from fl_core.channelaxes.calibration import ChannelData as ChannelData
     from fl_core.channelaxes.calibration import channel_data as channel_data
+    from fl_core.channelaxes.estimate import estimate_channels as estimate_channels
     from fl_core.channelaxes.settings import AxisSettings as AxisSettings
     from fl_core.channelaxes.settings import ChannelDataSettings as ChannelDataSettings
     from fl_core.channelaxes.settings import ChannelSettings as ChannelSettings
@@ -72,6 +75,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; tests/test_api.py keeps
     from fl_core.io.models import LoadedModel as LoadedModel
     from fl_core.io.models import load_model as load_model
     from fl_core.io.preprocessing import InputConfig as InputConfig
+    from fl_core.io.resultfiles import load_result as load_result
     from fl_core.io.sources import ImageSource as ImageSource
     from fl_core.lab.runs import Run as Run
     from fl_core.lab.runs import load_run as load_run

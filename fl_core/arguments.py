@@ -6,7 +6,10 @@ progress=None, **setting_overrides)``:
 
 * a model is a spec string (``"demo:squeezenet1_0"``), a :class:`~fl_core.io.models.LoadedModel` or an ``nn.Module``
   (:meth:`LoadedModel.from_module <fl_core.io.models.LoadedModel.from_module>`, default preprocessing);
-* data is an image source string (``"bundled"``, a folder) or an :class:`~fl_core.io.images.ImageSet`;
+* data is an image source string (``"bundled"``, a folder), an :class:`~fl_core.io.images.ImageSet`, or images a
+  script holds: a tensor batch ``(N, 3, H, W)``, a ``torch.utils.data.Dataset`` of images or ``(image, label)`` pairs,
+  or a ``DataLoader`` of such batches, RGB values in [0, 1] (or ``uint8``) before normalization
+  (:mod:`fl_core.io.datasets`);
 * settings is the family's frozen settings object (``None``: its defaults), and keywords named like its fields
   (nested settings' fields too) override it.
 """
@@ -18,9 +21,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
 from torch import nn
+from torch.utils.data import DataLoader, Dataset
 
 from fl_core.errors import ArgumentError, value_text
+from fl_core.io.datasets import DatasetImages, loader_images, tensor_images
 from fl_core.io.images import BUNDLED, ImageSet, open_images
 from fl_core.io.models import LoadedModel, load_model
 from fl_core.settings import replace_settings, settings_fields
@@ -28,6 +34,10 @@ from fl_core.settings import replace_settings, settings_fields
 S = TypeVar("S")
 ModelLike = str | LoadedModel | nn.Module
 """What a model argument takes: a spec string, a loaded model or a PyTorch module."""
+
+ImagesLike = str | Path | ImageSet | torch.Tensor | Dataset | DataLoader
+"""What a data argument takes: an image source, an image set, a tensor batch (N, 3, H, W), a Dataset or a
+DataLoader (:func:`as_images`)."""
 
 _MODEL_FORMS = "a model spec string (e.g. 'demo:squeezenet1_0'), a LoadedModel or a torch.nn.Module"
 
@@ -62,16 +72,22 @@ def as_models(value: Any, argument: str = "models") -> list[LoadedModel]:
 
 
 def as_images(data: Any, argument: str = "data") -> ImageSet:
-    """An image set from a source string (``"bundled"``, a folder, an ImageFolder tree) or an :class:`ImageSet`;
-    ``None``: the bundled photos."""
+    """An image set from a source string (``"bundled"``, a folder, an ImageFolder tree), an :class:`ImageSet`, a
+    tensor batch, a ``Dataset`` or a ``DataLoader`` (module docstring); ``None``: the bundled photos."""
     if data is None:
         return open_images(BUNDLED)
     if isinstance(data, ImageSet):
         return data
     if isinstance(data, str | Path):
         return open_images(str(data))
-    raise ArgumentError(f"{argument} must be an image source ('bundled', a folder or an ImageFolder tree) or an "
-                        f"ImageSet, not {value_text(data)}.")
+    if isinstance(data, torch.Tensor):
+        return tensor_images(data)
+    if isinstance(data, DataLoader):
+        return loader_images(data)
+    if isinstance(data, Dataset):
+        return DatasetImages(data)
+    raise ArgumentError(f"{argument} must be an image source ('bundled', a folder or an ImageFolder tree), an "
+                        f"ImageSet, a tensor batch (N, 3, H, W), a Dataset or a DataLoader, not {value_text(data)}.")
 
 
 def as_settings(cls: type[S], settings: Any, overrides: Mapping[str, Any], argument: str = "settings") -> S:

@@ -1,5 +1,6 @@
-"""Shared behaviour of analysis results: frozen dataclasses with ``to_dict()`` (JSON-safe), ``to_frame()`` and
-``plot(kind)`` (a plotly figure drawn by the family's own figure function, plotly imported on first use)."""
+"""Shared behaviour of analysis results: frozen dataclasses with ``to_dict()`` (JSON-safe), ``to_frame()``,
+``plot(kind)`` (a plotly figure drawn by the family's own figure function, plotly imported on first use), and
+``save(path)`` / ``load(path)`` (one file of JSON and numpy arrays, no pickle: :mod:`fl_core.io.resultfiles`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import dataclasses
 import importlib
 import json
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -17,6 +19,8 @@ from fl_core.errors import AnalysisError, ArgumentError
 if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
+
+R = TypeVar("R", bound="Result")
 
 
 def jsonable(value: Any) -> Any:
@@ -41,6 +45,20 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+MODEL_COLUMNS = ("model", "spec")
+"""The first columns of every family's table (:meth:`Result.to_frame`): the model's short label (``LoadedModel.label``,
+the same in every family) and its spec beside it, so tables of several models and families stack in one long shape."""
+
+
+def with_model_columns(frame: pd.DataFrame, label: str, spec: str, **columns: Any) -> pd.DataFrame:
+    """``frame`` with :data:`MODEL_COLUMNS` first (``label`` and ``spec`` on every row), then ``columns`` (name →
+    one value for every row, e.g. ``layer=``)."""
+    import pandas as pd
+
+    first = pd.DataFrame({"model": label, "spec": spec, **columns}, index=frame.index)
+    return pd.concat([first, frame.drop(columns=list(first.columns), errors="ignore")], axis=1)
 
 
 class Result:
@@ -72,6 +90,21 @@ class Result:
         import pandas as pd
 
         return pd.json_normalize(self.to_dict())
+
+    def save(self, path: str | Path) -> Path:
+        """Write the whole result, the arrays its figures draw included, to one file (JSON and ``.npy`` arrays in a
+        zip, no pickle); :meth:`load` or ``fl_core.load_result(path)`` reads it back."""
+        from fl_core.io.resultfiles import save_result
+
+        return save_result(self, path)
+
+    @classmethod
+    def load(cls: type[R], path: str | Path) -> R:
+        """The result :meth:`save` wrote to ``path``, equal in :meth:`to_dict` and drawn by :meth:`plot` as before;
+        a file holding another class is refused."""
+        from fl_core.io.resultfiles import load_result
+
+        return load_result(path, cls)
 
     @classmethod
     def plot_kinds(cls) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """The contract every registered analysis family passes (scikit-learn's estimator checks as the model): its settings
 refuse out-of-range and mistyped values with an ArgumentError, its keyword overrides are typed like its settings, it
-refuses an unknown or missing device, reports progress, and its result draws every plot kind and is a table.
+refuses an unknown or missing device, reports progress, and its result draws every plot kind, is a table led by the
+model's label and spec where it has one model, and saves to a file that loads back equal.
 
 ``EXAMPLES`` holds a tiny run of each family; a family registered without one fails
 ``test_every_family_has_an_example``. A new check over every family is one more test taking ``family_result``."""
@@ -216,6 +217,21 @@ def test_the_result_is_the_registered_class_a_table_and_draws_every_plot_kind(fa
             assert name == "report" and "The report skipped" in str(refused), (name, kind, refused)
             continue
         assert isinstance(figure, go.Figure), (name, kind)
+
+
+@pytest.mark.slow
+def test_the_result_saves_and_loads_back_equal_and_drawing_the_same(family_result, tmp_path: Path) -> None:
+    """``result.save(path)`` then ``fl_core.load_result(path)`` (and the class's own ``load``): the same class, the same
+    ``to_dict()`` and table, and the same default figure."""
+    name, result, _ = family_result
+    path = tmp_path / f"{name}.flr"
+    result.save(path)
+    loaded = fl_core.load_result(path)
+    assert type(loaded) is type(result) and loaded.to_dict() == result.to_dict(), name
+    pd.testing.assert_frame_equal(loaded.to_frame(), result.to_frame())
+    assert type(result).load(path).to_dict() == result.to_dict()
+    if result.plot_kinds() and name != "report":  # (a report's figures embed timings of the drawing)
+        assert loaded.plot().to_json() == result.plot().to_json(), name
 
 
 @pytest.mark.slow

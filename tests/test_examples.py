@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import fl_core
 from tests.script_modules import REPO, script_module
 
 nbformat = pytest.importorskip("nbformat")
@@ -19,17 +18,11 @@ NOTEBOOKS = sorted((REPO / "examples").glob("*.ipynb"))
 STATIC = {"image/png", "image/svg+xml", "text/html"}
 """What a repository page or nbconvert shows of a figure (they drop plotly's own output)."""
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
-PENDING = {"your_model.ipynb": "load_result"}
-"""Notebooks with cells that use a public name this branch does not have yet: stored without those cells' outputs,
-not checked until the name is merged and scripts/execute_notebooks.py has run."""
 
 
 def notebook(path: Path):
-    """``path`` as a test parameter, skipped while a public name its cells use is missing."""
-    name = PENDING.get(path.name)
-    waiting = name is not None and name not in fl_core.__all__
-    return pytest.param(path, id=path.name, marks=pytest.mark.skipif(
-        waiting, reason=f"its cells use fl_core.{name}, which is not in this branch yet"))
+    """``path`` as a test parameter, named by its file."""
+    return pytest.param(path, id=path.name)
 
 
 def code_cells(path: Path) -> list:

@@ -77,7 +77,7 @@ def _master_keys(loaded) -> tuple:
 def _channels(loaded) -> np.ndarray:
     data = channel_data(loaded, "crops", n_calibration=32, n_evaluation=16)
     result = analyze_channels(loaded, data, ChannelSettings(layer=CHANNEL_LAYER, cluster_seeds=2, cluster_k=2,
-                                                            lesion_kinds=("mean",)), device="cpu")
+                                                            lesion_kinds=("mean",), pruning=None), device="cpu")
     return result.table[["input_capture", "lesion_dloss"]].to_numpy()
 
 

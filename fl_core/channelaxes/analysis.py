@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 from scipy.stats import rankdata
 
-from fl_core.arguments import ModelLike, as_model, as_settings
+from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings
 from fl_core.backend import (
     DeviceLike,
     Progress,
@@ -42,6 +42,7 @@ from fl_core.backend import (
 from fl_core.budgets import check_channel_statistics
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman, spearman_matrix
+from fl_core.channelaxes.estimate import channels_estimate
 from fl_core.channelaxes.interventions import ChannelInterventions, channel_interventions, folded_around
 from fl_core.channelaxes.layerstats import (
     LayerStatistics,
@@ -54,7 +55,7 @@ from fl_core.channelaxes.settings import ChannelOverrides, ChannelSettings
 from fl_core.channelaxes.site import ChannelSite, locate_site
 from fl_core.errors import AnalysisError
 from fl_core.io.layers import ConvLayer, find_layer
-from fl_core.results import Result, jsonable
+from fl_core.results import Result, jsonable, with_model_columns
 
 AXIS_SCORES = ("local", "target", "input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess")
 """Importance scores derived from the two axes (higher = keep), also usable as pruning criteria."""
@@ -278,8 +279,8 @@ class ChannelAxesResult(Result):
         return (self.pruning,)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per channel."""
-        return self.table
+        """One row per channel: the model's label and spec, the layer, then :attr:`table`."""
+        return with_model_columns(self.table, self.label, self.spec, layer=self.layer)
 
     def to_dict(self) -> dict:
         """JSON-safe result with the keys of docs/cli.md, "JSON output" (``layer``, ``channels``, ``spearman``, ``ari``,
@@ -365,8 +366,9 @@ def layer_axes(model: torch.nn.Module, layer: str, data: ChannelData, settings: 
     return site, stats, local, channel_table(stats, local, target)
 
 
-def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, settings: ChannelSettings | None = None,
-                     *, init: ModelLike | None = None, device: DeviceLike = None, progress: ProgressLike = None,
+def analyze_channels(model: ModelLike, data: ImagesLike | ChannelData | None = None,
+                     settings: ChannelSettings | None = None, *, init: ModelLike | None = None,
+                     device: DeviceLike = None, progress: ProgressLike = None,
                      **setting_overrides: Unpack[ChannelOverrides]) -> ChannelAxesResult:
     """Both axes, lesions, peer replacement and pruning curves of one conv layer, compared (module docstring).
 
@@ -374,13 +376,16 @@ def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, se
         model: the model (a spec string, :class:`LoadedModel` or ``nn.Module``; never changed: the analysis works on
             private copies).
         data: calibration and evaluation sets (:func:`fl_core.channelaxes.calibration.channel_data`), or their source
-            (``"crops"``, the default, or a labelled ImageFolder tree: 256 + 256 images split with the axes' seed).
+            (``"crops"``, the default, a labelled ImageFolder tree, or labelled images a script holds, e.g. a
+            ``TensorDataset(images, labels)``: :func:`~fl_core.arguments.as_images`), 256 + 64 images split with the
+            axes' seed.
         settings: the layer, estimator choices, interventions and pruning protocol; ``setting_overrides`` replace
             fields (``layer=``, ``cluster_k=``, the axes' ``k=``, ``seed=``, ...).
         **setting_overrides: fields of ``settings`` to replace, by name.
         init: the same architecture at initialization, to compare the axes before training.
         device: where to run.
-        progress: ``progress(fraction, message)``.
+        progress: ``progress(fraction, message)``; its first message is the expected duration
+            (:func:`~fl_core.channelaxes.estimate.estimate_channels`).
     """
     settings = as_settings(ChannelSettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
@@ -391,6 +396,10 @@ def analyze_channels(model: ModelLike, data: str | ChannelData | None = None, se
     check_channel_statistics(conv.out_channels, what=f"layer {conv.name} of {loaded.label}")
     if len(data.calibration) < 2 * settings.axes.k:
         raise AnalysisError(f"Use at least {2 * settings.axes.k} calibration images (got {len(data.calibration)}).")
+    if progress is not None:
+        estimate = channels_estimate(loaded, conv.name, len(data.calibration), len(data.evaluation), settings,
+                                     init is not None, device)
+        report(progress, 0.0, f"{conv.name}: {estimate.text()} expected")
     timings: dict[str, float] = {}
     start = time.perf_counter()
     model = cpu_layout(loaded.copy_model().to(device).eval(), device)

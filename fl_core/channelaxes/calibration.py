@@ -2,8 +2,10 @@
 
 Two sources:
 
-* a labelled ImageFolder tree (``root/<class>/*.jpg``; ImageNet val layout: class index = sorted wnid), split at
-  random (seeded) into disjoint calibration and evaluation halves;
+* labelled images, split at random (seeded) into disjoint calibration and evaluation halves: an ImageFolder tree
+  (``root/<class>/*.jpg``; ImageNet val layout: class index = sorted wnid), or images a script holds with their
+  labels (a ``TensorDataset(images, labels)``, a ``Dataset`` of ``(image, label)`` pairs, a ``DataLoader`` of such
+  batches: :func:`fl_core.arguments.as_images`);
 * the bundled labelled crops (:func:`fl_core.io.crops.photo_crops`): calibration from the training crops, evaluation
   from the validation crops, which never share pixels. A model whose classes are not the photos' (an ImageNet
   classifier offline) is scored against its own top-1 decision on each crop (:func:`decision_labels`): the target
@@ -27,12 +29,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fl_core.arguments import ModelLike, as_model
+from fl_core.arguments import ModelLike, as_images, as_model
 from fl_core.channelaxes.settings import CROPS, ChannelDataSettings
-from fl_core.errors import ArgumentError, DataError
+from fl_core.errors import DataError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.crops import CropData, CropSettings, photo_crops
-from fl_core.io.images import ImageSet, folder_images, is_bundled, iter_input_batches
+from fl_core.io.images import ImageSet, bundled_images, is_bundled, iter_input_batches
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
 
@@ -130,21 +132,22 @@ def class_mapping(classes: Sequence[str], loaded: LoadedModel) -> tuple[np.ndarr
     return mapping.label_map, notes
 
 
-def folder_channel_data(root: str, loaded: LoadedModel, n_calibration: int, n_evaluation: int,
-                        seed: int = 0) -> ChannelData:
-    """Disjoint random halves of a labelled ImageFolder tree (at most ``n_calibration`` / ``n_evaluation``)."""
-    images = folder_images(root)
+def image_channel_data(images: ImageSet, loaded: LoadedModel, n_calibration: int, n_evaluation: int,
+                       seed: int = 0) -> ChannelData:
+    """Disjoint random halves of a labelled image set (at most ``n_calibration`` / ``n_evaluation``), labels mapped
+    onto the model's head."""
     if not images.labelled:
-        raise DataError(f"{root} is not labelled: give an ImageFolder tree (root/<class>/image.jpg), or 'crops'.")
+        raise DataError(f"{images.description} is not labelled: give an ImageFolder tree (root/<class>/image.jpg), "
+                        "images with their labels (e.g. a TensorDataset(images, labels)), or 'crops'.")
     mapping, warnings = class_mapping(images.classes, loaded)
     order = np.random.default_rng(seed).permutation(len(images))
     half = len(order) // 2
     cal_index = np.sort(order[:half][:n_calibration])
     eval_index = np.sort(order[half:][:n_evaluation])
-    labels = mapping[np.asarray(images.labels)]
 
     def inputs(index: np.ndarray) -> LabelledInputs:
-        return LabelledInputs(images=images.subset(index.tolist()), labels=labels[index].tolist(),
+        chosen = images.subset(index.tolist())
+        return LabelledInputs(images=chosen, labels=mapping[np.asarray(chosen.labels, dtype=int)].tolist(),
                               config=loaded.input_config)
 
     return ChannelData(calibration=inputs(cal_index), evaluation=inputs(eval_index), classes=tuple(images.classes),
@@ -174,15 +177,21 @@ def decision_labels(loaded: LoadedModel, x: torch.Tensor, batch_size: int = 64) 
     return torch.cat([model(x[start: start + batch_size]).argmax(dim=1) for start in range(0, len(x), batch_size)])
 
 
+def photo_class_mapping(loaded: LoadedModel) -> tuple[np.ndarray, tuple[str, ...]] | None:
+    """:func:`class_mapping` of the bundled photos' classes (the crops' labels) onto the model's head; ``None`` when
+    the head has no such classes, and the crops are labelled by the network's decisions (:func:`decision_labels`)."""
+    try:
+        return class_mapping(bundled_images().classes, loaded)
+    except DataError:
+        return None
+
+
 def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int, seed: int = 0,
                       config: CropSettings | None = None) -> ChannelData:
     """Calibration from the bundled photos' training crops, evaluation from their validation crops, labelled by the
     photo they come from when the model's head has the photos' classes, else by the model's own decision."""
     crops = _bundled_crops(config or crop_settings_for(loaded))
-    try:
-        mapping, warnings = class_mapping(crops.classes, loaded)
-    except DataError:
-        mapping, warnings = None, ()
+    mapping, warnings = photo_class_mapping(loaded) or (None, ())
     rng = np.random.default_rng(seed)
     cal = np.sort(rng.permutation(len(crops.train_x))[:n_calibration])
     val = np.sort(rng.permutation(len(crops.val_x))[:n_evaluation])
@@ -212,33 +221,39 @@ def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int
                        description=description, seed=seed, warnings=warnings)
 
 
-def channel_data(model: ModelLike, source: str = ChannelDataSettings.source,
+def is_crops(source: object) -> bool:
+    """The source is the bundled photos' labelled crops (:data:`CROPS`, or the bundled photos' own source)."""
+    return isinstance(source, str | Path) and (str(source) == CROPS or is_bundled(str(source)))
+
+
+def channel_data(model: ModelLike, source: object = ChannelDataSettings.source,
                  n_calibration: int = ChannelDataSettings.n_calibration,
                  n_evaluation: int = ChannelDataSettings.n_evaluation, seed: int = 0) -> ChannelData:
     """The labelled sets of a channel analysis of ``model``: ``"crops"`` (or the bundled photos' source: their
-    labelled crops) or a labelled ImageFolder tree, labels mapped onto the model's head (the arguments checked by
+    labelled crops), a labelled ImageFolder tree, or labelled images as :func:`fl_core.arguments.as_images` takes
+    them, labels mapped onto the model's head (the sizes and seed checked by
     :class:`~fl_core.channelaxes.settings.ChannelDataSettings`).
 
     Args:
         model: the model analysed (a spec string, :class:`LoadedModel` or ``nn.Module``).
-        source: ``"crops"`` or a labelled ImageFolder tree.
+        source: ``"crops"``, a labelled ImageFolder tree, or labelled images (e.g. a ``TensorDataset(images,
+            labels)``).
         n_calibration: images the axes are estimated on.
         n_evaluation: images the lesions and pruning curves are scored on.
         seed: seed of the split and of the sampling.
     """
     loaded = as_model(model)
-    asked = ChannelDataSettings(source, n_calibration, n_evaluation, seed)
-    if asked.source == CROPS or is_bundled(asked.source):
+    named = isinstance(source, str | Path)
+    asked = ChannelDataSettings(str(source) if named else CROPS, n_calibration, n_evaluation, seed)
+    if is_crops(source):
         return crop_channel_data(loaded, asked.n_calibration, asked.n_evaluation, asked.seed)
-    return folder_channel_data(asked.source, loaded, asked.n_calibration, asked.n_evaluation, asked.seed)
+    return image_channel_data(as_images(asked.source if named else source, "source"), loaded, asked.n_calibration,
+                              asked.n_evaluation, asked.seed)
 
 
-def as_channel_data(data: str | ChannelData | None, loaded: LoadedModel, seed: int = 0) -> ChannelData:
-    """``data`` of :func:`~fl_core.channelaxes.analysis.analyze_channels`: a :class:`ChannelData` as is, a source
-    string through :func:`channel_data` (default sizes, ``seed``), ``None``: the bundled crops."""
+def as_channel_data(data: object, loaded: LoadedModel, seed: int = 0) -> ChannelData:
+    """``data`` of :func:`~fl_core.channelaxes.analysis.analyze_channels`: a :class:`ChannelData` as is, anything
+    else :func:`channel_data` takes through it (default sizes, ``seed``), ``None``: the bundled crops."""
     if isinstance(data, ChannelData):
         return data
-    if data is None or isinstance(data, str | Path):
-        return channel_data(loaded, CROPS if data is None else str(data), seed=seed)
-    raise ArgumentError(f"data must be a source ('crops' or a labelled ImageFolder tree) or a ChannelData from "
-                        f"channel_data(model, source, ...), not {type(data).__name__}.")
+    return channel_data(loaded, CROPS if data is None else data, seed=seed)

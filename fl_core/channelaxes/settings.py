@@ -57,7 +57,9 @@ CRITERIA: dict[str, Criterion] = {c.name: c for c in (
 )}
 
 
-DEFAULT_CRITERIA = ("local", "target", "l1", "l2", "bn_gamma", "fpgm", "taylor", "random")
+DEFAULT_CRITERIA = ("local", "target", "l1", "bn_gamma", "random")
+"""The criteria compared by default: the two axes against a norm, BatchNorm |γ| and chance (the Channel Axes page's
+first view; :data:`CRITERIA` lists the others)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ class PruningSettings(Settings):
     Attributes:
         criteria: criteria to compare (keys of :data:`CRITERIA`; none on the command line: no pruning curves).
         fractions: fractions of the layer's channels removed at each point (the intact network is added at 0).
-        finetune_steps: recovery fine-tune steps per pruned network (0 = none).
+        finetune_steps: recovery fine-tune steps per pruned network (0 = none, the default: each fine-tune runs the
+            whole network forward and backward, more than the curves themselves cost).
         finetune_lr: SGD step size of the fine-tune (0.01 collapsed a pruned SqueezeNet to chance; 1e-3 recovers it).
         finetune_batch: images per fine-tune step.
         gradient_images: calibration images for the Taylor gradients.
@@ -78,7 +81,7 @@ class PruningSettings(Settings):
 
     criteria: tuple[str, ...] = setting(DEFAULT_CRITERIA, choices=tuple(CRITERIA))
     fractions: tuple[float, ...] = setting((0.125, 0.25, 0.5, 0.75), minimum=0.0, maximum=1.0)
-    finetune_steps: int = setting(20, minimum=0, maximum=10_000)
+    finetune_steps: int = setting(0, minimum=0, maximum=10_000)
     finetune_lr: float = setting(1e-3, minimum=0.0, maximum=10.0)
     finetune_batch: int = setting(32, minimum=1, maximum=1024)
     gradient_images: int = setting(64, minimum=1, maximum=10_000)
@@ -115,20 +118,21 @@ class ChannelSettings(Settings):
     Attributes:
         layer: the convolution analysed (none: the first convolution).
         axes: estimator choices of the two axes.
-        lesion_kinds: interventions to run (``mean``, ``zero``, ``replace``; none: skip).
+        lesion_kinds: interventions to run (``mean``, ``zero``, ``replace``; none: skip); by default mean-ablation and
+            peer replacement (zero-ablation removes the channel's mean too, §5).
         cluster_k: k-means clusters per axis (ARI).
         cluster_seeds: k-means / permutation seeds (ARI).
-        pruning: the pruning protocol (``None``: no pruning curves).
+        pruning: the pruning protocol (default: :class:`PruningSettings`' defaults; ``None``: no pruning curves).
         batch_size: images per forward pass.
         memory_mb: activation memory for the batched lesions and the in-memory evaluation set.
     """
 
     layer: str | None = None
     axes: AxisSettings = field(default_factory=AxisSettings)
-    lesion_kinds: tuple[str, ...] = setting(LESION_KINDS, choices=LESION_KINDS, flag="lesions")
+    lesion_kinds: tuple[str, ...] = setting(("mean", "replace"), choices=LESION_KINDS, flag="lesions")
     cluster_k: int = setting(4, minimum=2, maximum=64)
     cluster_seeds: int = setting(10, minimum=1, maximum=1000)
-    pruning: PruningSettings | None = None
+    pruning: PruningSettings | None = field(default_factory=PruningSettings)
     batch_size: int = setting(32, minimum=1, maximum=1024)
     memory_mb: int = setting(1024, minimum=1, maximum=65_536)
 
@@ -162,13 +166,15 @@ class ChannelDataSettings(Settings):
 
     Attributes:
         source: 'crops' (the bundled labelled crops, offline) or a labelled ImageFolder tree (ImageNet val layout:
-            class index = sorted wnid).
-        n_calibration: calibration images (statistics, fine-tune).
-        n_evaluation: held-out images (lesions, pruning).
+            class index = sorted wnid); from Python also labelled images a script holds (checked where they are read:
+            :func:`fl_core.arguments.as_images`).
+        n_calibration: calibration images (statistics, fine-tune): one pass of statistics.
+        n_evaluation: held-out images (lesions, pruning): every channel's lesioned networks run on each, so by default
+            the smaller set (the Channel Axes page's first view).
         seed: seed of the data split and every random choice.
     """
 
     source: str = setting(CROPS, flag="data")
     n_calibration: int = setting(256, minimum=8, maximum=MAX_IMAGES, flag="calibration")
-    n_evaluation: int = setting(256, minimum=8, maximum=MAX_IMAGES, flag="evaluation")
+    n_evaluation: int = setting(64, minimum=8, maximum=MAX_IMAGES, flag="evaluation")
     seed: int = setting(0, minimum=0, maximum=MAX_SEED)

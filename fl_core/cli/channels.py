@@ -6,12 +6,13 @@ removability better).
 Examples:
     python -m fl_core channels --model demo:tiny_vgg --layer features.14 --compare-init --json axes.json
     python -m fl_core channels --model torchvision:squeezenet1_0=squeezenet.pt --layer features.12.squeeze \\
-        --data /data/imagenet/val --calibration 512 --evaluation 256 --finetune-steps 0 --csv channels.csv
+        --data /data/imagenet/val --calibration 512 --evaluation 256 --finetune-steps 20 --csv channels.csv
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 from fl_core.channelaxes.settings import ChannelDataSettings, ChannelSettings, PruningSettings
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace, progress) -> ChannelAxesResult:
 
     from fl_core.channelaxes.analysis import analyze_channels
     from fl_core.channelaxes.calibration import channel_data
+    from fl_core.channelaxes.estimate import estimate_channels
     from fl_core.io.models import load_model
 
     torch.manual_seed(args.seed)  # random-init registry models (e.g. an --init baseline) are drawn reproducibly
@@ -55,8 +57,11 @@ def run(args: argparse.Namespace, progress) -> ChannelAxesResult:
     init = load_model(init_spec) if init_spec else None
     asked = settings_from_args(ChannelDataSettings, args)
     data = channel_data(loaded, asked.source, asked.n_calibration, asked.n_evaluation, asked.seed)
-    result = analyze_channels(loaded, data, channel_settings(args), init=init, device=args.device,
-                              progress=progress)
+    settings = channel_settings(args)
+    estimate = estimate_channels(loaded, data, settings, init=init, device=args.device)
+    print(f"expected: {estimate.text()} ({', '.join(f'{k} {v:.0f} s' for k, v in estimate.stages.items())})",
+          file=sys.stderr)
+    result = analyze_channels(loaded, data, settings, init=init, device=args.device, progress=progress)
     print_summary(result)
     return result
 

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fl_core.arguments import ModelLike, as_images, as_model, as_models, as_settings
+from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_models, as_settings
 from fl_core.backend import DeviceLike, Progress, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.budgets import SCALED_BATCH, check_patch_statistics, check_random_banks
 from fl_core.errors import AnalysisError
@@ -357,14 +357,15 @@ class EnergyResult(Result):
     }
 
     def to_frame(self) -> pd.DataFrame:
-        """Long table: one row per (model, component) with λ, e_i, the theory θ_i (max-normalized), the fitted
-        curve a + b·θ_i and the random-init band."""
+        """Long table: one row per (model, component) with the model's label and spec, λ, e_i, the theory θ_i
+        (max-normalized), the fitted curve a + b·θ_i and the random-init band."""
         rows = []
         for m in self.models:
             for i, (lam, e, t, fit) in enumerate(zip(m.lambdas, m.profile, m.theory.shape, m.theory.profile),
                                                  start=1):
-                rows.append({"spec": m.spec, "layer": m.layer, "component": i, "lambda": lam, "profile": e,
-                             "theory": t, "theory_fit": fit, "random_init_mean": m.random_init.profile_mean[i - 1],
+                rows.append({"model": m.label, "spec": m.spec, "layer": m.layer, "component": i, "lambda": lam,
+                             "profile": e, "theory": t, "theory_fit": fit,
+                             "random_init_mean": m.random_init.profile_mean[i - 1],
                              "random_init_sd": m.random_init.profile_sd[i - 1]})
         return pd.DataFrame(rows)
 
@@ -451,7 +452,7 @@ def model_energy(loaded: LoadedModel, layer: ConvLayer, pca: PatchPCA, *, seeds:
                        filters=filters, pca_key=key)
 
 
-def analyze_energy(models: ModelLike | Sequence[ModelLike], data: str | ImageSet | None = None,
+def analyze_energy(models: ModelLike | Sequence[ModelLike], data: ImagesLike | None = None,
                    settings: EnergySettings | None = None, *, inits: Mapping[str, ModelLike] | None = None,
                    device: DeviceLike = None, progress: ProgressLike = None,
                    **setting_overrides: Unpack[EnergyOverrides]) -> EnergyResult:

@@ -19,7 +19,7 @@ from fl_core.figures import (
     trace_values,
 )
 from fl_core.firstlayer.energy import EnergyResult, ModelEnergy
-from fl_core.firstlayer.whitening import WhiteningResult
+from fl_core.firstlayer.whitening import REFERENCE_NAMES, WhiteningResult
 
 ACTIVATION_MAPS_WIDTH = NARROW_FIGURE_PX
 """The width (px) activation-map figures are laid out for: their height follows the image's aspect ratio."""
@@ -105,9 +105,6 @@ def filters_figure(model: ModelEnergy, count: int = 64) -> go.Figure:
     title = f"{model.label}: {model.n_filters} filters at {model.layer}" + (" minus init" if model.init_subtracted
                                                                               else "")
     return tiles_figure(model.filters[:count], title)
-
-
-REFERENCE_NAMES = {"rgb": "RGB input", "random": "random-init filters", "zca": "ideal ZCA whitening bank"}
 
 
 def autocorrelation_figure(result: WhiteningResult) -> go.Figure:

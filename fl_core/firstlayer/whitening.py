@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from fl_core.arguments import ModelLike, as_images, as_models, as_settings
+from fl_core.arguments import ImagesLike, ModelLike, as_images, as_models, as_settings
 from fl_core.backend import (
     DeviceLike,
     Progress,
@@ -39,7 +39,7 @@ from fl_core.errors import AnalysisError
 from fl_core.firstlayer.energy import random_init_banks
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
 from fl_core.firstlayer.settings import WhiteningOverrides, WhiteningSettings
-from fl_core.io.images import ImageSet, iter_scaled_inputs, scaled_input, to_display
+from fl_core.io.images import iter_scaled_inputs, scaled_input, to_display
 from fl_core.io.layers import ConvLayer, find_layer, layer_weight
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
@@ -183,6 +183,10 @@ def activation_maps(loaded: LoadedModel, image: Image.Image, name: str | None = 
                           maps=linear_responses(weight, x).numpy())
 
 
+REFERENCE_NAMES = {"rgb": "RGB input", "random": "random-init filters", "zca": "ideal ZCA whitening bank"}
+"""The reference curves of :class:`WhiteningResult`, by key, as tables and legends name them."""
+
+
 @dataclass(frozen=True)
 class WhiteningResult(Result):
     """Normalized spatial autocorrelation curves.
@@ -207,10 +211,14 @@ class WhiteningResult(Result):
     _figures: ClassVar[dict[str, str]] = {"autocorrelation": "fl_core.firstlayer.plots:autocorrelation_figure"}
 
     def to_frame(self) -> pd.DataFrame:
-        frame = pd.DataFrame({"distance": self.distances, **self.curves})
-        for name, sd in self.curves_sd.items():
-            frame[f"{name}_sd"] = sd
-        return frame
+        """Long table: one row per (curve, δ) with ``model`` (a model's label, or the reference curve's name),
+        ``spec`` (empty for references), ``curve`` (the key of :attr:`curves`), ``distance``, ``correlation``
+        C(δ)/C(0) and ``correlation_sd`` (over seeds, random init only)."""
+        return pd.concat([pd.DataFrame({
+            "model": self.labels.get(name, REFERENCE_NAMES.get(name, name)),
+            "spec": name if name in self.labels else "", "curve": name, "distance": self.distances,
+            "correlation": curve, "correlation_sd": self.curves_sd.get(name, np.full(len(curve), np.nan))})
+            for name, curve in self.curves.items()], ignore_index=True)
 
     def at(self, distance: int) -> dict[str, float]:
         """Every curve's value at one distance (the paper quotes δ = 10)."""
@@ -248,7 +256,7 @@ def check_whitening_budget(models: Sequence[LoadedModel], layers: Sequence[ConvL
     check_random_banks(settings.seeds, first.out_channels, first.patch_dim, what=what)
 
 
-def analyze_whitening(models: ModelLike | Sequence[ModelLike], data: str | ImageSet | None = None,
+def analyze_whitening(models: ModelLike | Sequence[ModelLike], data: ImagesLike | None = None,
                       settings: WhiteningSettings | None = None, *, device: DeviceLike = None,
                       progress: ProgressLike = None,
                       **setting_overrides: Unpack[WhiteningOverrides]) -> WhiteningResult:

@@ -1,7 +1,8 @@
 """Class names: ImageNet-1k's (wnids and readable names) and the mapping of an ImageFolder tree onto a model's outputs.
 
 Tree folders map onto model outputs by ImageNet-1k wnid (1000-way heads), else by the model's class names, else by
-sorted position when the counts agree; otherwise there is no accuracy, only agreement with the original model
+number when they are named 0 to K-1 (labels that index the outputs, as a tensor batch's are), else by sorted position
+when the counts agree; otherwise there is no accuracy, only agreement with the original model
 (:func:`map_tree_classes`, which says what it did and warns when tree and model disagree).
 """
 
@@ -61,6 +62,9 @@ def map_tree_classes(classes: Sequence[str], n_outputs: int | None,
     if model_classes and all(c in model_classes for c in classes):
         index = {name: i for i, name in enumerate(model_classes)}
         return ClassMapping(np.array([index[c] for c in classes]), "Folders are mapped to the model's classes by name.")
+    if n_outputs and set(classes) == {str(i) for i in range(len(classes))} and len(classes) <= n_outputs:
+        return ClassMapping(np.array([int(c) for c in classes]), "Classes named 0 to K-1 (labels given as numbers) "
+                            "are mapped to the model's output of that index.")
     if n_outputs == len(classes):
         return ClassMapping(np.arange(len(classes)), f"Folder i (sorted) is taken as output i of {n_outputs}.",
                             (f"The {len(classes)} folder names are neither ImageNet wnids nor the model's class "

@@ -5,6 +5,9 @@ and matplotlib: no network),
 a folder of images, or a labelled ImageFolder tree (``root/<class>/*.jpg``, class index = sorted folder names,
 as in the ImageNet ``val/<wnid>/*.JPEG`` layout). Uploads are saved to a folder and read as one.
 
+Images a script already holds (a tensor batch, a ``Dataset``, a ``DataLoader``) become image sets in
+:mod:`fl_core.io.datasets`.
+
 Two views of an image in a model's input space (:class:`~fl_core.io.preprocessing.InputConfig`):
 
 * :func:`scaled_input` — resized as the model's evaluation resize does (``input_size / crop_pct`` on the short side,
@@ -132,7 +135,7 @@ def decode_rgb(source: str | Path | io.BytesIO, name: str | None = None) -> Imag
     label = printable(name or (str(source) if isinstance(source, str | Path) else "the image"))
     try:
         with Image.open(source) as handle:
-            _check_header_size(handle.width, handle.height, label)
+            check_image_size(handle.width, handle.height, label)
             if handle.format == "JPEG":
                 check_decoding(handle.width, handle.height, jpeg_scans(_file_bytes(handle)), label)
             return handle.convert("RGB")
@@ -178,7 +181,7 @@ def _file_bytes(handle: Image.Image) -> bytes:
     return data
 
 
-def _check_header_size(width: int, height: int, label: str) -> None:
+def check_image_size(width: int, height: int, label: str) -> None:
     if width * height > MAX_IMAGE_PIXELS:
         raise DataError(f"{label} is {width:,}×{height:,} pixels, over the {MAX_IMAGE_PIXELS:,}-pixel limit; refused "
                         "before decoding. Use a smaller image.")

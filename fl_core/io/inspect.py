@@ -10,7 +10,7 @@ import pandas as pd
 
 from fl_core.arguments import ModelLike, as_models
 from fl_core.io.layers import conv_inventory, inventory_frame
-from fl_core.results import Result
+from fl_core.results import Result, with_model_columns
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,8 @@ class InspectResult(Result):
     _figures: ClassVar[dict[str, str]] = {"convolutions": "fl_core.io.plots:convolutions_figure"}
 
     def to_frame(self) -> pd.DataFrame:
-        """Every model's convolutions, one row each, with the model's ``spec``."""
-        frames = [pd.DataFrame(m["layers"]).assign(spec=m["spec"]) for m in self.models]
+        """Every model's convolutions, one row each, after the model's label and spec."""
+        frames = [with_model_columns(pd.DataFrame(m["layers"]), m["label"], m["spec"]) for m in self.models]
         return pd.concat(frames, ignore_index=True)
 
     def summary_frame(self) -> pd.DataFrame:

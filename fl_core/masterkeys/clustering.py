@@ -31,7 +31,7 @@ from fl_core.masterkeys.kmeans import (
 )
 from fl_core.masterkeys.scalespace import centred_cosine
 from fl_core.masterkeys.settings import MasterKeyOverrides, MasterKeySettings
-from fl_core.results import Result
+from fl_core.results import Result, with_model_columns
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -127,12 +127,13 @@ class MasterKeyResult(Result):
         return (self,)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per cluster: size, share, tightness, nearest master key and its cosine, composition."""
-        return pd.DataFrame([{"cluster": i + 1, "size": c.size, "share": c.share,
+        """One row per cluster: the model's label and spec, size, share, tightness, nearest master key and its cosine,
+        composition."""
+        return with_model_columns(pd.DataFrame([{"cluster": i + 1, "size": c.size, "share": c.share,
                               "mean_abs_cosine": c.mean_abs_cosine, "master_key": c.master_key,
                               "master_key_cosine": c.master_key_cosine,
                               **{f"key_{j + 1}": int(n) for j, n in enumerate(c.composition)}}
-                             for i, c in enumerate(self.clusters)])
+                             for i, c in enumerate(self.clusters)]), self.label, self.spec)
 
     def layer_frame(self) -> pd.DataFrame:
         return pd.DataFrame(list(self.layer_statistics))

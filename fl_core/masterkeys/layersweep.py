@@ -19,15 +19,14 @@ from typing import TYPE_CHECKING, ClassVar
 
 import pandas as pd
 
-from fl_core.arguments import ModelLike, as_model, as_settings
+from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, resolve_device
-from fl_core.io.images import ImageSet
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.recovery import RecoveryInfo
 from fl_core.masterkeys.rescore import RescoreSettings, ScoringSettings, VariantScore, rescore
 from fl_core.masterkeys.settings import LayerSweepOverrides, LayerSweepSettings
 from fl_core.masterkeys.swap import swap_filters
-from fl_core.results import Result
+from fl_core.results import Result, with_model_columns
 
 ZERO = "zero"
 
@@ -94,8 +93,8 @@ class LayerSweepResult(Result):
     _figures: ClassVar[dict[str, str]] = {"layers": "fl_core.masterkeys.plots:layer_sweep_figure"}
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per depthwise layer: the layer, then ``swapped_*`` and ``zeroed_*`` scores (``*_recovered_*``
-        after recovery) and the theory shares."""
+        """One row per depthwise layer: the model's label and spec, the layer, then ``swapped_*`` and ``zeroed_*``
+        scores (``*_recovered_*`` after recovery) and the theory shares."""
         records = []
         for row in self.rows:
             record = {key: value for key, value in row.to_dict().items() if key not in ("swapped", "zeroed")}
@@ -104,10 +103,10 @@ class LayerSweepResult(Result):
                 record.update({f"{kind}_{key}": value for key, value in scores.items()
                                if key not in ("method", "n_images", "relative_error")})
             records.append(record)
-        return pd.DataFrame(records)
+        return with_model_columns(pd.DataFrame(records), self.label, self.spec)
 
 
-def sweep_layers(model: ModelLike, data: str | ImageSet | None = None, settings: LayerSweepSettings | None = None, *,
+def sweep_layers(model: ModelLike, data: ImagesLike | None = None, settings: LayerSweepSettings | None = None, *,
                  device: DeviceLike = None, progress: ProgressLike = None,
                  **setting_overrides: Unpack[LayerSweepOverrides]) -> LayerSweepResult:
     """Swap, and zero, each chosen depthwise layer alone and score them all together (module docstring).

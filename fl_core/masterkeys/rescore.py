@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
-from fl_core.arguments import ModelLike, as_images, as_model, as_settings
+from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_settings
 from fl_core.backend import (
     DeviceLike,
     Progress,
@@ -65,7 +65,7 @@ from fl_core.masterkeys.distributed import all_reduce_sums, distributed_rank, ra
 from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
 from fl_core.masterkeys.settings import DEFAULT_BATCH_SIZE, RescoreOverrides, RescoreSettings, ScoringSettings
 from fl_core.masterkeys.swap import FilterSwap, parameter_patch, swap_filters
-from fl_core.results import Result
+from fl_core.results import Result, with_model_columns
 from fl_core.suffix import PROBE_IMAGES, SuffixPlan, changed_keys, full_forwards, plan_suffixes, shared_copy
 
 log = logging.getLogger(__name__)
@@ -182,12 +182,12 @@ class RescoreResult(Result):
     _figures: ClassVar[dict[str, str]] = {"scores": "fl_core.masterkeys.plots:scores_figure"}
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per variant (the original first) with Δ top-1, agreement, KL, reconstruction error and, when
-        recovery ran, the recovered scores (``recovered_*``)."""
+        """One row per variant (the original first) after the model's label and spec, with Δ top-1, agreement, KL,
+        reconstruction error and, when recovery ran, the recovered scores (``recovered_*``)."""
         original = VariantScore(method=ORIGINAL, n_images=self.n_images, top1=self.top1, top5=self.top5,
                                 loss=self.loss, delta_top1=0.0 if self.top1 is not None else None, agreement=1.0,
                                 kl=0.0, relative_error=None)
-        return pd.DataFrame([v.row() for v in (original, *self.swaps)])
+        return with_model_columns(pd.DataFrame([v.row() for v in (original, *self.swaps)]), self.label, self.spec)
 
 
 # ----------------------------------------------------------------------------------------------------- resume
@@ -365,7 +365,7 @@ def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | No
                         computed_from=computed_from, **_scores(row, original))
 
 
-def rescore(model: ModelLike, data: str | ImageSet | None = None, settings: RescoreSettings | None = None, *,
+def rescore(model: ModelLike, data: ImagesLike | None = None, settings: RescoreSettings | None = None, *,
             swaps: Sequence[FilterSwap] | None = None, resume: str | Path | None = None,
             device: DeviceLike = None, progress: ProgressLike = None,
             **setting_overrides: Unpack[RescoreOverrides]) -> RescoreResult:

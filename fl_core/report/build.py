@@ -54,9 +54,10 @@ the trajectory."""
 PART_TITLES = {**SECTIONS, "channels": "Channel axes"}
 FIGURE_PARTS = ("energy", "whitening", "masterkeys", "scalespace", "weights", "accuracy", "channels", "trajectory")
 """The report's parts whose results draw figures (:meth:`Report.plot`), in report order."""
-SUMMARY_CHANNEL_SETTINGS = ChannelSettings(lesion_kinds=())
+SUMMARY_CHANNEL_SETTINGS = ChannelSettings(lesion_kinds=(), pruning=None)
 """The report's channel-axes summary: both axes and their agreement, without the per-channel lesions (one forward
-pass of the evaluation set per channel and kind: minutes on a CPU); the Channel Axes page runs those."""
+pass of the evaluation set per channel and kind: minutes on a CPU) or pruning curves; the Channel Axes page runs
+those."""
 """Titles of everything that can be skipped: the sections, and the channel axes within the accuracy section."""
 
 

@@ -229,7 +229,7 @@ def analyze_survey(models: ModelLike | Sequence[ModelLike], data: str | None = N
         if not isinstance(item, str):
             loaded = as_model(item, f"models[{i}]")
             objects[loaded.spec], given[i] = loaded, loaded.spec
-    specs = survey_models(given, limit=settings.max_models)
+    specs = survey_models(given, limit=settings.max_models, loaded=objects)
     began, rows = time.perf_counter(), []
     for done, spec in enumerate(specs):
         report(progress, done / len(specs), f"{done}/{len(specs)} models: {spec}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 from fl_core.errors import DataError, FilterLensError, ModelSpecError
@@ -87,11 +87,12 @@ def checkpoints_in_folder(folder: str | Path) -> list[str]:
 
 
 def survey_models(models: Iterable[str] = (), files: Sequence[str | Path] = (), folders: Sequence[str | Path] = (),
-                  *, limit: int) -> tuple[str, ...]:
+                  *, limit: int, loaded: Collection[str] = ()) -> tuple[str, ...]:
     """Every model of a survey, in the order given, each once: ``models`` (specs or patterns), then the specs of each
     text file, then the checkpoints of each folder. Repeated entries are dropped before any pattern is expanded, the
     count is bounded as the list grows, and every spec is checked (its form, its registry name, its file under the path
-    policy: :func:`fl_core.io.models.check_spec`) before anything is loaded.
+    policy: :func:`fl_core.io.models.check_spec`) before anything is loaded, but those of ``loaded``: models a script
+    passed as objects (``LoadedModel.spec``), which nothing reads.
 
     Raises:
         DataError: no model, more than ``limit``, or a file users may not read.
@@ -107,7 +108,7 @@ def survey_models(models: Iterable[str] = (), files: Sequence[str | Path] = (), 
                             "pattern or raise the limit.")
     if not unique:
         raise DataError("A survey needs at least one model: give --model, --models-file or --folder.")
-    _check_specs(tuple(unique))
+    _check_specs(tuple(spec for spec in unique if spec not in loaded))
     return tuple(unique)
 
 

@@ -9,6 +9,7 @@ import streamlit as st
 
 from fl_core.channelaxes.analysis import ChannelSettings
 from fl_core.channelaxes.calibration import CROPS
+from fl_core.channelaxes.estimate import duration_text
 from fl_core.channelaxes.plots import (
     METRIC_LABELS,
     axes_scatter_figure,
@@ -27,11 +28,9 @@ from fl_core.channelaxes.plots import (
 from fl_core.channelaxes.pruning import CRITERIA, PruningSettings
 from fl_ui.cache import get_model
 from fl_ui.channels import (
+    DEFAULT_CALIBRATION,
     DEFAULT_CHANNEL_SPEC,
-    PAGE_CALIBRATION,
-    PAGE_EVALUATION,
-    PAGE_LESIONS,
-    PAGE_PRUNING,
+    DEFAULT_EVALUATION,
     analysable_layers,
     channel_axes_result,
     channel_models,
@@ -64,11 +63,6 @@ CHANNEL_COLUMNS = {"index": "channel", "input_capture": "I_X", "peer_overlap": "
                    "replacement_dloss": "Δloss, peers"}
 
 
-def duration_text(seconds: float) -> str:
-    """``about 40 s`` / ``about 3 min``."""
-    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.0f} min"
-
-
 def layer_choice(layers: list, default: str, ready: set[str]) -> str:
     """The layer picker: each layer's kind and width, ✓ for layers whose result (at these settings) is at hand."""
     names = [lay.name for lay in layers]
@@ -87,21 +81,19 @@ def settings_form(loaded) -> tuple[int, int, ChannelSettings, bool]:
         s1, s2, s3 = st.columns(3)
         n_calibration = int(s1.number_input(
             "Calibration images", 32, 20000, step=32, key="axes_ncal",
-            value=url_param("axes_ncal", PAGE_CALIBRATION, minimum=32, maximum=20000),
+            value=url_param("axes_ncal", DEFAULT_CALIBRATION, minimum=32, maximum=20000),
             help="Statistics, peer regressions and the recovery fine-tune."))
         n_evaluation = int(s2.number_input(
             "Evaluation images", 16, 20000, step=16, key="axes_neval",
-            value=url_param("axes_neval", PAGE_EVALUATION, minimum=16, maximum=20000),
+            value=url_param("axes_neval", DEFAULT_EVALUATION, minimum=16, maximum=20000),
             help="Held-out images for lesions and pruning accuracy."))
         set_url_param("axes_ncal", n_calibration)
         set_url_param("axes_neval", n_evaluation)
         pruning = settings_widgets(
             PruningSettings, {"finetune_steps": "Recovery fine-tune steps"}, key="axes", container=s3,
-            base=PAGE_PRUNING,
             options={"finetune_steps": {"max_value": 500, "step": 10}}, url=True)
         settings = settings_widgets(
             ChannelSettings, {"lesion_kinds": "Interventions"}, key="axes", url=True,
-            base=ChannelSettings(lesion_kinds=PAGE_LESIONS),
             options={"lesion_kinds": {"format_func": LESION_NAMES.get, "help": (
                 "Each kind evaluates every channel's lesioned network on the evaluation images (batched: the layers "
                 "before this one run once). On a CPU, large models are quicker with a late layer or fewer images.")}})

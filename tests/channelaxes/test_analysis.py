@@ -13,8 +13,8 @@ from PIL import Image
 from scipy.stats import spearmanr
 
 from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels
-from fl_core.channelaxes.calibration import LabelledInputs, channel_data, class_mapping, folder_channel_data
-from fl_core.channelaxes.interventions import fold_peer_replacement
+from fl_core.channelaxes.calibration import LabelledInputs, channel_data, class_mapping
+from fl_core.channelaxes.interventions import LESION_KINDS, fold_peer_replacement
 from fl_core.channelaxes.layerstats import AxisSettings, collect_layer_statistics, local_axis
 from fl_core.channelaxes.pruner import LayerPruner
 from fl_core.channelaxes.pruning import PruningSettings
@@ -25,7 +25,7 @@ from fl_core.io.models import load_model
 from .planted_nets import alone_world, duplicate_world
 
 CPU = torch.device("cpu")
-FAST = ChannelSettings(cluster_seeds=2, cluster_k=2)
+FAST = ChannelSettings(cluster_seeds=2, cluster_k=2, lesion_kinds=LESION_KINDS, pruning=None)
 DESIGN_CHANNEL_KEYS = {"index", "input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess",
                        "lesion_dloss", "replacement_dloss"}
 
@@ -158,16 +158,16 @@ def test_class_mapping_by_wnid_by_name_and_refusal(tmp_path, demo) -> None:
         class_mapping([f"class{i}" for i in range(12)], demo[0])
 
     root = _tree(tmp_path, ["n15075141", "n01443537"], per_class=3)
-    data = folder_channel_data(root, squeeze, n_calibration=10, n_evaluation=10, seed=1)
+    data = channel_data(squeeze, root, n_calibration=10, n_evaluation=10, seed=1)
     assert len(data.calibration) == len(data.evaluation) == 3 and data.warnings
     assert set(data.calibration.labels.tolist() + data.evaluation.labels.tolist()) == {1, 999}
-    again = folder_channel_data(root, squeeze, n_calibration=10, n_evaluation=10, seed=1)
+    again = channel_data(squeeze, root, n_calibration=10, n_evaluation=10, seed=1)
     assert torch.equal(again.calibration.labels, data.calibration.labels)
 
 
 def test_labelled_inputs_stream_and_materialize(tmp_path, demo) -> None:
     root = _tree(tmp_path, ["astronaut", "coffee"], per_class=3)
-    data = folder_channel_data(root, demo[0], n_calibration=3, n_evaluation=3)
+    data = channel_data(demo[0], root, n_calibration=8, n_evaluation=8)
     streamed = data.calibration
     assert not streamed.in_memory and [len(y) for _, y in streamed.batches(2)] == [2, 1]
     held = streamed.materialized(1 << 20)

@@ -261,7 +261,7 @@ def test_cli_masterkeys_and_scalespace_json(tmp_path, mobilenet):
     assert payload["k"] == 5 and payload["n_filters"] == 2880  # stage 6 = the three 960-wide layers (by width)
     assert sum(c["size"] for c in payload["clusters"]) + payload["n_constant"] == 2880
     assert len(payload["published_assignment"]["counts"]) == 8
-    assert (tmp_path / "mk.csv").read_text().startswith("cluster,size")
+    assert (tmp_path / "mk.csv").read_text().startswith("model,spec,cluster,size")
     assert main(["scalespace", "--method", "C2", "--quiet", "--json", str(tmp_path / "ss.json")]) == 0
     payload = json.loads((tmp_path / "ss.json").read_text())
     assert payload["method"] == "C2" and [f["index"] for f in payload["filters"]] == list(range(1, 9))

@@ -11,7 +11,7 @@ from fl_core.channelaxes.analysis import ChannelSettings
 from fl_core.channelaxes.pruning import PruningSettings
 from fl_ui import cache as cache_module
 from fl_ui import channels
-from fl_ui.channels import PAGE_LESIONS, PAGE_PRUNING, channel_axes_result, default_request
+from fl_ui.channels import channel_axes_result, default_request
 from fl_ui.jobs import ChannelAxesRequest
 from fl_ui.testing import shown
 
@@ -37,7 +37,6 @@ def texts(app) -> str:
 
 def demo_request(layer: str, **settings) -> ChannelAxesRequest:
     """The page's request for the tiny demo on 64 + 32 crops."""
-    settings = {"lesion_kinds": PAGE_LESIONS, **settings}
     return ChannelAxesRequest(DEMO, (), "crops", 64, 32, ChannelSettings(layer=layer, **settings), True, "auto")
 
 
@@ -65,7 +64,7 @@ def test_an_added_model_is_analysed_with_both_axes_lesions_and_pruning() -> None
     auc = summary.set_index("quantity")["value"].filter(like="pruning AUC")
     assert len(auc) and auc.str.endswith("%").all()  # as the curves' legend and the verdict write it
     assert len(app.get("download_button")) >= 8
-    assert channel_axes_result.cached(demo_request("features.14", pruning=PAGE_PRUNING))
+    assert channel_axes_result.cached(demo_request("features.14"))
     kernels = json.loads(app.get("plotly_chart")[1].proto.spec)
     assert kernels["data"][0]["type"] == "heatmap" and kernels["data"][0]["colorbar"]["title"]["text"]  # a colour bar
     assert "Channel" in kernels["layout"]["title"]["text"] and kernels["layout"]["height"] >= 300
@@ -80,7 +79,7 @@ def test_a_new_layer_is_one_apply_with_an_estimate_and_analysed_layers_show_at_o
     assert len(app.dataframe[-1].value) == 128
     app.selectbox(key="axes_layer").select("features.7").run()
     assert_clean(app)
-    assert not channel_axes_result.cached(demo_request("features.7", pruning=PAGE_PRUNING))  # nothing started yet
+    assert not channel_axes_result.cached(demo_request("features.7"))  # nothing started yet
     pending = texts(app)
     assert "not applied yet" in pending and "features.7" in pending and " s (" in pending  # the estimate
     assert len(app.dataframe[-1].value) == 128  # the last applied result (features.11) stays on the page
@@ -143,9 +142,8 @@ def test_the_default_request_is_the_real_mobilenet_at_its_default_layer() -> Non
 def test_a_server_that_computed_the_default_before_listening_shows_it_at_once(monkeypatch) -> None:
     """fl_ui.serve warms the default request; the first visit then finds it (the tiny demo stands in for MobileNet)."""
     monkeypatch.setattr(channels, "DEFAULT_CHANNEL_SPEC", DEMO)
-    monkeypatch.setattr(channels, "PAGE_CALIBRATION", 64)
-    monkeypatch.setattr(channels, "PAGE_EVALUATION", 32)
-    monkeypatch.setattr(channels, "PAGE_LESIONS", ("mean",))
+    monkeypatch.setattr(channels, "DEFAULT_CALIBRATION", 64)
+    monkeypatch.setattr(channels, "DEFAULT_EVALUATION", 32)
     channels.warm_default_result()
 
     def no_new_job():
