@@ -29,7 +29,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 STAGE_FACTORS = {"labels": 1.0, "statistics": 1.0, "interventions": 1.0, "pruning": 1.0, "initialization": 1.0}
-"""Seconds per MAC of each stage relative to one plain forward pass of the same model (not yet calibrated: 1)."""
+"""Seconds per MAC of each stage relative to one plain forward pass of the same model: 1, an upper bound; measured on
+2 CPU cores (``python bench/bench_channels.py --defaults SPEC``) the lesions ran at 0.4 (MobileNetV2's default layer)
+to 0.8 (SqueezeNet's features.3.expand3x3) of it and the other stages at 0.6-1.0, so the estimate errs long."""
 PROBE_IMAGES = 8
 """Images of the timed forward pass (:func:`forward_rate`), after one untimed pass of the same shape."""
 
