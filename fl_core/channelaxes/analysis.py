@@ -157,9 +157,11 @@ class Removability(Result):
     Attributes:
         lesion_spearman: ρ(importance, Δloss of mean-ablation) per score (higher = better predictor).
         replacement_spearman: ρ(importance, Δloss after peer replacement) per score.
-        better_axis_lesion: ``local`` or ``target``, whichever composite has the larger lesion ρ.
+        better_axis_lesion: ``local`` or ``target``, whichever composite has the larger lesion ρ (``None``: a tie,
+            or no ρ defined).
         pruning_auc: AUC of the ``local`` and ``target`` pruning curves (fine-tuned ones as ``*_finetuned``).
-        better_axis_pruning: the axis whose pruning curve has the larger AUC (without fine-tune).
+        better_axis_pruning: the axis whose pruning curve has the larger AUC (without fine-tune; ``None``: a tie or
+            no pruning).
         refinement: rank-regression R² of the lesion effect on [I_X, I(ā;m)] (``r2_base``) and with peer overlap
             and peer R² added (``r2_with_peers``), and the ``gain``: how much peer support refines removability.
     """
@@ -182,15 +184,22 @@ def _rank_r2(target: np.ndarray, predictors: list[np.ndarray]) -> float:
     return float(1 - (residual @ residual) / total) if total > 0 else float("nan")
 
 
+def better_axis(scores: dict[str, float]) -> str | None:
+    """``local`` or ``target``, whichever scores higher; ``None`` for a tie or an undefined score (e.g. no lesion
+    changed the loss, so no ρ is defined)."""
+    local, target = scores["local"], scores["target"]
+    if not (np.isfinite(local) and np.isfinite(target)) or np.isclose(local, target, rtol=0, atol=1e-9):
+        return None
+    return "local" if local > target else "target"
+
+
 def removability(table: pd.DataFrame, pruning: PruningResult | None) -> Removability:
     """Spearman ρ of every importance score with the lesion and replacement effects; pruning AUCs by axis."""
     scores = importance_scores(table)
     lesion, replace = table["lesion_dloss"].to_numpy(), table["replacement_dloss"].to_numpy()
     lesion_rho = {k: spearman(v, lesion) for k, v in scores.items()} if np.isfinite(lesion).any() else {}
     replace_rho = {k: spearman(v, replace) for k, v in scores.items()} if np.isfinite(replace).any() else {}
-    better_lesion = None
-    if lesion_rho and all(np.isfinite(lesion_rho[a]) for a in ("local", "target")):
-        better_lesion = "local" if lesion_rho["local"] >= lesion_rho["target"] else "target"
+    better_lesion = better_axis(lesion_rho) if lesion_rho else None
     auc: dict[str, float] = {}
     if pruning is not None:
         for axis in ("local", "target"):
@@ -198,8 +207,7 @@ def removability(table: pd.DataFrame, pruning: PruningResult | None) -> Removabi
                 auc[axis] = pruning.curves[axis].auc
                 if pruning.curves[axis].auc_finetuned is not None:
                     auc[f"{axis}_finetuned"] = pruning.curves[axis].auc_finetuned
-    better_pruning = ("local" if auc["local"] >= auc["target"] else "target") if {"local", "target"} <= set(auc) \
-        else None
+    better_pruning = better_axis(auc) if {"local", "target"} <= set(auc) else None
     refinement: dict[str, float] = {}
     if np.isfinite(lesion).all() and len(table) > 6:
         base = [table["input_capture"].to_numpy(), table["task_info"].to_numpy()]

@@ -30,9 +30,13 @@ def _as_numpy(values: ArrayLike) -> np.ndarray:
 
 
 def spearman(a: ArrayLike, b: ArrayLike) -> float:
-    """Spearman rank correlation of two per-channel scores (§7); pairs with a NaN in either are dropped."""
-    result = spearmanr(_as_numpy(a), _as_numpy(b), nan_policy="omit")
-    return float(result.statistic)
+    """Spearman rank correlation of two per-channel scores (§7); pairs with a NaN in either are dropped. NaN (without
+    scipy's warning) when either is constant over the pairs left: no ranking to correlate."""
+    x, y = _as_numpy(a), _as_numpy(b)
+    kept = np.isfinite(x) & np.isfinite(y)
+    if kept.sum() < 2 or np.ptp(x[kept]) == 0 or np.ptp(y[kept]) == 0:
+        return float("nan")
+    return float(spearmanr(x[kept], y[kept]).statistic)
 
 
 def spearman_matrix(table: pd.DataFrame) -> pd.DataFrame:

@@ -225,8 +225,8 @@ def observed_where(site: ChannelSite) -> str:
 
 @dataclass(frozen=True)
 class PruningVerdict:
-    """Which axis pruned better (``winner``: ``local``, ``target``, ``neither`` when a baseline beat both, ``–``
-    without pruning curves) and the AUCs behind it in one sentence."""
+    """Which axis pruned better (``winner``: ``local``, ``target``, ``neither`` when a baseline beat both, ``tie``
+    when the two axes pruned alike, ``–`` without pruning curves) and the AUCs behind it in one sentence."""
 
     winner: str
     sentence: str
@@ -244,6 +244,8 @@ def pruning_verdict(result: ChannelAxesResult) -> PruningVerdict:
         return PruningVerdict("neither", f"The {best.label} baseline pruned best ({aucs}, {best.label} "
                                          f"{best.auc:.1%}): on this layer neither axis chose safer channels.")
     winner = result.removability.better_axis_pruning
+    if winner is None:
+        return PruningVerdict("tie", f"The two axes pruned alike ({aucs}).")
     return PruningVerdict(winner, f"The {winner} axis pruned best ({aucs}" + (
         f", best baseline {best.label} {best.auc:.1%})." if best is not None else ")."))
 

@@ -93,7 +93,7 @@ def print_summary(result: ChannelAxesResult) -> None:
     if removability.lesion_spearman:
         print(f"removability by lesion: rho(local score, dloss) = {removability.lesion_spearman['local']:+.3f}, "
               f"rho(target score, dloss) = {removability.lesion_spearman['target']:+.3f} -> better axis: "
-              f"{removability.better_axis_lesion}")
+              f"{removability.better_axis_lesion or 'neither (a tie, or no lesion changed the loss)'}")
     if removability.refinement:
         r = removability.refinement
         print(f"peer support refines removability: lesion rank-R2 {r['r2_base']:.3f} -> {r['r2_with_peers']:.3f} "
@@ -109,6 +109,6 @@ def print_summary(result: ChannelAxesResult) -> None:
             print(f"  note: {note}")
         for name, reason in pruning.skipped.items():
             print(f"  {name}: skipped ({reason})")
-        if removability.better_axis_pruning:
-            print(f"better axis by pruning AUC: {removability.better_axis_pruning}")
+        if {"local", "target"} <= set(removability.pruning_auc):
+            print(f"better axis by pruning AUC: {removability.better_axis_pruning or 'neither (a tie)'}")
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings.items()))
