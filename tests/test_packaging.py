@@ -1,6 +1,6 @@
 """FilterLens as an installed library: a wheel built from the checkout and imported from outside it has its demo
-models, shipped runs, bundled photos, dashboard, console script, licence files and type marker; its plain requirements
-are the library's (the dashboard and the Dask engine are extras)."""
+models, shipped runs, bundled photos, dashboard, console script, licence files and type marker, and its ``app`` command
+serves the dashboard there; its plain requirements are the library's (the dashboard and the Dask engine are extras)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -17,6 +18,8 @@ import pytest
 from fl_core.errors import MissingExtraError
 from fl_core.extras import require_extra
 from fl_core.survey.engine import survey_client
+
+from .streamlit_server import free_port, health, running_server, server_env
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "NOTICE", "fl_core", "fl_ui")
@@ -88,6 +91,14 @@ def test_the_wheel_works_outside_the_checkout(tmp_path):
     shown = subprocess.run([sys.executable, str(script), "scalespace", "--method", "B", "--json", "-", "--quiet"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=600)
     assert '"method": "B"' in shown.stdout
+
+    port = free_port()  # the dashboard from the installed wheel, outside the checkout (the app's packages installed)
+    command = [sys.executable, "-m", "fl_core", "app", "--port", str(port), "--data-root", str(tmp_path)]
+    app_env = server_env(port, PYTHONPATH=str(site), HOME=str(tmp_path), FL_UPLOAD_DIR=str(tmp_path / "uploads"),
+                         FL_WARM_WORKER_VIEWS="0", FL_HEAVY_JOBS="1", STREAMLIT_SERVER_HEADLESS="true")
+    started = time.monotonic()
+    with running_server(command, port, app_env, tmp_path / "app.log", timeout=240, cwd=tmp_path) as server:
+        assert health(port) == "ok" and server.poll() is None and time.monotonic() - started < 240
 
 
 def test_a_missing_extra_is_one_line_naming_what_to_install(monkeypatch):
