@@ -1,6 +1,6 @@
 """The README's dashboard command is warm (issue 36, bar ``classroom2``): with ``streamlit run app.py`` on a fresh
 server, Channel Axes shows its default result within two minutes of the first health answer, its progress naming a
-stage all along."""
+stage all along, and Swap & Re-score's default re-score (warmed beside it) is there by then too."""
 
 from __future__ import annotations
 
@@ -37,6 +37,12 @@ def test_the_readmes_command_shows_channel_axes_soon_after_the_first_health_answ
         drawn_plots(page, at_least=3)
         shown = time.monotonic() - healthy
         page.screenshot(path=str(artifacts / "warm-start-channel-axes.png"), full_page=True)
+        page.goto(f"http://localhost:{port}/swap-rescore", timeout=60_000)
+        page.get_by_text("Original vs each swap").wait_for(timeout=(FIRST_VISIT_S - (time.monotonic() - healthy))
+                                                           * 1000)
+        rescored = time.monotonic() - healthy
+        page.screenshot(path=str(artifacts / "warm-start-swap-rescore.png"), full_page=True)
         context.close()
-    print(f"Channel Axes' result {shown:.0f} s after the first health answer; progress seen: {sorted(stages)}")
+    print(f"Channel Axes' result {shown:.0f} s and Swap & Re-score's {rescored:.0f} s after the first health answer; "
+          f"progress seen: {sorted(stages)}")
     assert not any(text.rstrip().endswith(("started", ": ")) for text in stages), stages
