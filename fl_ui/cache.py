@@ -1,6 +1,6 @@
 """Cached wrappers around fl_core for the pages.
 
-Models are cached with ``st.cache_resource`` (shared across sessions and threads, never mutated: analyses that
+Models are cached in :data:`MODELS` (shared across sessions and threads, never mutated: analyses that
 change weights work on ``LoadedModel.copy_model()``, hooks go on ``LoadedModel.forward_copy()``). Results are
 memoized by :func:`memoize` (computed in the session's thread) or :func:`pooled` (heavy: computed by a worker of
 the engine, :mod:`fl_ui.engine`), keyed by the selection; unlike ``st.cache_data`` both let the computation draw a
@@ -32,10 +32,11 @@ from fl_core.firstlayer.plots import MAPS_SHOWN
 from fl_core.firstlayer.whitening import ActivationMaps, WhiteningResult, WhiteningSettings, activation_maps
 from fl_core.io.images import BUNDLED_PHOTOS, ImageSet, is_bundled, open_images
 from fl_core.io.layers import find_layer
-from fl_core.io.models import LoadedModel, load_model, spec_file_stamp
+from fl_core.io.models import LoadedModel, spec_file_stamp
 from fl_core.io.paths import check_readable
 from fl_ui import jobs, sessions
 from fl_ui.engine import Job, Lane, engine_started, heavy_engine
+from fl_ui.memory import ModelCache
 from fl_ui.uploads import upload_store
 
 WAIT_POLL_S = 0.25
@@ -268,15 +269,15 @@ def start_engine() -> None:
     threading.Thread(target=heavy_engine, name="filterlens-engine", daemon=True).start()
 
 
-@st.cache_resource(show_spinner=False, max_entries=24)
-def _cached_model(spec: str, overrides: tuple, stamp: str) -> LoadedModel:
-    return load_model(spec, input_overrides=dict(overrides))
+MODELS = ModelCache()
+"""The app's loaded models by spec, overrides and file stamp (:class:`fl_ui.memory.ModelCache`: bounded in bytes,
+released when unused)."""
 
 
 def get_model(spec: str, overrides: tuple = ()) -> LoadedModel:
     """The loaded model for a spec (shared, read-only); its file only where this session's path policy lets it read
     (asked before the cache: :func:`fl_core.io.models.spec_file_stamp`)."""
-    return _cached_model(spec, overrides, spec_file_stamp(spec))
+    return MODELS.get(spec, overrides, spec_file_stamp(spec))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

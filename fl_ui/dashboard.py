@@ -14,7 +14,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from fl_ui.cache import start_engine
+from fl_ui.cache import MODELS, start_engine
+from fl_ui.memory import release_closed_sessions, start_janitor
 from fl_ui.paths import users_paths
 from fl_ui.sidebar import render_sidebar
 from fl_ui.state import url_notices_above
@@ -38,6 +39,7 @@ st.set_page_config(page_title="FilterLens", page_icon="🔍", layout="wide")
 navigation = st.navigation([st.Page(HERE / path, title=title, icon=icon, url_path=url, default=i == 0)
                             for i, (path, title, icon, url) in enumerate(PAGES)])
 start_engine()
+start_janitor(MODELS.release_idle, release_closed_sessions)
 with users_paths():
     render_sidebar()
     with url_notices_above():

@@ -20,6 +20,7 @@ from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest
 from fl_core.io.paths import path_policy
 from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, MAX_RESIZE_SIZE, parse_rgb, rgb_text
 from fl_ui.cache import get_images, get_model
+from fl_ui.memory import release_upload
 from fl_ui.messages import show
 from fl_ui.paths import users_paths
 from fl_ui.state import Selection, selection_from_url, write_selection_to_url
@@ -136,6 +137,8 @@ def _on_add_upload() -> None:
     except FilterLensError as err:
         st.session_state["sidebar_error"] = str(err)
         return
+    finally:
+        release_upload("ckpt_upload")  # stored (or refused): Streamlit's copy of the bytes is no longer needed
     arch = st.session_state.get("ckpt_arch", "").strip()
     is_onnx = path.suffix == ONNX_SUFFIX
     spec = f"onnx:{path}" if is_onnx else f"{arch}={path}" if arch else f"weights:{path}"

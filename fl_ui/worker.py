@@ -28,12 +28,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from fl_core import allocator
 from fl_core.errors import FilterLensError
 from fl_core.io.paths import path_policy, reading_for
+from fl_ui.memory import ModelCache, start_janitor
 
 log = logging.getLogger("filterlens")
 
@@ -84,6 +84,7 @@ def dask_setup(worker) -> None:
     logging.getLogger("distributed.worker").addFilter(_not_a_cancel)
     for name in WARM_IMPORTS:
         importlib.import_module(name)
+    start_janitor(WORKER_MODELS.release_idle)
 
 
 def _not_a_cancel(record: logging.LogRecord) -> bool:
@@ -210,15 +211,12 @@ async def exit_worker() -> None:
     os._exit(HARD_CANCEL_EXIT_STATUS)
 
 
-@lru_cache(maxsize=4)
-def _cached_model(spec: str, overrides: tuple, stamp: str):
-    from fl_core.io.models import load_model
-
-    return load_model(spec, input_overrides=dict(overrides))
+WORKER_MODELS = ModelCache()
+"""This worker's models (:class:`fl_ui.memory.ModelCache`: bounded in bytes, released when unused)."""
 
 
 def worker_model(spec: str, overrides: tuple = ()):
-    """A loaded model in a worker process (kept for the next job; reloaded when its file changes)."""
+    """A loaded model in a worker process (kept for the next job while used; reloaded when its file changes)."""
     from fl_core.io.models import spec_file_stamp
 
-    return _cached_model(spec, overrides, spec_file_stamp(spec))
+    return WORKER_MODELS.get(spec, overrides, spec_file_stamp(spec))

@@ -1,8 +1,8 @@
 """Multi-user safety: many sessions change weights at the same time on one shared, cached model.
 
-Streamlit serves every session from one process, and ``st.cache_resource`` hands all of them the same
-:class:`~fl_core.io.models.LoadedModel`. These tests run sessions concurrently (threads released together by a
-barrier, and AppTest sessions) and prove that filter swaps + re-scoring and training happen on private copies: every
+Streamlit serves every session from one process, and the model cache (``fl_ui.cache.MODELS``) hands all of them
+the same :class:`~fl_core.io.models.LoadedModel`. These tests run sessions concurrently (threads released together by
+a barrier, and AppTest sessions) and prove that filter swaps + re-scoring and training happen on private copies: every
 session gets exactly the numbers it gets when it runs alone, and the cached weights' hash never changes.
 """
 
