@@ -81,7 +81,7 @@ def unswappable_reason(spec: str, overrides: tuple = ()) -> str:
         loaded = get_model(spec, overrides)
         name = literal(loaded.label)
         if loaded.weights_only:
-            return (f"**{name}** holds weights but no network (a weights-only file), and re-scoring runs the network. "
+            return (f"**{name}**: re-scoring runs the network, and this file holds only its weights. "
                     f"{literal(loaded.runnable_advice())} {below}")
         if not any(layer.kind == "depthwise" for layer in loaded.conv_layers):
             return (f"**{name} has no depthwise convolutions** (groups = channels), and Swap & Re-score replaces "

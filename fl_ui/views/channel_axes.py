@@ -167,8 +167,8 @@ with user_errors():
     overrides = selection.overrides_of(spec)
     loaded = get_model(spec, overrides)
     if loaded.weights_only:
-        show(st.info, "**{}** holds the weights but not the network that uses them (a weights-only file), and "
-             "Channel Axes runs the network (lesions, peer replacement, pruning). {} In the sidebar: *Upload a "
+        show(st.info, "**{}**: Channel Axes runs the network (lesions, peer replacement, pruning), and this file holds "
+             "only its weights. {} In the sidebar: *Upload a "
              "checkpoint* with its *Architecture*. Its filters open on the Energy Profiles, Master Keys and Report "
              "pages, which need only weights.", loaded.label, loaded.runnable_advice())
         st.stop()

@@ -123,7 +123,7 @@ def test_a_weights_only_upload_is_explained_without_a_job(resnet20) -> None:
     assert_clean(app)
     assert app.selectbox(key="axes_model").value == RESNET20_SPEC
     info = " ".join(shown(i) for i in app.info)
-    assert "(a weights-only file)" in info and "Architecture" in info
+    assert "this file holds only its weights" in info and "Architecture" in info
     text = texts(app) + " ".join(str(m.value) for m in app.metric)
     assert "None" not in text and "wnid" not in text
     assert not app.main.button and not app.get("plotly_chart")  # no Cancel button, no job
