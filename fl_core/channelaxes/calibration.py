@@ -213,8 +213,9 @@ def crop_channel_data(loaded: LoadedModel, n_calibration: int, n_evaluation: int
         warnings = (f"The bundled photos are not among {loaded.label}'s {loaded.num_classes} classes, so each crop is "
                     "labelled with the intact network's own top-1 class: the target axis measures what a channel "
                     "tells about the network's decision, and accuracy is agreement with the intact network. For "
-                    "accuracy on true labels, choose an ImageFolder tree of the model's classes (ImageNet: "
-                    "val/<wnid>/*.JPEG) in the sidebar.",)
+                    "accuracy on true labels, give images labelled with the model's classes: an ImageFolder tree "
+                    "(ImageNet: val/<wnid>/*.JPEG), a labelled set uploaded in the dashboard's sidebar, or labelled "
+                    "images from Python.",)
     return ChannelData(calibration=inputs(crops.train_x[cal], crops.train_y[cal]),
                        evaluation=inputs(crops.val_x[val], crops.val_y[val]),
                        classes=crops.classes if mapping is not None else tuple(loaded.class_names or ()),

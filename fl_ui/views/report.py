@@ -25,7 +25,8 @@ def how_to_add(report, labelled: bool) -> list[str]:
     missing, not where to pick it)."""
     advice = []
     if report.accuracy is None and not labelled:
-        advice.append("For accuracy and channel axes, pick a labelled ImageFolder tree under *Images* in the sidebar.")
+        advice.append("For accuracy and channel axes, choose *upload a labelled set* (or a labelled folder on the "
+                      "server) under *Images* in the sidebar.")
     if len(report.models) == 1:
         advice.append("To follow a run over training, report on all selected models or a Training Lab run, or name a "
                       "folder of one run's checkpoints above.")
