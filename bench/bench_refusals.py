@@ -180,16 +180,16 @@ class MemorySampler:
         return max((s[0] for s in self.samples), default=0.0), max((s[1] for s in self.samples), default=0.0)
 
 
-def add_when_sent(page, timeout_s: float = 900) -> None:
-    """Press "Add upload" until the file has reached the server (pressed while a large file is still being sent, the
-    sidebar answers "Choose a checkpoint file first")."""
+def add_when_sent(page, name: str, timeout_s: float = 900) -> None:
+    """Press "Add upload" until the model picker holds the uploaded file ``name`` (pressed while a large file is still
+    being sent, the press finds no file and the sidebar says so once; the file then keeps arriving)."""
     deadline = time.monotonic() + timeout_s
-    while True:
+    picker = page.locator("section[data-testid='stSidebar'] .st-key-model_picker")
+    while time.monotonic() < deadline:
         page.get_by_role("button", name="Add upload").click()
-        page.wait_for_timeout(3000)
-        if not page.get_by_text("Choose a checkpoint file first").count() or time.monotonic() > deadline:
+        page.wait_for_timeout(10_000)
+        if name[:12] in picker.inner_text():
             return
-        page.wait_for_timeout(5000)
 
 
 def session(url: str, steps: list[tuple[str, str]], upload: Path | None = None, wait_s: float = 120) -> list[str]:
@@ -221,7 +221,7 @@ def _browse(browser, url: str, steps: list[tuple[str, str]], upload: Path | None
             if upload is not None and index == 0:
                 page.get_by_text("Upload a checkpoint").click()
                 page.locator("section[data-testid='stSidebar'] input[type=file]").first.set_input_files(str(upload))
-                add_when_sent(page)
+                add_when_sent(page, upload.name)
             try:
                 page.get_by_text(text).first.wait_for(timeout=wait_s * 1000)
                 found.append(f"{path}: '{text[:30]}' after {time.perf_counter() - start:.0f} s")

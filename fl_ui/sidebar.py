@@ -130,7 +130,8 @@ def _on_add_upload() -> None:
     error names the file as the user uploaded it)."""
     uploaded = st.session_state.get("ckpt_upload")
     if uploaded is None:
-        st.session_state["sidebar_error"] = "Choose a checkpoint file first."
+        st.session_state["sidebar_error"] = ("No checkpoint has reached the server yet: choose a file and, once it "
+                                             "shows its size, press Add upload.")
         return
     try:
         path, is_new = upload_store().add_checkpoint(uploaded.getvalue(), uploaded.name)
