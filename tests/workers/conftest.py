@@ -20,13 +20,18 @@ def wait_until(condition, timeout: float = 120.0, poll: float = 0.05) -> None:
         time.sleep(poll)
 
 
-@pytest.fixture(scope="package")
-def engine():
-    """One worker: jobs queue behind each other."""
-    started = Engine(workers=1)
+def running_engine(workers: int) -> Iterator[Engine]:
+    """An embedded engine of ``workers`` processes, its workers up, closed afterwards (a fixture's body)."""
+    started = Engine(workers=workers)
     started.wait_for_workers()
     yield started
     started.close()
+
+
+@pytest.fixture(scope="package")
+def engine():
+    """One worker: jobs queue behind each other."""
+    yield from running_engine(1)
 
 
 class BrowserSessions:

@@ -17,22 +17,19 @@ from fl_core.backend import report
 from fl_core.errors import DataError, FilterLensError
 from fl_ui import cache as cache_module
 from fl_ui.cache import memoize, pooled
-from fl_ui.engine import HARD_CANCEL_AFTER_S, Engine
+from fl_ui.engine import HARD_CANCEL_AFTER_S
 from fl_ui.worker import JobCancelled
 
 from ..conftest import REPO
 from ..test_concurrency import run_together
 from . import sample_jobs as jobs
-from .conftest import wait_until
+from .conftest import running_engine, wait_until
 
 
 @pytest.fixture(scope="module")
 def pair():
     """Two workers."""
-    started = Engine(workers=2)
-    started.wait_for_workers()
-    yield started
-    started.close()
+    yield from running_engine(2)
 
 
 @pytest.mark.slow
