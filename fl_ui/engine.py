@@ -49,7 +49,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,9 @@ SESSION_JOBS = 4
 BROWSER_JOBS_ENV = "FL_BROWSER_JOBS"
 """The most unfinished jobs one browser may own over all its tabs; default :data:`BROWSER_JOBS`."""
 BROWSER_JOBS = 8
+TURN_MEMORY_S = 600.0
+"""A visitor's last turn (:func:`fair_order`) is remembered while it has jobs and this long after its last job
+started: one who comes back later is a newcomer again."""
 STATUS_TTL_S = 0.2
 """A job's progress is asked of the scheduler at most this often (many sessions may follow one job)."""
 CONNECT_TIMEOUT_S = 60
@@ -113,21 +116,25 @@ def browser_job_limit() -> int:
     return max(1, int(os.environ.get(BROWSER_JOBS_ENV) or BROWSER_JOBS))
 
 
-def fair_order(waiting: Iterable[Job], running: Counter) -> list[Job]:
-    """The order in which ``waiting`` jobs start as workers free up, given how many jobs each visitor has ``running``:
-    the next is always of the highest lane waiting, and within it the oldest job of the visitor with the fewest running
-    (ties: the visitor with the fewest waiting, so a newcomer's first job goes before the queues of others; then the
-    oldest job). A job's ``lane``, ``visitor`` and ``order`` (of submission) decide; a job taken counts as running for
-    the next."""
-    running, line = Counter(running), list(waiting)
-    left = Counter(job.visitor for job in line)
+def fair_order(waiting: Iterable[Job], running: Mapping, last_turn: Mapping) -> list[Job]:
+    """The order in which ``waiting`` jobs start as workers free up, given how many jobs each visitor has ``running``
+    and the ``last_turn`` each had (a number that grows with every job started; none: never). The next is always of
+    the highest lane waiting and, within it, of the visitor with the fewest jobs running; among those, of the one whose
+    last turn is the oldest (round robin), then of the one with the fewest jobs waiting (a newcomer's first job goes
+    before the queues of others); and of that visitor, its oldest job. A job's ``lane``, ``visitor`` and ``order`` (of
+    submission) decide; a job taken counts as running, and as its visitor's turn, for the next."""
+    running, turns, line = Counter(running), dict(last_turn), list(waiting)
+    left, turn = Counter(job.visitor for job in line), max(turns.values(), default=0)
     order = []
     while line:
-        job = min(line, key=lambda job: (-job.lane, running[job.visitor], left[job.visitor], job.order))
+        job = min(line, key=lambda job: (-job.lane, running[job.visitor], turns.get(job.visitor, 0),
+                                         left[job.visitor], job.order))
         line.remove(job)
         order.append(job)
         running[job.visitor] += 1
         left[job.visitor] -= 1
+        turn += 1
+        turns[job.visitor] = turn
     return order
 
 
@@ -445,6 +452,8 @@ class Engine:
         self._order = itertools.count()
         self._jobs: dict[str, Job] = {}  # every unfinished job, in the order they came
         self._line: list[Job] | None = None  # the waiting ones in fair_order, until the jobs change
+        self._turns = itertools.count(1)
+        self._last_turn: dict[str | None, tuple[int, float]] = {}  # visitor -> (its last turn, when)
         self._closing = threading.Event()
         threading.Thread(target=self._watch_sessions, name="filterlens-abandoned-jobs", daemon=True).start()
         # closed when the interpreter begins to exit, before Python shuts down the thread pools: the client then
@@ -514,6 +523,7 @@ class Engine:
                                  priority=int(job.lane))
         with self._lock:
             job._dispatch(future)
+            self._last_turn[job.visitor] = (next(self._turns), time.monotonic())
             self._line = None
         future.add_done_callback(lambda _future: self._finished(job.key))
 
@@ -533,8 +543,17 @@ class Engine:
             if self._line is None:
                 jobs = list(self._jobs.values())
                 running = Counter(job.visitor for job in jobs if job.dispatched)
-                self._line = fair_order([job for job in jobs if not job.dispatched], running)
+                self._forget_turns({job.visitor for job in jobs})
+                turns = {visitor: turn for visitor, (turn, _) in self._last_turn.items()}
+                self._line = fair_order([job for job in jobs if not job.dispatched], running, turns)
             return self._line
+
+    def _forget_turns(self, active: set[str | None]) -> None:
+        """Forget the turns of visitors without jobs whose last started over :data:`TURN_MEMORY_S` ago."""
+        stale = time.monotonic() - TURN_MEMORY_S
+        for visitor, (_, when) in list(self._last_turn.items()):
+            if visitor not in active and when < stale:
+                del self._last_turn[visitor]
 
     def free_workers(self) -> tuple[int, int]:
         """Worker threads, and GPUs, that no dispatched job of this engine holds (one round trip)."""

@@ -51,8 +51,8 @@ def browser_secret() -> str | None:
         return None
     import streamlit as st
 
-    secret = st.context.cookies.get(BROWSER_COOKIE, "")
-    return secret if BROWSER_SECRET.fullmatch(secret) else None
+    secret = st.context.cookies.get(BROWSER_COOKIE)
+    return secret if isinstance(secret, str) and BROWSER_SECRET.fullmatch(secret) else None
 
 
 def current_visitor() -> str | None:
