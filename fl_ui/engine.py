@@ -16,9 +16,9 @@ worker's last progress report, or finished), :meth:`~Job.wait`, :meth:`~Job.publ
 :meth:`~Job.cancel`. **Jobs take turns by visitor** (:func:`fair_order`): the engine keeps the waiting jobs and hands
 one to the scheduler whenever a worker is free (:meth:`Engine.dispatch`): of the highest :class:`Lane` waiting (a
 page's view before the server's warm-up, both before training runs and survey rows), the oldest job of the visitor
-(:func:`fl_ui.sessions.current_visitor`: a browser, over all its tabs) with the fewest jobs running, so nobody's queue
-of jobs holds back another's first one. On a cluster with GPU workers a job on a CUDA device asks for a ``GPU``
-resource, so the scheduler sends it to one.
+(:func:`fl_ui.sessions.current_visitor`: a browser, over all its tabs) with the fewest jobs running, visitors with
+as many taking turns, so nobody's queue of jobs holds back another's first one. On a cluster with GPU workers a job
+on a CUDA device asks for a ``GPU`` resource, so the scheduler sends it to one.
 Cancelling drops a waiting job; a running one is asked to stop (:mod:`fl_ui.worker`: it raises at its next progress
 report, or a ``graceful`` job ends itself and keeps what it did) and, if it is still running :data:`HARD_CANCEL_AFTER_S`
 later (:data:`GRACEFUL_STOP_S` for a graceful one), its worker process is ended. A worker that dies (killed, out of
@@ -28,11 +28,10 @@ back over the engine's connections, never through shared memory.
 **Jobs belong to the sessions that watch them** (:mod:`fl_ui.sessions`): the browser session that submitted a job and
 every session that asked for the same request since (:meth:`Job.watch`). A session may own at most
 :func:`session_job_limit` unfinished jobs, a browser over all its tabs :func:`browser_job_limit` (:class:`TooManyJobs`
-names the limit and how to cancel). A job whose every
-owner has closed its tab is cancelled :data:`ABANDONED_AFTER_S` later (a reload or a reconnecting tab finds it still
-running), or :data:`ABANDONED_WHILE_OTHERS_WAIT_S` later while it or another job waits for a worker; a job asked for
-outside any session (the server's warm-up, whose result is kept for everyone) belongs to the server and is never
-abandoned.
+names the limit and how to cancel). A job whose every owner has closed its tab is cancelled :data:`ABANDONED_AFTER_S`
+later (a reload or a reconnecting tab finds it still running), or :data:`ABANDONED_WHILE_OTHERS_WAIT_S` later while it
+or another job waits for a worker; a job asked for outside any session (the server's warm-up, whose result is kept for
+everyone) belongs to the server and is never abandoned.
 """
 
 from __future__ import annotations
@@ -386,8 +385,9 @@ class Job:
         """When it has finished: fetch its result, release it in the engine (a finished job whose worker dies later
         must not run again), drop its progress, live values and stop flag from the scheduler, tell the
         :meth:`on_finish` callbacks, and only then wake whoever waits (so they find what the callbacks kept)."""
-        with contextlib.suppress(Exception):  # its last report says which worker ran it
-            self._progress = list(self._progress_var.get(timeout=CONNECT_TIMEOUT_S))
+        if self.dispatched:
+            with contextlib.suppress(Exception):  # its last report says which worker ran it
+                self._progress = list(self._progress_var.get(timeout=CONNECT_TIMEOUT_S))
         state = self._finished_state()
         with contextlib.suppress(Exception):
             self.result()
@@ -491,7 +491,7 @@ class Engine:
             job.order = next(self._order)
             self._jobs[key] = job
             self._line = None
-        self.dispatch()
+        self._dispatch_now()
         return job
 
     def dispatch(self) -> list[Job]:
@@ -512,6 +512,14 @@ class Engine:
                 started.append(job)
                 free, free_gpus = free - 1, free_gpus - job.gpu
             return started
+
+    def _dispatch_now(self) -> None:
+        """:meth:`dispatch`, or leave it to the next pass of :meth:`_watch_sessions` when the scheduler does not
+        answer (it may be restarting; the engine may be closing)."""
+        try:
+            self.dispatch()
+        except Exception:
+            log.debug("dispatching waiting jobs failed: the next pass tries again", exc_info=True)
 
     def _start(self, job: Job) -> None:
         """Submit ``job``'s task: a "data producer" task, which waits in the scheduler's queue until a worker thread
@@ -549,7 +557,7 @@ class Engine:
             return self._line
 
     def _forget_turns(self, active: set[str | None]) -> None:
-        """Forget the turns of visitors without jobs whose last started over :data:`TURN_MEMORY_S` ago."""
+        """Forget the turns of visitors without jobs whose last job started over :data:`TURN_MEMORY_S` ago."""
         stale = time.monotonic() - TURN_MEMORY_S
         for visitor, (_, when) in list(self._last_turn.items()):
             if visitor not in active and when < stale:
@@ -592,8 +600,7 @@ class Engine:
             job = self._jobs.pop(key, None)
             self._line = None
         if job is not None:
-            with contextlib.suppress(Exception):  # the engine may be closing; the next pass tries again
-                self.dispatch()
+            self._dispatch_now()
             job._finish()
 
     def queue_position(self, job: Job) -> int:
@@ -684,14 +691,14 @@ class Engine:
         self.client.wait_for_workers(self.workers if self.embedded else 1, timeout=timeout)
 
     def close(self) -> None:
-        """Cancel the jobs waiting in the engine, disconnect (the scheduler drops this server's jobs) and stop the
+        """Disconnect (the scheduler drops this server's jobs; those waiting in the engine are cancelled) and stop the
         embedded cluster."""
         self._closing.set()
-        for job in self.waiting_line():
-            if self.withdraw(job):
-                job._finish()
+        waiting = [job for job in self.waiting_line() if self.withdraw(job)]
         with contextlib.suppress(Exception):
             self.client.close(timeout=10)
+        for job in waiting:
+            job._finish()
         if self._helper is not None and self._helper.poll() is None:
             self._helper.terminate()
             try:

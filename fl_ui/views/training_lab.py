@@ -187,8 +187,8 @@ def show_own_runs() -> None:
 
 def show_linked(run: Run) -> None:
     """A run another browser shared with a link, read-only: it trains into, and lists, runs of its own folder only."""
-    st.info("A run shared with a link: you can look at it and download its data, not change it. The runs you train "
-            "are saved in your own folder.")
+    show(st.info, "Run **{}**, shared with a link: you can look at it and download its data, not change it. The runs "
+         "you train are saved in your own folder.", run.name)
     st.button("🗂 Show my runs", key="lab_my_runs", on_click=show_own_runs)
     show_run(run)
 

@@ -156,7 +156,7 @@ def test_runs_belong_to_the_browser_and_a_link_shows_one_read_only(runs_dir, mon
 
     bob = tab("bob", **link)  # Alice's link, in Bob's browser
     assert my_runs_folder(bob) != mine  # he trains into, and lists, his own folder
-    assert any("shared with a link" in shown(info) for info in bob.info)
+    assert any("Run **lab_vgg_true_s0**, shared with a link" in shown(info) for info in bob.info)
     assert "lab_run" not in [box.key for box in bob.selectbox]  # no list of Alice's other runs
     assert any("Theory fit" in metric.label for metric in bob.metric)  # the run itself is shown
     bob.button(key="lab_my_runs").click()
