@@ -239,5 +239,5 @@ def test_a_tls_cluster_serves_the_app_and_refuses_a_client_without_the_certifica
         stack.callback(engine.close)
         engine.wait_for_workers(timeout=STARTUP_S)
         assert engine.submit(sample_jobs.counting, 1).result(timeout=120) != os.getpid()
-        with pytest.raises((OSError, TimeoutError)):
-            Client(f"tcp://127.0.0.1:{port}", timeout=10, set_as_default=False)
+        with dask.config.set({"distributed.comm.require-encryption": False}), pytest.raises((OSError, TimeoutError)):
+            Client(f"tcp://127.0.0.1:{port}", timeout=10, set_as_default=False)  # another user, without settings

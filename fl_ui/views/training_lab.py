@@ -310,7 +310,9 @@ with user_errors():
                     label_visibility="collapsed")
     set_url_param("lab", mode)
     shared = linked_run() if mode == "yours" else None
-    if shared is None:  # the link names this browser's runs folder (no secret: it makes nobody else its owner)
+    if mode != "yours":  # a link names a runs folder only to show one of its runs
+        st.query_params.pop(RUNS_TOKEN, None)
+    elif shared is None:  # this browser's folder (no secret: it makes nobody else its owner)
         set_url_param(RUNS_TOKEN, my_runs_dir().name)
     if mode == "shipped":
         browse(SHIPPED_RUNS_DIR, "No shipped runs: build them with `python scripts/make_shipped_runs.py`.")

@@ -151,7 +151,9 @@ def test_runs_belong_to_the_browser_and_a_link_shows_one_read_only(runs_dir, mon
     alice.run()
     assert alice.selectbox(key="lab_run").options == ["lab_vgg_true_s0"]  # its name in run.json
     link = {"lab": "yours", "lab_runs": alice.query_params["lab_runs"], "run": "lab_vgg_true_s0"}
-    assert tab("alice").session_state["lab_runs"] == mine.name  # another tab of hers, without the link: her runs
+    again = tab("alice", lab="yours")  # another tab of hers, without the link: her runs
+    assert my_runs_folder(again) == mine and again.selectbox(key="lab_run").options == ["lab_vgg_true_s0"]
+    assert "lab_runs" not in tab("alice", lab="shipped").query_params  # only "Your runs" names the folder
     assert tab("alice", **link).selectbox(key="lab_run").options == ["lab_vgg_true_s0"]  # her own link: hers
 
     bob = tab("bob", **link)  # Alice's link, in Bob's browser
