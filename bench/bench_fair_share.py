@@ -8,8 +8,9 @@ in the image) and stands in for browser sessions with threads, as ``tests/worker
 first visitor's first job starts, then a newcomer asks for one job. It prints the newcomer's place in the queue right
 after it asked, the seconds from the end of the job that was running until the newcomer's started (the target,
 docs/results.md: at most 2nd, within 5 s), how many of the others' jobs started before it, and the order in which the
-visitors' jobs started. ``PYTHONPATH=OTHER_CHECKOUT python bench/bench_fair_share.py`` measures another checkout's
-engine the same way (one without visitors counts each session as one).
+visitors' jobs started. ``cd /tmp && PYTHONPATH=OTHER_CHECKOUT python PATH/bench/bench_fair_share.py`` measures
+another checkout's engine the same way (one without visitors counts each session as one; from outside both checkouts,
+as the engine's helper process, ``python -m fl_ui.cluster``, imports from its working directory first).
 """
 
 from __future__ import annotations
