@@ -7,8 +7,10 @@ start as ``python -m fl_ui.serve``, :mod:`fl_ui.asgi`).
 """
 
 import streamlit as st
+from starlette.middleware import Middleware
 
 from fl_ui import DASHBOARD
 from fl_ui.serve import warm_start
+from fl_ui.sessions import BrowserCookie
 
-app = st.App(DASHBOARD, lifespan=warm_start)
+app = st.App(DASHBOARD, lifespan=warm_start, middleware=[Middleware(BrowserCookie)])

@@ -3,8 +3,10 @@ for ``streamlit run app.py``): Streamlit finds ``app`` here, serves :data:`fl_ui
 :func:`fl_ui.serve.warm_start` before it answers any request."""
 
 import streamlit as st
+from starlette.middleware import Middleware
 
 from fl_ui import DASHBOARD
 from fl_ui.serve import warm_start
+from fl_ui.sessions import BrowserCookie
 
-app = st.App(DASHBOARD, lifespan=warm_start)
+app = st.App(DASHBOARD, lifespan=warm_start, middleware=[Middleware(BrowserCookie)])

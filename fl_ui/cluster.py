@@ -7,6 +7,10 @@ SIGTERM. It runs beside the server, not in it: worker processes are spawned, and
 parent's ``__main__``, which in a Streamlit server is the app script of the last page run (here it is this module,
 whose import does nothing); and the scheduler's event loop stays out of the server's GIL.
 
+The scheduler, its workers and the server's client speak mutual TLS with credentials made for this one cluster when
+the server starts (:func:`temporary_security`, handed to the helper on its standard input, never on a command line or
+in a file): another user of the machine can neither connect to the scheduler nor run code in the workers through it.
+
 A cluster of other machines is configured the same way (:data:`SCHEDULER_CONFIG` and
 :data:`~fl_core.survey.engine.WORKER_PROCESS_CONFIG`, as ``DASK_...`` variables of the ``dask scheduler`` and
 ``dask worker`` processes; docs/deploy.md, "Scaling out").
@@ -15,14 +19,19 @@ A cluster of other machines is configured the same way (:data:`SCHEDULER_CONFIG`
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from fl_core.survey.engine import WORKER_PROCESS_CONFIG
+
+if TYPE_CHECKING:
+    from distributed.security import Security
 
 PARENT_CHECK_S = 0.5
 """How often the helper checks that the server that started it is still there."""
@@ -45,8 +54,36 @@ def dask_environment(config: dict[str, object] = SCHEDULER_CONFIG) -> dict[str, 
     return {"DASK_" + name.upper().replace(".", "__").replace("-", "_"): str(value) for name, value in config.items()}
 
 
-def run_cluster(workers: int, parent: int) -> None:
-    """Serve a local cluster of ``workers`` worker processes until ``parent`` is gone or SIGTERM arrives."""
+TLS_FIELDS = ("tls_ca_file", "tls_client_cert", "tls_client_key", "tls_scheduler_cert", "tls_scheduler_key",
+              "tls_worker_cert", "tls_worker_key")
+"""The parts of a :class:`distributed.security.Security` that the helper is handed (certificates and keys as PEM
+text)."""
+
+
+def temporary_security() -> Security:
+    """Credentials for one embedded cluster, made now and kept in memory only: a self-signed certificate and its key
+    (Dask's ``Security.temporary``), required of every connection (mutual TLS: a client without them is refused)."""
+    from distributed.security import Security
+
+    return Security.temporary()
+
+
+def security_text(security: Security) -> str:
+    """``security`` as one line of JSON (what :func:`read_security` reads back)."""
+    return json.dumps({name: getattr(security, name) for name in TLS_FIELDS})
+
+
+def read_security(line: str) -> Security:
+    """The credentials of :func:`security_text`, encryption required."""
+    from distributed.security import Security
+
+    fields = json.loads(line)
+    return Security(require_encryption=True, **{name: fields[name] for name in TLS_FIELDS})
+
+
+def run_cluster(workers: int, parent: int, security: Security) -> None:
+    """Serve a local cluster of ``workers`` worker processes with ``security`` until ``parent`` is gone or SIGTERM
+    arrives."""
     import dask
     from distributed import LocalCluster
 
@@ -55,7 +92,8 @@ def run_cluster(workers: int, parent: int) -> None:
     dask.config.set(SCHEDULER_CONFIG | NANNY_CONFIG | WORKER_PROCESS_CONFIG)
     threads = max(1, (os.cpu_count() or 1) // workers)
     with LocalCluster(n_workers=0, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
-                      memory_limit=0, preload=[WORKER_PRELOAD], env={"FL_TORCH_THREADS": str(threads)}) as cluster:
+                      memory_limit=0, preload=[WORKER_PRELOAD], env={"FL_TORCH_THREADS": str(threads)},
+                      security=security) as cluster:
         print(cluster.scheduler_address, flush=True)
         cluster.scale(workers)
         while not done.wait(PARENT_CHECK_S):
@@ -63,10 +101,13 @@ def run_cluster(workers: int, parent: int) -> None:
                 break
 
 
-def start_embedded_cluster(workers: int) -> tuple[subprocess.Popen, str]:
-    """Start the helper for this process; returns it and its scheduler's address (workers still starting)."""
+def start_embedded_cluster(workers: int, security: Security) -> tuple[subprocess.Popen, str]:
+    """Start the helper for this process, handing it ``security`` (:func:`temporary_security`) on its standard input;
+    returns it and its scheduler's address (``tls://``, workers still starting)."""
     helper = subprocess.Popen([sys.executable, "-m", __name__, "--workers", str(workers), "--parent", str(os.getpid())],
-                              stdout=subprocess.PIPE, text=True)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    helper.stdin.write(security_text(security) + "\n")
+    helper.stdin.close()
     address = helper.stdout.readline().strip()
     if not address:
         helper.wait()
@@ -79,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--parent", type=int, required=True, help="process id of the server")
     args = parser.parse_args(argv)
-    run_cluster(args.workers, args.parent)
+    run_cluster(args.workers, args.parent, read_security(sys.stdin.readline()))
 
 
 if __name__ == "__main__":

@@ -13,9 +13,12 @@ A job is a top-level function of an importable module called on a worker as ``fu
 where ``request`` is a frozen dataclass saying what to compute (:mod:`fl_ui.jobs`). :meth:`Engine.submit` returns a
 :class:`Job`: its :meth:`~Job.status` (queued with its place among this server's waiting jobs, running with the
 worker's last progress report, or finished), :meth:`~Job.wait`, :meth:`~Job.published` live values and
-:meth:`~Job.cancel`. Jobs wait in the scheduler's queue by :class:`Lane` (a page's view before the server's warm-up,
-both before training runs and survey rows), in the order they came within a lane, and start as workers free up; on a
-cluster with GPU workers a job on a CUDA device asks for a ``GPU`` resource, so the scheduler sends it to one.
+:meth:`~Job.cancel`. **Jobs take turns by visitor** (:func:`fair_order`): the engine keeps the waiting jobs and hands
+one to the scheduler whenever a worker is free (:meth:`Engine.dispatch`): of the highest :class:`Lane` waiting (a
+page's view before the server's warm-up, both before training runs and survey rows), the oldest job of the visitor
+(:func:`fl_ui.sessions.current_visitor`: a browser, over all its tabs) with the fewest jobs running, visitors with
+as many taking turns, so nobody's queue of jobs holds back another's first one. On a cluster with GPU workers a job
+on a CUDA device asks for a ``GPU`` resource, so the scheduler sends it to one.
 Cancelling drops a waiting job; a running one is asked to stop (:mod:`fl_ui.worker`: it raises at its next progress
 report, or a ``graceful`` job ends itself and keeps what it did) and, if it is still running :data:`HARD_CANCEL_AFTER_S`
 later (:data:`GRACEFUL_STOP_S` for a graceful one), its worker process is ended. A worker that dies (killed, out of
@@ -24,11 +27,11 @@ back over the engine's connections, never through shared memory.
 
 **Jobs belong to the sessions that watch them** (:mod:`fl_ui.sessions`): the browser session that submitted a job and
 every session that asked for the same request since (:meth:`Job.watch`). A session may own at most
-:func:`session_job_limit` unfinished jobs (:class:`TooManyJobs` names the limit and how to cancel). A job whose every
-owner has closed its tab is cancelled :data:`ABANDONED_AFTER_S` later (a reload or a reconnecting tab finds it still
-running), or :data:`ABANDONED_WHILE_OTHERS_WAIT_S` later while it or another job waits for a worker; a job asked for
-outside any session (the server's warm-up, whose result is kept for everyone) belongs to the server and is never
-abandoned.
+:func:`session_job_limit` unfinished jobs, a browser over all its tabs :func:`browser_job_limit` (:class:`TooManyJobs`
+names the limit and how to cancel). A job whose every owner has closed its tab is cancelled :data:`ABANDONED_AFTER_S`
+later (a reload or a reconnecting tab finds it still running), or :data:`ABANDONED_WHILE_OTHERS_WAIT_S` later while it
+or another job waits for a worker; a job asked for outside any session (the server's warm-up, whose result is kept for
+everyone) belongs to the server and is never abandoned.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +74,12 @@ REAP_INTERVAL_S = 0.5
 SESSION_JOBS_ENV = "FL_SESSION_JOBS"
 """The most unfinished (running or waiting) jobs one browser session may own; default :data:`SESSION_JOBS`."""
 SESSION_JOBS = 4
+BROWSER_JOBS_ENV = "FL_BROWSER_JOBS"
+"""The most unfinished jobs one browser may own over all its tabs; default :data:`BROWSER_JOBS`."""
+BROWSER_JOBS = 8
+TURN_MEMORY_S = 600.0
+"""A visitor's last turn (:func:`fair_order`) is remembered while it has jobs and this long after its last job
+started: one who comes back later is a newcomer again."""
 STATUS_TTL_S = 0.2
 """A job's progress is asked of the scheduler at most this often (many sessions may follow one job)."""
 CONNECT_TIMEOUT_S = 60
@@ -78,8 +88,8 @@ GPU_RESOURCE = "GPU"
 
 
 class Lane(enum.IntEnum):
-    """Where a job waits for a worker (its task's Dask priority): a free worker takes a waiting job of the highest lane
-    first, in the order they came within a lane. A running job is never interrupted for another."""
+    """Where a job waits for a worker (also its task's Dask priority): a free worker takes a waiting job of the highest
+    lane first (:func:`fair_order` within a lane). A running job is never interrupted for another."""
 
     LONG = 0
     """Training runs and survey rows: minutes or more each, and many at once."""
@@ -90,12 +100,41 @@ class Lane(enum.IntEnum):
 
 
 class TooManyJobs(FilterLensError):
-    """A session asked for a job while it owns :func:`session_job_limit` unfinished ones."""
+    """A session asked for a job while it (or its browser) owns as many unfinished ones as it may
+    (:func:`session_job_limit`, :func:`browser_job_limit`)."""
 
 
 def session_job_limit() -> int:
     """The most unfinished jobs one session may own: ``FL_SESSION_JOBS``, default :data:`SESSION_JOBS`."""
     return max(1, int(os.environ.get(SESSION_JOBS_ENV) or SESSION_JOBS))
+
+
+def browser_job_limit() -> int:
+    """The most unfinished jobs one browser may own over all its tabs: ``FL_BROWSER_JOBS``, default
+    :data:`BROWSER_JOBS`."""
+    return max(1, int(os.environ.get(BROWSER_JOBS_ENV) or BROWSER_JOBS))
+
+
+def fair_order(waiting: Iterable[Job], running: Mapping, last_turn: Mapping) -> list[Job]:
+    """The order in which ``waiting`` jobs start as workers free up, given how many jobs each visitor has ``running``
+    and the ``last_turn`` each had (a number that grows with every job started; none: never). The next is always of
+    the highest lane waiting and, within it, of the visitor with the fewest jobs running; among those, of the one whose
+    last turn is the oldest (round robin), then of the one with the fewest jobs waiting (a newcomer's first job goes
+    before the queues of others); and of that visitor, its oldest job. A job's ``lane``, ``visitor`` and ``order`` (of
+    submission) decide; a job taken counts as running, and as its visitor's turn, for the next."""
+    running, turns, line = Counter(running), dict(last_turn), list(waiting)
+    left, turn = Counter(job.visitor for job in line), max(turns.values(), default=0)
+    order = []
+    while line:
+        job = min(line, key=lambda job: (-job.lane, running[job.visitor], turns.get(job.visitor, 0),
+                                         left[job.visitor], job.order))
+        line.remove(job)
+        order.append(job)
+        running[job.visitor] += 1
+        left[job.visitor] -= 1
+        turn += 1
+        turns[job.visitor] = turn
+    return order
 
 
 def heavy_job_slots() -> int:
@@ -130,17 +169,23 @@ class JobState:
 
 class Job:
     """A heavy job on the engine: poll :meth:`status`, :meth:`wait` for it, :meth:`cancel` it; :meth:`watch` and
-    :meth:`unwatch` it from browser sessions (module docstring)."""
+    :meth:`unwatch` it from browser sessions (module docstring). It waits in the engine until
+    :meth:`Engine.dispatch` hands it to the scheduler (:attr:`dispatched`)."""
 
-    def __init__(self, engine: Engine, future: Any, graceful: bool, gpu: bool = False, lane: Lane = Lane.INTERACTIVE,
-                 owner: str | None = None) -> None:
+    def __init__(self, engine: Engine, key: str, payload: bytes, graceful: bool, resources: dict | None = None,
+                 lane: Lane = Lane.INTERACTIVE, owner: str | None = None, visitor: str | None = None) -> None:
         from distributed import Event, Variable
 
-        self.key, self.graceful, self.gpu, self.lane = future.key, graceful, gpu, lane
+        self.key, self.graceful, self.resources, self.lane = key, graceful, resources, lane
+        self.gpu = bool(resources)
         self.owners: set[str] = set() if owner is None else {owner}
+        self.visitor = visitor  # whose turn it takes (fair_order): its browser, or session; None: the server's
+        self.order = 0  # its place in the engine's order of submission
         self.shared = owner is None  # asked for outside any session: the server's, never abandoned
         self.abandoned_since: float | None = None  # since when every owner has been closed
-        self._engine, self._future = engine, future
+        self._engine, self._payload = engine, payload
+        self._future: Any = None  # its task's future, once dispatched
+        self._placed = threading.Event()  # dispatched, or withdrawn before it was
         self._progress_var = Variable(progress_name(self.key), client=engine.client)
         self._published_var = Variable(published_name(self.key), client=engine.client)
         self._stop = Event(stop_name(self.key), client=engine.client)
@@ -160,7 +205,7 @@ class Job:
         """``[fraction, message, worker]`` of the last report (empty before the job started)."""
         with self._fetch_lock:
             now = time.monotonic()
-            if not self._closed and not self._future.done() and now - self._asked >= STATUS_TTL_S:
+            if not self._closed and self.dispatched and not self._future.done() and now - self._asked >= STATUS_TTL_S:
                 with contextlib.suppress(OSError, TimeoutError):
                     self._progress = list(self._progress_var.get(timeout=CONNECT_TIMEOUT_S))
                 self._asked = now
@@ -170,6 +215,16 @@ class Job:
     def done(self) -> bool:
         """Whether it has finished and its result (or error) is at hand; asks nothing of the scheduler."""
         return self._done.is_set()
+
+    @property
+    def dispatched(self) -> bool:
+        """Whether the engine has handed it to the scheduler (it runs, or is about to)."""
+        return self._future is not None
+
+    def _dispatch(self, future: Any) -> None:
+        """It was handed to the scheduler as ``future``."""
+        self._future, self._payload = future, None
+        self._placed.set()
 
     @property
     def cancelling(self) -> bool:
@@ -208,7 +263,7 @@ class Job:
         """Its state now (one round trip to the scheduler per :data:`STATUS_TTL_S` while it is unfinished)."""
         if self._final is not None:
             return self._final
-        if self._future.done():
+        if self.dispatched and self._future.done():
             return self._finished_state()
         progress = self._latest_progress()
         if not progress:
@@ -223,7 +278,7 @@ class Job:
 
     def _finished_state(self) -> JobState:
         worker = self._progress[2] if self._progress else None
-        if self._future.status == "cancelled":
+        if not self.dispatched or self._future.status == "cancelled":
             return JobState("cancelled", 0.0, "cancelled", worker=worker)
         if self._future.status == "finished":
             return JobState("done", 1.0, "done", worker=worker)
@@ -238,12 +293,15 @@ class Job:
         it has not stopped :data:`HARD_CANCEL_AFTER_S` later (:data:`GRACEFUL_STOP_S` for a ``graceful`` job, which
         ends itself keeping what it did). Returns at once."""
         with self._lock:
-            if self._cancel_asked is not None or self._future.done():
+            if self._cancel_asked is not None or self.done or (self.dispatched and self._future.done()):
                 return
             self._cancel_asked = time.monotonic()
         threading.Thread(target=self._stop_it, name=f"cancel-{self.key}", daemon=True).start()
 
     def _stop_it(self) -> None:
+        if self._engine.withdraw(self):  # it never reached the scheduler
+            self._finish()
+            return
         self._stop.set()
         worker = self._engine.worker_of(self.key)
         if worker is None:  # still queued: dropped (a job its worker has taken runs on, so it must see the flag)
@@ -262,7 +320,7 @@ class Job:
     def published(self, name: str, default: Any = None) -> Any:
         """The latest value the job published under ``name`` (:func:`fl_ui.worker.publish`) while it runs."""
         with self._fetch_lock:
-            if self._closed or self._future.done():
+            if self._closed or not self.dispatched or self._future.done():
                 return default
             try:
                 values = self._published_var.get(timeout=CONNECT_TIMEOUT_S)
@@ -284,8 +342,13 @@ class Job:
     def _fetch(self, timeout: float | None) -> tuple[bool, Any]:
         from distributed import CancelledError
 
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._placed.wait(timeout):
+            raise TimeoutError(f"job {self.key} still waits for a worker")
+        if not self.dispatched:
+            return False, JobCancelled("The job was cancelled. Start it again when you need it.")
         try:
-            return True, self._future.result(timeout)
+            return True, self._future.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             raise
         except CancelledError:
@@ -322,13 +385,15 @@ class Job:
         """When it has finished: fetch its result, release it in the engine (a finished job whose worker dies later
         must not run again), drop its progress, live values and stop flag from the scheduler, tell the
         :meth:`on_finish` callbacks, and only then wake whoever waits (so they find what the callbacks kept)."""
-        with contextlib.suppress(Exception):  # its last report says which worker ran it
-            self._progress = list(self._progress_var.get(timeout=CONNECT_TIMEOUT_S))
+        if self.dispatched:
+            with contextlib.suppress(Exception):  # its last report says which worker ran it
+                self._progress = list(self._progress_var.get(timeout=CONNECT_TIMEOUT_S))
         state = self._finished_state()
         with contextlib.suppress(Exception):
             self.result()
         self._final = state
-        self._future.release()
+        if self.dispatched:
+            self._future.release()
         with self._fetch_lock:
             self._closed = True
             with contextlib.suppress(Exception):  # the engine may be closing
@@ -374,15 +439,21 @@ class Engine:
 
         self.workers = workers or heavy_job_slots()
         self._helper: subprocess.Popen | None = None
+        self.security = None  # a cluster's own: Dask's settings (DASK_DISTRIBUTED__COMM__TLS__..., docs/deploy.md)
         if address is None:
-            from fl_ui.cluster import start_embedded_cluster
+            from fl_ui.cluster import start_embedded_cluster, temporary_security
 
-            self._helper, address = start_embedded_cluster(self.workers)
+            self.security = temporary_security()
+            self._helper, address = start_embedded_cluster(self.workers, self.security)
         self.address = address
-        self.client = Client(address, set_as_default=False, timeout=CONNECT_TIMEOUT_S)
+        self.client = Client(address, set_as_default=False, timeout=CONNECT_TIMEOUT_S, security=self.security)
         self._lock = threading.Lock()
+        self._dispatch_lock = threading.Lock()  # one dispatch at a time: held across its round trips
         self._order = itertools.count()
-        self._jobs: dict[str, tuple[int, Job]] = {}
+        self._jobs: dict[str, Job] = {}  # every unfinished job, in the order they came
+        self._line: list[Job] | None = None  # the waiting ones in fair_order, until the jobs change
+        self._turns = itertools.count(1)
+        self._last_turn: dict[str | None, tuple[int, float]] = {}  # visitor -> (its last turn, when)
         self._closing = threading.Event()
         threading.Thread(target=self._watch_sessions, name="filterlens-abandoned-jobs", daemon=True).start()
         # closed when the interpreter begins to exit, before Python shuts down the thread pools: the client then
@@ -396,33 +467,110 @@ class Engine:
     def submit(self, function: Callable[..., Any], request: Any, *, graceful: bool = False,
                device: str | None = None, lane: Lane = Lane.INTERACTIVE) -> Job:
         """Queue ``function(request, progress=...)`` in ``lane`` (a page's view asked for outside any session waits
-        in :attr:`Lane.WARM_UP`), owned by the calling thread's session (:func:`fl_ui.sessions.current_session`);
-        ``graceful`` jobs stop via :func:`fl_ui.worker.stop_requested`; a CUDA ``device`` asks for a GPU worker.
+        in :attr:`Lane.WARM_UP`), owned by the calling thread's session (:func:`fl_ui.sessions.current_session`) and
+        taking the turns of its visitor (:func:`fl_ui.sessions.current_visitor`); ``graceful`` jobs stop via
+        :func:`fl_ui.worker.stop_requested`; a CUDA ``device`` asks for a GPU worker.
 
         Raises:
-            TooManyJobs: the session owns :func:`session_job_limit` unfinished jobs already.
+            TooManyJobs: the session owns :func:`session_job_limit` unfinished jobs already, or its browser
+                :func:`browser_job_limit`.
         """
-        from dask.task_spec import Task
         from distributed import Variable
 
-        owner = sessions.current_session()
+        owner, visitor = sessions.current_session(), sessions.current_visitor()
         if owner is None and lane is Lane.INTERACTIVE:
             lane = Lane.WARM_UP
-        self.check_session_limit(owner)
+        self.check_session_limit(owner, visitor)
         key = f"fl-{getattr(function, '__name__', 'job')}-{uuid.uuid4().hex}"
         # its progress and live values exist (empty) before the job does, so a reader never waits for them
         Variable(progress_name(key), client=self.client).set([])
         Variable(published_name(key), client=self.client).set({})
-        # a "data producer" task waits in the scheduler's queue until a worker thread is free, in submission order
-        task = Task(key, run_job, job_payload(function, request, graceful), _data_producer=True)
-        resources = self.resources(device)
-        future = self.client.get({key: task}, key, sync=False, resources=resources, fifo_timeout="0 ms",
-                                 priority=int(lane))
-        job = Job(self, future, graceful, gpu=bool(resources), lane=lane, owner=owner)
+        job = Job(self, key, job_payload(function, request, graceful), graceful, self.resources(device), lane, owner,
+                  visitor)
         with self._lock:
-            self._jobs[key] = (next(self._order), job)
-        future.add_done_callback(lambda _future: self._finished(key))
+            job.order = next(self._order)
+            self._jobs[key] = job
+            self._line = None
+        self._dispatch_now()
         return job
+
+    def dispatch(self) -> list[Job]:
+        """Hand waiting jobs to the scheduler while its workers have room (:meth:`free_workers`), in
+        :func:`fair_order`; returns them. Called when a job is submitted, when one finishes and every
+        :data:`REAP_INTERVAL_S` (a worker that joined)."""
+        with self._dispatch_lock:
+            if not self.waiting_line():
+                return []
+            free, free_gpus = self.free_workers()
+            started = []
+            for job in self.waiting_line():
+                if free <= 0:
+                    break
+                if job.cancelling or (job.gpu and free_gpus <= 0):
+                    continue
+                self._start(job)
+                started.append(job)
+                free, free_gpus = free - 1, free_gpus - job.gpu
+            return started
+
+    def _dispatch_now(self) -> None:
+        """:meth:`dispatch`, or leave it to the next pass of :meth:`_watch_sessions` when the scheduler does not
+        answer (it may be restarting; the engine may be closing)."""
+        try:
+            self.dispatch()
+        except Exception:
+            log.debug("dispatching waiting jobs failed: the next pass tries again", exc_info=True)
+
+    def _start(self, job: Job) -> None:
+        """Submit ``job``'s task: a "data producer" task, which waits in the scheduler's queue until a worker thread
+        is free (should two replicas of the app share the workers), by lane."""
+        from dask.task_spec import Task
+
+        task = Task(job.key, run_job, job._payload, _data_producer=True)
+        future = self.client.get({job.key: task}, job.key, sync=False, resources=job.resources, fifo_timeout="0 ms",
+                                 priority=int(job.lane))
+        with self._lock:
+            job._dispatch(future)
+            self._last_turn[job.visitor] = (next(self._turns), time.monotonic())
+            self._line = None
+        future.add_done_callback(lambda _future: self._finished(job.key))
+
+    def withdraw(self, job: Job) -> bool:
+        """Drop ``job`` if it still waits in the engine (never dispatched); whether it did."""
+        with self._dispatch_lock, self._lock:
+            if job.dispatched or self._jobs.get(job.key) is not job:
+                return False
+            del self._jobs[job.key]
+            self._line = None
+            job._placed.set()
+            return True
+
+    def waiting_line(self) -> list[Job]:
+        """The jobs waiting in the engine, in the order they will start (:func:`fair_order`)."""
+        with self._lock:
+            if self._line is None:
+                jobs = list(self._jobs.values())
+                running = Counter(job.visitor for job in jobs if job.dispatched)
+                self._forget_turns({job.visitor for job in jobs})
+                turns = {visitor: turn for visitor, (turn, _) in self._last_turn.items()}
+                self._line = fair_order([job for job in jobs if not job.dispatched], running, turns)
+            return self._line
+
+    def _forget_turns(self, active: set[str | None]) -> None:
+        """Forget the turns of visitors without jobs whose last job started over :data:`TURN_MEMORY_S` ago."""
+        stale = time.monotonic() - TURN_MEMORY_S
+        for visitor, (_, when) in list(self._last_turn.items()):
+            if visitor not in active and when < stale:
+                del self._last_turn[visitor]
+
+    def free_workers(self) -> tuple[int, int]:
+        """Worker threads, and GPUs, that no dispatched job of this engine holds (one round trip)."""
+        workers = self.client.scheduler_info(n_workers=-1).get("workers", {}).values()
+        threads = sum(info.get("nthreads", 1) for info in workers)
+        gpus = sum(info.get("resources", {}).get(GPU_RESOURCE, 0) for info in workers)
+        with self._lock:
+            busy = [job for job in self._jobs.values() if job.dispatched]
+        return threads - len(busy), gpus - sum(job.gpu for job in busy)
 
     def resources(self, device: str | None) -> dict[str, int] | None:
         """What a job on ``device`` asks of its worker: a GPU when the device is CUDA (or ``auto``) and the cluster
@@ -447,35 +595,59 @@ class Engine:
         return any(info.get("resources", {}).get(GPU_RESOURCE) for info in workers)
 
     def _finished(self, key: str) -> None:
+        """A dispatched job ended: the next one starts on its worker, then it is finished."""
         with self._lock:
-            _, job = self._jobs.pop(key, (None, None))
+            job = self._jobs.pop(key, None)
+            self._line = None
         if job is not None:
+            self._dispatch_now()
             job._finish()
 
     def queue_position(self, job: Job) -> int:
-        """1-based place of a waiting job among this server's jobs that have not started yet (by lane, then in the
-        order they came)."""
+        """1-based place of a waiting job among this server's jobs that have not started yet: those handed to the
+        scheduler but not begun on a worker first (by lane, then in the order they came), then the engine's
+        :meth:`waiting_line`."""
         with self._lock:
-            ahead = [other for _, other in sorted(self._jobs.values(), key=lambda entry: (-entry[1].lane, entry[0]))]
-        waiting = [other for other in ahead if other is job or not (other._progress or other._future.done())]
+            jobs = list(self._jobs.values())
+        taken = sorted((other for other in jobs if other.dispatched and not (other._progress or other._future.done())),
+                       key=lambda other: (-other.lane, other.order))
+        waiting = [*taken, *self.waiting_line()]
         return waiting.index(job) + 1 if job in waiting else 1
 
     def session_jobs(self, session: str) -> list[Job]:
         """The unfinished jobs ``session`` owns."""
         with self._lock:
-            return [job for _, job in self._jobs.values() if session in job.owners and not job.done]
+            return [job for job in self._jobs.values() if session in job.owners and not job.done]
 
-    def free_job_slots(self, session: str | None) -> float:
-        """How many more jobs ``session`` may own now (no limit outside a session)."""
-        return math.inf if session is None else session_job_limit() - len(self.session_jobs(session))
+    def visitor_jobs(self, visitor: str) -> list[Job]:
+        """The unfinished jobs ``visitor`` asked for (:func:`fl_ui.sessions.current_visitor`)."""
+        with self._lock:
+            return [job for job in self._jobs.values() if job.visitor == visitor and not job.done]
 
-    def check_session_limit(self, session: str | None) -> None:
-        """Refuse a new job of ``session`` when it owns :func:`session_job_limit` unfinished jobs already."""
+    def free_job_slots(self, session: str | None, visitor: str | None = None) -> float:
+        """How many more jobs ``session`` (of ``visitor``, default: the calling thread's) may own now (no limit
+        outside a session)."""
+        if session is None:
+            return math.inf
+        visitor = visitor or sessions.current_visitor() or session
+        return min(session_job_limit() - len(self.session_jobs(session)),
+                   browser_job_limit() - len(self.visitor_jobs(visitor)) if visitor != session else math.inf)
+
+    def check_session_limit(self, session: str | None, visitor: str | None = None) -> None:
+        """Refuse a new job of ``session`` (of ``visitor``) when it owns :func:`session_job_limit` unfinished jobs
+        already, or its browser :func:`browser_job_limit`."""
+        if session is None:
+            return
         limit = session_job_limit()
-        if self.free_job_slots(session) <= 0:
+        if limit - len(self.session_jobs(session)) <= 0:
             raise TooManyJobs(f"You have {limit} jobs running or waiting on this server, the most one session may "
                               f"have ({SESSION_JOBS_ENV}={limit}). Press ■ Cancel under one of their progress bars, "
                               "or wait until one finishes, then try again.")
+        if self.free_job_slots(session, visitor) <= 0:
+            limit = browser_job_limit()
+            raise TooManyJobs(f"This browser has {limit} jobs running or waiting on this server (in all its tabs), "
+                              f"the most one browser may have ({BROWSER_JOBS_ENV}={limit}). Press ■ Cancel under one "
+                              "of their progress bars, or wait until one finishes, then try again.")
 
     def cancel_abandoned(self) -> list[Job]:
         """Cancel every job abandoned (:meth:`Job.abandoned`) for :data:`ABANDONED_AFTER_S`, or for
@@ -483,12 +655,13 @@ class Engine:
         returns them."""
         now = time.monotonic()
         with self._lock:
-            unfinished = [job for _, job in self._jobs.values() if not job.done]
+            unfinished = [job for job in self._jobs.values() if not job.done]
         idle = {job: job.abandoned(now) for job in unfinished if not job.cancelling}
         candidates = [job for job, seconds in idle.items() if seconds >= ABANDONED_WHILE_OTHERS_WAIT_S]
         if not candidates:
             return []
-        waiting = set(self.waiting_keys([job.key for job in idle]))
+        held = {job.key for job in idle if not job.dispatched}
+        waiting = held | set(self.waiting_keys([job.key for job in idle if job.key not in held]))
         others_wait = any(job.key in waiting for job, seconds in idle.items() if not seconds)
         stale = [job for job in candidates if others_wait or job.key in waiting or idle[job] >= ABANDONED_AFTER_S]
         for job in stale:
@@ -505,10 +678,11 @@ class Engine:
         return self.client.run_on_scheduler(waiting) if keys else []
 
     def _watch_sessions(self) -> None:
-        """Every :data:`REAP_INTERVAL_S`, :meth:`cancel_abandoned` (until the engine closes)."""
+        """Every :data:`REAP_INTERVAL_S`, :meth:`cancel_abandoned` and :meth:`dispatch` (until the engine closes)."""
         while not self._closing.wait(REAP_INTERVAL_S):
             try:
                 self.cancel_abandoned()
+                self.dispatch()
             except Exception:  # the scheduler may be restarting: try again at the next pass
                 log.debug("looking for abandoned jobs failed", exc_info=True)
 
@@ -517,10 +691,14 @@ class Engine:
         self.client.wait_for_workers(self.workers if self.embedded else 1, timeout=timeout)
 
     def close(self) -> None:
-        """Disconnect (the scheduler drops this server's jobs) and stop the embedded cluster."""
+        """Disconnect (the scheduler drops this server's jobs; those waiting in the engine are cancelled) and stop the
+        embedded cluster."""
         self._closing.set()
+        waiting = [job for job in self.waiting_line() if self.withdraw(job)]
         with contextlib.suppress(Exception):
             self.client.close(timeout=10)
+        for job in waiting:
+            job._finish()
         if self._helper is not None and self._helper.poll() is None:
             self._helper.terminate()
             try:

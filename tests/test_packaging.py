@@ -24,7 +24,7 @@ from .streamlit_server import free_port, health, running_server, server_env
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "NOTICE", "fl_core", "fl_ui")
 """What the wheel is built from (copied, so the build leaves nothing in the checkout)."""
-EXTRA_ONLY = {"streamlit", "dask", "distributed", "bokeh", "scikit-image", "scikit-learn", "matplotlib"}
+EXTRA_ONLY = {"streamlit", "dask", "distributed", "cryptography", "bokeh", "scikit-image", "scikit-learn", "matplotlib"}
 """Never a plain requirement: the dashboard, the engine, and what only tests and scripts use."""
 
 

@@ -195,3 +195,49 @@ def test_two_app_servers_share_the_workers_and_keep_a_job_whose_session_ended(cl
         failed.get_by_text(RESULT).first.wait_for(timeout=900_000)  # the job runs again, on a live worker
         for context, _ in pages:
             context.close()
+
+
+@pytest.mark.slow
+def test_a_tls_cluster_serves_the_app_and_refuses_a_client_without_the_certificate(tmp_path: Path, monkeypatch
+                                                                                  ) -> None:
+    """docs/deploy.md's TLS for an external cluster, as written there: one certificate made with openssl, given to
+    ``dask scheduler --protocol tls`` and ``dask worker`` on their command lines and to the app by Dask's own
+    variables; the app's jobs run, a plain client is refused."""
+    import dask
+    from distributed import Client
+
+    from fl_ui.engine import Engine
+
+    from .workers import sample_jobs
+
+    key, cert = tmp_path / "dask-key.pem", tmp_path / "dask-cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365", "-subj",
+                    "/CN=filterlens-dask", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    tls = ["--tls-ca-file", str(cert), "--tls-cert", str(cert), "--tls-key", str(key)]
+    scripts = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONPATH": str(REPO),
+           **dask_environment(SCHEDULER_CONFIG), **dask_environment(WORKER_PROCESS_CONFIG)}
+    port, dashboard = free_port(), free_port()
+    address = f"tls://127.0.0.1:{port}"
+    app_settings = {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True",
+                    "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(cert),
+                    "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": str(cert),
+                    "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": str(key)}
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_process(["dask", "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port",
+                                      str(port), "--dashboard-address", f"127.0.0.1:{dashboard}", *tls], env,
+                                     tmp_path / "scheduler.log"))
+        _wait(lambda: _get(f"http://127.0.0.1:{dashboard}/health") == "ok", STARTUP_S, "scheduler")
+        stack.enter_context(_process(["dask", "worker", address, "--nthreads", "1", "--preload", WORKER_PRELOAD,
+                                      "--host", "127.0.0.1", "--no-dashboard", *tls], env, tmp_path / "worker.log"))
+        for name, value in app_settings.items():
+            monkeypatch.setenv(name, value)
+        dask.config.refresh()
+        stack.callback(dask.config.refresh)
+        stack.callback(monkeypatch.undo)
+        engine = Engine(address)
+        stack.callback(engine.close)
+        engine.wait_for_workers(timeout=STARTUP_S)
+        assert engine.submit(sample_jobs.counting, 1).result(timeout=120) != os.getpid()
+        with dask.config.set({"distributed.comm.require-encryption": False}), pytest.raises((OSError, TimeoutError)):
+            Client(f"tcp://127.0.0.1:{port}", timeout=10, set_as_default=False)  # another user, without settings

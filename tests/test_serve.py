@@ -20,10 +20,11 @@ from .conftest import REPO
 
 @pytest.mark.parametrize("script", [REPO / "app.py", serve.SERVED_APP], ids=["app.py", "fl_ui/asgi.py"])
 def test_every_dashboard_command_serves_the_dashboard_with_the_warm_start(script) -> None:
-    """Streamlit finds the ASGI app in the script it is given and serves it with uvicorn (its lifespan first)."""
+    """Streamlit finds the ASGI app in the script it is given and serves it with uvicorn (its lifespan first), every
+    page giving the browser its secret (:class:`fl_ui.sessions.BrowserCookie`)."""
     found = discover_asgi_app(script)
     assert found.is_asgi_app and found.app_name == "app"
-    assert "app = st.App(DASHBOARD, lifespan=warm_start)" in script.read_text()
+    assert "app = st.App(DASHBOARD, lifespan=warm_start, middleware=[Middleware(BrowserCookie)])" in script.read_text()
 
 
 def test_serve_runs_streamlit_on_the_served_app_with_the_options_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:

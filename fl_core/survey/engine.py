@@ -58,10 +58,12 @@ def _use_cores(threads: int) -> None:
 @contextlib.contextmanager
 def survey_client(scheduler: str | None, workers: int) -> Iterator:
     """A Dask client of ``scheduler``, or of an embedded cluster of ``workers`` processes (the cores shared among
-    them, no dashboard) that closes afterwards; Dask logs only warnings and errors (the command prints its rows)."""
+    them, no dashboard, mutual TLS with credentials made for it: another user of the machine cannot connect) that
+    closes afterwards; Dask logs only warnings and errors (the command prints its rows)."""
     require_extra("cluster", "The survey's engine")
     import dask
     from distributed import Client, LocalCluster
+    from distributed.security import Security
 
     logging.getLogger("distributed").setLevel(logging.WARNING)
     if scheduler:
@@ -70,7 +72,7 @@ def survey_client(scheduler: str | None, workers: int) -> Iterator:
         return
     with dask.config.set({"distributed.scheduler.allowed-failures": 0} | WORKER_PROCESS_CONFIG), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                         scheduler_kwargs={"dashboard": False}, memory_limit=0,
+                         scheduler_kwargs={"dashboard": False}, memory_limit=0, security=Security.temporary(),
                          silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
         client.run(_use_cores, max(1, (os.cpu_count() or 1) // workers))

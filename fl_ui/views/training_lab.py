@@ -25,7 +25,18 @@ from fl_core.lab.settings import KERNELS
 from fl_core.settings import replace_settings, settings_fields
 from fl_ui.forms import setting_widget
 from fl_ui.jobs import TrainingJob
-from fl_ui.lab import RUNS_TOKEN, demo_name_of, get_claims, get_correlations, get_trajectory, my_runs_dir, runs_in
+from fl_ui.lab import (
+    RUN_PARAM,
+    RUNS_TOKEN,
+    demo_name_of,
+    get_claims,
+    get_correlations,
+    get_trajectory,
+    linked_run,
+    my_runs_dir,
+    runs_in,
+    session_token,
+)
 from fl_ui.messages import literal, show
 from fl_ui.state import current_selection, encode_token, set_url_param, url_param, url_setting
 from fl_ui.widgets import downloads, plot_with_explanation, table_with_download, user_errors
@@ -168,6 +179,20 @@ def browse(root, empty_message: str) -> None:
     show_claims(runs)
 
 
+def show_own_runs() -> None:
+    """Leave a shared run for this browser's own runs."""
+    st.query_params[RUNS_TOKEN] = session_token()
+    st.query_params.pop(RUN_PARAM, None)
+
+
+def show_linked(run: Run) -> None:
+    """A run another browser shared with a link, read-only: it trains into, and lists, runs of its own folder only."""
+    show(st.info, "Run **{}**, shared with a link: you can look at it and download its data, not change it. The runs "
+         "you train are saved in your own folder.", run.name)
+    st.button("🗂 Show my runs", key="lab_my_runs", on_click=show_own_runs)
+    show_run(run)
+
+
 def config_form() -> RunSettings | None:
     """The run configuration form; returns a config when submitted."""
     selection = current_selection()
@@ -284,11 +309,18 @@ with user_errors():
                     index=mode_keys.index(url_param("lab", "shipped", choices=mode_keys)),
                     label_visibility="collapsed")
     set_url_param("lab", mode)
-    set_url_param(RUNS_TOKEN, my_runs_dir().name)  # a reload or a bookmark of this page finds its runs again
+    shared = linked_run() if mode == "yours" else None
+    if mode != "yours":  # a link names a runs folder only to show one of its runs
+        st.query_params.pop(RUNS_TOKEN, None)
+    elif shared is None:  # this browser's folder (no secret: it makes nobody else its owner)
+        set_url_param(RUNS_TOKEN, my_runs_dir().name)
     if mode == "shipped":
         browse(SHIPPED_RUNS_DIR, "No shipped runs: build them with `python scripts/make_shipped_runs.py`.")
+    elif shared is not None:
+        show_linked(shared)
     elif mode == "yours":
-        browse(my_runs_dir(), "No runs in this browser session yet: train one under “Train a run”. Each session "
-                              "has its own folder on the server (under FL_RUNS_DIR), so others never see your runs.")
+        browse(my_runs_dir(), "No runs in this browser yet: train one under “Train a run”. Each browser has its own "
+                              "folder on the server (under FL_RUNS_DIR), so others never see your runs unless you "
+                              "send them a link to one.")
     else:
         train_mode()

@@ -14,6 +14,7 @@ from fl_core.cli.train import cli_flags, config_from_args
 from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunSettings, list_runs, load_run, resolve_config, session_runs_dir
 from fl_core.lab.train import TrainSettings
 from fl_core.settings import MAX_STEPS, replace_settings
+from fl_ui import sessions
 from fl_ui.testing import shown
 
 from ..conftest import page_app
@@ -127,24 +128,48 @@ def test_a_run_shows_the_command_that_reproduces_it() -> None:
     assert "python -m fl_core train --labels random --steps 800 --out runs/lab_vgg_random_s0" in commands
 
 
-def test_each_browser_session_lists_only_its_own_runs(runs_dir) -> None:
-    alice, bob = page_app(PAGE, lab="yours"), page_app(PAGE, lab="yours")
-    alice.run()
-    bob.run()
-    assert_clean(alice)
+def test_runs_belong_to_the_browser_and_a_link_shows_one_read_only(runs_dir, monkeypatch) -> None:
+    """Ownership is never in a URL: a browser's tabs share its runs (its secret, an HttpOnly cookie on a served app),
+    another browser given the link sees that one run and cannot train into, or list, the folder; a forged token is
+    never a path."""
+    secrets = {"alice": "a" * 43, "bob": "b" * 43, None: None}
+    browser = {"now": "alice"}
+    monkeypatch.setattr(sessions, "browser_secret", lambda: secrets[browser["now"]])
+
+    def tab(who, **query):
+        browser["now"] = who
+        app = page_app(PAGE, **query)
+        app.run()
+        assert_clean(app)
+        return app
+
+    alice = tab("alice", lab="yours")
     mine = my_runs_folder(alice)
-    assert mine != my_runs_folder(bob) and runs_dir in mine.parents
+    assert runs_dir in mine.parents and mine.name not in secrets["alice"]  # named by a digest, never the secret
     shutil.copytree(SHIPPED_RUNS_DIR / "lab_vgg_true_s0", mine / "my_run")
+    browser["now"] = "alice"
     alice.run()
-    bob.run()
     assert alice.selectbox(key="lab_run").options == ["lab_vgg_true_s0"]  # its name in run.json
-    assert not bob.main.selectbox and any("No runs in this browser session" in shown(i) for i in bob.info)
-    again = page_app(PAGE, lab="yours", lab_runs=alice.query_params["lab_runs"])  # a reload of Alice's page
-    again.run()
-    assert again.selectbox(key="lab_run").options == ["lab_vgg_true_s0"]
-    forged = page_app(PAGE, lab="yours", lab_runs="../../etc")  # never a path
-    forged.run()
-    assert_clean(forged) and runs_dir in my_runs_folder(forged).parents
+    link = {"lab": "yours", "lab_runs": alice.query_params["lab_runs"], "run": "lab_vgg_true_s0"}
+    again = tab("alice", lab="yours")  # another tab of hers, without the link: her runs
+    assert my_runs_folder(again) == mine and again.selectbox(key="lab_run").options == ["lab_vgg_true_s0"]
+    assert "lab_runs" not in tab("alice", lab="shipped").query_params  # only "Your runs" names the folder
+    assert tab("alice", **link).selectbox(key="lab_run").options == ["lab_vgg_true_s0"]  # her own link: hers
+
+    bob = tab("bob", **link)  # Alice's link, in Bob's browser
+    assert my_runs_folder(bob) != mine  # he trains into, and lists, his own folder
+    assert any("Run **lab_vgg_true_s0**, shared with a link" in shown(info) for info in bob.info)
+    assert "lab_run" not in [box.key for box in bob.selectbox]  # no list of Alice's other runs
+    assert any("Theory fit" in metric.label for metric in bob.metric)  # the run itself is shown
+    bob.button(key="lab_my_runs").click()
+    browser["now"] = "bob"
+    bob.run()
+    assert bob.query_params["lab_runs"] == my_runs_folder(bob).name and "run" not in bob.query_params
+    assert any("No runs in this browser yet" in shown(info) for info in bob.info)
+    assert tab("bob", lab="yours", lab_runs=mine.name).session_state["lab_runs"] != mine.name
+
+    cookieless = tab(None, lab="yours", lab_runs="../../etc")  # a client without the cookie; a forged token
+    assert runs_dir in my_runs_folder(cookieless).parents and my_runs_folder(cookieless) != mine
 
 
 def my_runs_folder(app) -> Path:

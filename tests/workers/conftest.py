@@ -36,7 +36,7 @@ def engine():
 
 class BrowserSessions:
     """Sessions stood in for by threads: inside :meth:`tab` the calling thread runs that session's script (its tab is
-    open); :meth:`close` closes the tab."""
+    open), in ``browser`` if given (the secret of its cookie); :meth:`close` closes the tab."""
 
     def __init__(self) -> None:
         self.open: set[str] = set()
@@ -45,14 +45,18 @@ class BrowserSessions:
     def current(self) -> str | None:
         return getattr(self._local, "session", None)
 
+    def browser(self) -> str | None:
+        return getattr(self._local, "browser", None)
+
     @contextlib.contextmanager
-    def tab(self, session: str) -> Iterator[None]:
+    def tab(self, session: str, browser: str | None = None) -> Iterator[None]:
         self.open.add(session)
-        previous, self._local.session = self.current(), session
+        previous = self.current(), self.browser()
+        self._local.session, self._local.browser = session, browser
         try:
             yield
         finally:
-            self._local.session = previous
+            self._local.session, self._local.browser = previous
 
     def close(self, session: str) -> None:
         self.open.discard(session)
@@ -63,5 +67,6 @@ def browser_sessions(monkeypatch: pytest.MonkeyPatch) -> BrowserSessions:
     """:mod:`fl_ui.sessions` answered by a :class:`BrowserSessions`."""
     tabs = BrowserSessions()
     monkeypatch.setattr(sessions, "current_session", tabs.current)
+    monkeypatch.setattr(sessions, "browser_secret", tabs.browser)
     monkeypatch.setattr(sessions, "session_is_open", lambda session: session in tabs.open)
     return tabs

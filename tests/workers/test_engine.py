@@ -157,6 +157,22 @@ def test_a_killed_worker_fails_only_its_job_and_the_next_jobs_run(pair) -> None:
     assert len(pids) == 2  # both workers take jobs again, the restarted one included
 
 
+@pytest.mark.slow
+def test_the_embedded_cluster_refuses_a_client_without_its_credentials(engine) -> None:
+    """Another user of the machine cannot connect to the embedded scheduler (and so cannot run code in it or its
+    workers with ``Client(address).run_on_scheduler``): it speaks TLS only, to clients holding this server's
+    certificate; the server's own jobs run."""
+    from distributed import Client
+    from distributed.security import Security
+
+    assert engine.address.startswith("tls://127.0.0.1:")
+    plain = engine.address.replace("tls://", "tcp://", 1)
+    for address, security in ((plain, None), (engine.address, Security.temporary())):  # no TLS; TLS, another CA
+        with pytest.raises((OSError, TimeoutError)):
+            Client(address, security=security, timeout=10, set_as_default=False)
+    assert engine.submit(jobs.counting, 1).result(timeout=60) != os.getpid()
+
+
 def test_a_gpu_job_asks_for_a_gpu_worker_where_the_cluster_has_them(engine, monkeypatch) -> None:
     assert engine.resources("cuda:1") is None and engine.resources("auto") is None  # no GPU worker: any worker
     monkeypatch.setattr(engine, "_cluster_has_gpus", lambda: True)  # a cluster with `dask worker --resources GPU=1`
