@@ -171,7 +171,6 @@ def test_unlabelled_photos_give_agreement_only():
     assert result.to_frame()["method"].tolist() == ["original", "keep", "random"]
 
 
-
 def test_inside_a_daemonic_process_the_images_are_decoded_by_threads_to_the_same_numbers(tmp_path, monkeypatch):
     """A Dask worker is a daemonic process, which Python forbids to start children: DataLoader worker processes there
     failed every re-score of more than one batch ("daemonic processes are not allowed to have children")."""
