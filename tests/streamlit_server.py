@@ -83,15 +83,16 @@ def server_env(port: int, **extra: str) -> dict[str, str]:
 @contextlib.contextmanager
 def running_server(command: Sequence[str], port: int, env: dict[str, str], log: Path,
                    timeout: float = 300.0, cwd: Path = REPO) -> Iterator[subprocess.Popen]:
-    """Run ``command`` in ``cwd`` (the repository) until ``/_stcore/health`` answers "ok"; stop it (and only it)
-    on exit. The dashboard's commands answer once their warm start has loaded torch, the analyses and the engine
+    """Run ``command`` in ``cwd`` (the repository) until the served app is ready (:func:`ready`: its warm-up done, its
+    engine's workers up); stop it (and only it) on exit. The dashboard's commands answer ``/_stcore/health`` once
+    they have imported torch and the analyses, and are ready once the engine's workers and Home's first view are
     (about 20 s on 2 quiet cores; ``timeout`` leaves room for a busy machine)."""
     with open(log, "wb") as output:
         process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         try:
             deadline = time.monotonic() + timeout
-            while health(port) != "ok":
+            while ready(port) != "ok":
                 if process.poll() is not None:
                     raise RuntimeError(f"the server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
                 if time.monotonic() > deadline:
