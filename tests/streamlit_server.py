@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,18 +81,19 @@ def server_env(port: int, **extra: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def running_server(command: Sequence[str], port: int, env: dict[str, str], log: Path,
-                   timeout: float = 300.0, cwd: Path = REPO) -> Iterator[subprocess.Popen]:
-    """Run ``command`` in ``cwd`` (the repository) until the served app is ready (:func:`ready`: its warm-up done, its
-    engine's workers up); stop it (and only it) on exit. The dashboard's commands answer ``/_stcore/health`` once
-    they have imported torch and the analyses, and are ready once the engine's workers and Home's first view are
-    (about 20 s on 2 quiet cores; ``timeout`` leaves room for a busy machine)."""
+def running_server(command: Sequence[str], port: int, env: dict[str, str], log: Path, timeout: float = 300.0,
+                   cwd: Path = REPO, until: Callable[[int], str | None] = ready) -> Iterator[subprocess.Popen]:
+    """Run ``command`` in ``cwd`` (the repository) until ``until(port)`` answers "ok" (default :func:`ready`: the
+    served app's warm-up done, its engine's workers up; :func:`health`: it answers at all); stop it (and only it) on
+    exit. The dashboard's commands answer ``/_stcore/health`` once they have imported torch and the analyses, and
+    are ready once the engine's workers and Home's first view are (about 20 s on 2 quiet cores; ``timeout`` leaves
+    room for a busy machine)."""
     with open(log, "wb") as output:
         process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         try:
             deadline = time.monotonic() + timeout
-            while ready(port) != "ok":
+            while until(port) != "ok":
                 if process.poll() is not None:
                     raise RuntimeError(f"the server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
                 if time.monotonic() > deadline:
