@@ -163,9 +163,9 @@ class Job:
         self.shared = owner is None  # asked for outside any session: the server's, never abandoned
         self.abandoned_since: float | None = None  # since when every owner has been closed
         self._engine, self._future, self._client = engine, future, future.client
-        self._progress_var = Variable(progress_name(self.key), client=engine.client)
-        self._published_var = Variable(published_name(self.key), client=engine.client)
-        self._stop = Event(stop_name(self.key), client=engine.client)
+        self._progress_var = Variable(progress_name(self.key), client=self._client)
+        self._published_var = Variable(published_name(self.key), client=self._client)
+        self._stop = Event(stop_name(self.key), client=self._client)
         self._lock = threading.Lock()  # the flags below; held for no round trip, so cancel() never waits
         self._fetch_lock = threading.Lock()  # reads of the job's variables, and their deletion at the end
         self._progress: list = []
@@ -447,7 +447,7 @@ class Engine:
 
     def problem(self) -> str | None:
         """Why heavy jobs cannot run now, ``None`` when they can (asks nothing of the scheduler: the connection's
-        state and what :meth:`_keep_connected` last saw)."""
+        state and what :meth:`_keep_connected` last saw; the scheduler's address is in the log, not here)."""
         now = time.monotonic()
         if self.closing:
             return "the compute engine is shutting down"
@@ -455,7 +455,7 @@ class Engine:
             return f"the embedded compute engine stopped (exit status {self._helper.returncode}); starting a new one"
         if self.client.status != "running":
             since = f" for {now - self._lost_since:.0f} s" if self._lost_since is not None else ""
-            return f"the compute engine cannot reach its scheduler at {self.address}{since} (restarting?)"
+            return f"the compute engine cannot reach its scheduler{since}"
         if self._workerless_since is not None and now - self._workerless_since >= WORKERLESS_AFTER_S:
             return f"no worker process has joined the embedded compute engine for {now - self._workerless_since:.0f} s"
         return None
@@ -463,7 +463,7 @@ class Engine:
     def check_connected(self) -> None:
         """Refuse a new job at once while the scheduler cannot be reached (instead of after a connection timeout)."""
         if self.client.status != "running" or (self._helper is not None and self._helper.poll() is not None):
-            raise EngineRestarted(f"The compute engine is restarting ({self.problem()}), so no job can start now; "
+            raise EngineRestarted(f"The compute engine is restarting ({self.problem()}), so no job can start now: "
                                   "press Run again in a minute.")
 
     def submit(self, function: Callable[..., Any], request: Any, *, graceful: bool = False,
