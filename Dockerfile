@@ -53,11 +53,15 @@ USER 1000:1000
 EXPOSE 8501
 VOLUME ["/cache", "/data"]
 
-# Under load the health endpoint has answered in up to 5.3 s: 10 s per try (the request gives up at 8 s with a clear
-# error), three failures in a row before "unhealthy". Docker itself only reports it; see README for what restarts it.
-# The start period covers fl_ui.serve loading torch, the analyses and Home's default view before it listens.
+# The app's own health check, /api/health (fl_ui/serve.py): "ok" once the engine's workers and Home's first view are
+# ready and while heavy jobs can run; 503 otherwise (e.g. its scheduler is gone and the engine has not reconnected), so
+# urlopen raises and the check fails. Streamlit's /_stcore/health answers within seconds of start, /api/health once the
+# warm-up is done: the start period covers it on a busy machine. Under load the health endpoint has answered in up to
+# 5.3 s: 10 s per try (the request gives up at 8 s with a clear error), three failures in a row before "unhealthy".
+# Docker itself only reports it; see docs/deploy.md for what restarts it (the autoheal profile, an orchestrator).
 HEALTHCHECK --interval=30s --timeout=10s --start-period=300s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/_stcore/health' % os.environ.get('STREAMLIT_SERVER_PORT', '8501'), timeout=8)"]
+    CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/api/health' % os.environ.get('STREAMLIT_SERVER_PORT', '8501'), timeout=8)"]
 
-# fl_ui.serve = `streamlit run app.py` with torch, the analyses and the engine's workers ready before it listens
+# fl_ui.serve = `streamlit run app.py` with torch and the analyses loaded before it listens, the package's server
+# configuration (fl_ui/.streamlit/config.toml), every interface (a lab's server) and the heavy views warmed
 CMD ["python", "-m", "fl_ui.serve", "--server.address=0.0.0.0"]

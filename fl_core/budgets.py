@@ -24,6 +24,9 @@ with ``--crop-pct``): the images an analysis holds at once at the model's scale 
 
 Image decoding is bounded by pixels × progressive scans (:data:`MAX_DECODE_PIXEL_SCANS`): a progressive JPEG
 decodes every scan over the whole image, so a 1 MB file of many scans can take minutes.
+
+A checkpoint file is bounded by its size, ``FL_MAX_CHECKPOINT_MB`` (:func:`max_checkpoint_mb`, default 1024), before it
+is read (:mod:`fl_core.io.checkpoints`); the dashboard's upload limit follows it by default (:mod:`fl_ui.serve`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from fl_core.errors import AnalysisError, DataError, FilterLensError, ModelSpecE
 
 MEMORY_VARIABLE, WORK_VARIABLE, PARAMS_VARIABLE = "FL_ANALYSIS_MEMORY_MB", "FL_ANALYSIS_GMAC_PER_IMAGE", "FL_MAX_PARAMS"
 TRAINING_VARIABLE = "FL_TRAINING_TMAC"
+CHECKPOINT_VARIABLE = "FL_MAX_CHECKPOINT_MB"
+MAX_CHECKPOINT_MB = 1024
 FLOAT64 = 8
 FLOAT32 = 4
 BACKWARD_WORK = 2
@@ -102,6 +107,11 @@ def analysis_budget() -> Budget:
         if not values[name] > 0 or not math.isfinite(values[name]):
             raise FilterLensError(f"{variable} must be a positive number, not {os.environ[variable]!r}.")
     return Budget(**values)
+
+
+def max_checkpoint_mb() -> float:
+    """The largest checkpoint file read, in MiB: :data:`CHECKPOINT_VARIABLE`, default :data:`MAX_CHECKPOINT_MB`."""
+    return float(os.environ.get(CHECKPOINT_VARIABLE) or MAX_CHECKPOINT_MB)
 
 
 def _size(n_bytes: float) -> str:

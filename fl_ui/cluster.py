@@ -45,6 +45,10 @@ queue, in order."""
 NANNY_CONFIG = {"distributed.deploy.lost-worker-timeout": "1 day"}
 """The helper's own setting: a worker that died stays in the cluster while its nanny starts a fresh one (Dask's default
 gives up on it after 15 s, and a fresh worker takes longer to import torch and the analyses on a busy machine)."""
+HTTP_CONFIG = {"distributed.scheduler.http.routes": ["distributed.http.health"]}
+"""The embedded scheduler's HTTP server, which Dask always starts (its dashboard's port, 8787 unless told otherwise:
+a second server on the machine warned "Port 8787 is already in use"), serves only its health check, on a free loopback
+port: no dashboard, no pages listing the jobs. An external scheduler's dashboard is the operator's (docs/deploy.md)."""
 WORKER_PRELOAD = "fl_ui.worker"
 """The module every worker imports at start (:func:`fl_ui.worker.dask_setup`)."""
 
@@ -89,11 +93,11 @@ def run_cluster(workers: int, parent: int, security: Security) -> None:
 
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    dask.config.set(SCHEDULER_CONFIG | NANNY_CONFIG | WORKER_PROCESS_CONFIG)
+    dask.config.set(SCHEDULER_CONFIG | NANNY_CONFIG | HTTP_CONFIG | WORKER_PROCESS_CONFIG)
     threads = max(1, (os.cpu_count() or 1) // workers)
     with LocalCluster(n_workers=0, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
-                      memory_limit=0, preload=[WORKER_PRELOAD], env={"FL_TORCH_THREADS": str(threads)},
-                      security=security) as cluster:
+                      scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}, memory_limit=0, preload=[WORKER_PRELOAD],
+                      env={"FL_TORCH_THREADS": str(threads)}, security=security) as cluster:
         print(cluster.scheduler_address, flush=True)
         cluster.scale(workers)
         while not done.wait(PARENT_CHECK_S):

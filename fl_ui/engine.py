@@ -32,6 +32,14 @@ names the limit and how to cancel). A job whose every owner has closed its tab i
 later (a reload or a reconnecting tab finds it still running), or :data:`ABANDONED_WHILE_OTHERS_WAIT_S` later while it
 or another job waits for a worker; a job asked for outside any session (the server's warm-up, whose result is kept for
 everyone) belongs to the server and is never abandoned.
+
+**The engine survives its scheduler.** When the connection to the scheduler is lost (an external scheduler restarted,
+the embedded cluster's helper died), the jobs it held fail with :class:`EngineRestarted` ("the compute engine
+restarted; press Run again") and a new job is refused with the same cause, at once instead of after a timeout. A
+thread of the engine connects a new client as soon as the scheduler answers again (a new embedded cluster when its
+helper is gone), within :data:`CHECK_INTERVAL_S` plus the connection time. :meth:`Engine.problem` says why heavy jobs
+cannot run now (``None`` when they can): the served app's health check (:mod:`fl_ui.serve`) fails while it is set, so
+Docker or an orchestrator restarts a server that does not recover by itself.
 """
 
 from __future__ import annotations
@@ -85,6 +93,12 @@ STATUS_TTL_S = 0.2
 CONNECT_TIMEOUT_S = 60
 GPU_RESOURCE = "GPU"
 """The worker resource a CUDA job asks for (``dask worker --resources GPU=1``)."""
+CHECK_INTERVAL_S = 1.0
+"""How often the engine checks its connection to the scheduler (and reconnects when it was lost)."""
+RECONNECT_TIMEOUT_S = 5
+"""How long one attempt to reach the scheduler again may take."""
+WORKERLESS_AFTER_S = 120.0
+"""An embedded engine without any worker this long (its nannies cannot start one) cannot run heavy jobs."""
 
 
 class Lane(enum.IntEnum):
@@ -102,6 +116,14 @@ class Lane(enum.IntEnum):
 class TooManyJobs(FilterLensError):
     """A session asked for a job while it (or its browser) owns as many unfinished ones as it may
     (:func:`session_job_limit`, :func:`browser_job_limit`)."""
+
+
+class EngineRestarted(FilterLensError):
+    """The engine lost its scheduler: the jobs it held are gone, and new ones wait until it is reconnected."""
+
+
+LOST_JOB = ("The compute engine restarted, and this job was lost with it; press Run again (or reload the page) to "
+            "start it anew.")
 
 
 def session_job_limit() -> int:
@@ -183,12 +205,15 @@ class Job:
         self.order = 0  # its place in the engine's order of submission
         self.shared = owner is None  # asked for outside any session: the server's, never abandoned
         self.abandoned_since: float | None = None  # since when every owner has been closed
-        self._engine, self._payload = engine, payload
+        self._engine, self._payload, self._client = engine, payload, engine.client
         self._future: Any = None  # its task's future, once dispatched
         self._placed = threading.Event()  # dispatched, or withdrawn before it was
-        self._progress_var = Variable(progress_name(self.key), client=engine.client)
-        self._published_var = Variable(published_name(self.key), client=engine.client)
-        self._stop = Event(stop_name(self.key), client=engine.client)
+        self._progress_var = Variable(progress_name(self.key), client=self._client)
+        self._published_var = Variable(published_name(self.key), client=self._client)
+        self._stop = Event(stop_name(self.key), client=self._client)
+        # its progress and live values exist (empty) before the job does, so a reader never waits for them
+        self._progress_var.set([])
+        self._published_var.set({})
         self._lock = threading.Lock()  # the flags below; held for no round trip, so cancel() never waits
         self._fetch_lock = threading.Lock()  # reads of the job's variables, and their deletion at the end
         self._progress: list = []
@@ -201,11 +226,18 @@ class Job:
         self._outcome: tuple[bool, Any] | None = None  # (True, value) or (False, the exception to raise)
         self._final: JobState | None = None
 
+    @property
+    def lost(self) -> bool:
+        """Whether the client it was submitted through has lost its scheduler (the engine restarted): nothing of it
+        can be asked any more."""
+        return self._client is not self._engine.client or self._client.status != "running"
+
     def _latest_progress(self) -> list:
         """``[fraction, message, worker]`` of the last report (empty before the job started)."""
         with self._fetch_lock:
             now = time.monotonic()
-            if not self._closed and self.dispatched and not self._future.done() and now - self._asked >= STATUS_TTL_S:
+            if (self.dispatched and not (self._closed or self._future.done() or self.lost)
+                    and now - self._asked >= STATUS_TTL_S):
                 with contextlib.suppress(OSError, TimeoutError):
                     self._progress = list(self._progress_var.get(timeout=CONNECT_TIMEOUT_S))
                 self._asked = now
@@ -279,6 +311,8 @@ class Job:
     def _finished_state(self) -> JobState:
         worker = self._progress[2] if self._progress else None
         if not self.dispatched or self._future.status == "cancelled":
+            if self._dropped_by_dask:
+                return JobState("failed", 0.0, "failed", error=LOST_JOB, worker=worker)
             return JobState("cancelled", 0.0, "cancelled", worker=worker)
         if self._future.status == "finished":
             return JobState("done", 1.0, "done", worker=worker)
@@ -287,6 +321,11 @@ class Job:
             return JobState("cancelled", 0.0, str(error) if isinstance(error, JobCancelled) else "cancelled",
                             worker=worker)
         return JobState("failed", 0.0, "failed", error=_user_message(error), worker=worker)
+
+    @property
+    def _dropped_by_dask(self) -> bool:
+        """Cancelled by nobody here: Dask cancels every job of a client that lost its scheduler."""
+        return self._cancel_asked is None and not self._engine.closing
 
     def cancel(self) -> None:
         """Drop it if it waits; otherwise ask it to stop, and end its worker process (its nanny starts a fresh one) if
@@ -301,6 +340,8 @@ class Job:
     def _stop_it(self) -> None:
         if self._engine.withdraw(self):  # it never reached the scheduler
             self._finish()
+            return
+        if self.lost:  # its scheduler is gone, and the job with it
             return
         self._stop.set()
         worker = self._engine.worker_of(self.key)
@@ -320,7 +361,7 @@ class Job:
     def published(self, name: str, default: Any = None) -> Any:
         """The latest value the job published under ``name`` (:func:`fl_ui.worker.publish`) while it runs."""
         with self._fetch_lock:
-            if self._closed or not self.dispatched or self._future.done():
+            if self._closed or not self.dispatched or self._future.done() or self.lost:
                 return default
             try:
                 values = self._published_var.get(timeout=CONNECT_TIMEOUT_S)
@@ -345,15 +386,21 @@ class Job:
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._placed.wait(timeout):
             raise TimeoutError(f"job {self.key} still waits for a worker")
-        if not self.dispatched:
+        if not self.dispatched:  # withdrawn before it reached the scheduler
+            if self._dropped_by_dask:
+                return False, EngineRestarted(LOST_JOB)
             return False, JobCancelled("The job was cancelled. Start it again when you need it.")
         try:
             return True, self._future.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             raise
         except CancelledError:
+            if self._dropped_by_dask:
+                return False, EngineRestarted(LOST_JOB)
             return False, JobCancelled("The job was cancelled. Start it again when you need it.")
         except Exception as err:
+            if self.lost and self._cancel_asked is None:
+                return False, EngineRestarted(LOST_JOB)
             if not _worker_died(err):
                 return False, err
             if self._cancel_asked is not None:
@@ -385,7 +432,8 @@ class Job:
         """When it has finished: fetch its result, release it in the engine (a finished job whose worker dies later
         must not run again), drop its progress, live values and stop flag from the scheduler, tell the
         :meth:`on_finish` callbacks, and only then wake whoever waits (so they find what the callbacks kept)."""
-        if self.dispatched:
+        lost = self.lost  # then nothing is asked of its scheduler: it is gone
+        if self.dispatched and not lost:
             with contextlib.suppress(Exception):  # its last report says which worker ran it
                 self._progress = list(self._progress_var.get(timeout=CONNECT_TIMEOUT_S))
         state = self._finished_state()
@@ -396,10 +444,11 @@ class Job:
             self._future.release()
         with self._fetch_lock:
             self._closed = True
-            with contextlib.suppress(Exception):  # the engine may be closing
-                self._progress_var.delete()
-                self._published_var.delete()
-                self._stop.clear()
+            if not lost:
+                with contextlib.suppress(Exception):  # the engine may be closing
+                    self._progress_var.delete()
+                    self._published_var.delete()
+                    self._stop.clear()
         with self._lock:
             callbacks, self._on_finish = self._on_finish, None
         for callback in callbacks:
@@ -455,7 +504,11 @@ class Engine:
         self._turns = itertools.count(1)
         self._last_turn: dict[str | None, tuple[int, float]] = {}  # visitor -> (its last turn, when)
         self._closing = threading.Event()
+        self._connection = threading.Lock()  # the client and the helper are replaced or closed under it
+        self._lost_since: float | None = None  # since when the client has been without its scheduler
+        self._workerless_since: float | None = None  # since when the embedded cluster has had no worker
         threading.Thread(target=self._watch_sessions, name="filterlens-abandoned-jobs", daemon=True).start()
+        threading.Thread(target=self._keep_connected, name="filterlens-engine-connection", daemon=True).start()
         # closed when the interpreter begins to exit, before Python shuts down the thread pools: the client then
         # still runs the callbacks of the jobs it cancels (after atexit, each would log a traceback instead)
         threading._register_atexit(self.close)
@@ -463,6 +516,31 @@ class Engine:
     @property
     def embedded(self) -> bool:
         return self._helper is not None
+
+    @property
+    def closing(self) -> bool:
+        return self._closing.is_set()
+
+    def problem(self) -> str | None:
+        """Why heavy jobs cannot run now, ``None`` when they can (asks nothing of the scheduler: the connection's
+        state and what :meth:`_keep_connected` last saw; the scheduler's address is in the log, not here)."""
+        now = time.monotonic()
+        if self.closing:
+            return "the compute engine is shutting down"
+        if self._helper is not None and self._helper.poll() is not None:
+            return f"the embedded compute engine stopped (exit status {self._helper.returncode}); starting a new one"
+        if self.client.status != "running":
+            since = f" for {now - self._lost_since:.0f} s" if self._lost_since is not None else ""
+            return f"the compute engine cannot reach its scheduler{since}"
+        if self._workerless_since is not None and now - self._workerless_since >= WORKERLESS_AFTER_S:
+            return f"no worker process has joined the embedded compute engine for {now - self._workerless_since:.0f} s"
+        return None
+
+    def check_connected(self) -> None:
+        """Refuse a new job at once while the scheduler cannot be reached (instead of after a connection timeout)."""
+        if self.client.status != "running" or (self._helper is not None and self._helper.poll() is not None):
+            raise EngineRestarted(f"The compute engine is restarting ({self.problem()}), so no job can start now: "
+                                  "press Run again in a minute.")
 
     def submit(self, function: Callable[..., Any], request: Any, *, graceful: bool = False,
                device: str | None = None, lane: Lane = Lane.INTERACTIVE) -> Job:
@@ -475,16 +553,13 @@ class Engine:
             TooManyJobs: the session owns :func:`session_job_limit` unfinished jobs already, or its browser
                 :func:`browser_job_limit`.
         """
-        from distributed import Variable
 
         owner, visitor = sessions.current_session(), sessions.current_visitor()
         if owner is None and lane is Lane.INTERACTIVE:
             lane = Lane.WARM_UP
+        self.check_connected()
         self.check_session_limit(owner, visitor)
         key = f"fl-{getattr(function, '__name__', 'job')}-{uuid.uuid4().hex}"
-        # its progress and live values exist (empty) before the job does, so a reader never waits for them
-        Variable(progress_name(key), client=self.client).set([])
-        Variable(published_name(key), client=self.client).set({})
         job = Job(self, key, job_payload(function, request, graceful), graceful, self.resources(device), lane, owner,
                   visitor)
         with self._lock:
@@ -499,6 +574,9 @@ class Engine:
         :func:`fair_order`; returns them. Called when a job is submitted, when one finishes and every
         :data:`REAP_INTERVAL_S` (a worker that joined)."""
         with self._dispatch_lock:
+            for job in [job for job in self.waiting_line() if job.lost]:  # it waited for the scheduler that went
+                if self._drop_waiting(job):
+                    job._finish()
             if not self.waiting_line():
                 return []
             free, free_gpus = self.free_workers()
@@ -527,7 +605,7 @@ class Engine:
         from dask.task_spec import Task
 
         task = Task(job.key, run_job, job._payload, _data_producer=True)
-        future = self.client.get({job.key: task}, job.key, sync=False, resources=job.resources, fifo_timeout="0 ms",
+        future = job._client.get({job.key: task}, job.key, sync=False, resources=job.resources, fifo_timeout="0 ms",
                                  priority=int(job.lane))
         with self._lock:
             job._dispatch(future)
@@ -537,7 +615,11 @@ class Engine:
 
     def withdraw(self, job: Job) -> bool:
         """Drop ``job`` if it still waits in the engine (never dispatched); whether it did."""
-        with self._dispatch_lock, self._lock:
+        with self._dispatch_lock:
+            return self._drop_waiting(job)
+
+    def _drop_waiting(self, job: Job) -> bool:
+        with self._lock:
             if job.dispatched or self._jobs.get(job.key) is not job:
                 return False
             del self._jobs[job.key]
@@ -678,13 +760,75 @@ class Engine:
         return self.client.run_on_scheduler(waiting) if keys else []
 
     def _watch_sessions(self) -> None:
-        """Every :data:`REAP_INTERVAL_S`, :meth:`cancel_abandoned` and :meth:`dispatch` (until the engine closes)."""
+        """Every :data:`REAP_INTERVAL_S`, :meth:`cancel_abandoned`, :meth:`yield_warm_ups` and :meth:`dispatch` (until
+        the engine closes)."""
         while not self._closing.wait(REAP_INTERVAL_S):
             try:
                 self.cancel_abandoned()
+                self.yield_warm_ups()
                 self.dispatch()
             except Exception:  # the scheduler may be restarting: try again at the next pass
                 log.debug("looking for abandoned jobs failed", exc_info=True)
+
+    def yield_warm_ups(self) -> list[Job]:
+        """Cancel the running warm-up jobs that only the server wants while a visitor's job waits for a worker, so
+        that a visitor's own job never waits behind a warm-up (the page computes that view when it is visited);
+        returns them."""
+        with self._lock:
+            unfinished = [job for job in self._jobs.values() if not (job.done or job.cancelling)]
+        warm_ups = [job for job in unfinished if job.lane is Lane.WARM_UP and not job.owners and job.dispatched]
+        visitors = [job for job in unfinished if job.lane is Lane.INTERACTIVE and job.owners]
+        if not (warm_ups and visitors):
+            return []
+        if all(job.dispatched for job in visitors) and not self.waiting_keys([job.key for job in visitors]):
+            return []  # every visitor's job has its worker
+        running = [job for job in warm_ups if self.worker_of(job.key) is not None]
+        for job in running:
+            log.info("cancelling the warm-up job %s: a visitor's job waits for its worker", job.key)
+            job.cancel()
+        return running
+
+    def _keep_connected(self) -> None:
+        """Every :data:`CHECK_INTERVAL_S` (until the engine closes): a new embedded cluster when its helper died, a new
+        client when the scheduler's connection was lost and the scheduler answers again, and the embedded cluster's
+        worker count (:meth:`problem`)."""
+        while not self._closing.wait(CHECK_INTERVAL_S):
+            try:
+                with self._connection:
+                    if not self.closing:
+                        self._check_connection()
+            except Exception:  # still unreachable: try again at the next pass
+                log.debug("reconnecting to the scheduler at %s failed", self.address, exc_info=True)
+
+    def _check_connection(self) -> None:
+        if self._helper is not None and self._helper.poll() is not None:
+            from fl_ui.cluster import start_embedded_cluster
+
+            log.warning("the embedded Dask cluster stopped (exit status %s): starting a new one",
+                        self._helper.returncode)
+            self._lost_since = self._lost_since or time.monotonic()
+            self._helper, self.address = start_embedded_cluster(self.workers, self.security)
+        if self.client.status != "running":
+            self._reconnect()
+        elif self.embedded:
+            workers = self.client.scheduler_info(n_workers=0).get("n_workers", 0)
+            self._workerless_since = None if workers else self._workerless_since or time.monotonic()
+
+    def _reconnect(self) -> None:
+        """Drop the client that lost its scheduler (Dask failed its jobs: :class:`EngineRestarted`) and connect a new
+        one; raises ``OSError`` while the scheduler does not answer."""
+        from distributed import Client
+
+        if self._lost_since is None:
+            self._lost_since = time.monotonic()
+            log.warning("the compute engine lost its scheduler at %s: its jobs failed, and new ones are refused until "
+                        "it answers again", self.address)
+        if self.client.status not in ("closing", "closed"):  # it would keep trying to reconnect by itself
+            threading.Thread(target=_close_quietly, args=(self.client,), name="filterlens-old-client",
+                             daemon=True).start()
+        client = Client(self.address, set_as_default=False, timeout=RECONNECT_TIMEOUT_S, security=self.security)
+        self.client, lost_for, self._lost_since = client, time.monotonic() - self._lost_since, None
+        log.warning("the compute engine reconnected to its scheduler at %s after %.0f s", self.address, lost_for)
 
     def wait_for_workers(self, timeout: float = 600) -> None:
         """Block until the embedded cluster's workers (or at least one of a cluster's) have joined."""
@@ -695,7 +839,7 @@ class Engine:
         embedded cluster."""
         self._closing.set()
         waiting = [job for job in self.waiting_line() if self.withdraw(job)]
-        with contextlib.suppress(Exception):
+        with self._connection, contextlib.suppress(Exception):
             self.client.close(timeout=10)
         for job in waiting:
             job._finish()
@@ -708,6 +852,12 @@ class Engine:
                 self._helper.wait()
 
 
+def _close_quietly(client: Any) -> None:
+    """Close a client that lost its scheduler."""
+    with contextlib.suppress(Exception):
+        client.close(timeout=RECONNECT_TIMEOUT_S)
+
+
 _ENGINE: Engine | None = None
 _ENGINE_LOCK = threading.Lock()
 
@@ -715,6 +865,12 @@ _ENGINE_LOCK = threading.Lock()
 def engine_started() -> bool:
     """Whether this process's engine is connected (:func:`heavy_engine` returns at once)."""
     return _ENGINE is not None
+
+
+def engine_problem() -> str | None:
+    """Why this process's engine cannot run heavy jobs now (:meth:`Engine.problem`), ``None`` when it can."""
+    engine = _ENGINE
+    return "the compute engine has not started yet" if engine is None else engine.problem()
 
 
 def heavy_engine() -> Engine:

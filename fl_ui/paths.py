@@ -25,8 +25,9 @@ LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1")
 def shared_address() -> str | None:
     """Where the server listens when others can reach it, else ``None`` (a local server).
 
-    Local means Streamlit's ``server.address`` is localhost, 127.0.0.1 or ::1 (``.streamlit/config.toml`` sets
-    localhost); anything else, including unset (Streamlit then binds every interface), is shared.
+    Local means Streamlit's ``server.address`` is localhost, 127.0.0.1 or ::1 (the package's
+    ``fl_ui/.streamlit/config.toml`` sets 127.0.0.1); anything else, including unset (Streamlit then binds every
+    interface), is shared.
     """
     address = str(config.get_option("server.address") or "").strip()
     return None if address in LOCAL_ADDRESSES else address or "every interface"

@@ -30,6 +30,7 @@ from fl_core.survey.engine import WORKER_PROCESS_CONFIG
 from fl_ui.cluster import SCHEDULER_CONFIG, WORKER_PRELOAD, dask_environment
 from fl_ui.engine import GPU_RESOURCE
 from fl_ui.paths import shared_address
+from fl_ui.serve import HEALTH_PATH, SERVER_CONFIG, max_upload_mb
 from fl_ui.testing import page_app, shown
 from fl_ui.uploads import DEFAULT_MAX_AGE_HOURS, DEFAULT_QUOTA_MB
 
@@ -43,9 +44,10 @@ CADDYFILE = REPO / "deploy" / "Caddyfile"
 IMAGE_SERVICES = ("filterlens", "filterlens-gpu", "scheduler", "worker", "worker-gpu", "app")
 """The services that run the FilterLens image."""
 SCALE_SERVICES = ("scheduler", "worker", "app", "proxy")
-CONFIG = REPO / ".streamlit" / "config.toml"
+CONFIG = SERVER_CONFIG
+"""The servers' Streamlit configuration (package data; a clone's ``.streamlit/config.toml`` links to it)."""
 ADMIN_SETTINGS = ("FL_DEVICE", "FL_MAX_CHECKPOINT_MB", "FL_UPLOAD_DIR", "FL_UPLOAD_QUOTA_MB", "FL_UPLOAD_MAX_AGE_HOURS",
-                  "STREAMLIT_SERVER_MAX_UPLOAD_SIZE", "HF_HOME", "TORCH_HOME")
+                  "FL_MAX_UPLOAD_MB", "HF_HOME", "TORCH_HOME")
 CONTAINER_HOME = "/home/filterlens"
 """The server user's home (``useradd --create-home``): on the read-only root, so nothing may write there."""
 WRITE_LOCATIONS = ("FL_UPLOAD_DIR", "FL_RUNS_DIR", "HF_HOME", "TORCH_HOME", "XDG_CACHE_HOME")
@@ -133,7 +135,7 @@ def test_dockerfile_builds_a_slim_cpu_image_run_by_a_non_root_user() -> None:
     assert "useradd --uid 1000" in install
     assert "8501" in dict(steps)["EXPOSE"]
     assert exec_form("CMD") == ["python", "-m", "fl_ui.serve", "--server.address=0.0.0.0"]
-    assert "/_stcore/health" in " ".join(exec_form("HEALTHCHECK"))
+    assert HEALTH_PATH in " ".join(exec_form("HEALTHCHECK"))  # fails while heavy jobs cannot run
 
 
 def test_dockerignore_keeps_what_the_image_needs_and_drops_the_rest() -> None:
@@ -194,7 +196,7 @@ def test_streamlit_config_is_set_for_a_shared_server() -> None:
     assert options["client.showErrorDetails"] in ("none", False)
     assert options["client.toolbarMode"] == "viewer"  # no "Clear cache" (shared caches), but Running / Stop
     assert options["browser.gatherUsageStats"] is False
-    assert str(options["server.maxUploadSize"]) in compose_service()["environment"]["STREAMLIT_SERVER_MAX_UPLOAD_SIZE"]
+    assert compose_default(compose_service()["environment"]["FL_MAX_UPLOAD_MB"]) == ""  # the checkpoint limit's
 
 
 @pytest.mark.slow
@@ -380,8 +382,10 @@ def test_upload_checkpoint_and_quota_limits_agree(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("FL_MAX_CHECKPOINT_MB", raising=False)
     env = image_environment()
     upload_mb = tomllib.loads(CONFIG.read_text())["server"]["maxUploadSize"]
-    assert int(env["STREAMLIT_SERVER_MAX_UPLOAD_SIZE"]) == upload_mb
-    assert int(env["FL_MAX_CHECKPOINT_MB"]) == upload_mb == max_checkpoint_bytes() // 2**20
+    monkeypatch.setenv("FL_MAX_UPLOAD_MB", env["FL_MAX_UPLOAD_MB"])
+    assert int(env["FL_MAX_CHECKPOINT_MB"]) == upload_mb == max_checkpoint_bytes() // 2**20 == max_upload_mb()
+    monkeypatch.setenv("FL_MAX_CHECKPOINT_MB", "2048")  # raised by the admin: uploads follow
+    assert max_upload_mb() == 2048 == max_checkpoint_bytes() // 2**20
     assert int(env["FL_UPLOAD_QUOTA_MB"]) == DEFAULT_QUOTA_MB >= upload_mb
     assert int(env["FL_UPLOAD_MAX_AGE_HOURS"]) == DEFAULT_MAX_AGE_HOURS
 
@@ -488,7 +492,7 @@ def _lan_address() -> str | None:
 
 @pytest.mark.slow
 def test_the_readme_dashboard_command_serves_localhost_only(tmp_path: Path) -> None:
-    """``streamlit run app.py`` (the README's quick start) serves http://localhost:PORT, to this machine only, and
+    """``streamlit run app.py`` (the README's quick start) serves http://127.0.0.1:PORT, to this machine only, and
     is therefore a local server (typed paths allowed); the image's command overrides the address."""
     assert re.search(r"^[^#\n]*streamlit run app\.py(\s|$)", (REPO / "README.md").read_text(), re.M)
     port = free_port()
@@ -499,7 +503,7 @@ def test_the_readme_dashboard_command_serves_localhost_only(tmp_path: Path) -> N
         if lan := _lan_address():
             with pytest.raises(OSError), socket.create_connection((lan, port), timeout=5):
                 pass
-    assert f"http://localhost:{port}" in (tmp_path / "server.log").read_text()
+    assert f"http://127.0.0.1:{port}" in (tmp_path / "server.log").read_text()
     assert "--server.address=0.0.0.0" in exec_form("CMD")
 
 

@@ -1,6 +1,7 @@
 """FilterLens as an installed library: a wheel built from the checkout and imported from outside it has its demo
 models, shipped runs, bundled photos, dashboard, console script, licence files and type marker, and its ``app`` command
-serves the dashboard there; its plain requirements are the library's (the dashboard and the Dask engine are extras)."""
+serves the dashboard there, as the same server as anywhere (the package's configuration, this machine only unless told
+otherwise); its plain requirements are the library's (the dashboard and the Dask engine are extras)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ def test_the_wheel_works_outside_the_checkout(tmp_path):
     names = archive.namelist()
     assert "fl_core/py.typed" in names and "fl_core/assets/demo/manifest.json" in names
     assert {"fl_ui/dashboard.py", "fl_ui/views/home.py", "fl_core/assets/photos/coffee.png"} <= set(names)
+    assert "fl_ui/.streamlit/config.toml" in names  # the server's configuration, beside the script it serves
     metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     plain = {re.split(r"[<>=\[;! ]", line.split(":", 1)[1].strip())[0].lower()
              for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line}
@@ -92,13 +94,37 @@ def test_the_wheel_works_outside_the_checkout(tmp_path):
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=600)
     assert '"method": "B"' in shown.stdout
 
-    port = free_port()  # the dashboard from the installed wheel, outside the checkout (the app's packages installed)
-    command = [sys.executable, "-m", "fl_core", "app", "--port", str(port), "--data-root", str(tmp_path)]
-    app_env = server_env(port, PYTHONPATH=str(site), HOME=str(tmp_path), FL_UPLOAD_DIR=str(tmp_path / "uploads"),
-                         FL_WARM_WORKER_VIEWS="0", FL_HEAVY_JOBS="1", STREAMLIT_SERVER_HEADLESS="true")
+    app = [sys.executable, "-m", "fl_core", "app"]
+    usage = subprocess.run([*app, "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True,
+                           timeout=600).stdout
+    assert "--address ADDRESS" in usage and "default: 127.0.0.1" in usage and "--warm, --no-warm" in usage
+
+    # the dashboard from the installed wheel, outside the checkout (the app's packages installed), with a user's and a
+    # working folder's Streamlit configuration that would serve every interface: the package's own applies
+    for folder in (tmp_path, tmp_path / "home"):
+        (folder / ".streamlit").mkdir(parents=True)
+        (folder / ".streamlit" / "config.toml").write_text('[server]\naddress = "0.0.0.0"\nheadless = false\n')
+    port = free_port()
+    app_env = server_env(port, PYTHONPATH=str(site), HOME=str(tmp_path / "home"), FL_UPLOAD_DIR=str(tmp_path / "up"),
+                         FL_HEAVY_JOBS="1")
+    app_env.pop("STREAMLIT_SERVER_HEADLESS", None)
     started = time.monotonic()
-    with running_server(command, port, app_env, tmp_path / "app.log", timeout=240, cwd=tmp_path) as server:
+    with running_server([*app, "--port", str(port), "--data-root", str(tmp_path)], port, app_env, tmp_path / "app.log",
+                        timeout=240, cwd=tmp_path) as server:
         assert health(port) == "ok" and server.poll() is None and time.monotonic() - started < 240
+        assert listening_addresses(server.pid, port) == {"127.0.0.1"}  # the loopback only
+    log = (tmp_path / "app.log").read_text()
+    assert f"URL: http://127.0.0.1:{port}" in log and "Network URL" not in log
+
+
+def listening_addresses(pid: int, port: int) -> set[str]:
+    """The addresses the process ``pid`` (or one it started) listens on at ``port``."""
+    import psutil
+
+    server = psutil.Process(pid)
+    return {connection.laddr.ip for process in (server, *server.children(recursive=True))
+            for connection in process.net_connections("inet")
+            if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port}
 
 
 def test_a_missing_extra_is_one_line_naming_what_to_install(monkeypatch):

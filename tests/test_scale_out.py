@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -20,7 +19,7 @@ import pytest
 from fl_core.survey.engine import WORKER_PROCESS_CONFIG
 from fl_ui.cluster import SCHEDULER_CONFIG, WORKER_PRELOAD, dask_environment
 
-from .streamlit_server import REPO, free_port, health, running_server, server_env
+from .streamlit_server import REPO, free_port, get_text, health, process_group, running_server, server_env, wait_for
 
 JOB_PREFIX = "fl-channel_axes_job-"
 STARTUP_S = 300
@@ -32,43 +31,6 @@ class LoopbackCluster(NamedTuple):
     health_urls: tuple[str, ...]
     client: object
     env: dict[str, str]
-
-
-def _get(url: str, timeout: float = 5.0) -> str | None:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as answer:
-            return answer.read().decode()
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return None
-
-
-def _wait(condition, timeout: float, what: str, poll: float = 0.5) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {timeout:.0f} s")
-        time.sleep(poll)
-
-
-@contextlib.contextmanager
-def _process(command: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
-    """Run a command in its own process group (a dask worker is a nanny and its worker process) and stop the group."""
-    with open(log, "wb") as output:
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        try:
-            yield process
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +47,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackCluste
     address = f"tcp://127.0.0.1:{port}"
     worker_ports = (free_port(), free_port())
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_process(["dask", "scheduler", "--host", "127.0.0.1", "--port", str(port),
+        stack.enter_context(process_group(["dask", "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                       "--dashboard-address", f"127.0.0.1:{dashboard}"], env, logs / "scheduler.log"))
-        _wait(lambda: _get(f"http://127.0.0.1:{dashboard}/health") == "ok", STARTUP_S, "scheduler")
+        wait_for(lambda: get_text(f"http://127.0.0.1:{dashboard}/health") == "ok", STARTUP_S, "scheduler")
         for number, worker_port in enumerate(worker_ports):
-            stack.enter_context(_process(
+            stack.enter_context(process_group(
                 ["dask", "worker", address, "--nthreads", "1", "--preload", WORKER_PRELOAD, "--name", f"w{number}",
                  "--host", "127.0.0.1", "--dashboard-address", f"127.0.0.1:{worker_port}", "--local-directory",
                  str(logs / f"w{number}")], env, logs / f"worker{number}.log"))
@@ -108,7 +70,7 @@ def _jobs_run(cluster: LoopbackCluster) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_survey_on_the_cluster_computes_rows_on_both_workers(cluster: LoopbackCluster) -> None:
-    assert all(_get(url) == "ok" for url in cluster.health_urls)  # the compose profile's worker health check
+    assert all(get_text(url) == "ok" for url in cluster.health_urls)  # the compose profile's worker health check
     models = ["demo:tiny_vgg", "demo:tiny_vgg_init", "demo:lab_vgg_true_s0", "demo:lab_vgg_random_s0",
               "demo:ppocrv6_det_small_dw7", "weights:/no/such/file.pt"]
     command = [sys.executable, "-m", "fl_core", "survey", "--family", "weights", "--scheduler", cluster.address,
@@ -168,10 +130,10 @@ def test_two_app_servers_share_the_workers_and_keep_a_job_whose_session_ended(cl
         # 2. a session that ends while its job runs: the job goes on, and the session that comes back gets its result
         url = _page_url(servers[0], "features.7", 10)
         context, page = session(url)
-        _wait(lambda: any(JOB_PREFIX in key for keys in cluster.client.processing().values() for key in keys),
+        wait_for(lambda: any(JOB_PREFIX in key for keys in cluster.client.processing().values() for key in keys),
               STARTUP_S, "running job")
         context.close()
-        _wait(lambda: len(_jobs_run(cluster)) == before + 3, 900, "job finishing after its session ended", poll=2)
+        wait_for(lambda: len(_jobs_run(cluster)) == before + 3, 900, "job finishing after its session ended", poll=2)
         context, page = session(url)
         page.get_by_text(RESULT).first.wait_for(timeout=120_000)
         context.close()
@@ -179,7 +141,7 @@ def test_two_app_servers_share_the_workers_and_keep_a_job_whose_session_ended(cl
 
         # 3. a worker killed mid-job fails that job only; the servers stay healthy and the next job runs
         pages = [session(_page_url(servers[0], "features.4", 20)), session(_page_url(servers[1], "features.7", 20))]
-        _wait(lambda: sum(JOB_PREFIX in key for keys in cluster.client.processing().values() for key in keys) == 2,
+        wait_for(lambda: sum(JOB_PREFIX in key for keys in cluster.client.processing().values() for key in keys) == 2,
               STARTUP_S, "two running jobs")
         victim = next(worker for worker, keys in cluster.client.processing().items() if keys)
         pid = cluster.client.run(os.getpid, workers=[victim])[victim]
@@ -224,12 +186,13 @@ def test_a_tls_cluster_serves_the_app_and_refuses_a_client_without_the_certifica
                     "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": str(cert),
                     "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": str(key)}
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_process(["dask", "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port",
-                                      str(port), "--dashboard-address", f"127.0.0.1:{dashboard}", *tls], env,
-                                     tmp_path / "scheduler.log"))
-        _wait(lambda: _get(f"http://127.0.0.1:{dashboard}/health") == "ok", STARTUP_S, "scheduler")
-        stack.enter_context(_process(["dask", "worker", address, "--nthreads", "1", "--preload", WORKER_PRELOAD,
-                                      "--host", "127.0.0.1", "--no-dashboard", *tls], env, tmp_path / "worker.log"))
+        stack.enter_context(process_group(["dask", "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port",
+                                           str(port), "--dashboard-address", f"127.0.0.1:{dashboard}", *tls], env,
+                                          tmp_path / "scheduler.log"))
+        wait_for(lambda: get_text(f"http://127.0.0.1:{dashboard}/health") == "ok", STARTUP_S, "scheduler")
+        stack.enter_context(process_group(["dask", "worker", address, "--nthreads", "1", "--preload", WORKER_PRELOAD,
+                                           "--host", "127.0.0.1", "--no-dashboard", *tls], env,
+                                          tmp_path / "worker.log"))
         for name, value in app_settings.items():
             monkeypatch.setenv(name, value)
         dask.config.refresh()

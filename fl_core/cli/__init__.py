@@ -34,7 +34,8 @@ from fl_core.io.sources import ImageSource
 from fl_core.settings import SettingField, add_settings_arguments, device_name, option_type, settings_fields
 
 TOOLS: dict[str, tuple[str, str]] = {
-    "app": ("fl_core.cli.app", "start the dashboard in a browser (needs the app extra: pip install 'filterlens[app]')"),
+    "app": ("fl_core.cli.app", "serve the dashboard, to this machine only unless --address (needs the app extra: "
+                                "pip install 'filterlens[app]')"),
 }
 """Commands that are not an analysis family: name → (module, help)."""
 CONSOLE_SCRIPT = "filterlens"

@@ -1,15 +1,19 @@
-"""Start the dashboard (the pages of the installed package, fl_ui) and open it in a browser; the server runs
-until you stop it (Ctrl+C). It needs the app extra: ``pip install "filterlens[app]"``.
+"""Start the dashboard (the pages of the installed package, fl_ui) and print its address; the server runs until you
+stop it (Ctrl+C). It is the same server wherever it starts (its configuration ships with the package) and answers
+this machine only unless told otherwise. It needs the app extra: ``pip install "filterlens[app]"``.
 
 Examples:
     filterlens app
     filterlens app --port 8600 --data-root /data/imagenet --data-root ~/checkpoints
+    filterlens app --address 0.0.0.0 --warm        # a lab's server: every interface, heavy first views ready
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
+import sys
 from pathlib import Path
 
 from fl_core.errors import DataError
@@ -20,19 +24,32 @@ STANDALONE = True
 """Not an analysis: no result to write; ``run`` returns the server's exit status."""
 DATA_ROOTS_ENV = "FL_DATA_ROOTS"
 """The server folders the dashboard may read (``os.pathsep``-separated; fl_ui.sidebar reads it)."""
+WARM_ENV = "FL_WARM_WORKER_VIEWS"
+"""``--warm`` / ``--no-warm`` (:data:`fl_ui.serve.WARM_WORKER_VIEWS_ENV`; named here so that ``--help`` stays light)."""
+LOOPBACK = "127.0.0.1"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=bounded(int, 1, 65_535, "port"), default=None,
                         help="the port to serve on (default: Streamlit's, 8501, or the next free one)")
+    parser.add_argument("--address", default=LOOPBACK, metavar="ADDRESS",
+                        help=f"the address to listen on (default: {LOOPBACK}, this machine only); 0.0.0.0 serves "
+                             f"every interface, e.g. a lab's server, which then reads server folders only inside "
+                             f"--data-root ({DATA_ROOTS_ENV})")
     parser.add_argument("--data-root", action="append", default=[], type=Path, metavar="DIR",
                         help=f"a server folder whose images and checkpoints the dashboard may open (repeatable; "
                              f"sets {DATA_ROOTS_ENV})")
+    parser.add_argument("--warm", action=argparse.BooleanOptionalAction, default=False,
+                        help="compute the heavy pages' first views (Channel Axes' default layer, Swap & Re-score's "
+                             "default re-score: a few CPU-minutes) in the background once the server listens, so "
+                             "their first visitors find them ready; a visitor's own job never waits behind them "
+                             f"(default: --no-warm, each view computed when first visited; sets {WARM_ENV})")
 
 
 def streamlit_arguments(args: argparse.Namespace) -> list[str]:
     """The options ``streamlit run`` gets from the command line."""
-    return [] if args.port is None else ["--server.port", str(args.port)]
+    port = [] if args.port is None else ["--server.port", str(args.port)]
+    return ["--server.address", args.address, *port]
 
 
 def data_roots(folders: list[Path]) -> str:
@@ -43,10 +60,28 @@ def data_roots(folders: list[Path]) -> str:
     return os.pathsep.join(str(folder.expanduser().resolve()) for folder in folders)
 
 
+def reach(address: str) -> str | None:
+    """What serving on ``address`` exposes, said before the server starts (``None`` for a loopback address)."""
+    try:
+        if ipaddress.ip_address(address).is_loopback:
+            return None
+    except ValueError:
+        if address == "localhost":
+            return None
+    where = "every interface of this machine" if address in ("0.0.0.0", "::") else address
+    roots = (f"server folders only inside {DATA_ROOTS_ENV}" if os.environ.get(DATA_ROOTS_ENV) else
+             "no server folder (--data-root DIR allows one)")
+    return (f"Serving on {where}: anyone who can reach this port can use the dashboard (put authentication in front: "
+            f"docs/deploy.md). It opens {roots}; uploads work either way.")
+
+
 def run(args: argparse.Namespace, progress: object) -> int:
     require_extra("app", "the dashboard")
     if args.data_root:
         os.environ[DATA_ROOTS_ENV] = data_roots(args.data_root)
+    os.environ[WARM_ENV] = "1" if args.warm else "0"
+    if notice := reach(args.address):
+        print(notice, file=sys.stderr)
     from fl_ui.serve import main
 
     return main(streamlit_arguments(args))

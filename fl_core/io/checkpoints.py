@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from fl_core.budgets import max_checkpoint_mb
 from fl_core.errors import CheckpointError
 from fl_core.io.archives import check_tensor_count, read_checkpoint_file
 
@@ -48,8 +48,9 @@ as tied weights, claim the same bytes twice): the total element count is bounded
 MAX_NESTING_DEPTH = 16
 """Levels of nested ``state_dict``/``model``/... containers unwrapped."""
 def max_checkpoint_bytes() -> int:
-    """The size cap for one checkpoint file: ``FL_MAX_CHECKPOINT_MB`` (default 1024 MiB, the upload limit)."""
-    return int(float(os.environ.get("FL_MAX_CHECKPOINT_MB", "1024")) * 2**20)
+    """The size cap for one checkpoint file: ``FL_MAX_CHECKPOINT_MB`` (:func:`fl_core.budgets.max_checkpoint_mb`,
+    default 1024 MiB, the upload limit's default too)."""
+    return int(max_checkpoint_mb() * 2**20)
 
 
 @dataclass(frozen=True)

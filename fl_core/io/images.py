@@ -27,7 +27,9 @@ from __future__ import annotations
 import io
 import itertools
 import re
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -35,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, default_collate
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import v2 as T
 
@@ -245,6 +247,33 @@ class TransformedImages(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         image, label = self.images[index]
         return self.transform(image), label
+
+
+def threaded_batches(dataset: Dataset, batch_size: int, threads: int, *, prefetch: int = 2,
+                     pin_memory: bool = False) -> Iterator[list[torch.Tensor]]:
+    """The batches a ``DataLoader(dataset, batch_size)`` gives, in order, their items made by ``threads`` threads of
+    this process ``prefetch`` batches ahead: decoding beside the forward passes where worker processes cannot be
+    started (a daemonic process, such as a Dask worker, may have no children). Pillow's decoding and resizing and
+    torch's conversions release the GIL, so the threads work side by side."""
+    starts = iter(range(0, len(dataset), batch_size))
+    pending: deque[list] = deque()
+    pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="fl-decode")
+
+    def submit_next() -> None:
+        start = next(starts, None)
+        if start is not None:
+            stop = min(start + batch_size, len(dataset))
+            pending.append([pool.submit(dataset.__getitem__, index) for index in range(start, stop)])
+
+    try:
+        for _ in range(1 + prefetch):
+            submit_next()
+        while pending:
+            batch = default_collate([item.result() for item in pending.popleft()])
+            submit_next()
+            yield [part.pin_memory() for part in batch] if pin_memory else batch
+    finally:  # also when the consumer stops early (an error, a cancelled job): drop what was not started
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def bundled_images(names: Sequence[str] | None = None) -> ImageSet:

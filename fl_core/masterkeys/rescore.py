@@ -2,8 +2,9 @@
 
 * Data: the standard ImageNet val layout (``val/<wnid>/*.JPEG``, sorted wnids = class indices) or any ImageFolder
   tree, with the model's own preprocessing (:func:`fl_core.io.images.input_transform`), batched by a ``DataLoader``
-  with worker processes; forward passes run in channels-last memory layout (about 1.4× faster for MobileNetV2 on
-  CPU, the layout tensor cores want on GPU) under :func:`fl_core.backend.inference_autocast` (bf16/fp16 on GPU).
+  with worker processes (threads inside a daemonic process, such as a Dask worker, which may not start processes);
+  forward passes run in channels-last memory layout (about 1.4× faster for MobileNetV2 on CPU, the layout tensor
+  cores want on GPU) under :func:`fl_core.backend.inference_autocast` (bf16/fp16 on GPU).
 * Classes: tree folders are mapped onto model outputs by ImageNet-1k wnid, else by the model's class names, else by
   sorted position when the counts agree; otherwise there is no accuracy, only agreement with the original model
   (:func:`fl_core.io.classes.map_tree_classes`, which says what it did and warns when tree and model disagree).
@@ -30,9 +31,10 @@ import dataclasses
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -57,7 +59,7 @@ from fl_core.backend import (
 )
 from fl_core.errors import AnalysisError, ArgumentError
 from fl_core.io.classes import map_tree_classes
-from fl_core.io.images import ImageSet, TransformedImages, input_transform
+from fl_core.io.images import ImageSet, TransformedImages, input_transform, threaded_batches
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.batchnorm import fold_batchnorm, folded_patch
 from fl_core.masterkeys.depthwise import depthwise_bank
@@ -266,9 +268,15 @@ def _default_workers(n_images: int, batch_size: int) -> int:
     return 0 if n_images <= batch_size else min(8, max(1, (os.cpu_count() or 2) - 1))
 
 
-def _loader(images: ImageSet, loaded: LoadedModel, batch_size: int, workers: int, device: torch.device) -> DataLoader:
-    return DataLoader(TransformedImages(images, input_transform(loaded.input_config)), batch_size=batch_size,
-                      shuffle=False, num_workers=workers, pin_memory=device.type == "cuda",
+def _batches(images: ImageSet, loaded: LoadedModel, batch_size: int, workers: int,
+             device: torch.device) -> Iterable[list[torch.Tensor]]:
+    """``(x, labels)`` batches of ``images`` in the model's input space, in order, decoded by ``workers`` DataLoader
+    processes; inside a daemonic process (a Dask worker: the dashboard's jobs), which may not start processes, by as
+    many threads of its own (:func:`~fl_core.io.images.threaded_batches`)."""
+    dataset, pin = TransformedImages(images, input_transform(loaded.input_config)), device.type == "cuda"
+    if workers > 0 and multiprocessing.current_process().daemon:
+        return threaded_batches(dataset, batch_size, workers, pin_memory=pin)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers, pin_memory=pin,
                       persistent_workers=False, prefetch_factor=4 if workers > 0 else None)
 
 
@@ -317,12 +325,11 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
     copies = [shared_copy(model, {key: patch[key] for key in keys}) for patch, keys in zip(patches[1:], changed)]
     todo = images.subset(shard[done:])
     workers = _default_workers(len(todo), batch_size) if workers is None else workers
-    loader = _loader(todo, loaded, batch_size, workers, device)
     start = time.perf_counter()
     scored = 0
     tally = torch.as_tensor(sums, dtype=statistics_dtype(device), device=device)
     plan = None
-    for x, labels in loader:
+    for x, labels in _batches(todo, loaded, batch_size, workers, device):
         x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
         labels = mapping[labels.to(device)] if mapping is not None else torch.full_like(labels, -1).to(device)
         with torch.no_grad(), inference_autocast(device):

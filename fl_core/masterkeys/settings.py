@@ -136,7 +136,8 @@ class ScoringSettings(Settings):
         recovery: recover every swap on a calibration split first (:mod:`fl_core.masterkeys.recovery`; every variant
             is then scored on the held-out rest); ``None``: score the swaps as they are.
         batch_size: images per batch.
-        workers: DataLoader worker processes (``None``: CPU cores − 1, at most 8; none for a single batch).
+        workers: DataLoader worker processes decoding the images (``None``: CPU cores − 1, at most 8; none for a
+            single batch); threads instead inside a daemonic process (a Dask worker), which may not start any.
         share_prefix: run each variant only from its first changed module on (:mod:`fl_core.suffix`);
             off: every variant runs the whole network (the same numbers, for timing).
     """

@@ -18,7 +18,7 @@ from torch import nn
 from torchvision import transforms
 
 from fl_core.cli import main
-from fl_core.io.images import bundled_images, folder_images
+from fl_core.io.images import TransformedImages, bundled_images, folder_images, threaded_batches
 from fl_core.io.models import load_model
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.rescore import fold_batchnorm, folded_patch, rescore
@@ -169,6 +169,40 @@ def test_unlabelled_photos_give_agreement_only():
     assert keep.agreement == 1.0 and keep.kl == 0.0 and keep.top1 is None
     assert random.kl > 0
     assert result.to_frame()["method"].tolist() == ["original", "keep", "random"]
+
+
+def test_inside_a_daemonic_process_the_images_are_decoded_by_threads_to_the_same_numbers(tmp_path, monkeypatch):
+    """A Dask worker is a daemonic process, which Python forbids to start children: DataLoader worker processes there
+    failed every re-score of more than one batch ("daemonic processes are not allowed to have children")."""
+    import multiprocessing
+    import threading
+
+    loaded = tiny_loaded(seed=8)
+    images = folder_images(tiny_tree(tmp_path / "tree"))
+    swaps = [swap_filters(depthwise_bank(loaded), "random")]
+    in_process = rescore(loaded, images, swaps=swaps, batch_size=3, workers=0)
+    decoders = set()
+    transform = TransformedImages.__getitem__
+    monkeypatch.setattr(TransformedImages, "__getitem__",
+                        lambda self, index: decoders.add(threading.current_thread().name) or transform(self, index))
+    monkeypatch.setitem(multiprocessing.current_process()._config, "daemon", True)  # as in a Dask worker
+    in_threads = rescore(loaded, images, swaps=swaps, batch_size=3, workers=2)  # 8 images: 3 batches
+    assert in_threads.n_images == 8 and decoders and all(name.startswith("fl-decode") for name in decoders)
+    for key in ("top1", "top5", "loss"):
+        assert getattr(in_threads, key) == pytest.approx(getattr(in_process, key), rel=1e-12)
+    assert in_threads.swaps[0].kl == pytest.approx(in_process.swaps[0].kl, rel=1e-9)
+
+
+def test_threaded_batches_are_the_data_loaders_in_order_and_stop_early_without_waiting():
+    dataset = torch.utils.data.TensorDataset(torch.arange(23.0)[:, None], torch.arange(23))
+    expected = list(torch.utils.data.DataLoader(dataset, batch_size=5))
+    batches = list(threaded_batches(dataset, 5, threads=3))
+    assert len(batches) == len(expected) == 5
+    for (x, y), (ex, ey) in zip(batches, expected):
+        assert torch.equal(x, ex) and torch.equal(y, ey)
+    stopped = threaded_batches(dataset, 5, threads=2)
+    assert torch.equal(next(stopped)[1], expected[0][1])
+    stopped.close()  # the pool is shut down: no thread keeps decoding for nobody
 
 
 @pytest.mark.slow

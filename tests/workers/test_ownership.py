@@ -1,6 +1,7 @@
 """Jobs belong to the browser sessions that watch them: a job whose every session closed is cancelled (at once when
 superseded, after a grace period when its tabs closed, sooner when others wait), the server's warm-up never is, a
-session may own a limited number of jobs, and a visitor's view goes ahead of the warm-up and of long runs."""
+session may own a limited number of jobs, and a visitor's view goes ahead of the warm-up and of long runs, and never
+waits behind a running warm-up."""
 
 from __future__ import annotations
 
@@ -133,6 +134,28 @@ def test_a_visitors_view_goes_ahead_of_the_warm_up_and_of_long_runs(engine, brow
     began = [job.result(timeout=120)[0] for job in (view, warm_up, long_run)]
     assert began == sorted(began)
 
+
+
+@pytest.mark.slow
+def test_a_visitors_own_job_never_waits_behind_a_running_warm_up(engine, browser_sessions) -> None:
+    """The server's warm-up of a heavy page (a job nobody but the server wants) yields the worker a visitor's job
+    waits for; a warm-up a visitor watches (the same request) runs on."""
+    warm_up = engine.submit(jobs.counting, 100_000)  # outside any session: the server's warm-up lane
+    wait_until(lambda: warm_up.status().state == "running")
+    with browser_sessions.tab("visitor"):
+        asked = time.time()
+        began, _, _ = engine.submit(jobs.timed, 0.1).result(timeout=120)
+    assert began - asked < 5.0  # REAP_INTERVAL_S, then the warm-up's stop at its next progress report
+    assert warm_up.join(timeout=60).state == "cancelled"
+    watched = engine.submit(jobs.counting, 100)
+    watched.watch("watcher")
+    browser_sessions.open.add("watcher")
+    wait_until(lambda: watched.status().state == "running")
+    with browser_sessions.tab("visitor"):
+        later = engine.submit(jobs.timed, 0.1)
+        time.sleep(2 * engine_module.REAP_INTERVAL_S + 1)
+        assert not watched.cancelling and later.status().state == "queued"
+    assert watched.result(timeout=120) and later.result(timeout=120)
 
 def test_a_session_may_own_a_limited_number_of_unfinished_jobs(engine, browser_sessions, monkeypatch) -> None:
     monkeypatch.setenv(engine_module.SESSION_JOBS_ENV, "2")
