@@ -289,10 +289,12 @@ def _cached_images(source: str, limit: int | None) -> ImageSet:
 
 def get_images(source: str, limit: int | None = None) -> ImageSet:
     """An image source (bundled photos or a folder), listed once per server; a folder only where this session's path
-    policy lets it read (:func:`fl_core.io.paths.check_readable`, asked before the cache); an upload is described as
-    such, not by the server's folder (:meth:`fl_ui.uploads.UploadStore.shareable`)."""
+    policy lets it read (:func:`fl_core.io.paths.check_readable`, asked before the cache); an upload only while it is
+    what was stored (:meth:`fl_ui.uploads.UploadStore.check_images`), and described as such, not by the server's folder
+    (:meth:`fl_ui.uploads.UploadStore.shareable`)."""
     if not is_bundled(source):
         check_readable(source)
+        upload_store().check_images(source)
     return _cached_images(source, limit)
 
 

@@ -24,6 +24,7 @@ ratio, and for JPEGs pixels × scans, :func:`jpeg_scans`), and its size at the m
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import re
@@ -42,7 +43,7 @@ from torchvision.transforms import v2 as T
 from fl_core.budgets import check_decoding
 from fl_core.errors import DataError
 from fl_core.io import ASSETS_DIR
-from fl_core.io.paths import check_readable, path_policy
+from fl_core.io.paths import check_readable, open_readable, path_policy
 from fl_core.io.preprocessing import InputConfig
 from fl_core.io.sources import BUNDLED as BUNDLED  # re-exported: the public name
 from fl_core.io.sources import ImageSource, is_bundled
@@ -129,18 +130,27 @@ def decode_rgb(source: str | Path | io.BytesIO, name: str | None = None) -> Imag
     warns between its limit and twice it and raises its own error above, so with it on a user would see two rules
     and Pillow's message. Every untrusted image goes through this function, so one rule and one message remain.
 
+    A path is opened under the path policy, checked on the file actually opened
+    (:func:`fl_core.io.paths.open_readable`): a symlink swapped in after its folder was listed is not followed out of
+    the shared folders, and a FIFO or a device is refused without reading it.
+
     Raises:
         DataError: naming the image (``name``, else the path) and saying what to do.
     """
     label = printable(name or (str(source) if isinstance(source, str | Path) else "the image"))
     try:
-        with Image.open(source) as handle:
+        with _opened(source) as file, Image.open(file) as handle:
             check_image_size(handle.width, handle.height, label)
             if handle.format == "JPEG":
                 check_decoding(handle.width, handle.height, jpeg_scans(_file_bytes(handle)), label)
             return handle.convert("RGB")
     except (OSError, ValueError, SyntaxError) as err:  # UnidentifiedImageError is an OSError
         raise DataError(f"{label} is not a readable image ({err}). Remove or replace the file.") from err
+
+
+def _opened(source: str | Path | io.BytesIO) -> contextlib.AbstractContextManager:
+    """A path opened under the path policy (:func:`fl_core.io.paths.open_readable`); a file object as it is."""
+    return open_readable(source) if isinstance(source, str | Path) else contextlib.nullcontext(source)
 
 
 _MARKER = re.compile(rb"\xff+([^\x00\xff])")
