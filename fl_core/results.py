@@ -126,13 +126,13 @@ class Result:
 
     def to_csv(self, path: str | Path | None = None) -> str:
         """:meth:`to_frame` as CSV text a spreadsheet opens without running any cell (:func:`csv_text`); with
-        ``path``, also written there (where the path policy lets the library write:
-        :func:`fl_core.io.paths.check_writable`)."""
+        ``path``, also written there (where the path policy lets the library write, its folder created:
+        :func:`fl_core.io.paths.file_to_write`)."""
         text = csv_text(self.to_frame())
         if path is not None:
-            from fl_core.io.paths import check_writable
+            from fl_core.io.paths import file_to_write
 
-            check_writable(path).write_text(text, encoding="utf-8")
+            file_to_write(path).write_text(text, encoding="utf-8")
         return text
 
     def save(self, path: str | Path) -> Path:

@@ -30,7 +30,7 @@ from typing import Any, NoReturn, TextIO
 from fl_core import __version__, allocator
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.families import FAMILIES
-from fl_core.io.paths import check_writable
+from fl_core.io.paths import check_writable, file_to_write
 from fl_core.io.preprocessing import InputConfig, Overrides
 from fl_core.io.sources import ImageSource
 from fl_core.settings import SettingField, add_settings_arguments, device_name, option_type, settings_fields
@@ -163,7 +163,7 @@ def write_output(path: Path, text: str, stdout: TextIO) -> str:
         stdout.write(text)
         stdout.flush()
         return "the standard output"
-    check_writable(path).write_text(text, encoding="utf-8")
+    file_to_write(path).write_text(text, encoding="utf-8")
     return str(path)
 
 

@@ -149,6 +149,10 @@ def check_readable(path: str | Path) -> Path:
     return Path(path)
 
 
+FILE_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device",
+              stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
 def check_writable(path: str | Path) -> Path:
     """``path``, if the policy in force lets the library write it (module docstring): checked before anything is
     created, so no parent folder appears outside the shared folders.
@@ -161,8 +165,24 @@ def check_writable(path: str | Path) -> Path:
     return Path(path)
 
 
-FILE_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device",
-              stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+def file_to_write(path: str | Path) -> Path:
+    """``path`` once :func:`check_writable` lets the library write it, its folder created; what is there already must
+    be a file (writing to a FIFO would block, to a device would not save anything).
+
+    Raises:
+        DataError: with the policy's message, something other than a file at ``path``, or a folder that cannot be
+            made (a file is in the way, no permission).
+    """
+    path = check_writable(path)
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(mode := os.stat(path).st_mode):
+            kind = FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise DataError(f"{shown_path(path)} is {kind}, not a file: give the path of a file to write.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataError(f"{shown_path(path)} cannot be written: its folder cannot be made ({err}).") from err
+    return path
 
 
 def open_readable(path: str | Path) -> BinaryIO:

@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 
 from fl_core.errors import ArgumentError, DataError
-from fl_core.io.paths import check_writable, open_readable
+from fl_core.io.paths import file_to_write, open_readable
 from fl_core.results import Result
 
 FORMAT = "filterlens-result"
@@ -212,10 +212,11 @@ def result_class(name: str, source: str) -> type:
 
 def save_result(result: Any, path: str | Path) -> Path:
     """Write ``result`` (any FilterLens result) to ``path`` as one zip file of JSON and ``.npy`` arrays (module
-    docstring); returns the path."""
+    docstring), where the path policy lets the library write, its folder created
+    (:func:`fl_core.io.paths.file_to_write`); returns the path."""
     if not isinstance(result, Result) or not dataclasses.is_dataclass(result):
         raise ArgumentError(f"save_result saves a FilterLens result, not a {type(result).__name__}.")
-    path = check_writable(path)
+    path = file_to_write(path)
     writer = _Writer()
     tree = writer.encode(result)
     header = {"format": FORMAT, "version": VERSION, "class": tree["class"], "result": tree}

@@ -22,7 +22,7 @@ import torch
 from fl_core.errors import DataError
 from fl_core.io.checkpoints import save_state_dict
 from fl_ui.testing import page_app, shown
-from fl_ui.uploads import IN_USE_SECONDS, UploadStore, upload_store, write_atomically, writers_lock
+from fl_ui.uploads import CONTENTS, IN_USE_SECONDS, UploadStore, upload_store, write_atomically, writers_lock
 
 from ..app_pages import app_pages
 from ..conftest import REPO, TINY_MODELS
@@ -64,7 +64,7 @@ def test_uploads_are_content_addressed_and_keep_the_users_file_name(tmp_path: Pa
     assert store.add_checkpoint(b"other", "Mine.pth")[0].parent != path.parent
     assert [entry.path for entry in store.entries()].count(path.parent) == 1
     folder = store.add_images([("a.png", _png()), ("b.png", _png(20))])
-    assert folder.name.startswith("images-") and sorted(names(folder)) == ["a.png", "b.png"]
+    assert folder.name.startswith("images-") and sorted(names(folder)) == [CONTENTS, "a.png", "b.png"]
     assert store.add_images([("a.png", _png()), ("b.png", _png(20))]) == folder
     assert not [n for n in names(store.root) if n.endswith(".part")]
 
@@ -76,7 +76,7 @@ def test_images_uploaded_together_are_each_kept_under_their_own_name(tmp_path: P
 
     store = store_in(tmp_path / "uploads")
     folder = store.add_images([("a.png", _png(20)), ("a.jpg", _png(30)), ("A.tif", _png(40)), (".png", _png(50))])
-    assert sorted(names(folder)) == ["A-3.png", "a-2.png", "a.png", "png.png"]
+    assert sorted(names(folder)) == [CONTENTS, "A-3.png", "a-2.png", "a.png", "png.png"]
     assert sorted(image.size for image, _ in folder_images(folder)) == [(20, 20), (30, 30), (40, 40), (50, 50)]
 
 
@@ -127,9 +127,10 @@ def test_labelled_sets_are_content_addressed_trees_counted_whole(tmp_path: Path)
     archive = [("val.zip", zip_bytes(tree_members("val/")))]
     folder = store.add_labelled_images(archive)
     assert store.add_labelled_images(archive) == folder and folder.name.startswith("images-")
-    assert sorted(p.name for p in folder.iterdir()) == ["n01440764", "n01443537"]
+    assert sorted(p.name for p in folder.iterdir()) == [CONTENTS, "n01440764", "n01443537"]
     [(_, size, _)] = store.entries()
-    assert size == sum(p.stat().st_size for p in folder.rglob("*.png")) > 0  # the class folders' images count
+    images = sum(p.stat().st_size for p in folder.rglob("*.png"))
+    assert size == images + (folder / CONTENTS).stat().st_size and images > 0  # the class folders' images count
     with pytest.raises(DataError, match="outside the archive"):
         store.add_labelled_images([("evil.zip", zip_bytes({"../a.png": b"x"}))])
     assert names(store.root) == {folder.name}  # nothing kept of the refused upload, not even its temp folder
