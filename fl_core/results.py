@@ -84,14 +84,16 @@ def spreadsheet_safe(value: Any) -> Any:
 def csv_text(frame: pd.DataFrame) -> str:
     """``frame`` as CSV text (no index) with every header and text cell :func:`spreadsheet_safe`: the one writer of
     every table export (:meth:`Result.to_csv`, the command line's ``--csv``, the dashboard's "⬇ CSV" downloads).
-    Numeric columns are written as they are."""
+    Numeric columns are written as they are. Rows end in CRLF (RFC 4180), so a cell holding a carriage return is
+    quoted (with LF endings Python's csv writer leaves it bare, and a spreadsheet would start a row, and a formula,
+    inside the cell)."""
     safe = frame.copy()
     safe.columns = [spreadsheet_safe(column) for column in frame.columns]
     for i in range(safe.shape[1]):
         column = safe.iloc[:, i]
         if column.dtype.kind not in "biufcmM":
             safe.isetitem(i, column.astype(object).map(spreadsheet_safe))
-    return safe.to_csv(index=False)
+    return safe.to_csv(index=False, lineterminator="\r\n")
 
 
 class Result:
@@ -132,7 +134,7 @@ class Result:
         if path is not None:
             from fl_core.io.paths import file_to_write
 
-            file_to_write(path).write_text(text, encoding="utf-8")
+            file_to_write(path).write_bytes(text.encode())
         return text
 
     def save(self, path: str | Path) -> Path:

@@ -162,8 +162,8 @@ def test_every_writing_door_refuses_paths_outside_the_data_root_and_creates_noth
 def test_writing_doors_write_inside_the_data_root_and_the_runs_folder(server: Server) -> None:
     inside = server.root / "ok" / "results" / "estimate.flr"
     assert load_result(small_result().save(inside)) == small_result()
-    assert small_result().to_csv(server.root / "ok" / "estimate.csv") == (server.root / "ok" / "estimate.csv"
-                                                                           ).read_text()
+    written = small_result().to_csv(server.root / "ok" / "estimate.csv")
+    assert written == (server.root / "ok" / "estimate.csv").read_bytes().decode() and "\r\n" in written
     assert run_suite([], Path(os.environ["FL_RUNS_DIR"]) / "suite") == []  # the runs folder is the library's own
 
 

@@ -163,7 +163,7 @@ def write_output(path: Path, text: str, stdout: TextIO) -> str:
         stdout.write(text)
         stdout.flush()
         return "the standard output"
-    file_to_write(path).write_text(text, encoding="utf-8")
+    file_to_write(path).write_bytes(text.encode())
     return str(path)
 
 

@@ -485,9 +485,9 @@ def checked_swaps(swaps: object) -> list[FilterSwap]:
         ArgumentError: naming the first item that is not one.
     """
     items = list(swaps) if isinstance(swaps, Sequence) and not isinstance(swaps, str | bytes) else [swaps]
-    if wrong := next((item for item in items if not isinstance(item, FilterSwap)), None):
+    if wrong := [item for item in items if not isinstance(item, FilterSwap)]:
         raise ArgumentError(f"swaps takes FilterSwap variants made by swap_filters(bank, 'B'), not "
-                            f"{value_text(wrong)}; to score replacements by name, pass replacements=('B', ...).")
+                            f"{value_text(wrong[0])}; to score replacements by name, pass replacements=('B', ...).")
     return items
 
 

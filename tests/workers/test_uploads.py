@@ -136,6 +136,65 @@ def test_labelled_sets_are_content_addressed_trees_counted_whole(tmp_path: Path)
     assert names(store.root) == {folder.name}  # nothing kept of the refused upload, not even its temp folder
 
 
+def test_a_stored_checkpoint_changed_on_the_server_is_replaced_by_the_new_upload(tmp_path: Path) -> None:
+    """Issue 39: a tampered file was reused as it was (its path existed), and uploading the original again did not
+    repair it."""
+    store = store_in(tmp_path / "uploads")
+    original = b"the original weights"
+    path, _ = store.add_checkpoint(original, "net.pt")
+    for tamper in (lambda: path.write_bytes(b"tampered weights!!!!"),  # same size, other bytes
+                   lambda: path.write_bytes(original + b"!"),  # other size
+                   lambda: (path.unlink(), path.symlink_to(tmp_path / "elsewhere.pt")),  # a link out
+                   lambda: (path.unlink(), path.mkdir())):  # not a file
+        (tmp_path / "elsewhere.pt").write_bytes(original)
+        tamper()
+        assert store.add_checkpoint(original, "net.pt") == (path, True)
+        assert not path.is_symlink() and path.read_bytes() == original
+    assert store.add_checkpoint(original, "net.pt") == (path, False)  # intact: reused
+    shutil.rmtree(path.parent)
+    path.parent.symlink_to(tmp_path)  # the folder itself replaced by a link
+    assert store.add_checkpoint(original, "net.pt") == (path, True)
+    assert not path.parent.is_symlink() and path.read_bytes() == original
+
+
+def test_a_changed_upload_is_refused_when_a_link_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never served: the app's and the workers' model caches load an upload only while its SHA-256 is its address,
+    and a folder of uploaded images only while its files are those stored."""
+    from fl_ui.memory import load_spec
+
+    monkeypatch.setenv("FL_UPLOAD_DIR", str(tmp_path / "uploads"))
+    store = upload_store()
+    save_state_dict({"conv.weight": torch.randn(4, 3, 3, 3)}, tmp_path / "net.safetensors")
+    path, _ = store.add_checkpoint((tmp_path / "net.safetensors").read_bytes(), "net.safetensors")
+    assert load_spec(f"weights:{path}", (), "").weights_only
+    save_state_dict({"conv.weight": torch.zeros(4, 3, 3, 3)}, path)  # changed on the server
+    with pytest.raises(DataError, match="changed on the server after it was uploaded"):
+        load_spec(f"weights:{path}", (), "")
+    folder = store.add_images([("a.png", _png()), ("b.png", _png(20))])
+    store.check_images(folder)
+    (folder / "b.png").write_bytes(_png(21))
+    with pytest.raises(DataError, match="changed on the server after they were stored"):
+        store.check_images(folder)
+
+
+def test_a_folder_of_images_changed_on_the_server_is_replaced_by_the_new_upload(tmp_path: Path) -> None:
+    from fl_core.io.images import folder_images
+
+    store = store_in(tmp_path / "uploads")
+    photos = [("a.png", _png()), ("b.png", _png(20))]
+    folder = store.add_images(photos)
+    (tmp_path / "secret.png").write_bytes(_png(30))
+    for tamper in (lambda: (folder / "a.png").write_bytes(_png(33)),  # a file changed
+                   lambda: (folder / "c.png").write_bytes(_png(33)),  # a file added
+                   lambda: (folder / "b.png").unlink(),  # a file removed
+                   lambda: ((folder / "a.png").unlink(), (folder / "a.png").symlink_to(tmp_path / "secret.png")),
+                   lambda: (folder / CONTENTS).write_text("{}")):  # its list emptied
+        tamper()
+        assert store.add_images(photos) == folder
+        assert sorted(names(folder)) == [CONTENTS, "a.png", "b.png"] and not (folder / "a.png").is_symlink()
+        assert sorted(image.size for image, _ in folder_images(folder)) == [(16, 16), (20, 20)]
+
+
 def test_uploads_unused_past_the_age_limit_are_swept(tmp_path: Path) -> None:
     store = store_in(tmp_path / "uploads", max_age_hours=1)
     old = stored(store, b"old", "old.pt")
