@@ -61,15 +61,10 @@ def model_cache_bytes() -> int:
 
 def load_spec(spec: str, overrides: tuple, stamp: str) -> LoadedModel:
     """:func:`fl_core.io.models.load_model` of a cache key (``stamp``, the file's, only keys it: an edited file is
-    loaded again); an upload whose content is not its address is refused
-    (:meth:`fl_ui.uploads.UploadStore.check_checkpoint`)."""
-    from fl_core.io.models import ModelSpec, load_model
-    from fl_ui.uploads import upload_store
+    loaded again)."""
+    from fl_core.io.models import load_model
 
-    loaded = load_model(spec, input_overrides=dict(overrides))
-    if path := ModelSpec.parse(spec).path:
-        upload_store().check_checkpoint(path, loaded.sha256)
-    return loaded
+    return load_model(spec, input_overrides=dict(overrides))
 
 
 @dataclass

@@ -35,9 +35,9 @@ Rules:
 * **Verified on reuse.** An upload is served again only while it is what was stored: a checkpoint whose size and
   SHA-256 are the new upload's (its content address), a folder of images whose files are those its
   :data:`CONTENTS` lists (size and SHA-256, no link, nothing added). One that does not match (changed on the server)
-  is replaced by the new upload; a model loaded from the store by a link is refused when its file's SHA-256 is not
-  its folder's name (:meth:`UploadStore.check_checkpoint`), and so is a folder of images by a link
-  (:meth:`UploadStore.check_images`).
+  is replaced by the new upload; the app refuses a model loaded from the store by a link when its file's SHA-256 is
+  not its folder's name (:meth:`UploadStore.check_checkpoint`, :func:`fl_ui.cache.load_verified`), and a folder of
+  images by a link that is not intact (:meth:`UploadStore.check_images`, :func:`fl_ui.cache.get_images`).
 * **Age** (``FL_UPLOAD_MAX_AGE_HOURS``, default :data:`DEFAULT_MAX_AGE_HOURS`). Entries unused for longer are removed
   by the sweep, which runs on the first use of the store in each process (:func:`upload_store`), again every
   :data:`SWEEP_INTERVAL_SECONDS`, and before every new upload.

@@ -158,18 +158,18 @@ def test_a_stored_checkpoint_changed_on_the_server_is_replaced_by_the_new_upload
 
 
 def test_a_changed_upload_is_refused_when_a_link_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Never served: the app's and the workers' model caches load an upload only while its SHA-256 is its address,
-    and a folder of uploaded images only while its files are those stored."""
-    from fl_ui.memory import load_spec
+    """Never served: the app's model cache loads an upload only while its SHA-256 is its address, and a folder of
+    uploaded images only while its files are those stored."""
+    from fl_ui.cache import load_verified
 
     monkeypatch.setenv("FL_UPLOAD_DIR", str(tmp_path / "uploads"))
     store = upload_store()
     save_state_dict({"conv.weight": torch.randn(4, 3, 3, 3)}, tmp_path / "net.safetensors")
     path, _ = store.add_checkpoint((tmp_path / "net.safetensors").read_bytes(), "net.safetensors")
-    assert load_spec(f"weights:{path}", (), "").weights_only
+    assert load_verified(f"weights:{path}", (), "").weights_only
     save_state_dict({"conv.weight": torch.zeros(4, 3, 3, 3)}, path)  # changed on the server
     with pytest.raises(DataError, match="changed on the server after it was uploaded"):
-        load_spec(f"weights:{path}", (), "")
+        load_verified(f"weights:{path}", (), "")
     folder = store.add_images([("a.png", _png()), ("b.png", _png(20))])
     store.check_images(folder)
     (folder / "b.png").write_bytes(_png(21))
