@@ -8,6 +8,7 @@ without ``FL_DATA_ROOTS`` keeps reading and writing any path."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import shutil
 from collections.abc import Callable
@@ -215,6 +216,23 @@ def test_an_image_is_checked_on_the_file_actually_opened(server: Server) -> None
     os.mkfifo(folder / "b.png")
     with pytest.raises(DataError, match=r"b\.png is a FIFO"):
         images.image(1)
+
+
+def test_a_set_is_decoded_under_the_policy_it_was_listed_under(server: Server, tmp_path: Path) -> None:
+    """A session's upload folder is shared by its policy, not by the environment's: the threads and processes that
+    decode a set later (DataLoader workers, a worker's decoding threads) check what the listing checked."""
+    store = tmp_path / "uploads"
+    (store / "images-ab").mkdir(parents=True)
+    (store / "images-ab" / "a.png").write_bytes(_png(24))
+    with reading_for(PathPolicy(roots=data_roots(), stores=(store,))):
+        images = folder_images(store / "images-ab")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a new thread: no session context
+        assert pool.submit(images.image, 0).result().size == (24, 24)
+        assert pool.submit(images.subset([0]).image, 0).result().size == (24, 24)
+        (store / "images-ab" / "a.png").unlink()
+        (store / "images-ab" / "a.png").symlink_to(server.photos / "fish.png")
+        with pytest.raises(DataError, match="outside the folders this server shares"):
+            pool.submit(images.image, 0).result()
 
 
 @pytest.mark.parametrize("door", LIBRARY_DOORS)

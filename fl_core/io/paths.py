@@ -185,16 +185,17 @@ def file_to_write(path: str | Path) -> Path:
     return path
 
 
-def open_readable(path: str | Path) -> BinaryIO:
-    """``path`` opened for reading (binary), checked under the policy in force on the path and again on the file
-    actually opened: its descriptor's real path must be shared too (a symlink swapped in after the check is not
-    followed out), and it must be a regular file (a FIFO or a device is refused without blocking or reading).
+def open_readable(path: str | Path, policy: PathPolicy | None = None) -> BinaryIO:
+    """``path`` opened for reading (binary), checked under ``policy`` (default: the one in force, :func:`path_policy`)
+    on the path and again on the file actually opened: its descriptor's real path must be shared too (a symlink
+    swapped in after the check is not followed out), and it must be a regular file (a FIFO or a device is refused
+    without blocking or reading).
 
     Raises:
         DataError: refused by the policy, or not a regular file.
         FileNotFoundError, PermissionError: as :func:`open` raises them.
     """
-    policy = path_policy()
+    policy = policy or path_policy()
     if error := policy.error(path):
         raise DataError(error)
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
