@@ -48,7 +48,9 @@ MAX_ARRAY_BYTES = 1 << 30
 """Size of all arrays together once decompressed, as their members and their headers declare it."""
 SCALAR_KINDS = "biufcmMUS"
 """numpy scalar kinds a file may hold: booleans, integers, floats, complex numbers, times, text (never ``V``oid or
-``O``bject types, whose size or contents the file would choose)."""
+``O``bject types, whose size or contents the file would choose; text scalars are as long as their JSON string)."""
+MAX_SCALAR_BYTES = 32
+"""Item size of a number or time scalar (complex256 is the widest)."""
 _TORCH_ONLY = {torch.bfloat16: torch.float32}
 """Tensor types numpy cannot hold, saved as the type beside them and cast back on loading."""
 
@@ -180,7 +182,8 @@ class _Reader:
     def _scalar(self, value: dict) -> np.generic:
         """A numpy scalar of a :data:`SCALAR_KINDS` type from its JSON value (a number, a boolean or text)."""
         dtype, item = np.dtype(value["dtype"]), self.decode(value["value"])
-        if dtype.kind not in SCALAR_KINDS or dtype.itemsize > 64 or not isinstance(item, bool | int | float | str):
+        if (dtype.kind not in SCALAR_KINDS or (dtype.kind not in "US" and dtype.itemsize > MAX_SCALAR_BYTES)
+                or not isinstance(item, bool | int | float | str)):
             raise DataError(f"{self.name} holds a scalar of type {str(value['dtype'])[:40]!r}: refused (a result's "
                             "scalars are numbers, booleans, times or text).")
         return dtype.type(item)

@@ -257,7 +257,7 @@ def _load_resume(path: Path | None, fingerprint: str, variants: int) -> tuple[in
         DataError: the file is not a resume file, or one of other inputs (left as it is).
     """
     empty = (0, np.zeros((variants, len(TALLY_COLUMNS))))
-    if path is None or not check_resume(path).exists():
+    if path is None or not check_writable(path).exists():
         return empty
     state = read_resume(path)
     if state["fingerprint"] != fingerprint:
