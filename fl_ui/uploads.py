@@ -69,6 +69,7 @@ from fl_core.errors import DataError
 from fl_core.io.checkpoints import file_sha256
 from fl_core.io.image_archives import save_labelled_set
 from fl_core.io.images import save_uploaded_images
+from fl_core.io.paths import PathPolicy, open_readable
 
 DEFAULT_QUOTA_MB = 4096
 DEFAULT_MAX_AGE_HOURS = 72
@@ -99,6 +100,8 @@ UPLOADED_IMAGES = "uploaded images"
 """How a shared document names a folder of uploaded images (:meth:`UploadStore.shareable`)."""
 CONTENTS = ".contents.json"
 """The list of a folder of uploaded images: each file's path in it → ``[size, sha256]`` (a dot-file: never an image)."""
+MAX_CONTENTS_BYTES = 16 << 20
+"""Size of a :data:`CONTENTS` read (about 100 bytes a file: 160,000 files)."""
 UPLOAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9._+()-]+")
 MAX_UPLOAD_NAME = 100
 
@@ -234,11 +237,12 @@ def _intact(folder: Path) -> bool:
         seen = tuple((name, e.st_ino, e.st_size, e.st_mtime_ns, e.st_ctime_ns) for name, e in sorted(tree.items()))
         if _INTACT.get(folder) == seen:
             return True
-        contents = json.loads((folder / CONTENTS).read_text())
+        with open_readable(folder / CONTENTS, PathPolicy()) as handle:  # a regular file, whatever the policy
+            contents = json.loads(handle.read(MAX_CONTENTS_BYTES))
         files = {name for name, entry in tree.items() if not stat.S_ISDIR(entry.st_mode)}
         intact = isinstance(contents, dict) and files == set(contents) and all(
             _holds(folder / name, *contents[name]) for name in files)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, DataError):
         return False
     if intact:
         _INTACT[folder] = seen
