@@ -62,6 +62,7 @@ def shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_resume_file_outside_the_root_or_not_a_resume_file_is_refused_and_kept(shared: Path) -> None:
     loaded = tiny_loaded(seed=6)
     images = folder_images(shared / "tree")
@@ -155,6 +156,7 @@ for path in sys.argv[1:]:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="peak memory is read from /proc")
 def test_hostile_result_files_are_refused_within_10_s_and_800_mb(tmp_path: Path) -> None:
     """The declared-3-GB file (three billion-byte void scalars), 3e9 (numpy's OverflowError), an array member that
@@ -266,6 +268,7 @@ for layer in json.loads(sys.argv[1]):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="peak memory is read from /proc")
 def test_channel_axes_refuses_a_bad_or_empty_layer_before_building_data(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 39: '../../etc' built the calibration data first and failed after 129 s and 2.0 GB; '' ran the first
@@ -300,13 +303,14 @@ def test_swaps_that_are_not_filter_swaps_are_refused_before_the_model_loads(monk
             rescore("demo:mobilenet_v2", swaps=swaps)
 
 
-@pytest.mark.parametrize("spec", ["cifar:resnet٥٦", "cifar:resnet５６", "timm:resnet１８", "demo:tiny_vgg٢"])
-def test_specs_with_digits_of_other_scripts_are_refused(spec: str, capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.slow
+def test_specs_with_digits_of_other_scripts_are_refused(capsys: pytest.CaptureFixture) -> None:
     """Python's int() reads Arabic-Indic and full-width digits: cifar:resnet٥٦ was accepted as resnet56."""
-    with pytest.raises(ModelSpecError, match="names are ASCII"):
-        fl_core.load_model(spec)
-    assert cli_main(["inspect", "--model", spec, "--quiet"]) == 2
-    assert "names are ASCII" in capsys.readouterr().err
+    for spec in ("cifar:resnet٥٦", "cifar:resnet５６", "timm:resnet１８", "demo:tiny_vgg٢"):
+        with pytest.raises(ModelSpecError, match="names are ASCII"):
+            fl_core.load_model(spec)
+        assert cli_main(["inspect", "--model", spec, "--quiet"]) == 2
+        assert "names are ASCII" in capsys.readouterr().err
     assert fl_core.load_model("cifar:resnet56").spec == "cifar:resnet56"
 
 
@@ -348,6 +352,7 @@ def test_an_empty_or_unknown_layer_is_refused_before_the_data_pass(monkeypatch: 
         fl_core.analyze_energy("demo:tiny_vgg", layer="nope")
 
 
+@pytest.mark.slow
 def test_a_greyscale_batch_is_taken_with_a_notice_as_its_rgb_copy(caplog: pytest.LogCaptureFixture) -> None:
     grey = torch.rand(3, 1, 40, 48, generator=torch.Generator().manual_seed(0))
     with caplog.at_level("WARNING"):
