@@ -1,6 +1,7 @@
 """Shared behaviour of analysis results: frozen dataclasses with ``to_dict()`` (JSON-safe), ``to_frame()``,
-``plot(kind)`` (a plotly figure drawn by the family's own figure function, plotly imported on first use), and
-``save(path)`` / ``load(path)`` (one file of JSON and numpy arrays, no pickle: :mod:`fl_core.io.resultfiles`)."""
+``to_csv()`` (the one CSV writer of every table export: :func:`csv_text`), ``plot(kind)`` (a plotly figure drawn by
+the family's own figure function, plotly imported on first use), and ``save(path)`` / ``load(path)`` (one file of JSON
+and numpy arrays, no pickle: :mod:`fl_core.io.resultfiles`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import dataclasses
 import importlib
 import json
 import math
+import numbers
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -61,6 +64,38 @@ def with_model_columns(frame: pd.DataFrame, label: str, spec: str, **columns: An
     return pd.concat([first, frame.drop(columns=list(first.columns), errors="ignore")], axis=1)
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""First characters that make a spreadsheet read a cell as a formula (OWASP, "CSV Injection")."""
+NUMBER_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+"""Text that is only a number (``-0.5``, ``+3e-4``): a spreadsheet reads it as that number, never as a formula."""
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A table cell as a spreadsheet shows it without running it: text (anything but a number) that starts with one
+    of :data:`FORMULA_STARTS` gets a leading single quote, as OWASP recommends (a state-dict key
+    ``=cmd|' -c calc'!A0.weight`` becomes ``'=cmd|' -c calc'!A0.weight``); numbers, missing values and text that is
+    only a number (a negative number stays a number) are returned as they are."""
+    if value is None or isinstance(value, numbers.Number | np.generic):
+        return value
+    text = str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) and not NUMBER_TEXT.fullmatch(text) else value
+
+
+def csv_text(frame: pd.DataFrame) -> str:
+    """``frame`` as CSV text (no index) with every header and text cell :func:`spreadsheet_safe`: the one writer of
+    every table export (:meth:`Result.to_csv`, the command line's ``--csv``, the dashboard's "⬇ CSV" downloads).
+    Numeric columns are written as they are. Rows end in CRLF (RFC 4180), so a cell holding a carriage return is
+    quoted (with LF endings Python's csv writer leaves it bare, and a spreadsheet would start a row, and a formula,
+    inside the cell)."""
+    safe = frame.copy()
+    safe.columns = [spreadsheet_safe(column) for column in frame.columns]
+    for i in range(safe.shape[1]):
+        column = safe.iloc[:, i]
+        if column.dtype.kind not in "biufcmM":
+            safe.isetitem(i, column.astype(object).map(spreadsheet_safe))
+    return safe.to_csv(index=False, lineterminator="\r\n")
+
+
 class Result:
     """Mixin for frozen dataclass results.
 
@@ -90,6 +125,17 @@ class Result:
         import pandas as pd
 
         return pd.json_normalize(self.to_dict())
+
+    def to_csv(self, path: str | Path | None = None) -> str:
+        """:meth:`to_frame` as CSV text a spreadsheet opens without running any cell (:func:`csv_text`); with
+        ``path``, also written there (where the path policy lets the library write, its folder created:
+        :func:`fl_core.io.paths.file_to_write`)."""
+        text = csv_text(self.to_frame())
+        if path is not None:
+            from fl_core.io.paths import file_to_write
+
+            file_to_write(path).write_bytes(text.encode())
+        return text
 
     def save(self, path: str | Path) -> Path:
         """Write the whole result, the arrays its figures draw included, to one file (JSON and ``.npy`` arrays in a

@@ -167,7 +167,7 @@ def settings_fields(cls: type) -> list[SettingField]:
     return fields
 
 
-DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")
+DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,3})?")
 """The device names FilterLens takes (``device=``, ``--device``, ``FL_DEVICE``)."""
 
 
@@ -303,6 +303,8 @@ def parse_scalar(kind: type, text: str) -> Any:
         raise ValueError("a NUL character is not allowed")
     if len(text) > MAX_TEXT_LENGTH:
         raise ValueError(f"not a value: longer than {MAX_TEXT_LENGTH:,} characters")
+    if kind in (int, float) and not text.isascii():  # int() and float() read other scripts' digits too: '٥٦' is 56
+        raise ValueError(f"not a number: {printable(text[:40])!r} (write numbers with the digits 0-9)")
     return kind(text.strip()) if kind in (int, float) else kind(text)
 
 

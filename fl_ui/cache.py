@@ -32,11 +32,11 @@ from fl_core.firstlayer.plots import MAPS_SHOWN
 from fl_core.firstlayer.whitening import ActivationMaps, WhiteningResult, WhiteningSettings, activation_maps
 from fl_core.io.images import BUNDLED_PHOTOS, ImageSet, is_bundled, open_images
 from fl_core.io.layers import find_layer
-from fl_core.io.models import LoadedModel, spec_file_stamp
+from fl_core.io.models import LoadedModel, ModelSpec, spec_file_stamp
 from fl_core.io.paths import check_readable
 from fl_ui import jobs, sessions
 from fl_ui.engine import Job, Lane, engine_started, heavy_engine
-from fl_ui.memory import ModelCache
+from fl_ui.memory import ModelCache, load_spec
 from fl_ui.uploads import upload_store
 
 WAIT_POLL_S = 0.25
@@ -269,9 +269,18 @@ def start_engine() -> None:
     threading.Thread(target=heavy_engine, name="filterlens-engine", daemon=True).start()
 
 
-MODELS = ModelCache()
+def load_verified(spec: str, overrides: tuple, stamp: str) -> LoadedModel:
+    """:func:`fl_ui.memory.load_spec`, an upload refused when its content is not its address
+    (:meth:`fl_ui.uploads.UploadStore.check_checkpoint`: a file changed on the server is never served)."""
+    loaded = load_spec(spec, overrides, stamp)
+    if path := ModelSpec.parse(spec).path:
+        upload_store().check_checkpoint(path, loaded.sha256)
+    return loaded
+
+
+MODELS = ModelCache(load=load_verified)
 """The app's loaded models by spec, overrides and file stamp (:class:`fl_ui.memory.ModelCache`: bounded in bytes,
-released when unused)."""
+released when unused), uploads verified as they load (:func:`load_verified`)."""
 
 
 def get_model(spec: str, overrides: tuple = ()) -> LoadedModel:
@@ -289,10 +298,12 @@ def _cached_images(source: str, limit: int | None) -> ImageSet:
 
 def get_images(source: str, limit: int | None = None) -> ImageSet:
     """An image source (bundled photos or a folder), listed once per server; a folder only where this session's path
-    policy lets it read (:func:`fl_core.io.paths.check_readable`, asked before the cache); an upload is described as
-    such, not by the server's folder (:meth:`fl_ui.uploads.UploadStore.shareable`)."""
+    policy lets it read (:func:`fl_core.io.paths.check_readable`, asked before the cache); an upload only while it is
+    what was stored (:meth:`fl_ui.uploads.UploadStore.check_images`), and described as such, not by the server's folder
+    (:meth:`fl_ui.uploads.UploadStore.shareable`)."""
     if not is_bundled(source):
         check_readable(source)
+        upload_store().check_images(source)
     return _cached_images(source, limit)
 
 

@@ -11,7 +11,8 @@ Layout of the folder (``FL_UPLOAD_DIR``)::
                              tree of PNGs, <class>/<image>.png
     .<random>.part           a write in progress, or a leftover of a killed process (no spec ever names one)
 
-and beside it ``<folder>.lock``, the lock writers hold while they make room and land an upload.
+and beside it ``<folder>.lock``, the lock writers hold while they make room and land an upload. A folder of images
+holds ``.contents.json`` too (:data:`CONTENTS`: the size and SHA-256 of each of its files, written when it was built).
 
 Rules:
 
@@ -31,6 +32,12 @@ Rules:
   disks, Docker volumes, NFSv4), so two uploads never both fit in the room one of them made; an entry's last use is
   read again just before it is evicted, so an upload another replica has just used stays. Everything else (reads,
   touches, the removal of leftovers, which tolerates the same entry going twice) needs no lock.
+* **Verified on reuse.** An upload is served again only while it is what was stored: a checkpoint whose size and
+  SHA-256 are the new upload's (its content address), a folder of images whose files are those its
+  :data:`CONTENTS` lists (size and SHA-256, no link, nothing added). One that does not match (changed on the server)
+  is replaced by the new upload; the app refuses a model loaded from the store by a link when its file's SHA-256 is
+  not its folder's name (:meth:`UploadStore.check_checkpoint`, :func:`fl_ui.cache.load_verified`), and a folder of
+  images by a link that is not intact (:meth:`UploadStore.check_images`, :func:`fl_ui.cache.get_images`).
 * **Age** (``FL_UPLOAD_MAX_AGE_HOURS``, default :data:`DEFAULT_MAX_AGE_HOURS`). Entries unused for longer are removed
   by the sweep, which runs on the first use of the store in each process (:func:`upload_store`), again every
   :data:`SWEEP_INTERVAL_SECONDS`, and before every new upload.
@@ -43,10 +50,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
+import logging
 import math
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -56,8 +66,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fl_core.errors import DataError
+from fl_core.io.checkpoints import file_sha256
 from fl_core.io.image_archives import save_labelled_set
 from fl_core.io.images import save_uploaded_images
+from fl_core.io.paths import PathPolicy, open_readable
 
 DEFAULT_QUOTA_MB = 4096
 DEFAULT_MAX_AGE_HOURS = 72
@@ -67,6 +79,7 @@ SWEEP_INTERVAL_SECONDS = 10 * 60
 TEMP_SUFFIX = ".part"
 LOCK_SUFFIX = ".lock"
 
+log = logging.getLogger(__name__)
 _ADDING = threading.Lock()  # POSIX record locks are per process: threads of one process take turns here first
 _LAST_SWEEP: dict[Path, float] = {}
 
@@ -85,6 +98,10 @@ IMAGES_DIGEST_CHARS = 16
 """Hex digits of the SHA-256 that name a folder of uploaded images (``images-<digest>``)."""
 UPLOADED_IMAGES = "uploaded images"
 """How a shared document names a folder of uploaded images (:meth:`UploadStore.shareable`)."""
+CONTENTS = ".contents.json"
+"""The list of a folder of uploaded images: each file's path in it → ``[size, sha256]`` (a dot-file: never an image)."""
+MAX_CONTENTS_BYTES = 16 << 20
+"""Size of a :data:`CONTENTS` read (about 100 bytes a file: 160,000 files)."""
 UPLOAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9._+()-]+")
 MAX_UPLOAD_NAME = 100
 
@@ -179,6 +196,59 @@ def _rename_folder_into_place(building: Path, folder: Path) -> None:
             raise
 
 
+def _holds(path: Path, size: int, sha256: str) -> bool:
+    """Whether ``path`` is a regular file (not a link) of ``size`` bytes whose SHA-256 is ``sha256``."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == size and file_sha256(path) == sha256
+
+
+def _tree(folder: Path) -> dict[str, os.stat_result]:
+    """Every entry under ``folder`` (links not followed) by its path in it, :data:`CONTENTS` left out."""
+    entries = {}
+    for parent, folders, files in os.walk(folder):
+        for name in (*folders, *files):
+            path = Path(parent) / name
+            entries[path.relative_to(folder).as_posix()] = os.lstat(path)
+    entries.pop(CONTENTS, None)
+    return entries
+
+
+def _write_contents(folder: Path) -> None:
+    """Record the size and SHA-256 of every file of a folder being built (:data:`CONTENTS`)."""
+    contents = {name: [entry.st_size, file_sha256(folder / name)] for name, entry in sorted(_tree(folder).items())
+                if stat.S_ISREG(entry.st_mode)}
+    (folder / CONTENTS).write_text(json.dumps(contents))
+
+
+_INTACT: dict[Path, tuple] = {}
+"""Folders of images found intact, with the stat of every entry then (a file changed since has a new ctime)."""
+
+
+def _intact(folder: Path) -> bool:
+    """Whether ``folder`` is a folder (not a link) holding exactly the files its :data:`CONTENTS` lists, each of its
+    size and SHA-256 (hashed again only when an entry's stat changed since it was last found intact)."""
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return False
+        tree = _tree(folder)
+        seen = tuple((name, e.st_ino, e.st_size, e.st_mtime_ns, e.st_ctime_ns) for name, e in sorted(tree.items()))
+        if _INTACT.get(folder) == seen:
+            return True
+        with open_readable(folder / CONTENTS, PathPolicy()) as handle:  # a regular file, whatever the policy
+            contents = json.loads(handle.read(MAX_CONTENTS_BYTES))
+        files = {name for name, entry in tree.items() if not stat.S_ISDIR(entry.st_mode)}
+        intact = isinstance(contents, dict) and files == set(contents) and all(
+            _holds(folder / name, *contents[name]) for name in files)
+    except (OSError, ValueError, TypeError, DataError):
+        return False
+    if intact:
+        _INTACT[folder] = seen
+    return intact
+
+
 @dataclass(frozen=True)
 class UploadStore:
     """The upload folder and its limits (see the module docstring for the rules).
@@ -260,15 +330,24 @@ class UploadStore:
         of their content; returns the file's path and whether this call created it. A new folder is built under a
         temp name and renamed into place.
 
+        A file already stored there is reused only when it holds these bytes (size and SHA-256); one that does not
+        (changed on the server) is replaced by them.
+
         Raises:
             DataError: the upload cannot fit the quota (nothing was written).
         """
-        folder = self.root / hashlib.sha256(data).hexdigest()[:CHECKPOINT_DIGEST_CHARS]
+        sha256 = hashlib.sha256(data).hexdigest()
+        folder = self.root / sha256[:CHECKPOINT_DIGEST_CHARS]
         path = folder / upload_name(name)
         with writers_lock(self.root):
-            if path.exists():
+            if _holds(path, len(data), sha256):
                 self.touch(path)
                 return path, False
+            if os.path.lexists(folder) and not stat.S_ISDIR(os.lstat(folder).st_mode):
+                _remove(folder)  # a file or a link where the folder should be: replaced
+            if os.path.lexists(path):  # changed on the server since it was stored: replaced by this upload
+                log.warning("upload %s does not match its content address: replaced by the new upload", path)
+                _remove(path)
             self.touch(folder)  # the same bytes under another name: in use, kept beside them
             self._make_room(len(data), name)
             if folder.is_dir():
@@ -291,6 +370,31 @@ class UploadStore:
         entry = self.entry(path)
         if entry != path and entry.is_dir() and not any(entry.iterdir()):
             _remove(entry)
+
+    def check_checkpoint(self, path: str | Path, sha256: str | None) -> None:
+        """Refuse a checkpoint of this store whose content (``sha256``, as loaded) is not its content address (the
+        name of its folder); any other path passes.
+
+        Raises:
+            DataError: the stored file was changed on the server after it was uploaded.
+        """
+        folder = Path(path).parent
+        if (self.holds(folder) and re.fullmatch(f"[0-9a-f]{{{CHECKPOINT_DIGEST_CHARS}}}", folder.name)
+                and not (sha256 or "").startswith(folder.name)):
+            raise DataError(f"The uploaded file {Path(path).name} was changed on the server after it was uploaded "
+                            "(its content is not what its address says): refused. Upload the file again.")
+
+    def check_images(self, path: str | Path) -> None:
+        """Refuse a folder of uploaded images of this store that is not intact (:func:`_intact`); any other path
+        passes.
+
+        Raises:
+            DataError: the folder was changed on the server after it was stored.
+        """
+        path = Path(path)
+        if self.holds(path) and path.name.startswith("images-") and not _intact(path):
+            raise DataError("These uploaded images were changed on the server after they were stored: refused. "
+                            "Upload them again.")
 
     def add_images(self, files: Sequence[tuple[str, bytes]]) -> Path:
         """Store uploaded images (``(name, bytes)`` pairs) as an ``images-<digest>`` folder of PNGs, built in a temp
@@ -315,11 +419,12 @@ class UploadStore:
     def _add_image_folder(self, files: Sequence[tuple[str, bytes]], kind: bytes, write: Callable[[Path], object]
                           ) -> Path:
         """An ``images-<digest>`` folder of uploaded images: the digest over ``kind`` and every file's bytes and name,
-        the folder written by ``write`` into a temp folder, then moved into place within the quota."""
+        the folder written by ``write`` into a temp folder with its :data:`CONTENTS`, then moved into place within the
+        quota; a folder already there is reused only while it is intact (:func:`_intact`), else replaced."""
         content = kind + b"".join(data + name.encode() for name, data in files)
         digest = hashlib.sha256(content).hexdigest()[:IMAGES_DIGEST_CHARS]
         folder = self.root / f"images-{digest}"
-        if folder.is_dir():
+        if _intact(folder):
             self.touch(folder)
             return folder
         label = f"{len(files)} images" if not kind else f"the labelled set of {len(files)} file(s)"
@@ -327,7 +432,11 @@ class UploadStore:
         building = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{folder.name}.", suffix=TEMP_SUFFIX))
         try:
             write(building)
+            _write_contents(building)
             with writers_lock(self.root):
+                if os.path.lexists(folder) and not _intact(folder):  # changed on the server: replaced by this upload
+                    log.warning("upload %s does not match what was stored: replaced by the new upload", folder)
+                    _remove(folder)
                 if not folder.is_dir():
                     self._make_room(_stored_size(building), label)
                     _rename_folder_into_place(building, folder)

@@ -19,6 +19,7 @@ from fl_core.backend import Progress
 from fl_core.errors import FilterLensError
 from fl_core.figures import figure_html, filter_zoom_figure
 from fl_core.io.models import LoadedModel
+from fl_core.results import csv_text
 from fl_ui.forms import setting_widget
 from fl_ui.messages import literal, show
 from fl_ui.state import set_url_param, url_setting, value_field
@@ -106,13 +107,14 @@ def slug(text: str) -> str:
 
 def downloads(name: str, *, figure: go.Figure | None = None, frame: pd.DataFrame | None = None,
               data: dict | None = None) -> None:
-    """Download buttons for a figure (HTML), a table (CSV) and a result (JSON), side by side.
+    """Download buttons for a figure (HTML), a table (CSV: :func:`fl_core.results.csv_text`, no cell a spreadsheet
+    runs) and a result (JSON), side by side.
 
     Each file is rendered only when its button is clicked (Streamlit's deferred ``data`` callable): a figure's HTML
     inlines plotly.js (~5 MB), and building it on every rerun of every session kept the shared server busy.
     """
     items = [(figure, "HTML figure", "html", "text/html", figure_html),
-             (frame, "CSV table", "csv", "text/csv", lambda f: f.to_csv(index=False)),
+             (frame, "CSV table", "csv", "text/csv", csv_text),
              (data, "JSON", "json", "application/json", lambda d: json.dumps(d, indent=2, allow_nan=False))]
     present = [item for item in items if item[0] is not None]
     columns = st.columns(len(present) or 1)

@@ -118,7 +118,7 @@ def test_dash_writes_json_or_csv_to_stdout_and_the_summary_to_stderr(tmp_path: P
     assert json.loads(piped.out) == json.loads((tmp_path / "file.json").read_text())
     assert piped.err.strip() == summary.strip() and summary.strip()
     assert run_cli(*command, "--csv", "-") == 0
-    assert capsys.readouterr().out == (tmp_path / "file.csv").read_text()
+    assert capsys.readouterr().out == (tmp_path / "file.csv").read_bytes().decode()
     assert not (tmp_path / "-").exists()
     with pytest.raises(SystemExit) as refused:
         run_cli(*command, "--json", "-", "--csv", "-")

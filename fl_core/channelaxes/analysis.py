@@ -54,7 +54,7 @@ from fl_core.channelaxes.pruning import PruningResult, prune_curves
 from fl_core.channelaxes.settings import ChannelOverrides, ChannelSettings
 from fl_core.channelaxes.site import ChannelSite, locate_site
 from fl_core.errors import AnalysisError
-from fl_core.io.layers import ConvLayer, find_layer
+from fl_core.io.layers import ConvLayer, check_layer, find_layer
 from fl_core.results import Result, jsonable, with_model_columns
 
 AXIS_SCORES = ("local", "target", "input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess")
@@ -398,6 +398,7 @@ def analyze_channels(model: ModelLike, data: ImagesLike | ChannelData | None = N
     settings = as_settings(ChannelSettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
     loaded = as_model(model)
+    check_layer(loaded, settings.layer)  # before the calibration data is built: a bad layer is refused at once
     data = as_channel_data(data, loaded, seed=settings.axes.seed)
     init = None if init is None else as_model(init, "init")
     conv = find_layer(loaded, settings.layer)

@@ -3,7 +3,8 @@
 Each command is a module of this package with ``add_arguments(parser)`` and ``run(args, progress) -> Result``: the
 command of each registered analysis family (:mod:`fl_core.families`), and the tools of :data:`TOOLS` (``app``). The
 modules import only settings at their top, so ``--help`` and a refused option answer without loading torch. The
-result's ``to_dict()`` goes to ``--json``, its ``to_frame()`` to ``--csv``, and a short summary to stdout. ``-`` as an
+result's ``to_dict()`` goes to ``--json``, its ``to_csv()`` (the table, no cell a spreadsheet runs) to ``--csv``, and a
+short summary to stdout; an output path is checked under the path policy before the analysis runs. ``-`` as an
 output path (``--json -``, ``--csv -``, ``--html -``) means the standard output; the summary then goes to stderr, so
 the output can be piped. Errors print one line and exit with status 2 (malformed options, refused inputs, unwritable
 outputs, running out of memory); an unexpected error prints one line too and exits with status 1 (``FL_TRACEBACK=1``
@@ -29,6 +30,7 @@ from typing import Any, NoReturn, TextIO
 from fl_core import __version__, allocator
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.families import FAMILIES
+from fl_core.io.paths import check_writable, file_to_write
 from fl_core.io.preprocessing import InputConfig, Overrides
 from fl_core.io.sources import ImageSource
 from fl_core.settings import SettingField, add_settings_arguments, device_name, option_type, settings_fields
@@ -162,7 +164,7 @@ def write_output(path: Path, text: str, stdout: TextIO) -> str:
         stdout.write(text)
         stdout.flush()
         return "the standard output"
-    path.write_text(text, encoding="utf-8")
+    file_to_write(path).write_bytes(text.encode())
     return str(path)
 
 
@@ -184,12 +186,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--{name} {path} is a folder: give the path of a file to write")
     args.stdout = sys.stdout  # where '-' writes; while the analysis runs, its summary goes to stderr instead
     try:
+        for name in FILE_OUTPUTS:  # before the analysis runs: an output it may not write is refused at once
+            if (path := getattr(args, name, None)) is not None and path != STDOUT:
+                check_writable(path)
         with contextlib.redirect_stdout(sys.stderr) if piped else contextlib.nullcontext():
             result = args.run(args, False if args.quiet else None)  # None: a bar where a person watches
         if args.json:
             write_output(args.json, json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n", args.stdout)
         if args.csv:
-            write_output(args.csv, result.to_frame().to_csv(index=False), args.stdout)
+            write_output(args.csv, result.to_csv(), args.stdout)
     except Exception as err:  # every error is one line; the traceback only on request
         return report_error(err)
     return 0

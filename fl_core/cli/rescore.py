@@ -60,14 +60,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, progress):
     from fl_core.io.images import open_images
     from fl_core.masterkeys.distributed import distributed_session, rank_device
-    from fl_core.masterkeys.rescore import rescore
+    from fl_core.masterkeys.rescore import check_resume, rescore
 
     with distributed_session() as (rank, _world):
         if rank != 0:  # one report and one set of files, from rank 0
             progress, args.json, args.csv = None, None, None
+        if args.resume:  # cheap checks first: the resume file and the images before the model loads
+            check_resume(args.resume)
+        images = open_images(args.images, args.max_images)
         loaded = single_model(args)
         device = rank_device(args.device)
-        images = open_images(args.images, args.max_images)
         if args.sweep:
             return _sweep(loaded, images, args, device, progress)
         settings = settings_from_args(RescoreSettings, args, replacements=_replacements(loaded, args),

@@ -31,7 +31,7 @@ from fl_core.errors import AnalysisError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
 from fl_core.firstlayer.settings import EnergyOverrides, EnergySettings
 from fl_core.io.images import ImageSet, iter_input_batches, iter_scaled_inputs
-from fl_core.io.layers import ConvLayer, find_layer, iter_layer_inputs, layer_weight
+from fl_core.io.layers import ConvLayer, check_layer, iter_layer_inputs, layer_weight
 from fl_core.io.models import LoadedModel
 from fl_core.results import Result
 
@@ -470,10 +470,10 @@ def analyze_energy(models: ModelLike | Sequence[ModelLike], data: ImagesLike | N
     """
     settings = as_settings(EnergySettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
+    images = as_images(data)  # a missing folder is refused before any model loads
     models = as_models(models)
-    images = as_images(data)
+    layers = [check_layer(loaded, settings.layer) for loaded in models]
     inits = {spec: as_model(init, f"inits[{spec!r}]") for spec, init in (inits or {}).items()}
-    layers = [find_layer(loaded, settings.layer) for loaded in models]
     for loaded, lay in zip(models, layers):
         check_energy_budget(loaded, lay, settings.seeds)
     pcas: dict[str, PatchPCA] = {}

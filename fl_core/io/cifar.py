@@ -33,7 +33,7 @@ CIFAR_BLOCKS = {"resnet20": 3, "resnet32": 5, "resnet44": 7, "resnet56": 9, "res
 """Blocks per stage of the paper's architectures (depth = 6 × blocks + 2); any ``resnet{6n+2}`` up to n = 200 is
 accepted."""
 MAX_BLOCKS = 200
-NAME = re.compile(r"resnet(\d{2,4})")
+NAME = re.compile(r"resnet([0-9]{2,4})")
 STAGE_WIDTHS = (16, 32, 64)
 CIFAR_INPUT_SIZE = 32
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")

@@ -5,7 +5,8 @@ or 0-255 (``uint8``), rounded to 8 bits like a decoded photo (:func:`as_pixels`)
 the model exactly as a photo read from a file (:mod:`fl_core.io.images`: resize, crop, the model's normalization).
 Normalized values are refused, as are images over the decoding limits.
 
-* a tensor batch ``(N, 3, H, W)`` (:func:`tensor_images`), unlabelled;
+* a tensor batch ``(N, 3, H, W)`` (:func:`tensor_images`), unlabelled; a greyscale ``(N, 1, H, W)`` batch is taken
+  with a notice (its one channel repeated as R, G and B, as a greyscale photo is read);
 * a map-style ``torch.utils.data.Dataset`` of images (PIL, tensors, arrays) or ``(image, label)`` pairs, read image by
   image (:class:`DatasetImages`); ``TensorDataset(images, labels)`` is the labelled tensor batch;
 * a ``DataLoader`` of such batches, held in memory within the analysis budget (:func:`loader_images`).
@@ -18,6 +19,7 @@ sets do), mapped like an ImageFolder tree's.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,6 +31,9 @@ from fl_core.budgets import analysis_budget
 from fl_core.errors import DataError
 from fl_core.io.images import ImageSet, check_image_size
 
+log = logging.getLogger(__name__)
+GREYSCALE_NOTE = "greyscale: its one channel repeated as R, G and B"
+"""What a greyscale batch's description (and the warning logged when it is taken) says."""
 PIXEL_VALUES = ("RGB values in [0, 1] (floats, as torchvision's ToTensor() gives them) or uint8 0-255, before "
                 "normalization (leave Normalize out: the model's own normalization is applied)")
 
@@ -81,7 +86,9 @@ def tensor_images(batch: torch.Tensor, labels: torch.Tensor | Sequence[int] | No
                   classes: Sequence[str] | None = None, description: str | None = None) -> ImageSet:
     """A tensor batch ``(N, 3, H, W)`` of values before normalization (:func:`as_pixels`, held as 8 bits) as an
     image set; ``labels`` (one integer per image) index ``classes`` (default: the model's outputs). The default
-    description names the batch's SHA-256, so a re-score's resume file never mistakes one batch for another."""
+    description names the batch's SHA-256, so a re-score's resume file never mistakes one batch for another. A
+    greyscale batch ``(N, 1, H, W)`` is taken with a notice (a logged warning, and :data:`GREYSCALE_NOTE` in the
+    description): its one channel is repeated as R, G and B."""
     if not isinstance(batch, torch.Tensor) or batch.ndim != 4 or batch.shape[1] not in (1, 3):
         shape = tuple(batch.shape) if isinstance(batch, torch.Tensor) else type(batch).__name__
         raise DataError(f"A tensor batch must have shape (N, 3, H, W), not {shape}.")
@@ -94,8 +101,12 @@ def tensor_images(batch: torch.Tensor, labels: torch.Tensor | Sequence[int] | No
              for i, label in enumerate(label_list)]
     classes = tuple(classes) if classes is not None else () if labels is None else _integer_classes(label_list)
     digest = hashlib.sha256(pixels.numpy().tobytes()).hexdigest()[:12]
+    grey = f"; {GREYSCALE_NOTE}" if batch.shape[1] == 1 else ""
+    if grey:
+        log.warning("the tensor batch of shape %s is greyscale: its one channel is repeated as R, G and B",
+                    tuple(batch.shape))
     return ImageSet(items, classes, description or f"{len(batch)} {batch.shape[-2]}×{batch.shape[-1]} images of a "
-                    f"tensor batch (sha256 {digest})", labelled=labels is not None)
+                    f"tensor batch (sha256 {digest}{grey})", labelled=labels is not None)
 
 
 class DatasetImages(ImageSet):

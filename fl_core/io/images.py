@@ -24,6 +24,7 @@ ratio, and for JPEGs pixels × scans, :func:`jpeg_scans`), and its size at the m
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import re
@@ -44,7 +45,7 @@ from torchvision.transforms import v2 as T
 from fl_core.budgets import check_decoding
 from fl_core.errors import DataError
 from fl_core.io import ASSETS_DIR
-from fl_core.io.paths import check_readable, path_policy
+from fl_core.io.paths import PathPolicy, check_readable, open_readable, path_policy
 from fl_core.io.preprocessing import InputConfig
 from fl_core.io.sources import BUNDLED as BUNDLED  # re-exported: the public name
 from fl_core.io.sources import ImageSource, is_bundled
@@ -123,7 +124,8 @@ def _bundled_array(name: str) -> np.ndarray:
     return np.asarray(decode_rgb(photo.path, photo.name))
 
 
-def decode_rgb(source: str | Path | io.BytesIO, name: str | None = None) -> Image.Image:
+def decode_rgb(source: str | Path | io.BytesIO, name: str | None = None, policy: PathPolicy | None = None
+               ) -> Image.Image:
     """Decode an image as RGB, refusing from its header, before decoding, an image over :data:`MAX_IMAGE_PIXELS`
     (a small, highly compressed file cannot unpack to gigabytes) or more elongated than :data:`MAX_ASPECT_RATIO`.
 
@@ -131,18 +133,27 @@ def decode_rgb(source: str | Path | io.BytesIO, name: str | None = None) -> Imag
     warns between its limit and twice it and raises its own error above, so with it on a user would see two rules
     and Pillow's message. Every untrusted image goes through this function, so one rule and one message remain.
 
+    A path is opened under ``policy`` (default: the one in force), checked on the file actually opened
+    (:func:`fl_core.io.paths.open_readable`): a symlink swapped in after its folder was listed is not followed out of
+    the shared folders, and a FIFO or a device is refused without reading it.
+
     Raises:
         DataError: naming the image (``name``, else the path) and saying what to do.
     """
     label = printable(name or (str(source) if isinstance(source, str | Path) else "the image"))
     try:
-        with Image.open(source) as handle:
+        with _opened(source, policy) as file, Image.open(file) as handle:
             check_image_size(handle.width, handle.height, label)
             if handle.format == "JPEG":
                 check_decoding(handle.width, handle.height, jpeg_scans(_file_bytes(handle)), label)
             return handle.convert("RGB")
     except (OSError, ValueError, SyntaxError) as err:  # UnidentifiedImageError is an OSError
         raise DataError(f"{label} is not a readable image ({err}). Remove or replace the file.") from err
+
+
+def _opened(source: str | Path | io.BytesIO, policy: PathPolicy | None) -> contextlib.AbstractContextManager:
+    """A path opened under ``policy`` (:func:`fl_core.io.paths.open_readable`); a file object as it is."""
+    return open_readable(source, policy) if isinstance(source, str | Path) else contextlib.nullcontext(source)
 
 
 _MARKER = re.compile(rb"\xff+([^\x00\xff])")
@@ -196,15 +207,21 @@ def check_image_size(width: int, height: int, label: str) -> None:
 class ImageSet(Dataset):
     """An indexable set of RGB images with integer labels (``-1`` when unlabelled).
 
-    ``dataset[i]`` returns ``(PIL.Image, label)``; wrap it with :class:`TransformedImages` for tensors.
+    ``dataset[i]`` returns ``(PIL.Image, label)``; wrap it with :class:`TransformedImages` for tensors. Image files are
+    opened under ``policy``, the path policy in force when the set was listed (kept with the set, so the decoding
+    threads, processes and workers that read it later check the same folders).
     """
 
+    policy: PathPolicy | None = None
+
     def __init__(self, items: Sequence[tuple[str | Callable[[], Image.Image], int, str]],
-                 classes: Sequence[str] = (), description: str = "", labelled: bool | None = None) -> None:
+                 classes: Sequence[str] = (), description: str = "", labelled: bool | None = None,
+                 policy: PathPolicy | None = None) -> None:
         self._items = list(items)
         self.classes = tuple(classes)
         self.description = description
         self._labelled = bool(self.classes) if labelled is None else labelled
+        self.policy = policy
 
     def __len__(self) -> int:
         return len(self._items)
@@ -225,14 +242,14 @@ class ImageSet(Dataset):
     def image(self, index: int) -> Image.Image:
         """The image as RGB; unreadable files raise :class:`DataError` naming the file."""
         source, _, name = self._items[index]
-        return source() if callable(source) else decode_rgb(source, name)
+        return source() if callable(source) else decode_rgb(source, name, self.policy)
 
     def __getitem__(self, index: int) -> tuple[Image.Image, int]:
         return self.image(index), self._items[index][1]
 
     def subset(self, indices: Sequence[int]) -> ImageSet:
         """The images at ``indices`` (same classes)."""
-        return ImageSet([self._items[i] for i in indices], self.classes, self.description, self.labelled)
+        return ImageSet([self._items[i] for i in indices], self.classes, self.description, self.labelled, self.policy)
 
 
 class TransformedImages(Dataset):
@@ -315,7 +332,7 @@ def folder_images(root: str | Path, limit: int | None = None) -> ImageSet:
     if limit is not None:
         items = _spread(items, limit)
     kind = f"ImageFolder tree, {len(classes)} classes" if classes else "folder"
-    return ImageSet(items, classes=[printable(c) for c in classes],
+    return ImageSet(items, classes=[printable(c) for c in classes], policy=path_policy(),
                     description=printable(f"{len(items)} images from {root} ({kind})"))
 
 

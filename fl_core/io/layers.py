@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from fl_core.errors import AnalysisError
+from fl_core.errors import AnalysisError, ArgumentError
 
 if TYPE_CHECKING:
     from fl_core.io.models import LoadedModel
@@ -202,6 +202,20 @@ def find_layer(loaded: LoadedModel, name: str | None) -> ConvLayer:
             return lay
     raise AnalysisError(f"{loaded.label} has no convolution '{name}'. Convolutions: "
                         f"{', '.join(lay.name for lay in layers[:12])}{' …' if len(layers) > 12 else ''}")
+
+
+def check_layer(loaded: LoadedModel, name: str | None) -> ConvLayer:
+    """The convolution ``name`` names (``None``: the first), refused at once when ``name`` is empty or names none: the
+    cheap check an analysis of one layer makes as soon as its model is loaded, before any data or forward pass.
+
+    Raises:
+        ArgumentError: an empty or blank name.
+        AnalysisError: no convolution of that name (:func:`find_layer`, listing the convolutions).
+    """
+    if name is not None and not name.strip():
+        raise ArgumentError(f"layer is empty: give the name of a convolution of {loaded.label} (python -m fl_core "
+                            "inspect lists them), or leave it out for the first convolution.")
+    return find_layer(loaded, name)
 
 
 def layer_weight(loaded: LoadedModel, layer: ConvLayer) -> torch.Tensor:

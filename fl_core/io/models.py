@@ -73,9 +73,12 @@ class ModelSpec:
                                  "demo:NAME.")
         if source in FILE_SOURCES:
             return cls(source, name=Path(rest).name, path=rest)
+        name, eq, path = (rest, "", "") if source == "demo" else rest.partition("=")
+        if not name.isascii():  # int() reads other scripts' digits: cifar:resnet٥٦ would be resnet56
+            raise ModelSpecError(f"'{printable(spec[:80])}': architecture and demo names are ASCII (letters, the "
+                                 "digits 0-9, '_', '-', '.'); give the name as the registry spells it.")
         if source == "demo":
             return cls(source, name=rest)
-        name, eq, path = rest.partition("=")
         if eq:
             if not path:
                 raise ModelSpecError(f"'{spec}': nothing after '='. Give the path of the state-dict file.")

@@ -10,7 +10,12 @@ In the JSON a value that plain JSON cannot hold is an object with a ``"$type"`` 
 * ``frame`` — a pandas DataFrame: ``columns``, ``index`` (``null``: 0..n-1) and one value per column;
 * ``tuple``, ``dict`` (keys that are not strings), ``float`` (NaN, ±inf), ``scalar`` (a numpy scalar), ``path``.
 
-Every member is bounded before it is read (:data:`MAX_MEMBERS`, :data:`MAX_JSON_BYTES`, :data:`MAX_ARRAY_BYTES`).
+Every declared size is bounded before anything is allocated: the members (:data:`MAX_MEMBERS`, :data:`MAX_JSON_BYTES`,
+:data:`MAX_ARRAY_BYTES`), each array's header against its member (shape × item size must be what the member holds), and
+each scalar's type (numbers, booleans, dates and text only: a ``V8`` "scalar" of 10⁹ would ask numpy for a gigabyte).
+The file is opened under the path policy, checked on the file actually opened, and only a regular file is read
+(:func:`fl_core.io.paths.open_readable`); only a :class:`~fl_core.results.Result` comes back. Everything refused raises
+:class:`~fl_core.errors.DataError`.
 """
 
 from __future__ import annotations
@@ -29,17 +34,23 @@ import pandas as pd
 import torch
 
 from fl_core.errors import ArgumentError, DataError
-from fl_core.io.paths import check_readable
+from fl_core.io.paths import file_to_write, open_readable
+from fl_core.results import Result
 
 FORMAT = "filterlens-result"
 VERSION = 1
 JSON_MEMBER = "result.json"
 MAX_MEMBERS = 100_000
 """Arrays in one file."""
-MAX_JSON_BYTES = 256 << 20
-"""Size of the JSON member once decompressed."""
-MAX_ARRAY_BYTES = 4 << 30
-"""Size of all arrays together once decompressed."""
+MAX_JSON_BYTES = 64 << 20
+"""Size of the JSON member once decompressed (parsed, its Python objects take several times as much)."""
+MAX_ARRAY_BYTES = 1 << 30
+"""Size of all arrays together once decompressed, as their members and their headers declare it."""
+SCALAR_KINDS = "biufcmMUS"
+"""numpy scalar kinds a file may hold: booleans, integers, floats, complex numbers, times, text (never ``V``oid or
+``O``bject types, whose size or contents the file would choose; text scalars are as long as their JSON string)."""
+MAX_SCALAR_BYTES = 32
+"""Item size of a number or time scalar (complex256 is the widest)."""
 _TORCH_ONLY = {torch.bfloat16: torch.float32}
 """Tensor types numpy cannot hold, saved as the type beside them and cast back on loading."""
 
@@ -102,6 +113,7 @@ class _Reader:
 
     def __init__(self, archive: zipfile.ZipFile, name: str) -> None:
         self.archive, self.name = archive, name
+        self.array_bytes = 0
 
     def decode(self, value: Any) -> Any:
         if isinstance(value, list):
@@ -118,14 +130,21 @@ class _Reader:
         return decode(value)
 
     def _array(self, value: dict) -> np.ndarray:
-        """The ``.npy`` member, its header's size checked against the member's before the array is allocated."""
+        """The ``.npy`` member, its header's shape × item size checked against the member's size (and the declared
+        total of every array against :data:`MAX_ARRAY_BYTES`) before the array is allocated."""
         info = self.archive.getinfo(value["file"])
         with self.archive.open(info) as handle:
             read_header = (np.lib.format.read_array_header_1_0 if np.lib.format.read_magic(handle) == (1, 0)
                            else np.lib.format.read_array_header_2_0)
             shape, _, dtype = read_header(handle)
-            if math.prod(shape) * dtype.itemsize > info.file_size:
-                raise DataError(f"{self.name}: {info.filename} claims more values than it holds.")
+            size = math.prod(shape) * dtype.itemsize
+            if dtype.hasobject or size != info.file_size - handle.tell():
+                raise DataError(f"{self.name}: {info.filename} claims {size:,} bytes of values, but its member holds "
+                                f"{info.file_size - handle.tell():,}: refused before reading it.")
+        self.array_bytes += size
+        if self.array_bytes > MAX_ARRAY_BYTES:
+            raise DataError(f"{self.name}'s arrays declare over {MAX_ARRAY_BYTES:,} bytes: refused before reading "
+                            "them.")
         with self.archive.open(info) as handle:
             return np.lib.format.read_array(handle, allow_pickle=False)
 
@@ -161,7 +180,13 @@ class _Reader:
         return float(value["value"])
 
     def _scalar(self, value: dict) -> np.generic:
-        return np.dtype(value["dtype"]).type(self.decode(value["value"]))
+        """A numpy scalar of a :data:`SCALAR_KINDS` type from its JSON value (a number, a boolean or text)."""
+        dtype, item = np.dtype(value["dtype"]), self.decode(value["value"])
+        if (dtype.kind not in SCALAR_KINDS or (dtype.kind not in "US" and dtype.itemsize > MAX_SCALAR_BYTES)
+                or not isinstance(item, bool | int | float | str)):
+            raise DataError(f"{self.name} holds a scalar of type {str(value['dtype'])[:40]!r}: refused (a result's "
+                            "scalars are numbers, booleans, times or text).")
+        return dtype.type(item)
 
     def _path(self, value: dict) -> Path:
         return Path(value["value"])
@@ -190,10 +215,11 @@ def result_class(name: str, source: str) -> type:
 
 def save_result(result: Any, path: str | Path) -> Path:
     """Write ``result`` (any FilterLens result) to ``path`` as one zip file of JSON and ``.npy`` arrays (module
-    docstring); returns the path."""
-    if not (dataclasses.is_dataclass(result) and not isinstance(result, type)):
+    docstring), where the path policy lets the library write, its folder created
+    (:func:`fl_core.io.paths.file_to_write`); returns the path."""
+    if not isinstance(result, Result) or not dataclasses.is_dataclass(result):
         raise ArgumentError(f"save_result saves a FilterLens result, not a {type(result).__name__}.")
-    path = Path(path)
+    path = file_to_write(path)
     writer = _Writer()
     tree = writer.encode(result)
     header = {"format": FORMAT, "version": VERSION, "class": tree["class"], "result": tree}
@@ -218,10 +244,9 @@ def load_result(path: str | Path, cls: type | None = None) -> Any:
         DataError: the file is not a FilterLens result, too large, of another class than ``cls``, or outside the
             folders users may read.
     """
-    path = check_readable(path)
     name = str(path)
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_readable(path) as file, zipfile.ZipFile(file) as archive:
             check_members(archive, name)
             header = json.loads(archive.read(JSON_MEMBER))
             if not isinstance(header, dict) or header.get("format") != FORMAT:
@@ -229,13 +254,19 @@ def load_result(path: str | Path, cls: type | None = None) -> Any:
             if header.get("version") != VERSION:
                 raise DataError(f"{name} is a FilterLens result of format version {header.get('version')!r}; this "
                                 f"FilterLens reads version {VERSION}.")
-            if cls is not None and not issubclass(result_class(header.get("class", ""), name), cls):
-                raise DataError(f"{name} holds a {header.get('class')}, not a {cls.__name__}: load it with "
+            tree = header.get("result")
+            found = result_class(tree.get("class"), name) if isinstance(tree, dict) and tree.get(
+                "$type") == "dataclass" else None
+            if found is None or not issubclass(found, Result):
+                raise DataError(f"{name} holds {'a ' + found.__name__ if found else 'a value'}, not a FilterLens "
+                                "result: refused (load_result reads what result.save(path) wrote).")
+            if cls is not None and not issubclass(found, cls):
+                raise DataError(f"{name} holds a {tree['class']}, not a {cls.__name__}: load it with "
                                 "fl_core.load_result(path).")
-            return _Reader(archive, name).decode(header["result"])
+            return _Reader(archive, name).decode(tree)
     except FileNotFoundError as err:
         raise ArgumentError(f"No file at {name}: give the path a result was saved to with result.save(path).") from err
-    except (zipfile.BadZipFile, KeyError, ValueError, TypeError, RecursionError) as err:
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError, TypeError, OverflowError, RecursionError) as err:
         raise DataError(f"{name} is not a readable FilterLens result file ({err}).") from err
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, sub_progress
 from fl_core.errors import DataError
 from fl_core.io.images import BUNDLED
+from fl_core.io.paths import check_writable
 from fl_core.lab.runs import Run, list_runs, load_run, train_run
 from fl_core.lab.suites import SUITES, SuiteRun
 from fl_core.settings import replace_settings
@@ -44,7 +45,7 @@ def run_suite(runs: Sequence[SuiteRun], root: str | Path, *, device: DeviceLike 
     ``save_checkpoints``: write full checkpoints for every run (True), none (False), or only for the ``demo`` runs
     (``None``: what ships in ``fl_core/assets/runs``).
     """
-    root, progress = Path(root), progress_callback(progress)
+    root, progress = check_writable(root), progress_callback(progress)
     done: list[Run] = []
     for i, item in enumerate(runs):
         step = sub_progress(progress, i / len(runs), (i + 1) / len(runs))

@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import re
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from fl_core.io.crops import CropData
 from fl_core.io.layers import find_layer
 from fl_core.io.models import LoadedModel, build_within_budget
 from fl_core.io.nets import build_net
+from fl_core.io.paths import check_readable, check_writable, runs_root
 from fl_core.io.preprocessing import InputConfig
 from fl_core.lab.settings import RunSettings
 from fl_core.lab.train import TrainHistory, train_classifier
@@ -64,7 +64,7 @@ CROP_BYTES = 3 * 32 * 32
 
 def user_runs_dir() -> Path:
     """Where runs launched from the command line go: ``FL_RUNS_DIR`` (default: a temp folder)."""
-    root = Path(os.environ.get("FL_RUNS_DIR", Path(tempfile.gettempdir()) / "filterlens-runs"))
+    root = runs_root()
     root.mkdir(parents=True, exist_ok=True)
     return root
 
@@ -327,8 +327,12 @@ def train_run(config: RunSettings, out: str | Path | None = None, *, name: str |
     Raises:
         AnalysisError, ModelSpecError: the run is over a budget (:func:`check_run_budget`), before anything is
             allocated.
+        DataError: ``out`` is outside the folders the library may write (:func:`fl_core.io.paths.check_writable`),
+            checked before training.
     """
     started = time.perf_counter()
+    if out is not None:
+        check_writable(out)
     check_run_budget(config)
     device, progress = resolve_device(device), progress_callback(progress)
     report(progress, 0.0, "cutting crops and computing the patch PCA")
@@ -388,8 +392,9 @@ def _pca_from(tensors: dict[str, torch.Tensor], prefix: str) -> PatchPCA | None:
 
 
 def save_run(run: Run, folder: str | Path, states: tuple[dict, dict] | None = None) -> Run:
-    """Write ``run`` (and optionally its ``(init, final)`` state dicts) as a run folder; returns it with ``path``."""
-    folder = Path(folder)
+    """Write ``run`` (and optionally its ``(init, final)`` state dicts) as a run folder; returns it with ``path``
+    (where the path policy lets the library write: :func:`fl_core.io.paths.check_writable`)."""
+    folder = check_writable(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save_state_dict({_step_key(s): torch.from_numpy(w) for s, w in run.snapshots.items()},
                     folder / "first_layer.safetensors")
@@ -410,9 +415,10 @@ def load_run(folder: str | Path) -> Run:
     """Read a run folder written by :func:`save_run` (checkpoints are left on disk; see :meth:`Run.checkpoint`).
 
     Args:
-        folder: the run's folder (``run.json`` and its first-layer snapshots).
+        folder: the run's folder (``run.json`` and its first-layer snapshots), read under the path policy
+            (:func:`fl_core.io.paths.check_readable`).
     """
-    folder = Path(folder)
+    folder = check_readable(folder)
     try:
         document = json.loads((folder / "run.json").read_text())
         if document.get("format") != RUN_FORMAT:
@@ -433,8 +439,8 @@ def load_run(folder: str | Path) -> Run:
 
 
 def list_runs(root: str | Path) -> list[Path]:
-    """Run folders directly under ``root`` (sorted by name)."""
-    root = Path(root)
+    """Run folders directly under ``root`` (sorted by name; ``root`` read under the path policy)."""
+    root = check_readable(root)
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if (p / "run.json").is_file())

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import pandas as pd
 
-from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings
+from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_settings
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, resolve_device
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.recovery import RecoveryInfo
@@ -122,6 +122,7 @@ def sweep_layers(model: ModelLike, data: ImagesLike | None = None, settings: Lay
     """
     settings = as_settings(LayerSweepSettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
+    images = as_images(data)  # a missing folder is refused before the model loads
     loaded = as_model(model)
     bank = depthwise_bank(loaded)
     chosen = bank.chosen(settings.layers, settings.stages)
@@ -129,7 +130,7 @@ def sweep_layers(model: ModelLike, data: ImagesLike | None = None, settings: Lay
         swap_filters(bank, settings.replacement, layers=[layer.name], k=settings.k, seed=settings.seed, device=device),
         swap_filters(bank, ZERO, layers=[layer.name]))]
     scoring = {f.name: getattr(settings, f.name) for f in dataclasses.fields(ScoringSettings)}
-    result = rescore(loaded, data, RescoreSettings(**scoring), swaps=swaps, device=device, progress=progress)
+    result = rescore(loaded, images, RescoreSettings(**scoring), swaps=swaps, device=device, progress=progress)
     rows = []
     for i, layer in enumerate(chosen):
         swapped, zeroed = result.swaps[2 * i], result.swaps[2 * i + 1]

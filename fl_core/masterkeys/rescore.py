@@ -19,7 +19,9 @@
 * Per variant: top-1, top-5, mean cross-entropy (labelled images), the top-1 agreement with the original and the
   mean KL(p_original ‖ p_variant) in nats (all images).
 * Resumable: with ``resume=PATH`` the running sums are saved after every batch and a rerun with the same model,
-  images and variants continues where it stopped (a finished run returns at once).
+  images and variants continues where it stopped (a finished run returns at once). The path is written under the path
+  policy (:func:`fl_core.io.paths.check_writable`); a file there that is not a resume file, or the resume file of
+  other inputs (another fingerprint), is refused before the model loads or scores, and left as it is.
 * Distributed (:mod:`fl_core.masterkeys.distributed`): under ``torchrun`` (``WORLD_SIZE`` > 1) each rank scores a
   contiguous shard and the integer counts and float64 sums are all-reduced, so every rank returns the numbers of one
   process.
@@ -57,10 +59,11 @@ from fl_core.backend import (
     statistics_dtype,
     sub_progress,
 )
-from fl_core.errors import AnalysisError, ArgumentError
+from fl_core.errors import AnalysisError, ArgumentError, DataError, value_text
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.images import ImageSet, TransformedImages, input_transform, threaded_batches
 from fl_core.io.models import LoadedModel
+from fl_core.io.paths import check_writable, open_readable
 from fl_core.masterkeys.batchnorm import fold_batchnorm, folded_patch
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.distributed import all_reduce_sums, distributed_rank, rank_device, shard_range
@@ -74,6 +77,8 @@ log = logging.getLogger(__name__)
 
 ORIGINAL = "original"
 TALLY_COLUMNS = ("images", "labelled", "loss", "top1", "top5", "agreement", "kl")
+MAX_RESUME_BYTES = 16 << 20
+"""Size of a resume file (its sums: 7 numbers per variant)."""
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -214,20 +219,56 @@ def _resume_file(resume: Path, rank: int, world: int) -> Path:
     return resume if world == 1 else resume.with_name(f"{resume.stem}.rank{rank}of{world}{resume.suffix}")
 
 
-def _load_resume(path: Path | None, fingerprint: str, variants: int) -> tuple[int, np.ndarray]:
-    """(images already done, sums) from a matching resume file, else (0, zeros)."""
-    empty = (0, np.zeros((variants, len(TALLY_COLUMNS))))
-    if path is None or not path.is_file():
-        return empty
+def check_resume(path: str | Path) -> Path:
+    """``path``, where the path policy lets the library write it and, if a file is there, one this module wrote
+    (:func:`read_resume`): checked before anything is scored, so no other file is ever overwritten.
+
+    Raises:
+        DataError: outside the folders the library may write, or a file there that is not a resume file.
+    """
+    path = check_writable(path)
+    if path.exists():
+        read_resume(path)
+    return path
+
+
+def read_resume(path: Path) -> dict:
+    """The state saved in the resume file ``path`` (``fingerprint``, ``done``, ``columns``, ``sums``).
+
+    Raises:
+        DataError: not a resume file (another file, too large, or not a regular file).
+    """
+    refused = (f"{path} is not a FilterLens re-score resume file: refused, and left as it is. Give the path of a new "
+               "file, or of one a re-score wrote.")
     try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
-        log.warning("ignoring unreadable resume file %s", path)
+        with open_readable(path) as handle:
+            state = json.loads(handle.read(MAX_RESUME_BYTES + 1))
+    except (OSError, ValueError) as err:
+        raise DataError(refused) from err
+    if not (isinstance(state, dict) and set(state) == {"fingerprint", "done", "columns", "sums"}
+            and state["columns"] == list(TALLY_COLUMNS) and isinstance(state["fingerprint"], str)
+            and isinstance(state["done"], int) and isinstance(state["sums"], list)):
+        raise DataError(refused)
+    return state
+
+
+def _load_resume(path: Path | None, fingerprint: str, variants: int) -> tuple[int, np.ndarray]:
+    """(images already done, sums) from the resume file of these inputs, else (0, zeros) when there is none yet.
+
+    Raises:
+        DataError: the file is not a resume file, or one of other inputs (left as it is).
+    """
+    empty = (0, np.zeros((variants, len(TALLY_COLUMNS))))
+    if path is None or not check_writable(path).exists():
         return empty
-    if state.get("fingerprint") != fingerprint:
-        log.warning("resume file %s belongs to another model, image set or swap: starting afresh", path)
-        return empty
-    return int(state["done"]), np.asarray(state["sums"], dtype=np.float64)
+    state = read_resume(path)
+    if state["fingerprint"] != fingerprint:
+        raise DataError(f"{path} is the resume file of another model, image set or set of swaps: refused, and left as "
+                        "it is. Give another path, or delete the file to start afresh.")
+    sums = np.asarray(state["sums"], dtype=np.float64)
+    if sums.shape != empty[1].shape or not 0 <= state["done"] <= sums[0, 0]:
+        raise DataError(f"{path} holds sums of another shape than its inputs': refused, and left as it is.")
+    return state["done"], sums
 
 
 def _save_resume(path: Path, fingerprint: str, done: int, sums: np.ndarray) -> None:
@@ -394,14 +435,20 @@ def rescore(model: ModelLike, data: ImagesLike | None = None, settings: RescoreS
     Raises:
         AnalysisError: recovery under torchrun (it runs in one process); replacements for a model without depthwise
             filters.
+        ArgumentError: ``swaps`` that are not :class:`FilterSwap` variants.
+        DataError: a ``resume`` path outside the folders the library may write, a file there that is not a resume
+            file or the resume file of other inputs (left as it is), images that cannot be read.
     """
     if isinstance(settings, Sequence):
         raise ArgumentError("settings must be a RescoreSettings (or None); pass FilterSwap variants as swaps=[...].")
     settings = as_settings(RescoreSettings, settings, setting_overrides)
+    swaps = None if swaps is None else checked_swaps(swaps)
+    if resume is not None:
+        check_resume(resume)
     device, progress = rank_device(device), progress_callback(progress)
-    loaded = as_model(model)
     images = as_images(data)
-    swaps = variant_swaps(loaded, settings, settings.replacements, device) if swaps is None else list(swaps)
+    loaded = as_model(model)
+    swaps = variant_swaps(loaded, settings, settings.replacements, device) if swaps is None else swaps
     recovery = settings.recovery
     classes = images.classes if images.labelled else ()
     mapping = map_tree_classes(classes, loaded.num_classes, loaded.class_names)
@@ -436,6 +483,19 @@ def rescore(model: ModelLike, data: ImagesLike | None = None, settings: RescoreS
         classes=mapping.how, warnings=mapping.warnings, seconds=seconds,
         images_per_second=scored / seconds if seconds > 0 else 0.0, world_size=distributed_rank()[1],
         device=str(device), resumed_images=resumed, recovery=info, sharing=plan.notes)
+
+
+def checked_swaps(swaps: object) -> list[FilterSwap]:
+    """``swaps`` as a list, every item a :class:`FilterSwap` (checked before the model loads).
+
+    Raises:
+        ArgumentError: naming the first item that is not one.
+    """
+    items = list(swaps) if isinstance(swaps, Sequence) and not isinstance(swaps, str | bytes) else [swaps]
+    if wrong := [item for item in items if not isinstance(item, FilterSwap)]:
+        raise ArgumentError(f"swaps takes FilterSwap variants made by swap_filters(bank, 'B'), not "
+                            f"{value_text(wrong[0])}; to score replacements by name, pass replacements=('B', ...).")
+    return items
 
 
 def variant_swaps(loaded: LoadedModel, settings: ScoringSettings, replacements: Sequence[str],

@@ -18,6 +18,7 @@ from torch import nn
 from torchvision import transforms
 
 from fl_core.cli import main
+from fl_core.errors import DataError
 from fl_core.io.images import TransformedImages, bundled_images, folder_images, threaded_batches
 from fl_core.io.models import load_model
 from fl_core.masterkeys.depthwise import depthwise_bank
@@ -156,8 +157,11 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path):
         assert a.method == b.method and a.n_images == b.n_images == 8
         assert (a.top1, a.top5, a.loss, a.agreement, a.kl) == pytest.approx((b.top1, b.top5, b.loss, b.agreement, b.kl))
     assert rescore(loaded, images, swaps=swaps, batch_size=2, workers=0, resume=resume).resumed_images == 8
-    other = [swap_filters(depthwise_bank(loaded), "random", seed=9)]  # other weights: the file is not reused
-    assert rescore(loaded, images, swaps=other, batch_size=2, workers=0, resume=resume).resumed_images == 0
+    other = [swap_filters(depthwise_bank(loaded), "random", seed=9)]  # other weights: refused, the file kept
+    before = resume.read_bytes()
+    with pytest.raises(DataError, match="resume file of another model, image set or set of swaps"):
+        rescore(loaded, images, swaps=other, batch_size=2, workers=0, resume=resume)
+    assert resume.read_bytes() == before
 
 
 def test_unlabelled_photos_give_agreement_only():

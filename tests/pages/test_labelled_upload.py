@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from fl_ui.sidebar import IMAGE_SOURCES
 from fl_ui.testing import page_app, shown
+from fl_ui.uploads import CONTENTS
 
 from ..io.test_image_archives import HOSTILE, image_bytes
 
@@ -52,7 +53,7 @@ def test_an_uploaded_imagefolder_archive_gives_top1_and_top5_on_swap_and_rescore
     upload_labelled(app, "val.zip", sample_archive(imagenet_sample, wnids))
     assert not app.exception and not app.sidebar.error, [shown(e) for e in app.sidebar.error]
     [folder] = [p for p in uploads.iterdir() if p.name.startswith("images-")]
-    assert sorted(p.name for p in folder.iterdir()) == wnids
+    assert sorted(p.name for p in folder.iterdir()) == [CONTENTS, *wnids]  # and the list of what was stored
     assert app.session_state["selection"].images == str(folder)
     text = " ".join(shown(c) for c in app.caption)
     assert "143 images" in text and "Folders are ImageNet-1k wnids" in text

@@ -22,7 +22,7 @@ import torch
 from fl_core.errors import DataError
 from fl_core.io.checkpoints import save_state_dict
 from fl_ui.testing import page_app, shown
-from fl_ui.uploads import IN_USE_SECONDS, UploadStore, upload_store, write_atomically, writers_lock
+from fl_ui.uploads import CONTENTS, IN_USE_SECONDS, UploadStore, upload_store, write_atomically, writers_lock
 
 from ..app_pages import app_pages
 from ..conftest import REPO, TINY_MODELS
@@ -64,7 +64,7 @@ def test_uploads_are_content_addressed_and_keep_the_users_file_name(tmp_path: Pa
     assert store.add_checkpoint(b"other", "Mine.pth")[0].parent != path.parent
     assert [entry.path for entry in store.entries()].count(path.parent) == 1
     folder = store.add_images([("a.png", _png()), ("b.png", _png(20))])
-    assert folder.name.startswith("images-") and sorted(names(folder)) == ["a.png", "b.png"]
+    assert folder.name.startswith("images-") and sorted(names(folder)) == [CONTENTS, "a.png", "b.png"]
     assert store.add_images([("a.png", _png()), ("b.png", _png(20))]) == folder
     assert not [n for n in names(store.root) if n.endswith(".part")]
 
@@ -76,7 +76,7 @@ def test_images_uploaded_together_are_each_kept_under_their_own_name(tmp_path: P
 
     store = store_in(tmp_path / "uploads")
     folder = store.add_images([("a.png", _png(20)), ("a.jpg", _png(30)), ("A.tif", _png(40)), (".png", _png(50))])
-    assert sorted(names(folder)) == ["A-3.png", "a-2.png", "a.png", "png.png"]
+    assert sorted(names(folder)) == [CONTENTS, "A-3.png", "a-2.png", "a.png", "png.png"]
     assert sorted(image.size for image, _ in folder_images(folder)) == [(20, 20), (30, 30), (40, 40), (50, 50)]
 
 
@@ -127,12 +127,72 @@ def test_labelled_sets_are_content_addressed_trees_counted_whole(tmp_path: Path)
     archive = [("val.zip", zip_bytes(tree_members("val/")))]
     folder = store.add_labelled_images(archive)
     assert store.add_labelled_images(archive) == folder and folder.name.startswith("images-")
-    assert sorted(p.name for p in folder.iterdir()) == ["n01440764", "n01443537"]
+    assert sorted(p.name for p in folder.iterdir()) == [CONTENTS, "n01440764", "n01443537"]
     [(_, size, _)] = store.entries()
-    assert size == sum(p.stat().st_size for p in folder.rglob("*.png")) > 0  # the class folders' images count
+    images = sum(p.stat().st_size for p in folder.rglob("*.png"))
+    assert size == images + (folder / CONTENTS).stat().st_size and images > 0  # the class folders' images count
     with pytest.raises(DataError, match="outside the archive"):
         store.add_labelled_images([("evil.zip", zip_bytes({"../a.png": b"x"}))])
     assert names(store.root) == {folder.name}  # nothing kept of the refused upload, not even its temp folder
+
+
+def test_a_stored_checkpoint_changed_on_the_server_is_replaced_by_the_new_upload(tmp_path: Path) -> None:
+    """Issue 39: a tampered file was reused as it was (its path existed), and uploading the original again did not
+    repair it."""
+    store = store_in(tmp_path / "uploads")
+    original = b"the original weights"
+    path, _ = store.add_checkpoint(original, "net.pt")
+    for tamper in (lambda: path.write_bytes(b"tampered weights!!!!"),  # same size, other bytes
+                   lambda: path.write_bytes(original + b"!"),  # other size
+                   lambda: (path.unlink(), path.symlink_to(tmp_path / "elsewhere.pt")),  # a link out
+                   lambda: (path.unlink(), path.mkdir())):  # not a file
+        (tmp_path / "elsewhere.pt").write_bytes(original)
+        tamper()
+        assert store.add_checkpoint(original, "net.pt") == (path, True)
+        assert not path.is_symlink() and path.read_bytes() == original
+    assert store.add_checkpoint(original, "net.pt") == (path, False)  # intact: reused
+    shutil.rmtree(path.parent)
+    path.parent.symlink_to(tmp_path)  # the folder itself replaced by a link
+    assert store.add_checkpoint(original, "net.pt") == (path, True)
+    assert not path.parent.is_symlink() and path.read_bytes() == original
+
+
+def test_a_changed_upload_is_refused_when_a_link_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never served: the app's model cache loads an upload only while its SHA-256 is its address, and a folder of
+    uploaded images only while its files are those stored."""
+    from fl_ui.cache import load_verified
+
+    monkeypatch.setenv("FL_UPLOAD_DIR", str(tmp_path / "uploads"))
+    store = upload_store()
+    save_state_dict({"conv.weight": torch.randn(4, 3, 3, 3)}, tmp_path / "net.safetensors")
+    path, _ = store.add_checkpoint((tmp_path / "net.safetensors").read_bytes(), "net.safetensors")
+    assert load_verified(f"weights:{path}", (), "").weights_only
+    save_state_dict({"conv.weight": torch.zeros(4, 3, 3, 3)}, path)  # changed on the server
+    with pytest.raises(DataError, match="changed on the server after it was uploaded"):
+        load_verified(f"weights:{path}", (), "")
+    folder = store.add_images([("a.png", _png()), ("b.png", _png(20))])
+    store.check_images(folder)
+    (folder / "b.png").write_bytes(_png(21))
+    with pytest.raises(DataError, match="changed on the server after they were stored"):
+        store.check_images(folder)
+
+
+def test_a_folder_of_images_changed_on_the_server_is_replaced_by_the_new_upload(tmp_path: Path) -> None:
+    from fl_core.io.images import folder_images
+
+    store = store_in(tmp_path / "uploads")
+    photos = [("a.png", _png()), ("b.png", _png(20))]
+    folder = store.add_images(photos)
+    (tmp_path / "secret.png").write_bytes(_png(30))
+    for tamper in (lambda: (folder / "a.png").write_bytes(_png(33)),  # a file changed
+                   lambda: (folder / "c.png").write_bytes(_png(33)),  # a file added
+                   lambda: (folder / "b.png").unlink(),  # a file removed
+                   lambda: ((folder / "a.png").unlink(), (folder / "a.png").symlink_to(tmp_path / "secret.png")),
+                   lambda: (folder / CONTENTS).write_text("{}")):  # its list emptied
+        tamper()
+        assert store.add_images(photos) == folder
+        assert sorted(names(folder)) == [CONTENTS, "a.png", "b.png"] and not (folder / "a.png").is_symlink()
+        assert sorted(image.size for image, _ in folder_images(folder)) == [(16, 16), (20, 20)]
 
 
 def test_uploads_unused_past_the_age_limit_are_swept(tmp_path: Path) -> None:
