@@ -152,5 +152,5 @@ def test_a_job_kind_runs_in_a_worker_process_on_more_than_one_batch(engine, kind
     job = engine.submit(served.job, served.request(tmp_path), graceful=served.graceful, lane=served.lane)
     state = job.join(timeout=900)
     assert state.state == "done", state.error
-    assert state.worker.startswith("tcp://127.0.0.1:")  # computed by a worker of the embedded cluster
+    assert state.worker.startswith("tls://127.0.0.1:")  # computed by a worker of the embedded cluster (on TLS)
     served.check(job.result())
