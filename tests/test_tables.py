@@ -29,7 +29,7 @@ def test_one_model_has_one_label_and_spec_first_in_every_familys_table() -> None
         model_rows = frame[frame["spec"] == SPEC]
         assert len(model_rows) and set(model_rows["model"]) == {loaded.label}, family
     whitening = frames["whitening"]
-    assert set(whitening["curve"]) == {"rgb", "zca", "random", SPEC} and len(whitening) == 4 * 5
+    assert set(whitening["curve"]) == {"rgb", "zca", "random", "model"} and len(whitening) == 4 * 5
     assert set(whitening.loc[whitening["spec"] == "", "model"]) == {"RGB input", "random-init filters",
                                                                      "ideal ZCA whitening bank"}
     assert whitening.loc[whitening["curve"] == "random", "correlation_sd"].notna().all()
