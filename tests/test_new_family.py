@@ -149,6 +149,10 @@ def test_a_new_family_reaches_every_door_from_its_registration(tmp_path: Path) -
     page = (out / "report.html").read_text(encoding="utf-8")
     assert '<section id="filternorms"><h2>Filter norms</h2>' in page and "Near-zero filters pass" in page
 
+    # the dashboard's Report page shows the section (its AppTest, which checks every registered family's section)
+    run_in(clone, "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "", "tests/pages/test_report.py::"
+           "test_the_selected_model_is_reported_with_a_preview_and_its_downloads")
+
     # the app: no dict keyed by three or more families lacks the new one
     families = set(json.loads(run_in(clone, "python", "-c", (
         "import json; from fl_core.families import FAMILIES; print(json.dumps(list(FAMILIES)))")).stdout))

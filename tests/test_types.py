@@ -6,6 +6,7 @@ settings class through the analysis module, which breaks when that module stops 
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,7 @@ def module_file(root: Path, module: str) -> Path | None:
     return None
 
 
+@functools.cache
 def exported_names(path: Path) -> tuple[set[str], set[str]]:
     """``(names the module defines or re-exports explicitly, names it merely imports)`` at its top level (``if``
     blocks, ``TYPE_CHECKING`` among them, included)."""
