@@ -874,6 +874,7 @@ def test_activation_maps_compute_only_the_filters_shown_and_refuse_beyond_the_bu
         activation_maps(loaded, image, "photo")
 
 
+@pytest.mark.slow
 def test_registry_models_are_counted_before_they_are_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """On the meta device (timm's resnet18: 11.7 M parameters), or, where a network computes its widths with
     tensors (torchvision's RegNets), while it is built, stopping at the limit."""

@@ -81,6 +81,7 @@ def _channels(loaded) -> np.ndarray:
     return result.table[["input_capture", "lesion_dloss"]].to_numpy()
 
 
+@pytest.mark.slow
 def test_no_analysis_hooks_the_shared_model(shared, photos, hooks_on) -> None:
     before = weights_hash(shared)
     _energy(shared, photos)

@@ -63,6 +63,7 @@ def block_of(layer: str) -> str:
     return ".".join(layer.split(".")[:2])
 
 
+@pytest.mark.slow
 def test_split_scores_equal_full_forward_scores_on_mobilenet(mobilenet_random):
     bank = depthwise_bank(mobilenet_random)
     last = max(bank.stages)

@@ -152,7 +152,7 @@ class Report(Result):
         skipped: section id (or ``channels``, the channel axes within the accuracy section) -> why it was skipped.
         timings: section id (or ``channels``) -> seconds.
         sections: the results of the other registered families' sections (:data:`FAMILY_SECTIONS`) by section id,
-            those that ran; each is also an attribute (``report.filternorms``, ``None`` when skipped) and a key of
+            those that ran; each is also an attribute (``report.<id>``, ``None`` when skipped) and a key of
             ``to_dict()`` like the sections above.
     """
 

@@ -168,6 +168,7 @@ def test_real_cifar_resnet20_as_weights_only(resnet20, photos) -> None:
     assert model.theory.r > 0.6 > model.random_init.mean
 
 
+@pytest.mark.slow
 def test_real_squeezenet_first_layer_fits_the_theory(squeezenet, photos) -> None:
     model = analyze_energy([squeezenet], photos).models[0]
     assert len(model.profile) == 147

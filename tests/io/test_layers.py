@@ -10,6 +10,7 @@ from fl_core.io.layers import conv_inventory, conv_kind, find_layer, first_conv_
 from fl_core.io.models import load_model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("spec", "first"), [
     ("timm:resnet18", "conv1"),
     ("timm:convnext_atto", "stem.0"),

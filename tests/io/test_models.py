@@ -63,6 +63,7 @@ def test_pretrained_without_network_fails_fast_with_advice(monkeypatch) -> None:
     assert time.perf_counter() - start < 20
 
 
+@pytest.mark.slow
 def test_architecture_plus_file_infers_a_finetuned_head(tmp_path: Path) -> None:
     source = load_model("timm:resnet18").copy_model()
     source.reset_classifier(7)
@@ -72,6 +73,7 @@ def test_architecture_plus_file_infers_a_finetuned_head(tmp_path: Path) -> None:
     assert torch.equal(loaded.state_dict["conv1.weight"], source.state_dict()["conv1.weight"])
 
 
+@pytest.mark.slow
 def test_wrong_architecture_is_refused_with_the_mismatch(tmp_path: Path) -> None:
     save_state_dict(load_model("timm:resnet18").state_dict, tmp_path / "r18.safetensors")
     with pytest.raises(CheckpointError, match="does not fit torchvision:squeezenet1_0"):
@@ -103,6 +105,7 @@ def test_demo_manifest_records_how_each_checkpoint_was_made(demo) -> None:
     assert trained.class_names and len(trained.class_names) == trained.num_classes == 11
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["squeezenet1_0", "mobilenet_v2"])
 def test_shipped_imagenet_demos_are_the_licensed_fixtures_with_their_preprocessing(name: str) -> None:
     entry = demo_manifest()[name]
@@ -167,6 +170,7 @@ def test_fixture_cifar_weights_are_described(resnet20) -> None:
     assert info["weights_only"] and (CHECKPOINTS / "resnet20_cifar10.th").name in info["spec"]
 
 
+@pytest.mark.slow
 def test_random_init_is_the_same_network_every_time_and_leaves_the_global_seed_alone() -> None:
     """A registry architecture without weights is built from a fixed seed: two loads (two users, two processes, a CLI
     rerun) give the same filters, and building it does not consume the caller's random stream."""

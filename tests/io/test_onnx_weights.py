@@ -140,6 +140,7 @@ def test_external_data_is_refused_without_opening_it(tmp_path: Path) -> None:
         read_onnx_convs(path)
 
 
+@pytest.mark.slow
 def test_onnx_spec_end_to_end_through_the_cli(tiny_onnx: Path, tmp_path: Path) -> None:
     keys, energy = tmp_path / "masterkeys.json", tmp_path / "energy.json"
     assert main(["masterkeys", "--model", f"onnx:{tiny_onnx}", "--k", "2", "--restarts", "2", "--json", str(keys),

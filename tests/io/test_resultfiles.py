@@ -62,6 +62,7 @@ def test_master_key_results_load_equal_and_draw_every_figure(tmp_path: Path) -> 
     assert MasterKeyResult.load(tmp_path / "keys.flr").members(0).shape == result.members(0).shape
 
 
+@pytest.mark.slow
 def test_channel_axes_and_whitening_results_round_trip(tmp_path: Path) -> None:
     loaded, data = duplicate_world(n_calibration=120, n_evaluation=60)
     settings = fl_core.ChannelSettings(layer="conv", cluster_seeds=2, cluster_k=2,

@@ -48,6 +48,7 @@ class Photos(Dataset):
         return image if self.labels is None else (image, self.labels[i])
 
 
+@pytest.mark.slow
 def test_a_tensor_batch_is_analysed_like_the_same_images_saved_as_files(tmp_path: Path) -> None:
     x = batch()
     folder = saved_as_files(x, tmp_path / "photos")

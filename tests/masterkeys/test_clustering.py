@@ -212,6 +212,7 @@ def test_tiny_network_layers_stages_and_kernel_sizes():
         bank.select(7, layers=["stem"])
 
 
+@pytest.mark.slow
 def test_mobilenet_extraction_stages_and_assignment(mobilenet):
     result = analyze_master_keys(mobilenet, settings=MasterKeySettings(restarts=2, seed=0))
     assignment = result.published_assignment
@@ -253,6 +254,7 @@ def test_model_master_keys_recover_planted_sigmas():
     assert "per-key mean filters of tiny depthwise net" in result.source
 
 
+@pytest.mark.slow
 def test_cli_masterkeys_and_scalespace_json(tmp_path, mobilenet):
     spec = f"weights:{fixture_path(mobilenet)}"
     assert main(["masterkeys", "--model", spec, "--k", "5", "--restarts", "2", "--stage", "6", "--quiet",

@@ -24,6 +24,7 @@ def snapshot(loaded: LoadedModel) -> dict[str, torch.Tensor]:
     return {key: tensor.detach().clone() for key, tensor in loaded.model.state_dict().items()}
 
 
+@pytest.mark.slow
 def test_swaps_never_touch_the_cached_model(mobilenet):
     before = snapshot(mobilenet)
     pointers = {key: t.data_ptr() for key, t in mobilenet.model.state_dict().items()}

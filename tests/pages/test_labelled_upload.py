@@ -63,6 +63,7 @@ def test_an_uploaded_imagefolder_archive_gives_top1_and_top5_on_swap_and_rescore
     assert "No accuracy" not in " ".join(shown(i) for i in app.info)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["zip bomb (ratio)", "zip member ../", "10^5 zip members", "tar symlink"])
 def test_a_hostile_archive_is_refused_in_the_sidebar_and_nothing_is_kept(uploads: Path, case: str) -> None:
     name, build, message = HOSTILE[case]

@@ -32,6 +32,7 @@ def text_of(app: AppTest) -> str:
     return " ".join(shown(e) for e in [*app.markdown, *app.caption, *app.info, *app.warning])
 
 
+@pytest.mark.slow
 def test_master_keys_opens_offline_on_the_real_text_detector_bank_beside_the_random_baseline() -> None:
     app = open_page("master_keys")
     assert app.selectbox(key="mk_model").value == DEFAULT_DEPTHWISE_SPEC
@@ -119,6 +120,7 @@ def test_swap_page_opens_on_the_real_mobilenet_with_the_agreement_and_kl_of_each
     assert "computed_from" not in table and "*computed_from* is the first module" in text  # explained, for the CSV
 
 
+@pytest.mark.slow
 def test_swap_page_rescores_the_real_mobilenet_on_the_imagenet_sample(mobilenet, imagenet_sample) -> None:
     app = open_page("swap_rescore", models=mobilenet_token(mobilenet), sw_model=mobilenet.spec,
                     images=str(imagenet_sample), swaps="B,keep")

@@ -49,6 +49,7 @@ def test_shipped_runs_show_the_trajectory_and_the_paper_table() -> None:
     assert len(list(SHIPPED_RUNS_DIR.iterdir())) == len(app.selectbox(key="lab_run").options)
 
 
+@pytest.mark.slow
 def test_the_step_slider_shows_the_initialization_and_is_remembered_in_the_url() -> None:
     app = page_app(PAGE, run="lab_vgg_random_s0")
     app.run()
@@ -60,6 +61,7 @@ def test_the_step_slider_shows_the_initialization_and_is_remembered_in_the_url()
     assert any("showing the raw profile" in shown(c) for c in app.caption)
 
 
+@pytest.mark.slow
 def test_a_run_trains_live_from_the_form_and_appears_under_your_runs(runs_dir) -> None:
     app = page_app(PAGE, lab="train")
     app.run()
@@ -127,6 +129,7 @@ def test_a_run_shows_the_command_that_reproduces_it() -> None:
     assert "python -m fl_core train --labels random --steps 800 --out runs/lab_vgg_random_s0" in commands
 
 
+@pytest.mark.slow
 def test_each_browser_session_lists_only_its_own_runs(runs_dir) -> None:
     alice, bob = page_app(PAGE, lab="yours"), page_app(PAGE, lab="yours")
     alice.run()
@@ -184,6 +187,7 @@ def test_the_claims_table_says_whether_each_measurement_agrees_with_the_paper_an
     assert seeds["verdict"] == "agrees" and seeds["agrees when"] == "≥ 0.87"
 
 
+@pytest.mark.slow
 def test_a_link_restores_every_widget_of_a_shipped_run() -> None:
     again = assert_round_trip(PAGE, {"lab_run": "lab_vgg_random_s0", "lab_step_lab_vgg_random_s0": 129,
                                      "lab_sub_lab_vgg_random_s0": False}, fixed=frozenset({"lab_mode"}))

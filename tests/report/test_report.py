@@ -126,6 +126,7 @@ def parse(path: Path) -> Document:
     return document
 
 
+@pytest.mark.slow
 def test_report_html_is_one_offline_file_with_every_section_and_the_numbers_of_the_json(tmp_path: Path) -> None:
     checkpoint = write_checkpoint(tmp_path / "depthwise_net.safetensors", 1.0, depthwise=True)
     arguments = ["report", "--model", f"weights:{checkpoint}", *FAST]

@@ -337,6 +337,7 @@ def _app_with_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quota_mb: 
     return app, uploads
 
 
+@pytest.mark.slow
 def test_the_sidebar_refuses_an_upload_larger_than_the_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app, uploads = _app_with_upload(tmp_path, monkeypatch, quota_mb="0.0001")
     assert not app.exception
