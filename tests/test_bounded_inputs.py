@@ -538,6 +538,7 @@ def test_the_builders_make_what_they_claim() -> None:
     assert len(zipfile.ZipFile(io.BytesIO(lying_directory_checkpoint(50))).infolist()) > 50
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", HOSTILE, ids=lambda e: e.name)
 def test_each_hostile_input_is_refused_with_a_message_that_says_what_to_do(entry: HostileInput,
                                                                             tmp_path: Path) -> None:

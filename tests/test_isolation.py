@@ -94,6 +94,7 @@ def test_no_analysis_hooks_the_shared_model(shared, photos, hooks_on) -> None:
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in shared.model.modules())
 
 
+@pytest.mark.slow
 def test_the_inventory_is_taken_once_at_load(shared, monkeypatch) -> None:
     def no_forward(*_args, **_kwargs):
         raise AssertionError("a forward pass was run to list layers")

@@ -89,6 +89,7 @@ def implicit_reexports(root: Path, paths: list[Path]) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_module_of_the_app_uses_an_implicit_reexport() -> None:
     paths = sorted([*REPO.glob("fl_core/**/*.py"), *REPO.glob("fl_ui/**/*.py"), REPO / "app.py"])
     assert implicit_reexports(REPO, paths) == []

@@ -100,6 +100,7 @@ def test_exact_duplicate_is_replaceable_and_removable_after_peer_replacement() -
     assert accuracy >= result.interventions.base_accuracy - 0.01
 
 
+@pytest.mark.slow
 def test_a_channel_that_alone_carries_the_label_is_informative_and_lesion_sensitive() -> None:
     loaded, data = alone_world()
     table = analyze_channels(loaded, data, replace(FAST, layer="conv"), device="cpu").table
@@ -147,6 +148,7 @@ def _tree(root, classes: list[str], per_class: int = 2) -> str:
     return str(root)
 
 
+@pytest.mark.slow
 def test_class_mapping_by_wnid_by_name_and_refusal(tmp_path, demo) -> None:
     squeeze = load_model("torchvision:squeezenet1_0")
     mapping, warnings = class_mapping(["n01443537", "n01440764", "n15075141"], squeeze)

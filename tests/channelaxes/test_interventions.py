@@ -72,6 +72,7 @@ def test_site_follows_bn_and_activation_and_stops_before_residual_add(demo, resn
         locate_site(net, "layer1.0.bn1", x)
 
 
+@pytest.mark.slow
 def test_squeeze_site_of_a_fire_module_folds_into_both_expand_convs() -> None:
     net = load_model("torchvision:squeezenet1_0").copy_model()
     site = locate_site(net, "features.3.squeeze", torch.zeros(1, 3, 64, 64))

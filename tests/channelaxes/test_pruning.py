@@ -108,6 +108,7 @@ def test_residual_partners_are_pruned_together() -> None:
     assert {"conv1", "layer1.1.conv2"} <= set(coupled)
 
 
+@pytest.mark.slow
 def test_one_evaluation_loop_gives_the_whole_set_loss_and_accuracy_and_keeps_the_mode(demo, tiny_inputs) -> None:
     model = demo[0].copy_model().train()
     x, y = tiny_inputs.head(len(tiny_inputs))

@@ -109,6 +109,7 @@ def test_cancelling_keeps_what_was_trained(tmp_path) -> None:
     assert any("step 2/200" in m for _, m in messages) and messages[-1][0] == 1.0
 
 
+@pytest.mark.slow
 def test_run_folders_round_trip_and_open_in_the_other_pages(saved) -> None:
     loaded = load_run(saved.path)
     assert loaded.config == TINY and loaded.classes == saved.classes

@@ -231,6 +231,7 @@ def test_mobilenet_extraction_stages_and_assignment(mobilenet):
     assert 0.8 < result.objective < 0.95  # trained 3×3 filters: tight clusters (random ones: ≈ 0.5)
 
 
+@pytest.mark.slow
 def test_weights_only_file_gives_the_same_filters_as_the_full_model(mobilenet):
     weights_only = depthwise_bank(load_model(f"weights:{fixture_path(mobilenet)}"))
     full = depthwise_bank(mobilenet)

@@ -194,6 +194,7 @@ def plain_scores(model: nn.Module, original: nn.Module, images: ImageSet) -> tup
     return float(F.nll_loss(logp, y)), float((reference.exp() * (reference - logp)).sum(1).mean())
 
 
+@pytest.mark.slow
 def test_zeroing_one_depthwise_layer_is_that_lesion_exactly():
     loaded, images = planted_world(n=40)
     zero = swap_filters(depthwise_bank(loaded), "zero", layers=["dw2"])

@@ -51,6 +51,7 @@ def test_master_keys_opens_offline_on_the_real_text_detector_bank_beside_the_ran
     assert app.query_params["k"] == "5" and len(app.dataframe[1].value) == 5
 
 
+@pytest.mark.slow
 def test_master_keys_random_init_baseline_is_one_choice_away() -> None:
     app = open_page("master_keys")
     app.selectbox(key="mk_model").set_value(BASELINE_DEPTHWISE_SPEC).run()
@@ -84,6 +85,7 @@ def test_scale_space_opens_on_the_real_bank_with_the_published_filters_and_basel
     assert list(app.dataframe[0].value["key"]) == list(range(1, 9))  # every key has members in the real bank
 
 
+@pytest.mark.slow
 def test_scale_space_page_shows_sigma_by_method_and_reacts_to_the_sigma_slider() -> None:
     app = open_page("scale_space", ss_source="published")
     assert "the 8 published filters" in text_of(app)

@@ -121,6 +121,7 @@ def test_the_command_line_shown_for_a_run_gives_back_its_configuration() -> None
     assert flags == "--labels random --steps 800"
 
 
+@pytest.mark.slow
 def test_a_run_shows_the_command_that_reproduces_it() -> None:
     app = page_app(PAGE, run="lab_vgg_random_s0")
     app.run()

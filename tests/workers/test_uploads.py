@@ -306,6 +306,7 @@ def test_an_upload_another_replica_used_after_the_listing_is_not_evicted(tmp_pat
     assert old.exists()
 
 
+@pytest.mark.slow
 def test_the_first_use_of_the_store_in_a_process_sweeps_leftovers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                    ) -> None:
     uploads = tmp_path / "uploads"
