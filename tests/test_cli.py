@@ -21,6 +21,7 @@ def run_cli(*args: str) -> int:
     return main([*args, "--quiet"])
 
 
+@pytest.mark.slow
 def test_energy_json_has_the_contract_keys(tmp_path: Path) -> None:
     out, table = tmp_path / "energy.json", tmp_path / "energy.csv"
     assert run_cli("energy", "--model", "demo:tiny_vgg", "--model", "demo:tiny_vgg_init", "--subtract-init",

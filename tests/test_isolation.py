@@ -139,6 +139,7 @@ def test_hook_based_analyses_from_several_threads_match_single_threaded(shared, 
             assert result == expected, f"job {i} was disturbed"
 
 
+@pytest.mark.slow
 def test_a_forward_copy_shares_weights_but_not_hooks(shared) -> None:
     view = shared.forward_copy(torch.device("cpu"))
     assert view is not shared.model

@@ -184,6 +184,7 @@ def test_random_init_is_the_same_network_every_time_and_leaves_the_global_seed_a
     assert not torch.equal(first["conv1.weight"], torch.zeros_like(first["conv1.weight"]))
 
 
+@pytest.mark.slow
 def test_each_model_says_where_its_preprocessing_came_from(tmp_path: Path) -> None:
     torch.save({"conv.weight": torch.randn(4, 3, 3, 3)}, tmp_path / "w.pt")
     sources = {"demo:tiny_vgg": "from the demo's manifest", "torchvision:squeezenet1_0": "torchvision's evaluation "

@@ -56,6 +56,7 @@ def test_energy_results_load_equal_and_draw_every_figure(tmp_path: Path) -> None
     pd.testing.assert_frame_equal(loaded.to_frame(), result.to_frame())
 
 
+@pytest.mark.slow
 def test_master_key_results_load_equal_and_draw_every_figure(tmp_path: Path) -> None:
     result = fl_core.analyze_master_keys(BANK, k=4, restarts=1, sweep=(2, 3))
     assert_round_trip(result, tmp_path / "keys.flr")

@@ -137,6 +137,7 @@ def test_tile_scaling_applies_the_app_d2_formula_tile_by_tile(pca) -> None:
     torch.testing.assert_close(out[..., 9:, :], x[..., 9:, :])  # rows past the last whole tile: unchanged
 
 
+@pytest.mark.slow
 def test_alpha_changes_exactly_one_eigenvalue_as_predicted(crops) -> None:
     base = crops_pca(crops, 3, stride=3, device="cpu")
     component, alpha = 6, 3.0

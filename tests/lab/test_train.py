@@ -128,6 +128,7 @@ def test_run_folders_round_trip_and_open_in_the_other_pages(saved) -> None:
     assert document["format"] == "filterlens-run/1" and document["provenance"]["trained_steps"] == 30
 
 
+@pytest.mark.slow
 def test_demo_registration_adds_lab_entries_and_keeps_the_others(saved, tmp_path) -> None:
     manifest = tmp_path / "manifest.json"
     shutil.copy(DEMO_DIR / "manifest.json", manifest)

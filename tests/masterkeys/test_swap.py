@@ -96,6 +96,7 @@ def test_chosen_stages_only_change_those_layers():
     assert set(REPLACEMENTS) == {"A", "B", "C1", "C2", "D1", "D2", "centroid", "random", "keep", "zero"}
 
 
+@pytest.mark.slow
 def test_weights_only_files_cannot_be_swapped_into_a_network(mobilenet):
     weights_only = load_model(f"weights:{ModelSpec.parse(mobilenet.spec).path}")
     swap = swap_filters(depthwise_bank(weights_only), "B", stages=[0])

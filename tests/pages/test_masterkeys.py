@@ -136,6 +136,7 @@ def test_swap_page_rescores_the_real_mobilenet_on_the_imagenet_sample(mobilenet,
     assert app.query_params["swaps"] == "B,keep"
 
 
+@pytest.mark.slow
 def test_a_shared_server_computes_the_depthwise_pages_defaults_before_it_listens(monkeypatch) -> None:
     """fl_ui.serve warms these caches, so the first visitors do not run the grid searches in page threads."""
     from fl_core.masterkeys.fitting import FIT_METHODS

@@ -175,6 +175,7 @@ def test_the_run_form_does_not_submit_on_enter_and_every_field_comes_back_from_t
         assert app.query_params[key] == value, key
 
 
+@pytest.mark.slow
 def test_the_claims_table_says_whether_each_measurement_agrees_with_the_paper_and_in_what_unit() -> None:
     app = page_app(PAGE, subtract="0", step="0", run="lab_vgg_true_s0")
     app.run()

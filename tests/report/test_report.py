@@ -227,6 +227,7 @@ def test_a_runnable_model_on_labelled_images_gets_accuracy_and_channel_axes(tmp_
     assert number(report.accuracy.top1) in text and "features.14" in text and "Skipped" not in text
 
 
+@pytest.mark.slow
 def test_an_onnx_model_is_reported_from_its_weights(tmp_path: Path) -> None:
     pytest.importorskip("onnx")
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 7, groups=8, padding=3),

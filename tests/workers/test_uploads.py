@@ -293,6 +293,7 @@ def test_writers_in_several_processes_keep_the_quota_and_whole_files(tmp_path: P
         assert upload.name == "upload.pt" and hashlib.sha256(upload.read_bytes()).hexdigest()[:24] == entry.name
 
 
+@pytest.mark.slow
 def test_an_upload_another_replica_used_after_the_listing_is_not_evicted(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     store = store_in(tmp_path / "uploads", quota_mb=1)
