@@ -37,6 +37,7 @@ def test_bad_specs_explain_the_forms(spec: str) -> None:
         ModelSpec.parse(spec)
 
 
+@pytest.mark.slow
 def test_timm_random_init_is_labelled_and_has_its_own_preprocessing() -> None:
     loaded = load_model("timm:resnet18")
     assert loaded.random_init and "random init" in loaded.label
@@ -91,6 +92,7 @@ def test_weights_only_works_for_an_unknown_architecture(tmp_path: Path) -> None:
         loaded.copy_model()
 
 
+@pytest.mark.slow
 def test_real_squeezenet_loads_with_standard_preprocessing(squeezenet) -> None:
     assert squeezenet.num_classes == 1000 and not squeezenet.random_init
     assert squeezenet.input_config.mean == pytest.approx((0.485, 0.456, 0.406))

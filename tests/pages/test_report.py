@@ -24,6 +24,7 @@ def chart_titles(app) -> str:
     return " ".join(chart.proto.spec for chart in app.get("plotly_chart"))
 
 
+@pytest.mark.slow
 def test_the_selected_model_is_reported_with_a_preview_and_its_downloads() -> None:
     app = page_app(PAGE, models="demo:tiny_vgg")
     app.run()

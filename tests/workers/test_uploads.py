@@ -169,6 +169,7 @@ def test_an_upload_that_cannot_fit_the_quota_is_refused_before_anything_is_writt
     assert names(store.root) == {kept.name} and not writes  # nothing written, nothing evicted for it
 
 
+@pytest.mark.slow
 def test_readers_never_see_part_of_a_file_being_replaced(tmp_path: Path) -> None:
     path = tmp_path / "weights.pt"
     versions = (b"a" * 4 * MIB, b"b" * 4 * MIB)
