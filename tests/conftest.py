@@ -182,15 +182,24 @@ def _cpu_seconds() -> float:
 
 _UNMARKED_SLOW: list[tuple[str, float]] = []
 """(test id, CPU seconds) of the tests without the slow marker over :data:`SLOW_CPU_S`."""
+_SETUP_CPU: dict[str, float] = {}
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """Measure each test's CPU seconds (set-up, call and tear-down); keep those of unmarked tests over
+def pytest_runtest_setup(item: pytest.Item):
+    began = _cpu_seconds()
+    yield
+    _SETUP_CPU[item.nodeid] = _cpu_seconds() - began
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Measure each test's CPU seconds, its set-up's included (not its tear-down's: a package's engine is closed, and
+    its processes' CPU counted, in the tear-down of whichever test ran last); keep those of unmarked tests over
     :data:`SLOW_CPU_S`. CPU, not wall time: the machine may be busy with other work."""
     began = _cpu_seconds()
     yield
-    seconds = _cpu_seconds() - began
+    seconds = _SETUP_CPU.pop(item.nodeid, 0.0) + _cpu_seconds() - began
     if seconds > SLOW_CPU_S and item.get_closest_marker("slow") is None:
         _UNMARKED_SLOW.append((item.nodeid, seconds))
 

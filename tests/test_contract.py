@@ -101,6 +101,8 @@ PLOT_ARGUMENTS: dict[str, dict[str, Any]] = {"members": {"cluster": 0}, "filter"
 """The keywords of the plot kinds that draw one part of a result."""
 
 FAMILY_NAMES = list(FAMILIES)
+SLOW_TO_REFUSE = ("channels",)
+"""The examples that compute for over a second of CPU before their entry point checks the device (channel data)."""
 SHAPED = [name for name, family in FAMILIES.items() if family.call_shape]
 
 
@@ -223,7 +225,8 @@ def test_keyword_overrides_are_typed_like_the_settings(name: str) -> None:
         assert hint == expected_override(hints[key]), (key, hint)
 
 
-@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW_TO_REFUSE else name
+                                  for name in FAMILY_NAMES])
 def test_an_unknown_or_missing_device_is_refused(name: str) -> None:
     if not FAMILIES[name].takes("device"):
         pytest.skip(f"{name} runs on the CPU only")

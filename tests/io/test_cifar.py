@@ -55,6 +55,7 @@ def test_architectures_have_the_papers_sizes(name: str, parameters: int) -> None
     assert loaded.model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
 
 
+@pytest.mark.slow
 def test_random_init_is_the_same_network_every_time() -> None:
     torch.manual_seed(123)
     first = load_model("cifar:resnet20").model.conv1.weight

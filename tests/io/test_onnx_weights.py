@@ -173,6 +173,7 @@ def test_an_onnx_upload_becomes_an_onnx_spec(tmp_path: Path, monkeypatch: pytest
     assert path.name == "mine.onnx" and app.session_state["selection"].specs[-1] == f"onnx:{path}"
 
 
+@pytest.mark.slow
 def test_an_onnx_upload_with_an_architecture_is_refused_and_removed(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     app, uploads = _upload(tmp_path, monkeypatch, arch="timm:resnet18")

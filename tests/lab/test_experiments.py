@@ -96,6 +96,7 @@ def test_random_labels_are_a_seeded_permutation(crops) -> None:
     assert torch.equal(torch.bincount(split.val_y, minlength=11), torch.bincount(crops.val_y, minlength=11))
 
 
+@pytest.mark.slow
 def test_energy_labels_are_deciles_of_the_stated_patch_energy(crops, pca) -> None:
     component = 5
     split = label_variant(crops, "energy", pca=pca, component=component)

@@ -163,6 +163,7 @@ def test_report_html_is_one_offline_file_with_every_section_and_the_numbers_of_t
     assert all(embedded[key] == data[key] for key in ("models", "layers", "energy", "whitening", "weights"))
 
 
+@pytest.mark.slow
 def test_a_folder_of_three_checkpoints_is_a_trajectory_in_natural_order(tmp_path: Path) -> None:
     folder = tmp_path / "run"
     folder.mkdir()
