@@ -44,6 +44,7 @@ def test_the_selected_model_is_reported_with_a_preview_and_its_downloads() -> No
     assert any("1 checkpoint(s)" in shown(caption) for caption in app.caption)
 
 
+@pytest.mark.slow
 def test_the_selected_models_as_checkpoints_of_one_run_add_the_trajectory() -> None:
     app = page_app(PAGE, models="demo:tiny_vgg_init,demo:tiny_vgg", report="selected")
     app.run()
