@@ -243,6 +243,7 @@ def test_memory_budget_splits_copies_without_changing_results(demo) -> None:
     assert roomy.mode == tight.mode == "suffix" and roomy.computed_from == "features.14"  # after the site's ReLU
 
 
+@pytest.mark.slow
 def test_duplicate_channel_is_replaced_exactly_and_the_fold_matches_the_hook() -> None:
     loaded, data = duplicate_world()
     model = loaded.copy_model()

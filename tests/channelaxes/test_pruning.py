@@ -40,6 +40,7 @@ def tiny_inputs() -> LabelledInputs:
                           y=torch.randint(0, 11, (12,), generator=generator))
 
 
+@pytest.mark.slow
 def test_torch_pruning_baselines_are_the_published_formulas(demo, tiny_inputs) -> None:
     model = demo[0].copy_model()
     pruner = LayerPruner(model, "features.4", tiny_inputs.head(1)[0])
@@ -67,6 +68,7 @@ def test_torch_pruning_baselines_are_the_published_formulas(demo, tiny_inputs) -
     assert not np.array_equal(score("random", seed=3), score("random", seed=4))
 
 
+@pytest.mark.slow
 def test_physical_removal_equals_zeroing_the_channels_and_leaves_the_template(demo, tiny_inputs) -> None:
     model = demo[0].copy_model()
     pruner = LayerPruner(model, "features.7", tiny_inputs.head(1)[0])
@@ -170,6 +172,7 @@ def test_curves_are_flops_matched_with_auc_and_fine_tune() -> None:
         PruningSettings(criteria=("magic",))  # refused where the settings are built, before any pruning
 
 
+@pytest.mark.slow
 def test_mean_compensated_removal_acts_like_mean_ablation() -> None:
     loaded, data = duplicate_world(n_calibration=200, n_evaluation=200)
     model = loaded.copy_model()

@@ -181,6 +181,7 @@ def test_an_onnx_upload_with_an_architecture_is_refused_and_removed(tmp_path: Pa
     assert list(uploads.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_damaged_onnx_upload_gets_one_clear_error_and_is_removed(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     uploads = tmp_path / "uploads"
