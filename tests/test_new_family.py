@@ -59,7 +59,11 @@ def add_toy_family(clone: Path) -> None:
 
 
 def run_in(clone: Path, *command: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """``command`` with the clone's code first on the path (``python`` is this interpreter)."""
+    """``command`` with the clone's code first on the path (``python`` is this interpreter; ``filterlens`` the
+    installed command, else ``python -m fl_core``)."""
+    if command[0] == "filterlens":
+        installed = shutil.which("filterlens", path=str(Path(sys.executable).parent))
+        command = (installed, *command[1:]) if installed else ("python", "-m", "fl_core", *command[1:])
     argv = [sys.executable if command[0] == "python" else command[0], *command[1:]]
     env = {**os.environ, "PYTHONPATH": str(clone), "FL_DEVICE": "cpu", "MPLBACKEND": "Agg"}
     done = subprocess.run(argv, cwd=cwd or clone, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -123,13 +127,13 @@ def test_a_new_family_reaches_every_door_from_its_registration(tmp_path: Path) -
     # the command line
     out = tmp_path / "out"
     out.mkdir()
-    run_in(clone, "python", "-m", "fl_core", "filternorms", "--model", "demo:squeezenet1_0", "--json",
+    run_in(clone, "filterlens", "filternorms", "--model", "demo:squeezenet1_0", "--json",
            str(out / "norms.json"), "--quiet")
     norms = json.loads((out / "norms.json").read_text())
     assert norms["spec"] == "demo:squeezenet1_0" and len(norms["layers"]) == 26
 
     # the survey: its measure, over two models
-    run_in(clone, "python", "-m", "fl_core", "survey", "--family", "filternorms", "--model", "demo:tiny_vgg",
+    run_in(clone, "filterlens", "survey", "--family", "filternorms", "--model", "demo:tiny_vgg",
            "--model", "demo:squeezenet1_0", "--workers", "1", "--set", "zero_tol=0.5", "--json",
            str(out / "survey.json"), "--quiet")
     survey = json.loads((out / "survey.json").read_text())
@@ -138,11 +142,11 @@ def test_a_new_family_reaches_every_door_from_its_registration(tmp_path: Path) -
         assert row["error"] is None and set(row["values"]) == {"filters", "near_zero_share", "median_norm"}, row
         assert row["values"]["filters"] > 0 and row["values"]["median_norm"] > 0
     assert survey["settings"]["family_settings"]["zero_tol"] == 0.5
-    help_text = run_in(clone, "python", "-m", "fl_core", "survey", "--help").stdout
+    help_text = run_in(clone, "filterlens", "survey", "--help").stdout
     assert "filternorms (filter norms)" in " ".join(help_text.split())
 
     # the report: its section in the JSON and the HTML
-    run_in(clone, "python", "-m", "fl_core", "report", "--model", "demo:tiny_vgg", "--max-images", "2", "--seeds",
+    run_in(clone, "filterlens", "report", "--model", "demo:tiny_vgg", "--max-images", "2", "--seeds",
            "2", "--json", str(out / "report.json"), "--html", str(out / "report.html"), "--quiet")
     report = json.loads((out / "report.json").read_text())
     assert report["filternorms"]["spec"] == "demo:tiny_vgg" and "filternorms" not in report["skipped"]
