@@ -4,7 +4,8 @@ No Streamlit import anywhere in this package (a test enforces it): notebooks, th
 the dashboard pages all call the same functions. The public entry points are listed in ``__all__`` and importable from
 here (``from fl_core import analyze_energy, load_model``); each is imported on first use, so ``import fl_core`` stays
 light (the CLI's ``--help`` does not wait for torch), and the ``TYPE_CHECKING`` imports show type checkers the same
-names (``import X as X``: re-exported). ``__all__`` derives from the analysis families' registry
+names with their own signatures (``import X as X``: re-exported; written from the registry by
+``scripts/api_types.py``, checked by ``tests/test_api.py``). ``__all__`` derives from the analysis families' registry
 (:mod:`fl_core.families`) and :data:`CORE_API`. Each analysis family has one shape (:mod:`fl_core.arguments`)::
 
     analyze_<family>(models_or_model, data=None, settings=None, *, device=None, progress=None,
@@ -39,7 +40,7 @@ CORE_API: dict[str, tuple[str, ...]] = {
 PUBLIC_API: dict[str, tuple[str, ...]] = public_api(CORE_API)
 """Module → the public names it defines (configs as data: ``__all__`` and the lazy imports derive from it)."""
 
-if TYPE_CHECKING:  # what type checkers and editors see; tests/test_api.py keeps it equal to PUBLIC_API
+if TYPE_CHECKING:  # the registry's names as type checkers see them: written by scripts/api_types.py, do not edit
     from fl_core.channelaxes.analysis import ChannelAxesResult as ChannelAxesResult
     from fl_core.channelaxes.analysis import analyze_channels as analyze_channels
     from fl_core.channelaxes.calibration import ChannelData as ChannelData
@@ -102,6 +103,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; tests/test_api.py keeps
     from fl_core.report.build import build_report as build_report
     from fl_core.report.html import report_html as report_html
     from fl_core.report.settings import ReportSettings as ReportSettings
+    from fl_core.report.settings import WeightSettings as WeightSettings
     from fl_core.report.weightstats import WeightStatistics as WeightStatistics
     from fl_core.report.weightstats import weight_statistics as weight_statistics
     from fl_core.survey.analysis import SurveyResult as SurveyResult

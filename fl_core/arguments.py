@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -29,9 +29,9 @@ from fl_core.errors import ArgumentError, value_text
 from fl_core.io.datasets import DatasetImages, loader_images, tensor_images
 from fl_core.io.images import BUNDLED, ImageSet, open_images
 from fl_core.io.models import LoadedModel, load_model
-from fl_core.settings import replace_settings, settings_fields
+from fl_core.settings import Settings, replace_settings, settings_fields
 
-S = TypeVar("S")
+S = TypeVar("S", bound=Settings)
 ModelLike = str | LoadedModel | nn.Module
 """What a model argument takes: a spec string, a loaded model or a PyTorch module."""
 
@@ -106,7 +106,7 @@ def as_settings(cls: type[S], settings: Any, overrides: Mapping[str, Any], argum
     if unknown:
         raise ArgumentError(f"{', '.join(map(repr, unknown))}: no such setting of {cls.__name__}; its settings are "
                             f"{', '.join(sorted(known))}.")
-    return replace_settings(settings, overrides) if overrides else settings
+    return cast(S, replace_settings(settings, overrides)) if overrides else settings
 
 
 def no_data(data: Any, function: str, argument: str = "data") -> None:

@@ -12,7 +12,7 @@ import math
 import numbers
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import numpy as np
 import torch
@@ -57,11 +57,23 @@ the same in every family) and its spec beside it, so tables of several models an
 
 def with_model_columns(frame: pd.DataFrame, label: str, spec: str, **columns: Any) -> pd.DataFrame:
     """``frame`` with :data:`MODEL_COLUMNS` first (``label`` and ``spec`` on every row), then ``columns`` (name →
-    one value for every row, e.g. ``layer=``)."""
+    one value for every row, e.g. ``layer=``); its columns of numbers as numbers (:func:`numbers_as_numbers`)."""
     import pandas as pd
 
     first = pd.DataFrame({"model": label, "spec": spec, **columns}, index=frame.index)
-    return pd.concat([first, frame.drop(columns=list(first.columns), errors="ignore")], axis=1)
+    return numbers_as_numbers(pd.concat([first, frame.drop(columns=list(first.columns), errors="ignore")], axis=1))
+
+
+def numbers_as_numbers(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each column of Python objects that holds numbers and missing values only (``None`` where a
+    score does not apply) as a float column, missing values NaN."""
+    mixed = [column for column in frame.columns[frame.dtypes.map(lambda dtype: dtype.kind == "O")]
+             if (values := frame[column].dropna()).size and all(_is_number(value) for value in values)]
+    return frame.astype(dict.fromkeys(mixed, float)) if mixed else frame
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -93,7 +105,8 @@ def csv_text(frame: pd.DataFrame) -> str:
         column = safe.iloc[:, i]
         if column.dtype.kind not in "biufcmM":
             safe.isetitem(i, column.astype(object).map(spreadsheet_safe))
-    return safe.to_csv(index=False, lineterminator="\r\n")
+    text: str = safe.to_csv(index=False, lineterminator="\r\n")
+    return text
 
 
 class Result:
@@ -150,12 +163,11 @@ class Result:
         a file holding another class is refused."""
         from fl_core.io.resultfiles import load_result
 
-        return load_result(path, cls)
+        return cast(R, load_result(path, cls))
 
-    @classmethod
-    def plot_kinds(cls) -> tuple[str, ...]:
-        """The figures :meth:`plot` draws, the default first."""
-        return tuple(cls._figures)
+    def plot_kinds(self) -> tuple[str, ...]:
+        """The figures :meth:`plot` draws of this result, the default first (every one draws without arguments)."""
+        return tuple(self._figures)
 
     def figure_inputs(self, kind: str) -> tuple[Any, ...]:
         """The positional arguments of the figure function of ``kind`` (default: the result itself)."""

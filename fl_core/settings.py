@@ -41,7 +41,8 @@ MIN_LEARNING_RATE = 1e-6
 
 
 def setting(default: Any = MISSING, *, choices: Sequence[Any] | None = None, minimum: float | None = None,
-            maximum: float | None = None, flag: str | None = None, default_factory: Any = MISSING) -> Any:
+            maximum: float | None = None, flag: str | None = None, help: str | None = None,
+            default_factory: Any = MISSING) -> Any:
     """A dataclass field with the bounds, choices or command-line flag its widgets and options need.
 
     Args:
@@ -49,9 +50,11 @@ def setting(default: Any = MISSING, *, choices: Sequence[Any] | None = None, min
         choices: the values allowed (for a tuple field: the values its items may take).
         minimum, maximum: inclusive bounds of a number.
         flag: the command-line option without ``--`` when it differs from the field's name with dashes.
+        help: the help of options and widgets when it is derived from data (e.g. the registered families);
+            otherwise the class's ``Attributes:`` docstring says it.
     """
     metadata = {"choices": tuple(choices) if choices is not None else None, "minimum": minimum, "maximum": maximum,
-                "flag": flag}
+                "flag": flag, "help": help}
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
@@ -106,7 +109,7 @@ def plain_text(text: str) -> str:
 def attribute_help(cls: type) -> dict[str, str]:
     """Each attribute's text in the ``Attributes:`` section of ``cls``'s docstring (``a, b: text`` documents both),
     continuation lines joined."""
-    doc = typing.cast(str, cls.__doc__ or "")
+    doc = cls.__doc__ or ""
     section = re.split(r"\n\s*Attributes:\s*\n", doc, maxsplit=1)
     if len(section) < 2:
         return {}
@@ -150,10 +153,11 @@ def own_fields(cls: type) -> tuple[SettingField, ...]:
     helps = {name: text for klass in reversed(cls.__mro__) for name, text in attribute_help(klass).items()}
     fields = []
     for f in dataclasses.fields(cls):
-        default = f.default if f.default is not MISSING else f.default_factory()
+        default = f.default if f.default is not MISSING or not callable(f.default_factory) else f.default_factory()
         meta = f.metadata
         kind, item, optional, length = _kind(hints[f.name])
-        fields.append(SettingField(f.name, kind, item, optional, default, plain_text(helps.get(f.name, "")),
+        fields.append(SettingField(f.name, kind, item, optional, default,
+                                   plain_text(meta.get("help") or helps.get(f.name, "")),
                                    meta.get("choices"), meta.get("minimum"), meta.get("maximum"), meta.get("flag"),
                                    length))
     return tuple(fields)
@@ -223,7 +227,7 @@ def expected(field: SettingField) -> str:
     bounds = f" from {low:,} to {high:,}" if low is not None and high is not None else ""
     if field.choices is not None:
         bounds = f" among {', '.join(map(str, field.choices))}"
-    kind = field.item if field.kind is tuple else field.kind
+    kind = field.scalar().kind
     one, several = KIND_NAMES.get(kind, (f"a {getattr(kind, '__name__', kind)}",) * 2)
     text = f"a list or tuple of {several}" if field.kind is tuple else one
     return text + bounds + (", or None" if field.optional else "")
@@ -288,7 +292,8 @@ class Settings:
     (``cls(...)``, ``dataclasses.replace``, keyword overrides), and lists become tuples."""
 
     def __post_init__(self) -> None:
-        for field in own_fields(type(self)):
+        cls: type = type(self)
+        for field in own_fields(cls):
             object.__setattr__(self, field.name, check_setting(field, getattr(self, field.name)))
 
 
@@ -316,7 +321,7 @@ def parse_setting(field: SettingField, text: str, name: str | None = None) -> An
         return None
     try:
         if field.kind is tuple:
-            value: Any = tuple(parse_scalar(field.item, item) for item in text.split(",") if item.strip())
+            value: Any = tuple(parse_scalar(field.scalar().kind, item) for item in text.split(",") if item.strip())
         else:
             value = parse_scalar(field.kind, text)
     except ValueError as err:

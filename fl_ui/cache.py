@@ -27,13 +27,15 @@ from fl_core.backend import Progress, report
 from fl_core.budgets import analysis_budget, patch_work
 from fl_core.errors import FilterLensError
 from fl_core.extras import require_extra
-from fl_core.firstlayer.energy import EnergyResult, EnergySettings, patch_geometry
+from fl_core.firstlayer.energy import EnergyResult, patch_geometry
 from fl_core.firstlayer.plots import MAPS_SHOWN
-from fl_core.firstlayer.whitening import ActivationMaps, WhiteningResult, WhiteningSettings, activation_maps
-from fl_core.io.images import BUNDLED_PHOTOS, ImageSet, is_bundled, open_images
+from fl_core.firstlayer.settings import EnergySettings, WhiteningSettings
+from fl_core.firstlayer.whitening import ActivationMaps, WhiteningResult, activation_maps
+from fl_core.io.images import BUNDLED_PHOTOS, ImageSet, open_images
 from fl_core.io.layers import find_layer
 from fl_core.io.models import LoadedModel, ModelSpec, spec_file_stamp
 from fl_core.io.paths import check_readable
+from fl_core.io.sources import is_bundled
 from fl_ui import jobs, sessions
 from fl_ui.engine import Job, Lane, engine_started, heavy_engine
 from fl_ui.memory import ModelCache, load_spec

@@ -9,11 +9,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, default_channel_layer
+from fl_core.channelaxes.analysis import ChannelAxesResult, default_channel_layer
 from fl_core.channelaxes.estimate import stage_work
-from fl_core.channelaxes.settings import CROPS, ChannelDataSettings
-from fl_core.io.images import BUNDLED, is_bundled
+from fl_core.channelaxes.settings import CROPS, ChannelDataSettings, ChannelSettings
+from fl_core.io.images import BUNDLED
 from fl_core.io.layers import ConvLayer, conv_inventory
+from fl_core.io.sources import is_bundled
 from fl_ui import jobs
 from fl_ui.cache import get_model, pooled
 from fl_ui.state import Selection

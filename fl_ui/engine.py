@@ -62,7 +62,7 @@ from typing import Any
 
 from fl_core.backend import Progress, report
 from fl_core.errors import FilterLensError
-from fl_ui import sessions
+from fl_ui import internals, sessions
 from fl_ui.worker import JobCancelled, exit_worker, job_payload, progress_name, published_name, run_job, stop_name
 
 log = logging.getLogger("filterlens")
@@ -511,7 +511,7 @@ class Engine:
         threading.Thread(target=self._keep_connected, name="filterlens-engine-connection", daemon=True).start()
         # closed when the interpreter begins to exit, before Python shuts down the thread pools: the client then
         # still runs the callbacks of the jobs it cancels (after atexit, each would log a traceback instead)
-        threading._register_atexit(self.close)
+        internals.call_before_thread_shutdown(self.close)
 
     @property
     def embedded(self) -> bool:

@@ -17,19 +17,25 @@ from pathlib import Path
 import numpy as np
 
 from fl_core.backend import Progress, report
-from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
+from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
-from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy
+from fl_core.channelaxes.settings import ChannelSettings
+from fl_core.firstlayer.energy import EnergyResult, analyze_energy
 from fl_core.firstlayer.patches import PatchPCA
-from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
+from fl_core.firstlayer.settings import EnergySettings, WhiteningSettings
+from fl_core.firstlayer.whitening import WhiteningResult, analyze_whitening
 from fl_core.io.images import open_images
 from fl_core.io.models import LoadedModel
-from fl_core.lab.runs import Run, RunSettings, check_run_budget, resolve_config, run_inputs, train_run
-from fl_core.masterkeys.layersweep import LayerSweepResult, LayerSweepSettings, sweep_layers
-from fl_core.masterkeys.rescore import RescoreResult, RescoreSettings, rescore
-from fl_core.report.build import Report, ReportSettings, build_report
+from fl_core.lab.runs import Run, check_run_budget, resolve_config, run_inputs, train_run
+from fl_core.lab.settings import RunSettings
+from fl_core.masterkeys.layersweep import LayerSweepResult, sweep_layers
+from fl_core.masterkeys.rescore import RescoreResult, rescore
+from fl_core.masterkeys.settings import LayerSweepSettings, RescoreSettings
+from fl_core.report.build import Report, build_report
 from fl_core.report.series import load_series
-from fl_core.survey.analysis import SurveyRow, SurveySettings, survey_row
+from fl_core.report.settings import ReportSettings
+from fl_core.survey.analysis import SurveyRow, survey_row
+from fl_core.survey.settings import SurveySettings
 from fl_ui.engine import Job, Lane, heavy_engine
 from fl_ui.worker import current_worker, publish, stop_requested, worker_model
 

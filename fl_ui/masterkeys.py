@@ -22,11 +22,16 @@ from fl_core.masterkeys.assignment import (
     fit_model_master_keys,
     model_master_keys,
 )
-from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, analyze_master_keys
+from fl_core.masterkeys.clustering import MasterKeyResult, analyze_master_keys
 from fl_core.masterkeys.depthwise import DepthwiseBank, depthwise_bank
-from fl_core.masterkeys.fitting import FIT_METHODS, ScaleSpaceResult, fit_published_filters
-from fl_core.masterkeys.layersweep import LayerSweepSettings
-from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, RescoreSettings
+from fl_core.masterkeys.fitting import ScaleSpaceResult, fit_published_filters
+from fl_core.masterkeys.settings import (
+    DEFAULT_BATCH_SIZE,
+    FIT_METHODS,
+    LayerSweepSettings,
+    MasterKeySettings,
+    RescoreSettings,
+)
 from fl_core.masterkeys.swap import FilterSwap, swap_filters
 from fl_ui import jobs
 from fl_ui.cache import get_model, memoize, pooled

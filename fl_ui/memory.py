@@ -18,7 +18,6 @@ only by the functions that need it: workers never import it.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import logging
 import os
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fl_core import allocator
+from fl_ui import internals
 
 if TYPE_CHECKING:
     from fl_core.io.models import LoadedModel
@@ -160,43 +160,34 @@ def release_closed_sessions() -> int:
     (``Runtime._loop_coroutine``'s ``active_session_info``) until it sends to another, so that session's state (the
     file an uploader holds among it) stayed too. So the store's expired sessions are dropped now, every session gone
     from the list (dropped now, or seen listed before) is shut down and its state cleared, and the uploads of
-    sessions no longer listed are dropped. (Reaches into Streamlit's session
-    manager: where its internals differ, less is released, never a live session's memory.)"""
+    sessions no longer listed are dropped. (Streamlit's internals this needs are reached through
+    :mod:`fl_ui.internals`: where they differ, less is released, never a live session's memory.)"""
     from streamlit.runtime import Runtime
 
     if not Runtime.exists():
         return 0
     runtime = Runtime.instance()
-    live, dropped = _listed_sessions(runtime._session_mgr)
+    live, dropped = internals.listed_sessions(runtime)
     _SESSIONS.update(dropped)
     released = [session for session in list(_SESSIONS) if session.id not in live and _release_session(session)]
     _SESSIONS.update(live.values())
     return len(released) + _drop_orphan_uploads(runtime.uploaded_file_mgr, live)
 
 
-def _listed_sessions(manager) -> tuple[dict, list]:
-    """The sessions Streamlit lists by id (connected, or stored for a reconnect), and those its store has just
-    dropped for having been stored too long (under the lock a session moving from connected to stored holds)."""
-    stored = getattr(getattr(manager, "_session_storage", None), "_cache", None)
-    with getattr(manager, "_storage_lock", None) or contextlib.nullcontext():
-        dropped = [info.session for _, info in stored.expire()] if hasattr(stored, "expire") else []
-        return {info.session.id: info.session for info in manager.list_sessions()}, dropped
-
-
 def _release_session(session) -> bool:
     """Shut a session down (nothing when it already is) and, once its script has stopped, clear its state; whether
     it was cleared (otherwise the next call tries again)."""
     session.shutdown()
-    if getattr(session, "_scriptrunner", None) is not None:
+    if internals.script_running(session):
         return False
-    session._session_state.clear()
+    internals.clear_session_state(session)
     _SESSIONS.discard(session)
     return True
 
 
 def _drop_orphan_uploads(uploads, live: dict) -> int:
     """Drop the uploaded files of sessions not in ``live``; how many sessions had some."""
-    orphans = [session for session in list(getattr(uploads, "file_storage", {})) if session not in live]
+    orphans = [session for session in internals.sessions_with_uploads(uploads) if session not in live]
     for session in orphans:
         uploads.remove_session_files(session)
     return len(orphans)

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 
 from fl_core.errors import FilterLensError
 from fl_core.lab.runs import SHIPPED_RUNS_DIR, list_runs
-from fl_core.report.build import Report, ReportSettings
+from fl_core.report.build import Report
 from fl_core.report.html import report_html
 from fl_core.report.series import series_stamp
+from fl_core.report.settings import ReportSettings
 from fl_ui import jobs
 from fl_ui.cache import get_model, memoize, pooled
 from fl_ui.lab import my_runs_dir

@@ -101,8 +101,7 @@ def warm_depthwise_pages() -> None:
 def warm_home() -> None:
     """Home's first view computed into the caches: the energy profiles and whitening of the sidebar's default
     models (a few seconds)."""
-    from fl_core.firstlayer.energy import EnergySettings
-    from fl_core.firstlayer.whitening import WhiteningSettings
+    from fl_core.firstlayer.settings import EnergySettings, WhiteningSettings
     from fl_ui.cache import energy_result, whitening_result
     from fl_ui.state import default_selection
 

@@ -21,9 +21,10 @@ import streamlit as st
 
 from fl_core.backend import available_devices
 from fl_core.errors import FilterLensError, ModelSpecError
-from fl_core.io.images import BUNDLED, is_bundled
+from fl_core.io.images import BUNDLED
 from fl_core.io.models import ModelSpec
 from fl_core.io.preprocessing import InputConfig, Overrides
+from fl_core.io.sources import is_bundled
 from fl_core.settings import SettingField, parse_setting, path_text_problem, printable
 from fl_ui.messages import show
 

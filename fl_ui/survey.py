@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from fl_core.backend import Progress, report
 from fl_core.errors import FilterLensError
-from fl_core.survey.analysis import SurveyResult, SurveyRow, SurveySettings, model_family
+from fl_core.survey.analysis import SurveyResult, SurveyRow, model_family
+from fl_core.survey.settings import SurveySettings
 from fl_ui import jobs, sessions
 from fl_ui.cache import WAIT_POLL_S, pooled
 from fl_ui.engine import Job, Lane, heavy_engine

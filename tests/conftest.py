@@ -7,7 +7,11 @@ with ``CI=true`` (:func:`fixtures_required`) they fail instead, so a green CI ru
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
+import resource
+import time
 from pathlib import Path
 
 import pytest
@@ -121,8 +125,89 @@ def _deterministic_torch():
     yield
 
 
+SLOW_CPU_S = 1.0
+"""A test that takes more CPU than this (its own process's and its finished subprocesses', set-up included) is marked
+slow; :func:`pytest_terminal_summary` lists those that are not."""
+
+
+SHARED_PACKAGES = {"io"}
+"""Packages that hold a family's entry point among what every family uses (fl_core.io: models, images, layers)."""
+
+
+def family_keywords() -> dict[str, set[str]]:
+    """Per registered family (:mod:`fl_core.families`), the words that name it in a test's path, name or parameters:
+    its name, its command's name and the package of its entry point (``channelaxes``, ``firstlayer``, ``lab``), so its
+    package's tests, its contract checks (``[energy]``), its command's tests and its page's (``test_master_keys``)."""
+    from fl_core.families import FAMILIES
+
+    keywords = {}
+    for name, family in FAMILIES.items():
+        package = family.function.split(":")[0].split(".")[1]
+        keywords[name] = {name, *([family.command.rsplit(".", 1)[-1]] if family.command else []),
+                          *([package] if package not in SHARED_PACKAGES else [])}
+    return keywords
+
+
+def words_of(nodeid: str) -> set[str]:
+    """The words of a test id, each alone and joined to the next (``test_master_keys.py`` gives ``masterkeys``)."""
+    parts = [part for part in re.split(r"[^a-z0-9]+", nodeid.lower()) if part]
+    return set(parts) | {first + second for first, second in itertools.pairwise(parts)}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One marker per registered family, ``family_<name>``: ``python -m pytest -m family_channels`` runs every test of
+    a family (its package's tests, its contract checks, its command, its page; DEVELOPING.md)."""
+    for name in family_keywords():
+        config.addinivalue_line("markers", f"family_{name}: the tests of the {name} family (set by tests/conftest.py)")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Browser tests are slow tests too: ``-m "not slow"`` is the fast loop (DEVELOPING.md)."""
+    """Browser tests are slow tests too (``-m "not slow"`` is the fast loop, DEVELOPING.md), and each test carries the
+    marker of every family its path, name or parameters name (:func:`family_keywords`)."""
+    keywords = family_keywords()
     for item in items:
         if item.get_closest_marker("browser") is not None:
             item.add_marker(pytest.mark.slow)
+        words = words_of(item.nodeid)
+        for name, named in keywords.items():
+            if words & named:
+                item.add_marker(getattr(pytest.mark, f"family_{name}"))
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of its finished subprocesses."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+_UNMARKED_SLOW: list[tuple[str, float]] = []
+"""(test id, CPU seconds) of the tests without the slow marker over :data:`SLOW_CPU_S`."""
+_SETUP_CPU: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    began = _cpu_seconds()
+    yield
+    _SETUP_CPU[item.nodeid] = _cpu_seconds() - began
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Measure each test's CPU seconds, its set-up's included (not its tear-down's: a package's engine is closed, and
+    its processes' CPU counted, in the tear-down of whichever test ran last); keep those of unmarked tests over
+    :data:`SLOW_CPU_S`. CPU, not wall time: the machine may be busy with other work."""
+    began = _cpu_seconds()
+    yield
+    seconds = _SETUP_CPU.pop(item.nodeid, 0.0) + _cpu_seconds() - began
+    if seconds > SLOW_CPU_S and item.get_closest_marker("slow") is None:
+        _UNMARKED_SLOW.append((item.nodeid, seconds))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """List the tests without the ``slow`` marker that took more than :data:`SLOW_CPU_S` of CPU: mark them slow."""
+    slow = sorted(((seconds, nodeid) for nodeid, seconds in _UNMARKED_SLOW), reverse=True)
+    if slow:
+        terminalreporter.section(f"unmarked tests over {SLOW_CPU_S:g} s of CPU: mark them @pytest.mark.slow")
+        for seconds, nodeid in slow:
+            terminalreporter.write_line(f"{seconds:6.1f} s CPU  {nodeid}")

@@ -38,6 +38,7 @@ def rss_after_free(mode: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_tuned_process_keeps_a_freed_large_tensor_until_it_releases_it():
     tuned, default = rss_after_free("tuned"), rss_after_free("default")
     assert tuned["tuned"] and tuned["kept"] > 90  # the next pass reuses these pages

@@ -3,8 +3,6 @@ settings with keyword overrides, and misuse reported as an ArgumentError that na
 
 from __future__ import annotations
 
-import ast
-import inspect
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +26,9 @@ from fl_core import (
     rescore,
 )
 from fl_core.results import Result
+from tests.script_modules import script_module
 
 BANK = "demo:ppocrv6_det_small_dw7"
-ENTRY_POINTS = ("analyze_energy", "analyze_whitening", "analyze_channels", "analyze_master_keys", "analyze_scale_space",
-                "rescore", "sweep_layers", "build_report", "analyze_survey")
 
 
 def small_net() -> nn.Module:
@@ -40,26 +37,13 @@ def small_net() -> nn.Module:
                          nn.Flatten(), nn.Linear(8, 11))
 
 
-def test_every_entry_point_has_the_family_shape():
-    for name in ENTRY_POINTS:
-        params = list(inspect.signature(getattr(fl_core, name)).parameters.values())
-        assert [p.name for p in params[1:3]] == ["data", "settings"], name
-        assert params[1].default is None and params[2].default is None, name
-        assert params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, name
-        keywords = {p.name: p.kind for p in params}
-        assert keywords["device"] is keywords["progress"] is inspect.Parameter.KEYWORD_ONLY, name
-        assert params[-1].kind is inspect.Parameter.VAR_KEYWORD, name  # setting overrides
-
-
-def test_the_type_checking_imports_mirror_the_public_api():
-    tree = ast.parse(Path(fl_core.__file__).read_text(encoding="utf-8"))
-    block = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") ==
-                 "TYPE_CHECKING")
-    seen: dict[str, set[str]] = {}
-    for node in block.body:
-        assert isinstance(node, ast.ImportFrom)
-        seen.setdefault(node.module, set()).update(alias.name for alias in node.names)
-    assert seen == {module: set(names) for module, names in fl_core.PUBLIC_API.items()}
+def test_the_type_checking_imports_are_the_registrys() -> None:
+    """What type checkers see of ``fl_core`` is written from the registry (``python scripts/api_types.py``)."""
+    with script_module("scripts/api_types.py") as api_types:
+        source = Path(fl_core.__file__).read_text(encoding="utf-8")
+        assert api_types.with_block(source, api_types.type_checking_block(fl_core.PUBLIC_API)) == source, (
+            "fl_core/__init__.py's TYPE_CHECKING block is not the registry's: run python scripts/api_types.py")
+        assert api_types.main(["--check"]) == 0
 
 
 def test_master_keys_take_a_spec_and_setting_keywords():

@@ -538,6 +538,7 @@ def test_the_builders_make_what_they_claim() -> None:
     assert len(zipfile.ZipFile(io.BytesIO(lying_directory_checkpoint(50))).infolist()) > 50
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", HOSTILE, ids=lambda e: e.name)
 def test_each_hostile_input_is_refused_with_a_message_that_says_what_to_do(entry: HostileInput,
                                                                             tmp_path: Path) -> None:
@@ -874,6 +875,7 @@ def test_activation_maps_compute_only_the_filters_shown_and_refuse_beyond_the_bu
         activation_maps(loaded, image, "photo")
 
 
+@pytest.mark.slow
 def test_registry_models_are_counted_before_they_are_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """On the meta device (timm's resnet18: 11.7 M parameters), or, where a network computes its widths with
     tensors (torchvision's RegNets), while it is built, stopping at the limit."""

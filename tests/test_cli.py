@@ -21,6 +21,7 @@ def run_cli(*args: str) -> int:
     return main([*args, "--quiet"])
 
 
+@pytest.mark.slow
 def test_energy_json_has_the_contract_keys(tmp_path: Path) -> None:
     out, table = tmp_path / "energy.json", tmp_path / "energy.csv"
     assert run_cli("energy", "--model", "demo:tiny_vgg", "--model", "demo:tiny_vgg_init", "--subtract-init",
@@ -36,6 +37,7 @@ def test_energy_json_has_the_contract_keys(tmp_path: Path) -> None:
     assert len(pd.read_csv(table)) == 2 * 27
 
 
+@pytest.mark.slow
 def test_whitening_json_has_the_contract_keys(tmp_path: Path) -> None:
     out = tmp_path / "whitening.json"
     assert run_cli("whitening", "--model", "demo:tiny_vgg", "--max-distance", "6", "--json", str(out)) == 0
@@ -108,6 +110,7 @@ def test_bad_input_gives_one_line_and_exit_status_2() -> None:
     assert len(lines) == 1 and lines[0].startswith("error: No checkpoint file")
 
 
+@pytest.mark.slow
 def test_dash_writes_json_or_csv_to_stdout_and_the_summary_to_stderr(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     command = ["whitening", "--model", "demo:tiny_vgg", "--max-distance", "6"]
@@ -151,6 +154,7 @@ def test_channels_options_give_the_settings_class_defaults_and_read_every_docume
         parser.parse_args(["channels", "--model", "demo:tiny_vgg", "--criteria", "magic"])
 
 
+@pytest.mark.slow
 def test_channels_json_has_the_contract_keys(tmp_path: Path) -> None:
     out = tmp_path / "channels.json"
     assert run_cli("channels", "--model", "demo:tiny_vgg", "--layer", "features.14", "--calibration", "32",

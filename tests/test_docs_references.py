@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 SUFFIXES = {".py", ".md", ".ipynb", ".toml", ".txt", ".yml", ".yaml", ".cfg"}
 SKIPPED = {".venv", ".git", "build", "test-artifacts", "__pycache__"}
@@ -16,6 +18,7 @@ def repository_files() -> list[Path]:
             and not SKIPPED & set(p.relative_to(REPO).parts)]
 
 
+@pytest.mark.slow
 def test_no_file_cites_documents_outside_the_repository():
     outside = re.compile(r"shared/(?!fixtures)|DESIGN\.md")
     offenders = [f"{p.relative_to(REPO)}:{n}" for p in repository_files()

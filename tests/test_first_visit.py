@@ -46,6 +46,7 @@ def test_the_default_first_layer_follows_the_theory_and_whitens_where_its_random
     assert abs(below_rgb[init.spec]) < 0.05, below_rgb  # random filters keep the pixels' correlations
 
 
+@pytest.mark.slow
 def test_a_demo_says_whether_its_baseline_is_its_own_initialization() -> None:
     """Home and Channel Axes call SqueezeNet's baseline a random init of its architecture, the tiny demo's its own."""
     assert load_model("demo:tiny_vgg").init_is_own

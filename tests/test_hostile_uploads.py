@@ -413,6 +413,7 @@ def test_the_bomb_is_in_the_range_pil_alone_would_decode() -> None:
     assert MAX_IMAGE_PIXELS < 9_000**2 < 2 * MAX_IMAGE_PIXELS
 
 
+@pytest.mark.slow
 def test_app_refuses_a_bad_image_upload_and_keeps_the_image_source(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FL_UPLOAD_DIR", str(tmp_path / "uploads"))

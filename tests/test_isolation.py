@@ -81,6 +81,7 @@ def _channels(loaded) -> np.ndarray:
     return result.table[["input_capture", "lesion_dloss"]].to_numpy()
 
 
+@pytest.mark.slow
 def test_no_analysis_hooks_the_shared_model(shared, photos, hooks_on) -> None:
     before = weights_hash(shared)
     _energy(shared, photos)
@@ -93,6 +94,7 @@ def test_no_analysis_hooks_the_shared_model(shared, photos, hooks_on) -> None:
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in shared.model.modules())
 
 
+@pytest.mark.slow
 def test_the_inventory_is_taken_once_at_load(shared, monkeypatch) -> None:
     def no_forward(*_args, **_kwargs):
         raise AssertionError("a forward pass was run to list layers")
@@ -137,6 +139,7 @@ def test_hook_based_analyses_from_several_threads_match_single_threaded(shared, 
             assert result == expected, f"job {i} was disturbed"
 
 
+@pytest.mark.slow
 def test_a_forward_copy_shares_weights_but_not_hooks(shared) -> None:
     view = shared.forward_copy(torch.device("cpu"))
     assert view is not shared.model

@@ -30,6 +30,7 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
     return found
 
 
+@pytest.mark.slow
 def test_the_library_never_imports_streamlit_and_imports_the_engine_only_inside_a_command() -> None:
     """The app too: only ``filterlens app`` starts it, inside its command (fl_ui.serve.main)."""
     for path in sorted((REPO / "fl_core").rglob("*.py")):

@@ -63,6 +63,7 @@ def block_of(layer: str) -> str:
     return ".".join(layer.split(".")[:2])
 
 
+@pytest.mark.slow
 def test_split_scores_equal_full_forward_scores_on_mobilenet(mobilenet_random):
     bank = depthwise_bank(mobilenet_random)
     last = max(bank.stages)
@@ -198,6 +199,7 @@ def test_a_model_reading_a_prefix_activation_later_falls_back_with_the_same_numb
     assert len(shared.sharing) == 1 and "random: full forward passes (from dw2 on" in shared.sharing[0]
 
 
+@pytest.mark.slow
 def test_functional_steps_between_modules_mean_full_forward_passes():
     loaded = tiny_loaded(seed=4)  # relu between every module: no direct link, nothing to share
     swaps = [swap_filters(depthwise_bank(loaded), name) for name in ("B", "zero")]

@@ -34,9 +34,10 @@ from fl_core.channelaxes.settings import CROPS, ChannelDataSettings
 from fl_core.errors import DataError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.crops import CropData, CropSettings, photo_crops
-from fl_core.io.images import ImageSet, bundled_images, is_bundled, iter_input_batches
+from fl_core.io.images import ImageSet, bundled_images, iter_input_batches
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
+from fl_core.io.sources import is_bundled
 
 DECISION_LABELS = "each labelled with the network's own top-1 class"
 """What the data description says when the labels are the network's decisions (:func:`decision_labels`)."""

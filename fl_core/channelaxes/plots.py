@@ -10,7 +10,8 @@ import plotly.graph_objects as go
 
 from fl_core.channelaxes.analysis import ChannelAxesResult
 from fl_core.channelaxes.calibration import DECISION_LABELS
-from fl_core.channelaxes.pruning import CRITERIA, PruningResult
+from fl_core.channelaxes.pruning import PruningResult
+from fl_core.channelaxes.settings import CRITERIA
 from fl_core.channelaxes.site import ChannelSite
 from fl_core.figures import color, filter_zoom_figure, heatmap_figure, log_axis, readable, tiles_figure
 

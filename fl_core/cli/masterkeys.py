@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, progress):
     assignment = result.published_assignment
     print(f"{result.label}: {result.n_filters:,} {result.kernel_size}×{result.kernel_size} depthwise filters "
           f"({result.n_constant} constant), {result.k} clusters, mean |cos| to centroid {result.objective:.3f}")
-    print(result.to_frame().round(3).to_string(index=False))
+    print(result.cluster_frame().round(3).to_string(index=False))
     print(f"assignment to {assignment.templates}: counts {assignment.counts.tolist()}, median best |cos| "
           f"{assignment.median_abs_cosine:.3f}")
     print(assignment.stage_frame().to_string(index=False))

@@ -184,6 +184,8 @@ def activation_maps(loaded: LoadedModel, image: Image.Image, name: str | None = 
 
 
 REFERENCE_NAMES = {"rgb": "RGB input", "random": "random-init filters", "zca": "ideal ZCA whitening bank"}
+MODEL_CURVE = "model"
+"""The ``curve`` of a model's first-layer rows in :meth:`WhiteningResult.to_frame` (its spec is in ``spec``)."""
 """The reference curves of :class:`WhiteningResult`, by key, as tables and legends name them."""
 
 
@@ -212,11 +214,13 @@ class WhiteningResult(Result):
 
     def to_frame(self) -> pd.DataFrame:
         """Long table: one row per (curve, δ) with ``model`` (a model's label, or the reference curve's name),
-        ``spec`` (empty for references), ``curve`` (the key of :attr:`curves`), ``distance``, ``correlation``
-        C(δ)/C(0) and ``correlation_sd`` (over seeds, random init only)."""
+        ``spec`` (empty for references), ``curve`` (``model`` for a model's first layer, else the reference:
+        ``rgb``, ``zca``, ``random``), ``distance``, ``correlation`` C(δ)/C(0) and ``correlation_sd`` (over seeds,
+        random init only)."""
         return pd.concat([pd.DataFrame({
             "model": self.labels.get(name, REFERENCE_NAMES.get(name, name)),
-            "spec": name if name in self.labels else "", "curve": name, "distance": self.distances,
+            "spec": name if name in self.labels else "", "curve": MODEL_CURVE if name in self.labels else name,
+            "distance": self.distances,
             "correlation": curve, "correlation_sd": self.curves_sd.get(name, np.full(len(curve), np.nan))})
             for name, curve in self.curves.items()], ignore_index=True)
 

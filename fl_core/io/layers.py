@@ -172,9 +172,9 @@ def _first_weight_key(state_dict: Mapping[str, torch.Tensor],
 
 
 def inventory_frame(layers: list[ConvLayer]) -> pd.DataFrame:
-    """The inventory as a table (one row per convolution)."""
+    """The inventory as a table (one row per convolution; the kernel's height and width as numbers)."""
     return pd.DataFrame([{"layer": lay.name, "kind": lay.kind, "out": lay.out_channels, "in": lay.in_channels,
-                          "kernel": f"{lay.kernel_size[0]}×{lay.kernel_size[1]}", "stride": lay.stride[0],
+                          "kernel_h": lay.kernel_size[0], "kernel_w": lay.kernel_size[1], "stride": lay.stride[0],
                           "groups": lay.groups, "patch_dim": lay.patch_dim} for lay in layers])
 
 

@@ -19,9 +19,10 @@ def convolutions_figure(result: InspectResult) -> go.Figure:
         fig.add_trace(go.Bar(x=[f"{spec}<br>{layer}" if len(result.models) > 1 else layer
                                 for spec, layer in zip(rows["spec"], rows["layer"])],
                              y=rows["out"], name=kind, marker_color=color(i),
-                             customdata=rows[["kernel", "groups", "in"]].to_numpy(),
-                             hovertemplate="%{x}<br>%{y} outputs, %{customdata[2]} inputs, kernel %{customdata[0]}, "
-                                           "groups %{customdata[1]}<extra>" + kind + "</extra>"))
+                             customdata=rows[["kernel_h", "kernel_w", "groups", "in"]].to_numpy(),
+                             hovertemplate="%{x}<br>%{y} outputs, %{customdata[3]} inputs, kernel "
+                                           "%{customdata[0]}×%{customdata[1]}, groups %{customdata[2]}<extra>" + kind
+                                           + "</extra>"))
     order = [f"{s}<br>{lay}" if len(result.models) > 1 else lay for s, lay in zip(frame["spec"], frame["layer"])]
     fig.update_xaxes(categoryorder="array", categoryarray=order, showticklabels=len(order) <= 40)
     fig.update_layout(title="Convolutions in forward order: output channels by kind", yaxis_title="output channels",

@@ -21,16 +21,11 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from fl_core.firstlayer.energy import (
-    EnergySettings,
-    correlation_matrix,
-    energy_profile,
-    fit_linear_theory,
-    pearson,
-    random_init_banks,
-)
+from fl_core.firstlayer.energy import correlation_matrix, energy_profile, fit_linear_theory, pearson, random_init_banks
 from fl_core.firstlayer.patches import PatchPCA
-from fl_core.lab.runs import Run, RunSettings
+from fl_core.firstlayer.settings import EnergySettings
+from fl_core.lab.runs import Run
+from fl_core.lab.settings import RunSettings
 from fl_core.results import Result
 from fl_core.settings import setting_value
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import nn
 from torchvision.transforms import v2 as T
@@ -54,7 +55,7 @@ from fl_core.lab.trainsets import (
     label_variant,
     train_crop_count,
 )
-from fl_core.results import Result
+from fl_core.results import Result, with_model_columns
 
 RUN_FORMAT = "filterlens-run/1"
 SHIPPED_RUNS_DIR = ASSETS_DIR / "runs"
@@ -120,6 +121,15 @@ class Run(Result):
 
     def figure_inputs(self, kind: str) -> tuple:
         return ([self],)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per evaluation, led by the run's name and the spec of its folder (``weights:PATH``; empty for a
+        run not saved): step, train_loss, train_accuracy, val_loss, val_accuracy."""
+        history = self.history
+        frame = pd.DataFrame({"step": history.steps, "train_loss": history.train_loss,
+                              "train_accuracy": history.train_accuracy, "val_loss": history.val_loss,
+                              "val_accuracy": history.val_accuracy})
+        return with_model_columns(frame, self.name, f"weights:{self.path}" if self.path else "")
 
     @property
     def snapshots(self) -> dict[int, np.ndarray]:

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from fl_core.errors import DataError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
 from fl_core.io.crops import CropData, CropSettings, photo_crops
-from fl_core.io.images import BUNDLED, BUNDLED_PHOTOS, ImageSet, is_bundled, open_images
+from fl_core.io.images import BUNDLED, BUNDLED_PHOTOS, ImageSet, open_images
+from fl_core.io.sources import is_bundled
 from fl_core.lab.settings import LABEL_VARIANTS
 
 N_DECILES = 10

@@ -23,13 +23,7 @@ from fl_core.backend import DeviceLike, Progress, ProgressLike, progress_callbac
 from fl_core.errors import AnalysisError
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters, depthwise_bank
-from fl_core.masterkeys.fitting import (
-    FitMethod,
-    ScaleSpaceResult,
-    fit_filters,
-    fit_published_filters,
-    idealized_templates,
-)
+from fl_core.masterkeys.fitting import ScaleSpaceResult, fit_filters, fit_published_filters, idealized_templates
 from fl_core.masterkeys.kmeans import centred_unit_vectors
 from fl_core.masterkeys.scalespace import (
     AffineTemplateFit,
@@ -37,7 +31,7 @@ from fl_core.masterkeys.scalespace import (
     load_published_filters,
     normalize_learned_filter,
 )
-from fl_core.masterkeys.settings import ScaleSpaceOverrides, ScaleSpaceSettings
+from fl_core.masterkeys.settings import FitMethod, ScaleSpaceOverrides, ScaleSpaceSettings
 from fl_core.results import Result
 
 N_MASTER_KEYS = 8
@@ -194,7 +188,7 @@ def fit_model_master_keys(source: LoadedModel | DepthwiseBank, method: FitMethod
     count = sum(lay.n_filters for lay in bank.select(kernel_size, layers, stages))
     report(progress, 0.2, f"fitting {len(fittable)} keys by method {method}")
     result = fit_filters(fittable, method, f"per-key mean filters of {bank.label} ({count:,} {size}×{size} "
-                                           f"filters, keys {', '.join(map(str, fittable))})")
+                                           f"filters, keys {', '.join(map(str, fittable))})", bank.label, bank.spec)
     report(progress, 1.0, "scale-space fits done")
     return result
 

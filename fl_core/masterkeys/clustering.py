@@ -126,14 +126,20 @@ class MasterKeyResult(Result):
             return (self.sweep,)
         return (self,)
 
-    def to_frame(self) -> pd.DataFrame:
-        """One row per cluster: the model's label and spec, size, share, tightness, nearest master key and its cosine,
-        composition."""
+    def cluster_frame(self) -> pd.DataFrame:
+        """One row per cluster: the model's label and spec, size, share, tightness, nearest master key and its
+        cosine."""
         return with_model_columns(pd.DataFrame([{"cluster": i + 1, "size": c.size, "share": c.share,
-                              "mean_abs_cosine": c.mean_abs_cosine, "master_key": c.master_key,
-                              "master_key_cosine": c.master_key_cosine,
-                              **{f"key_{j + 1}": int(n) for j, n in enumerate(c.composition)}}
-                             for i, c in enumerate(self.clusters)]), self.label, self.spec)
+                                                 "mean_abs_cosine": c.mean_abs_cosine, "master_key": c.master_key,
+                                                 "master_key_cosine": c.master_key_cosine}
+                                                for i, c in enumerate(self.clusters)]), self.label, self.spec)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per cluster and published master key (long): the cluster's row of :meth:`cluster_frame`, then
+        ``key`` (1-8) and ``key_filters``, how many of the cluster's filters are assigned to that key."""
+        composition = pd.DataFrame([{"cluster": i + 1, "key": j + 1, "key_filters": int(n)}
+                                    for i, c in enumerate(self.clusters) for j, n in enumerate(c.composition)])
+        return self.cluster_frame().merge(composition, on="cluster")
 
     def layer_frame(self) -> pd.DataFrame:
         return pd.DataFrame(list(self.layer_statistics))

@@ -35,7 +35,7 @@ from fl_core.masterkeys.scalespace import (
     weighted_filter_variance,
 )
 from fl_core.masterkeys.settings import FIT_METHODS, FitMethod
-from fl_core.results import Result
+from fl_core.results import Result, with_model_columns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,6 +48,10 @@ ALPHA_RANGE = (0.0, 2.0)  # α grid of the filter-7 search
 METHOD_B_FINE_SAMPLES = 100  # B.5: 100 log-spaced σ in the narrow bracket
 ZOOM_CELLS = 4  # a finer 2-D grid spans this many cells of the previous one on each side of its minimum
 ZOOM_STAGES = 2  # finer 2-D grids after the coarse one
+PUBLISHED_SOURCE = "the 8 published filters"
+PUBLISHED_LABEL = "published master keys"
+"""The label of the published filters' fits in tables (no model: their spec is empty, as the whitening reference
+curves')."""
 
 
 def _distance(difference: np.ndarray, norm: Literal["l1", "l2"]) -> np.ndarray:
@@ -216,11 +220,15 @@ class ScaleSpaceResult(Result):
         method: fitting method.
         filters: one :class:`ScaleFit` per filter, in index order.
         source: what was fitted ("the 8 published filters", or a model's per-key mean filters).
+        label, spec: the model whose filters were fitted (the published filters: ``published master keys`` and no
+            spec).
     """
 
     method: str
     filters: tuple[ScaleFit, ...]
-    source: str = "the 8 published filters"
+    source: str = PUBLISHED_SOURCE
+    label: str = PUBLISHED_LABEL
+    spec: str = ""
 
     _figures: ClassVar[dict[str, str]] = {
         "sigma": "fl_core.masterkeys.plots:sigma_by_method_figure",
@@ -231,10 +239,12 @@ class ScaleSpaceResult(Result):
         return ({self.method: self},) if kind == "sigma" else (self.models(), self)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per filter: index, method, sigma_x, sigma_y, alpha, cosine_similarity, residual_l2."""
+        """One row per filter, led by the model's label and spec: index, method, sigma_x, sigma_y, alpha,
+        cosine_similarity, residual_l2."""
         import pandas as pd
 
-        return pd.DataFrame([dataclasses.asdict(fit) for fit in self.filters])
+        frame = pd.DataFrame([dataclasses.asdict(fit) for fit in self.filters]).astype({"alpha": float})
+        return with_model_columns(frame, self.label, self.spec)
 
     def models(self, size: int = 7) -> np.ndarray:
         """The idealized filter of every fit at its fitted σ (and α), (n, size, size) in :attr:`filters` order."""
@@ -295,24 +305,26 @@ def model_fit_at(filter_: np.ndarray, index: int, sigma_x: float, sigma_y: float
     )
 
 
-def fit_filters(filters: Mapping[int, np.ndarray], method: FitMethod = "B", source: str = "") -> ScaleSpaceResult:
+def fit_filters(filters: Mapping[int, np.ndarray], method: FitMethod = "B", source: str = "",
+                label: str = PUBLISHED_LABEL, spec: str = "") -> ScaleSpaceResult:
     """Fit the model of each master key type (1..8) to its filter, e.g. a model's per-key mean filters.
 
     Args:
         filters: model type -> (k, k) learned filter.
         method: fitting method.
         source: what the filters are (kept in the result).
+        label, spec: the model they come from (default: the published filters).
     """
     _check_method(method)
     fits = tuple(fit_scale(filters[index], index, method) for index in sorted(filters))
-    return ScaleSpaceResult(method=method, filters=fits, source=source)
+    return ScaleSpaceResult(method=method, filters=fits, source=source, label=label, spec=spec)
 
 
 @functools.lru_cache(maxsize=len(FIT_METHODS))
 def fit_published_filters(method: FitMethod = "B") -> ScaleSpaceResult:
     """Fit all 8 published master key filters with one method (the σ table of B.5); cached per method."""
     filters = load_published_filters()
-    return fit_filters({i + 1: filters[i] for i in range(len(filters))}, method, "the 8 published filters")
+    return fit_filters({i + 1: filters[i] for i in range(len(filters))}, method, PUBLISHED_SOURCE)
 
 
 def idealized_templates(

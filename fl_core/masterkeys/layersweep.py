@@ -23,8 +23,8 @@ from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_set
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, resolve_device
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.recovery import RecoveryInfo
-from fl_core.masterkeys.rescore import RescoreSettings, ScoringSettings, VariantScore, rescore
-from fl_core.masterkeys.settings import LayerSweepOverrides, LayerSweepSettings
+from fl_core.masterkeys.rescore import VariantScore, rescore
+from fl_core.masterkeys.settings import LayerSweepOverrides, LayerSweepSettings, RescoreSettings, ScoringSettings
 from fl_core.masterkeys.swap import swap_filters
 from fl_core.results import Result, with_model_columns
 

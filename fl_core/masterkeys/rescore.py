@@ -67,8 +67,14 @@ from fl_core.io.paths import check_writable, open_readable
 from fl_core.masterkeys.batchnorm import fold_batchnorm, folded_patch
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.distributed import all_reduce_sums, distributed_rank, rank_device, shard_range
-from fl_core.masterkeys.recovery import RecoveryInfo, RecoverySettings
-from fl_core.masterkeys.settings import DEFAULT_BATCH_SIZE, RescoreOverrides, RescoreSettings, ScoringSettings
+from fl_core.masterkeys.recovery import RecoveryInfo
+from fl_core.masterkeys.settings import (
+    DEFAULT_BATCH_SIZE,
+    RecoverySettings,
+    RescoreOverrides,
+    RescoreSettings,
+    ScoringSettings,
+)
 from fl_core.masterkeys.swap import FilterSwap, parameter_patch, swap_filters
 from fl_core.results import Result, with_model_columns
 from fl_core.suffix import PROBE_IMAGES, SuffixPlan, changed_keys, full_forwards, plan_suffixes, shared_copy

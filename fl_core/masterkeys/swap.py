@@ -32,9 +32,9 @@ from fl_core.backend import DeviceLike
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters, depthwise_bank
 from fl_core.masterkeys.fitting import idealized_templates
-from fl_core.masterkeys.kmeans import DEFAULT_K, cluster_filters
+from fl_core.masterkeys.kmeans import cluster_filters
 from fl_core.masterkeys.scalespace import affine_fit_to_templates, centred_cosine
-from fl_core.masterkeys.settings import REPLACEMENTS
+from fl_core.masterkeys.settings import DEFAULT_K, REPLACEMENTS
 from fl_core.results import Result
 
 

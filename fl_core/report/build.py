@@ -1,14 +1,18 @@
 """The checkpoint report: every analysis that applies to a checkpoint (or to the checkpoints of one run), in one
 result that :mod:`fl_core.report.html` writes as a self-contained HTML file.
 
-Sections (:data:`SECTIONS`): what was loaded and every convolution with its kind; the first-layer energy profile
-against the linear theory and the random-init band (:func:`fl_core.firstlayer.energy.analyze_energy`); whitening curves
-(:func:`fl_core.firstlayer.whitening.analyze_whitening`); for depthwise models the master-key assignment and the
-scale-space fit of the per-key mean filters (:mod:`fl_core.masterkeys.clustering`); per-layer weight statistics
-(:mod:`fl_core.report.weightstats`); for a runnable model with labelled images, accuracy
+Sections (:data:`SECTIONS`): what was loaded and every convolution with its kind; then one section per registered
+family with a report section (:func:`fl_core.families.report_sections`), in registration order; and, for several
+checkpoints, their trajectory. This module builds the sections of :data:`BUILT_HERE` itself: the first-layer energy
+profile against the linear theory and the random-init band (:func:`fl_core.firstlayer.energy.analyze_energy`);
+whitening curves (:func:`fl_core.firstlayer.whitening.analyze_whitening`); for depthwise models the master-key
+assignment and the scale-space fit of the per-key mean filters (:mod:`fl_core.masterkeys.clustering`); per-layer
+weight statistics (:mod:`fl_core.report.weightstats`); for a runnable model with labelled images, accuracy
 (:func:`fl_core.masterkeys.rescore.rescore`) and the channel-axes summary of one layer
-(:func:`fl_core.channelaxes.analysis.analyze_channels`); and, for several checkpoints, their trajectory. The detailed
-sections describe the last checkpoint (the trained state); a section that does not apply is skipped with the reason.
+(:func:`fl_core.channelaxes.analysis.analyze_channels`). Every other registered section is the family's entry point
+run on the last checkpoint with its default settings (:func:`family_result`; the images where it reads images), kept
+in :attr:`Report.sections`. The detailed sections describe the last checkpoint (the trained state); a section that
+does not apply is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -22,37 +26,56 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
+import torch
 
 from fl_core.arguments import ModelLike, as_models, as_settings
-from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
-from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels, default_channel_layer
+from fl_core.backend import (
+    DeviceLike,
+    Progress,
+    ProgressLike,
+    progress_callback,
+    report,
+    resolve_device,
+    sub_progress,
+)
+from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_channels, default_channel_layer
 from fl_core.channelaxes.calibration import channel_data
+from fl_core.channelaxes.settings import ChannelSettings
 from fl_core.errors import AnalysisError, ArgumentError, FilterLensError
-from fl_core.families import FAMILIES
-from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy, pearson
-from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
+from fl_core.families import Family, report_sections
+from fl_core.firstlayer.energy import EnergyResult, analyze_energy, pearson
+from fl_core.firstlayer.settings import EnergySettings, WhiteningSettings
+from fl_core.firstlayer.whitening import WhiteningResult, analyze_whitening
 from fl_core.io.images import ImageSet, open_images
 from fl_core.io.layers import conv_inventory, inventory_frame
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.assignment import assign_to_master_keys, fit_model_master_keys
-from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, analyze_master_keys
+from fl_core.masterkeys.clustering import MasterKeyResult, analyze_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.fitting import ScaleSpaceResult
 from fl_core.masterkeys.rescore import RescoreResult, rescore
+from fl_core.masterkeys.settings import MasterKeySettings
 from fl_core.report.settings import ReportOverrides, ReportSettings
 from fl_core.report.weightstats import WeightStatistics, weight_statistics
-from fl_core.results import Result
+from fl_core.results import Result, with_model_columns
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
     from typing_extensions import Unpack
 
-SECTIONS = {"loaded": "What was loaded", **dict(family.report for family in FAMILIES.values() if family.report),
-            "trajectory": "Trajectory over training"}
+SECTIONS = {"loaded": "What was loaded", **{name: family.report[1] for name, family in report_sections().items()
+                                            if family.report}, "trajectory": "Trajectory over training"}
 """Section id -> title, in report order: what was loaded, each registered family's section (:mod:`fl_core.families`),
 the trajectory."""
 PART_TITLES = {**SECTIONS, "channels": "Channel axes"}
-FIGURE_PARTS = ("energy", "whitening", "masterkeys", "scalespace", "weights", "accuracy", "channels", "trajectory")
+BUILT_HERE = ("energy", "whitening", "masterkeys", "weights", "accuracy")
+"""The registered sections whose results :func:`build_report` computes itself (on all checkpoints, with the report's
+settings, or as a group); every other registered section is its family's own result (:func:`family_result`)."""
+FAMILY_SECTIONS = tuple(name for name in report_sections() if name not in BUILT_HERE)
+"""The registered sections that are their family's result on the last checkpoint (:attr:`Report.sections`)."""
+SECTION_PARTS = {"loaded": (), "masterkeys": ("masterkeys", "scalespace"), "accuracy": ("accuracy", "channels")}
+"""The results of a section that holds several (the others: the section's own)."""
+FIGURE_PARTS = tuple(part for name in SECTIONS for part in SECTION_PARTS.get(name, (name,)))
 """The report's parts whose results draw figures (:meth:`Report.plot`), in report order."""
 SUMMARY_CHANNEL_SETTINGS = ChannelSettings(lesion_kinds=(), pruning=None)
 """The report's channel-axes summary: both axes and their agreement, without the per-channel lesions (one forward
@@ -128,6 +151,9 @@ class Report(Result):
             (``None`` when skipped).
         skipped: section id (or ``channels``, the channel axes within the accuracy section) -> why it was skipped.
         timings: section id (or ``channels``) -> seconds.
+        sections: the results of the other registered families' sections (:data:`FAMILY_SECTIONS`) by section id,
+            those that ran; each is also an attribute (``report.<id>``, ``None`` when skipped) and a key of
+            ``to_dict()`` like the sections above.
     """
 
     settings: ReportSettings
@@ -145,23 +171,37 @@ class Report(Result):
     trajectory: CheckpointTrajectory | None
     skipped: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    sections: dict[str, Result] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Result | None:
+        """A registered family's section result by its id (``None`` when it did not run)."""
+        if name in FAMILY_SECTIONS:
+            return self.__dict__.get("sections", {}).get(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def to_dict(self) -> dict:
+        """JSON-safe dict of every public field, each of :attr:`sections` under its own id (``None``: skipped)."""
+        data = super().to_dict()
+        sections = data.pop("sections")
+        return {**data, **{name: sections.get(name) for name in FAMILY_SECTIONS}}
 
     def to_frame(self) -> pd.DataFrame:
-        """The convolutions of the final checkpoint with their weight statistics."""
+        """The convolutions of the final checkpoint with their weight statistics, led by its label and spec."""
+        final = self.models[-1]
         layers = pd.DataFrame(list(self.layers))
-        if self.weights is None:
-            return layers
-        return layers.merge(self.weights.to_frame().drop(columns=["kind"]), on="layer", how="left")
+        if self.weights is not None:
+            layers = layers.merge(self.weights.to_frame().drop(columns=["model", "spec", "kind"]), on="layer",
+                                  how="left")
+        return with_model_columns(layers, final["label"], final["spec"])
 
-    @classmethod
-    def plot_kinds(cls) -> tuple[str, ...]:
-        """The sections whose result draws a figure."""
-        return FIGURE_PARTS
+    def plot_kinds(self) -> tuple[str, ...]:
+        """The parts whose result draws a figure, of those that ran (:data:`FIGURE_PARTS`)."""
+        return tuple(name for name in FIGURE_PARTS if getattr(self, name) is not None)
 
     def plot(self, kind: str | None = None, **kwargs) -> go.Figure:
         """The default figure of one section's result (``kind``: a name of :data:`FIGURE_PARTS`, default the first
         that ran); ``report.energy.plot("spectrum")`` draws a section's other figures."""
-        ran = [name for name in FIGURE_PARTS if getattr(self, name) is not None]
+        ran = self.plot_kinds()
         kind = kind or (ran[0] if ran else FIGURE_PARTS[0])
         if kind not in FIGURE_PARTS:
             raise ArgumentError(f"kind {kind!r}: a report draws the figures of {', '.join(map(repr, FIGURE_PARTS))}.")
@@ -169,6 +209,12 @@ class Report(Result):
         if part is None:
             raise AnalysisError(f"The report skipped {kind}: {self.skipped.get(kind, 'it does not apply')}")
         return part.plot(**kwargs)
+
+
+_CLASHING = set(FAMILY_SECTIONS) & {f.name for f in dataclasses.fields(Report)}
+if _CLASHING:
+    raise ValueError(f"report sections {sorted(_CLASHING)} are named like fields of Report: register them under other "
+                     "ids")
 
 
 def scalar_rows(data: Mapping, prefix: str = "") -> Iterator[tuple[str, object]]:
@@ -210,6 +256,14 @@ def final_whitening(whitening: WhiteningResult, spec: str) -> WhiteningResult:
     others = set(whitening.labels) - {spec}
     return dataclasses.replace(whitening, curves={k: v for k, v in whitening.curves.items() if k not in others},
                                labels={spec: whitening.labels[spec]})
+
+
+def family_result(family: Family, loaded: LoadedModel, images: ImageSet, device: torch.device,
+                  progress: Progress) -> Result:
+    """A registered family's result on ``loaded`` with its default settings, for its report section: its entry point
+    with the report's images where it reads images (:meth:`~fl_core.families.Family.takes_images`)."""
+    options = {key: value for key, value in (("device", device), ("progress", progress)) if family.takes(key)}
+    return family.entry_point()(loaded, images if family.takes_images() else None, **options)  # type: ignore[no-any-return]
 
 
 def accuracy_skip_reason(loaded: LoadedModel, images: ImageSet) -> str | None:
@@ -351,7 +405,16 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
                               ) if masterkeys is not None else None
 
     report(progress, 0.65, "weight statistics")
-    weights = sections.run("weights", lambda: weight_statistics(final))
+    weights = sections.run("weights", lambda: weight_statistics(final, device=device,
+                                                                progress=sub_progress(progress, 0.65, 0.67)))
+    families = {}
+    for index, (name, family) in enumerate((name, report_sections()[name]) for name in FAMILY_SECTIONS):
+        span = sub_progress(progress, 0.67 + 0.03 * index / len(FAMILY_SECTIONS),
+                            0.67 + 0.03 * (index + 1) / len(FAMILY_SECTIONS))
+        computed = sections.run(name, lambda family=family, span=span: family_result(family, final, images, device,
+                                                                                      span))
+        if computed is not None:
+            families[name] = computed
 
     reason = accuracy_skip_reason(final, images)
     accuracy = channels = None
@@ -387,4 +450,4 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
         energy=None if energy_all is None else final_only(energy_all, final.spec),
         whitening=None if whitening_all is None else final_whitening(whitening_all, final.spec),
         masterkeys=masterkeys, scalespace=scalespace, weights=weights, accuracy=accuracy, channels=channels,
-        trajectory=trajectory, skipped=dict(sections.skipped), timings=dict(sections.timings))
+        trajectory=trajectory, skipped=dict(sections.skipped), timings=dict(sections.timings), sections=families)

@@ -9,6 +9,7 @@ id="filterlens-report">``), so the file carries its own numbers.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 from collections.abc import Mapping
@@ -19,42 +20,25 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from fl_core import __version__
+from fl_core.families import report_sections
 from fl_core.figures import standalone
-from fl_core.firstlayer.plots import REFERENCE_NAMES
+from fl_core.firstlayer.whitening import REFERENCE_NAMES
 from fl_core.masterkeys.plots import KEY_NAMES
-from fl_core.report.build import FIRST_LAYER_ONLY, PART_TITLES, SECTIONS, Report, scalar_rows
+from fl_core.report.build import FAMILY_SECTIONS, FIRST_LAYER_ONLY, PART_TITLES, SECTIONS, Report, scalar_rows
 
 HOW_TO_READ = {
     "loaded": "The first table says which files were analysed: a weights-only file has no architecture, so only "
               "analyses of the weights apply, and the sha256 identifies the exact file. The second lists every "
               "convolution of the last checkpoint with its kind and says which sections used it and why the "
               "others did not.",
-    "energy": "Each point is how strongly the first-layer filters respond to one principal component of the image "
-              "patches (1 = smoothest, most variance); the dashed line is the linear theory with its one fitted "
-              "parameter ηt, and the grey band is what random filters of the same shape give. A high theory r "
-              "with a profile outside the random band means the layer learned what the theory predicts: early "
-              "in training it follows the spectrum, late it flattens it towards whitening (large ηt).",
-    "whitening": "Each curve says how alike two responses of the first layer are δ pixels apart (1 = identical). "
-                 "Learned filters that fall faster than RGB and the random-init curve decorrelate their input "
-                 "(whitening); the ideal ZCA bank is the limit.",
-    "masterkeys": "Every depthwise filter is assigned to the nearest of the 8 published master key filters "
-                  "(sign and scale ignored), so the bars say which shapes the network uses in each stage. The "
-                  "scale-space table gives the Gaussian-derivative model (σ, and α for key 7) fitted to the "
-                  "model's own mean filter of each key; a cosine near 1 means the idealized model matches it.",
-    "weights": "Each convolution's filters are summarised by their norms ‖w‖, the number of dead (zero) filters "
-               "and of duplicates, filters that their peers in the same layer reconstruct by least squares to "
-               "R² ≈ 1 from the weights alone. Dead or duplicate filters carry no information of their own and "
-               "are candidates for pruning; non-finite weights mean the training run diverged.",
-    "accuracy": "Top-1 and top-5 are the share of labelled images whose class is the model's first or among its "
-                "five first guesses. The channel-axes summary compares, for one layer, how replaceable each "
-                "channel is by its peers (local axis) with how much it tells about the class (target axis): a "
-                "low Spearman ρ means the two axes rank channels differently.",
+    **{name: family.how_to_read or family.summary for name, family in report_sections().items()},
     "trajectory": "The slider steps through the checkpoints in training order and shows each first-layer profile "
                   "against its own theory fit; the small multiples follow ηt, the fit r and whitening at a fixed "
                   "distance. The theory predicts ηt to grow with training and C(δ)/C(0) to fall below RGB as the "
                   "layer whitens.",
 }
-"""Two sentences per section for a student: what the figure shows and how to read it."""
+"""Two sentences per section for a student: what the figure shows and how to read it (a family's from its
+registration, :mod:`fl_core.families`)."""
 
 QUANTITY_LABELS = {
     "theory.eta_t": "fitted ηt (τ of the linear theory)",
@@ -211,8 +195,16 @@ def trajectory_section(report: Report) -> str:
     return out + table_html(traj.to_frame())
 
 
+def family_section(report: Report, name: str) -> str:
+    """A registered family's section (:data:`~fl_core.report.build.FAMILY_SECTIONS`): every figure its result draws
+    (:meth:`~fl_core.results.Result.plot_kinds`), then its table (``to_frame()``)."""
+    result = getattr(report, name)
+    return "".join(figure_fragment(result.plot(kind)) for kind in result.plot_kinds()) + table_html(result.to_frame())
+
+
 SECTION_BODIES = {"loaded": loaded_section, "energy": energy_section, "whitening": whitening_section,
                   "masterkeys": masterkeys_section, "weights": weights_section, "accuracy": accuracy_section,
+                  **{name: functools.partial(family_section, name=name) for name in FAMILY_SECTIONS},
                   "trajectory": trajectory_section}
 
 

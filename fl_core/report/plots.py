@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from fl_core.figures import REFERENCE_COLORS, color, count_axis, log_axis, readable
-from fl_core.firstlayer.plots import REFERENCE_NAMES
+from fl_core.firstlayer.whitening import REFERENCE_NAMES
 from fl_core.masterkeys.plots import KEY_NAMES
 from fl_core.report.build import CheckpointTrajectory
 from fl_core.report.weightstats import WeightStatistics

@@ -1,5 +1,5 @@
-"""The checkpoint report's settings (light: no torch, so the command line and the family registry read them at
-once); their defaults are the families' own."""
+"""The settings of the checkpoint report and of its weight statistics (light: no torch, so the command line and the
+family registry read them at once); the report's defaults are the families' own."""
 
 from __future__ import annotations
 
@@ -10,6 +10,28 @@ from fl_core.firstlayer.settings import EnergySettings, WhiteningSettings
 from fl_core.io.sources import BUNDLED
 from fl_core.masterkeys.settings import FIT_METHODS, MasterKeySettings
 from fl_core.settings import MAX_IMAGES, MAX_SEED, Settings, setting
+
+
+@dataclass(frozen=True)
+class WeightSettings(Settings):
+    """The thresholds of the weight statistics (:func:`fl_core.report.weightstats.weight_statistics`).
+
+    Attributes:
+        dead_tolerance: a filter is dead when ‖w_k‖ ≤ dead_tolerance · max_j ‖w_j‖ of its layer.
+        duplicate_r2: a live filter is a duplicate when its peers reconstruct it to R² ≥ this, and a copy when its
+            |cos| with a single peer is ≥ this.
+    """
+
+    dead_tolerance: float = setting(1e-6, minimum=0.0, maximum=0.5)
+    duplicate_r2: float = setting(0.999, minimum=0.5, maximum=1.0)
+
+
+class WeightOverrides(TypedDict, total=False):
+    """The keyword overrides of :class:`WeightSettings`, e.g. ``weight_statistics(model, duplicate_r2=0.99)``, kept
+    equal to the class by tests/test_contract.py."""
+
+    dead_tolerance: float
+    duplicate_r2: float
 
 
 @dataclass(frozen=True)

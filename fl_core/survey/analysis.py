@@ -13,28 +13,33 @@ error, never a stopped survey. The numbers per family (:data:`COLUMNS`, register
 * ``masterkeys``: the depthwise filters (the most common kernel size) assigned to the 8 published master keys by the
   affine rule (B.6): the share of each key, and the median |cos| of a filter to its key;
 * ``weights``: over every convolution, the shares of dead and of duplicate filters (a filter its peers reconstruct
-  with R² ≥ 0.999), non-finite weights and the mean filter norm.
+  with R² ≥ 0.999), non-finite weights and the mean filter norm;
+
+and those of every other family registered with a survey measure. A measure returns exactly the columns its family
+registered (:func:`checked_values`: a misspelled one makes every row an error, not a column of NaN), and gets the
+family's own settings as ``settings.family_settings`` (``None``: its defaults).
 """
 
 from __future__ import annotations
 
 import logging
+import numbers
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
 from fl_core.arguments import ModelLike, as_model, as_settings
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device
-from fl_core.errors import FilterLensError, ModelSpecError
+from fl_core.errors import AnalysisError, ArgumentError, FilterLensError, ModelSpecError
 from fl_core.families import FAMILIES, resolve
 from fl_core.io.images import ImageSet, open_images
 from fl_core.io.models import LoadedModel, ModelSpec, demo_manifest, load_model
-from fl_core.results import Result
+from fl_core.results import MODEL_COLUMNS, Result, numbers_as_numbers
 from fl_core.survey.models import survey_models
 from fl_core.survey.settings import FAMILIES as SURVEYED
 from fl_core.survey.settings import SurveyOverrides, SurveySettings
@@ -60,7 +65,7 @@ class SurveyRow(Result):
         spec, label: the model.
         model_family: its architecture family (the registry name's stem: ``convnext``, ``resnet``, ``mobilenetv3``;
             the source for a file or a demo: ``weights``, ``onnx``, ``demo``).
-        values: the numbers of the survey's family (:data:`COLUMNS`); empty when it failed.
+        values: the numbers of the survey's family (:data:`COLUMNS`), counts as integers; empty when it failed.
         worker: where it was computed (an engine worker's address, or ``local``).
         seconds: how long it took there.
         error: why it failed (``None`` when it did not).
@@ -69,7 +74,7 @@ class SurveyRow(Result):
     spec: str
     label: str
     model_family: str
-    values: dict[str, float] = field(default_factory=dict)
+    values: dict[str, float | int] = field(default_factory=dict)
     worker: str = LOCAL
     seconds: float = 0.0
     error: str | None = None
@@ -108,11 +113,14 @@ class SurveyResult(Result):
         return tuple(row for row in self.rows if row.error is not None)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per model: spec, label, model family, worker, seconds, error, then the family's numbers."""
+        """One row per model: its label (``model``) and spec, model family, worker, seconds, error, then the family's
+        numbers (missing where the row failed; counts stay integers where none did)."""
         columns = list(COLUMNS[self.settings.family])
-        return pd.DataFrame([{"spec": row.spec, "label": row.label, "model_family": row.model_family,
-                              "worker": row.worker, "seconds": row.seconds, "error": row.error,
-                              **{name: row.values.get(name, np.nan) for name in columns}} for row in self.rows])
+        frame = pd.DataFrame([{"model": row.label, "spec": row.spec, "model_family": row.model_family,
+                               "worker": row.worker, "seconds": row.seconds, "error": row.error,
+                               **{name: row.values.get(name) for name in columns}} for row in self.rows],
+                             columns=[*MODEL_COLUMNS, "model_family", "worker", "seconds", "error", *columns])
+        return numbers_as_numbers(frame)
 
 
 def model_family(spec: str) -> str:
@@ -139,49 +147,73 @@ def _images(settings: SurveySettings) -> ImageSet:
     return open_images(settings.images, settings.max_images)
 
 
-def energy_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float]:
-    from fl_core.firstlayer.energy import EnergySettings, analyze_energy
+def energy_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float | int]:
+    from fl_core.firstlayer.energy import analyze_energy
+    from fl_core.firstlayer.settings import EnergySettings
 
-    model = analyze_energy([loaded], _images(settings), EnergySettings(seeds=settings.seeds), device=device,
-                           progress=False).models[0]
+    energy = settings.family_settings or EnergySettings(seeds=settings.seeds)
+    model = analyze_energy([loaded], _images(settings), energy, device=device, progress=False).models[0]
     return {"theory_r": model.theory.r, "theory_r_log": model.theory.r_log, "eta_t": model.theory.eta_t,
-            "random_init_r": model.random_init.mean, "filters": float(model.n_filters)}
+            "random_init_r": model.random_init.mean, "filters": int(model.n_filters)}
 
 
-def whitening_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float]:
-    from fl_core.firstlayer.whitening import WhiteningSettings, analyze_whitening
+def whitening_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float | int]:
+    from fl_core.firstlayer.settings import WhiteningSettings
+    from fl_core.firstlayer.whitening import analyze_whitening
 
-    result = analyze_whitening([loaded], _images(settings),
-                               WhiteningSettings(max_distance=settings.distance, seeds=settings.seeds), device=device,
-                               progress=False)
+    whitening = settings.family_settings or WhiteningSettings(max_distance=settings.distance, seeds=settings.seeds)
+    if settings.distance > whitening.max_distance:
+        raise ArgumentError(f"distance {settings.distance} is beyond the whitening settings' max_distance "
+                            f"{whitening.max_distance}: raise max_distance or lower distance.")
+    result = analyze_whitening([loaded], _images(settings), whitening, device=device, progress=False)
     at = int(np.flatnonzero(np.asarray(result.distances) == settings.distance)[0])
     return {"whitening": float(result.curves[loaded.spec][at]),
             **{name: float(result.curves[name][at]) for name in ("rgb", "zca", "random")}}
 
 
-def masterkey_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float]:
+def masterkey_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float | int]:
     from fl_core.masterkeys.clustering import analyze_master_keys
 
-    result = analyze_master_keys(loaded, device=device, progress=False)
+    result = analyze_master_keys(loaded, settings=settings.family_settings, device=device, progress=False)
     assignment = result.published_assignment
     shares = np.asarray(assignment.counts, dtype=float) / max(1, int(np.sum(assignment.counts)))
-    return {"filters": float(result.n_filters), "kernel_size": float(result.kernel_size),
+    return {"filters": int(result.n_filters), "kernel_size": int(result.kernel_size),
             "median_abs_cosine": float(assignment.median_abs_cosine),
             **{f"key_{k + 1}": float(share) for k, share in enumerate(shares)}}
 
 
-def weight_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float]:
+def weight_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float | int]:
     from fl_core.report.weightstats import weight_statistics
 
-    stats = weight_statistics(loaded)
+    stats = weight_statistics(loaded, settings=settings.family_settings, device=device, progress=False)
     totals = stats.totals
     filters = sum(layer.filters for layer in stats.layers)
     finite = [layer for layer in stats.layers if not layer.non_finite]
     norm_mean = (sum(layer.norm_mean * layer.filters for layer in finite) / sum(layer.filters for layer in finite)
                  if finite else np.nan)
-    return {"convolutions": float(len(stats.layers)), "filters": float(filters),
+    return {"convolutions": len(stats.layers), "filters": int(filters),
             "dead_share": totals["dead"] / max(1, filters), "duplicate_share": totals["duplicates"] / max(1, filters),
-            "non_finite": float(totals["non_finite"]), "norm_mean": float(norm_mean)}
+            "non_finite": int(totals["non_finite"]), "norm_mean": float(norm_mean)}
+
+
+def checked_values(family: str, values: Mapping[str, Any]) -> dict[str, float | int]:
+    """A measure's numbers, in the order its family registered them.
+
+    Raises:
+        AnalysisError: the measure returned other columns than its registration declares, or a value that is not a
+            number (a bug in the family's measure: every row says so, rather than a column of NaN).
+    """
+    declared = list(COLUMNS[family])
+    if set(values) != set(declared):
+        missing, extra = sorted(set(declared) - set(values)), sorted(set(values) - set(declared))
+        raise AnalysisError(f"the {family} survey measure returned the columns {sorted(values)}, its registration "
+                            f"declares {declared} (missing: {missing}; not declared: {extra}): a bug in the measure "
+                            "of fl_core.families")
+    wrong = {name: value for name, value in values.items() if not isinstance(value, numbers.Real)
+             or isinstance(value, bool)}
+    if wrong:
+        raise AnalysisError(f"the {family} survey measure returned values that are not numbers: {wrong!r}")
+    return {name: values[name] for name in declared}
 
 
 def error_text(error: BaseException) -> str:
@@ -197,7 +229,8 @@ def survey_row(spec: str, settings: SurveySettings | None = None, *, device=None
     began = time.perf_counter()
     try:
         loaded = load(spec)
-        values = resolve(FAMILIES[settings.family].survey.measure)(loaded, settings, device)
+        values = checked_values(settings.family, resolve(FAMILIES[settings.family].survey.measure)(loaded, settings,
+                                                                                                 device))
     except Exception as err:  # every failure becomes the row's error
         if not isinstance(err, FilterLensError):
             log.exception("survey row %s failed", spec)

@@ -7,8 +7,6 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from fl_core.channelaxes.analysis import ChannelSettings
-from fl_core.channelaxes.calibration import CROPS
 from fl_core.channelaxes.estimate import duration_text
 from fl_core.channelaxes.plots import (
     METRIC_LABELS,
@@ -25,7 +23,7 @@ from fl_core.channelaxes.plots import (
     short_label,
     summary_table,
 )
-from fl_core.channelaxes.pruning import CRITERIA, PruningSettings
+from fl_core.channelaxes.settings import CRITERIA, CROPS, ChannelSettings, PruningSettings
 from fl_ui.cache import get_model
 from fl_ui.channels import (
     DEFAULT_CALIBRATION,

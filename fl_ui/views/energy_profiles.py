@@ -7,7 +7,6 @@ import math
 import pandas as pd
 import streamlit as st
 
-from fl_core.firstlayer.energy import EnergySettings
 from fl_core.firstlayer.plots import (
     components_figure,
     correlation_figure,
@@ -15,6 +14,7 @@ from fl_core.firstlayer.plots import (
     profile_figure,
     spectrum_figure,
 )
+from fl_core.firstlayer.settings import EnergySettings
 from fl_core.io.layers import conv_inventory
 from fl_ui.cache import energy_result, get_model
 from fl_ui.forms import settings_widgets

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fl_core.firstlayer.energy import EnergySettings
 from fl_core.firstlayer.plots import autocorrelation_figure, profile_figure
-from fl_core.firstlayer.whitening import WhiteningSettings
+from fl_core.firstlayer.settings import EnergySettings, WhiteningSettings
 from fl_core.io.images import bundled_licences
 from fl_core.io.inspect import inspect_models
 from fl_core.io.models import demo_manifest

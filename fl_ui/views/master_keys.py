@@ -8,7 +8,6 @@ import pandas as pd
 import streamlit as st
 
 from fl_core.masterkeys.assignment import assignment_summary_frame
-from fl_core.masterkeys.clustering import MasterKeySettings
 from fl_core.masterkeys.kmeans import DEFAULT_SWEEP
 from fl_core.masterkeys.plots import (
     assignment_comparison_figure,
@@ -21,6 +20,7 @@ from fl_core.masterkeys.plots import (
     sweep_figure,
 )
 from fl_core.masterkeys.scalespace import load_published_filters
+from fl_core.masterkeys.settings import MasterKeySettings
 from fl_ui.cache import get_model
 from fl_ui.forms import settings_widgets
 from fl_ui.masterkeys import (
@@ -153,8 +153,9 @@ with user_errors():
         "idealized models at 3×3 instead of the 7×7 published filters.",
         "master_key_centroids", frame=result.to_frame(), data=result.to_dict())
     st.caption("Clusters: size, share, tightness (mean |cos| of the members to the centre), nearest master key with "
-               "its cosine; how many members each key claims is in the CSV (key_1 … key_8) and the figure below.")
-    table_with_download(result.to_frame(), "master_key_clusters", shown=screen_columns(result.to_frame(),
+               "its cosine; how many members each key claims is in the CSV (columns key and key_filters) and the "
+               "figure below.")
+    table_with_download(result.to_frame(), "master_key_clusters", shown=screen_columns(result.cluster_frame(),
                                                                                       CLUSTER_COLUMNS))
     plot_with_explanation(
         composition_figure(result),

@@ -9,9 +9,10 @@ import streamlit as st
 
 from fl_core.firstlayer.plots import profile_figure
 from fl_core.io.paths import path_policy
-from fl_core.report.build import PART_TITLES, ReportSettings
+from fl_core.report.build import PART_TITLES
 from fl_core.report.html import HOW_TO_READ
 from fl_core.report.plots import trajectory_summary_figure, weight_norms_figure
+from fl_core.report.settings import ReportSettings
 from fl_ui.cache import get_images, get_model
 from fl_ui.forms import settings_widgets
 from fl_ui.messages import show
@@ -99,3 +100,5 @@ with user_errors():
     if report.weights is not None:
         plot_with_explanation(weight_norms_figure(report.weights), HOW_TO_READ["weights"], "report_weights",
                               frame=report.weights.to_frame())
+    for name, part in report.sections.items():  # every other registered family's section (fl_core.families)
+        plot_with_explanation(part.plot(), HOW_TO_READ[name], f"report_{name}", frame=part.to_frame())

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fl_core.survey.analysis import HEADLINES, SurveySettings
+from fl_core.families import FAMILIES
+from fl_core.survey.analysis import HEADLINES
 from fl_core.survey.models import specs_in_text, survey_models
+from fl_core.survey.settings import SurveySettings, measure_label
 from fl_ui.forms import settings_widgets
 from fl_ui.messages import show
 from fl_ui.state import current_selection
@@ -18,22 +20,6 @@ PAGE_MAX_MODELS = 50
 # Offered beside the sidebar's models: two ImageNet-trained networks and three architectures at random init.
 EXAMPLES = ("demo:mobilenet_v2", "demo:squeezenet1_0", "timm:resnet18", "timm:convnext_atto",
             "timm:mobilenetv3_small_100")
-MEASURES = {"energy": "energy profile vs linear theory", "whitening": "whitening at a fixed distance",
-            "masterkeys": "master-key composition", "weights": "weight statistics"}
-EXPLANATIONS = {
-    "energy": "Each dot is one model. **Left**: how well the linear theory explains its first layer's energy profile "
-              "(Pearson r; Chowers & Weiss find r ≈ 0.9 across trained architectures). **Right**: the same r for "
-              "random-init filters of that shape, the baseline a trained layer should beat.",
-    "whitening": "Each dot is one model. **Left**: how correlated the first layer's responses still are at the "
-                 "chosen distance, C(δ)/C(0): trained layers decorrelate (whiten) the image, so they sit left of "
-                 "the RGB input (**right**, the same for models with the same preprocessing).",
-    "masterkeys": "Each dot is one model with depthwise filters. **Left**: the median |cos| of a filter to the "
-                  "master key it is assigned to (random filters: low). **Right**: the share of filters assigned to "
-                  "key 1, the Gaussian blob. Models without depthwise filters are rows with an error.",
-    "weights": "Each dot is one model. **Left**: the share of dead filters (norm near 0) over every convolution; "
-               "**right**: the share of duplicates (a filter its peers reconstruct, R² ≥ 0.999).",
-}
-
 
 
 def rows_for_screen(result) -> pd.DataFrame:
@@ -41,7 +27,7 @@ def rows_for_screen(result) -> pd.DataFrame:
     figure's, whose legend gives the families), worker, and errors when a row failed; the CSV has every number,
     families and worker addresses included."""
     frame = result.to_frame()
-    shown = frame[["label", *HEADLINES[result.settings.family]]].round(3).rename(columns={"label": "model"})
+    shown = frame[["model", *HEADLINES[result.settings.family]]].round(3)
     shown["worker"] = frame["worker"].map(result.worker_names)
     return shown.assign(error=frame["error"]) if result.failed else shown
 
@@ -64,7 +50,7 @@ with user_errors():
     for column, (name, label) in zip((measure, distance, seeds), {
             "family": "Measure", "distance": "Whitening distance δ (px)", "seeds": "Random-init seeds"}.items()):
         settings = settings_widgets(SurveySettings, {name: label}, key="survey", container=column, base=settings,
-                                    options={"family": {"format_func": MEASURES.get}, "seeds": {"max_value": 20}})
+                                    options={"family": {"format_func": measure_label}, "seeds": {"max_value": 20}})
     listed = (tuple(survey_models(specs_in_text(text), limit=PAGE_MAX_MODELS)), settings, selection.device)
     run, stop = st.columns([1, 2])  # "▶ Run survey" whole at 1024 px
     if run.button("▶ Run survey", type="primary", key="survey_run"):
@@ -73,7 +59,7 @@ with user_errors():
     asked = listed if requested else (selection.specs, *listed[1:])
     if not requested:  # until the list runs: the sidebar's models, which every page shows at once
         show(st.caption, "Below: the sidebar's {} model(s). The {} models listed × {} on {} when you press Run survey.",
-             len(selection.specs), len(listed[0]), MEASURES[settings.family], selection.images)
+             len(selection.specs), len(listed[0]), measure_label(settings.family), selection.images)
     if not asked[0]:
         st.stop()
 
@@ -86,7 +72,7 @@ with user_errors():
         result = run_survey(*asked, progress)
     st.caption(f"{len(result.rows)} models in {result.seconds:.1f} s on {len(result.workers)} worker process(es); "
                f"{len(result.failed)} failed. Rows computed before with the same settings are kept.")
-    plot_with_explanation(result.plot(), EXPLANATIONS[settings.family], "survey", frame=result.to_frame(),
-                          data=result.to_dict())
+    plot_with_explanation(result.plot(), FAMILIES[settings.family].survey.explained(), "survey",
+                          frame=result.to_frame(), data=result.to_dict())
     st.subheader("One row per model")
     table_with_download(result.to_frame(), "survey_table", shown=rows_for_screen(result))

@@ -6,12 +6,15 @@ import pandas as pd
 import streamlit as st
 
 from fl_core.io.classes import map_tree_classes
-from fl_core.io.images import is_bundled
-from fl_core.masterkeys.layersweep import LayerSweepSettings
+from fl_core.io.sources import is_bundled
 from fl_core.masterkeys.plots import layer_sweep_figure, reconstruction_figure, scores_figure
-from fl_core.masterkeys.recovery import RecoverySettings
-from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, RescoreSettings
-from fl_core.masterkeys.swap import REPLACEMENTS
+from fl_core.masterkeys.settings import (
+    DEFAULT_BATCH_SIZE,
+    REPLACEMENTS,
+    LayerSweepSettings,
+    RecoverySettings,
+    RescoreSettings,
+)
 from fl_ui.cache import get_images, get_model
 from fl_ui.forms import settings_widgets
 from fl_ui.jobs import ScoringRequest

@@ -11,7 +11,8 @@ import pandas as pd
 import streamlit as st
 
 from fl_core.cli.train import cli_flags
-from fl_core.io.images import BUNDLED, is_bundled
+from fl_core.io.images import BUNDLED
+from fl_core.io.sources import is_bundled
 from fl_core.lab.claims import snapshot_trajectory
 from fl_core.lab.plots import (
     claims_figure,
@@ -20,8 +21,8 @@ from fl_core.lab.plots import (
     training_curves_figure,
     trajectory_figure,
 )
-from fl_core.lab.runs import SHIPPED_RUNS_DIR, Run, RunSettings
-from fl_core.lab.settings import KERNELS
+from fl_core.lab.runs import SHIPPED_RUNS_DIR, Run
+from fl_core.lab.settings import KERNELS, RunSettings
 from fl_core.settings import replace_settings, settings_fields
 from fl_ui.forms import setting_widget
 from fl_ui.jobs import TrainingJob

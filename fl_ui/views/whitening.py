@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from fl_core.firstlayer.plots import REFERENCE_NAMES, activation_maps_figure, autocorrelation_figure
-from fl_core.firstlayer.whitening import WhiteningSettings
+from fl_core.firstlayer.plots import activation_maps_figure, autocorrelation_figure
+from fl_core.firstlayer.settings import WhiteningSettings
+from fl_core.firstlayer.whitening import REFERENCE_NAMES
 from fl_ui.cache import activation_maps_of, get_images, get_model, whitening_result
 from fl_ui.forms import settings_widgets
 from fl_ui.state import current_selection, page_model

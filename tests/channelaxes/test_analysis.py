@@ -38,6 +38,7 @@ def ols_r2(target: np.ndarray, predictors: np.ndarray) -> float:
     return float(1 - residual @ residual / (centred @ centred))
 
 
+@pytest.mark.slow
 def test_capture_and_peer_r2_identities_on_a_real_pass(demo) -> None:
     loaded = demo[0]
     model = loaded.copy_model()
@@ -71,6 +72,7 @@ def test_capture_and_peer_r2_identities_on_a_real_pass(demo) -> None:
     assert stats.n_images == 24 and stats.positions == 16 * 16
 
 
+@pytest.mark.slow
 def test_exact_duplicate_is_replaceable_and_removable_after_peer_replacement() -> None:
     loaded, data = duplicate_world()
     result = analyze_channels(loaded, data, replace(FAST, layer="conv"), device="cpu")
@@ -98,6 +100,7 @@ def test_exact_duplicate_is_replaceable_and_removable_after_peer_replacement() -
     assert accuracy >= result.interventions.base_accuracy - 0.01
 
 
+@pytest.mark.slow
 def test_a_channel_that_alone_carries_the_label_is_informative_and_lesion_sensitive() -> None:
     loaded, data = alone_world()
     table = analyze_channels(loaded, data, replace(FAST, layer="conv"), device="cpu").table
@@ -145,6 +148,7 @@ def _tree(root, classes: list[str], per_class: int = 2) -> str:
     return str(root)
 
 
+@pytest.mark.slow
 def test_class_mapping_by_wnid_by_name_and_refusal(tmp_path, demo) -> None:
     squeeze = load_model("torchvision:squeezenet1_0")
     mapping, warnings = class_mapping(["n01443537", "n01440764", "n15075141"], squeeze)
@@ -200,6 +204,7 @@ def test_real_squeezenet_fire_module_on_the_imagenet_sample(squeezenet, imagenet
     json.dumps(result.to_dict(), allow_nan=False)
 
 
+@pytest.mark.slow
 def test_figures_show_every_channel_with_its_filter_and_every_curve_with_its_auc() -> None:
     from fl_core.channelaxes import plots
 

@@ -66,6 +66,7 @@ def test_auc_of_accuracy_vs_flops() -> None:
         auc_accuracy_vs_flops([0.3, 0.3], [1.0, 2.0])
 
 
+@pytest.mark.slow
 def test_batched_kmeans_matches_scikit_learn_and_ari_matches_its_definition() -> None:
     from sklearn.cluster import KMeans
 

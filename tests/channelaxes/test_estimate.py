@@ -3,6 +3,7 @@ counted on the running network, and its seconds known before a run."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -49,6 +50,7 @@ def test_stage_work_counts_the_macs_a_forward_pass_runs(demo) -> None:
         "statistics", "interventions"}
 
 
+@pytest.mark.slow
 def test_the_estimate_is_known_before_the_run_and_reported_first(demo) -> None:
     loaded = demo[0]
     estimate = estimate_channels(loaded, layer="features.7")  # the crops are labelled by the photos: no labels stage
@@ -64,6 +66,7 @@ def test_the_estimate_is_known_before_the_run_and_reported_first(demo) -> None:
     assert messages[0][1].endswith(" expected")
 
 
+@pytest.mark.slow
 def test_crops_labelled_by_the_networks_decisions_count_that_pass() -> None:
     imagenet = load_model("demo:mobilenet_v2")
     estimate = estimate_channels(imagenet, layer="features.16.conv.2")

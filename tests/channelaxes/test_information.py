@@ -152,6 +152,7 @@ def test_pairwise_information_matches_mmi_pid_per_pair() -> None:
     assert result.k == 3
 
 
+@pytest.mark.slow
 def test_triplet_synergy_matches_brute_force_and_is_seeded() -> None:
     rng = np.random.default_rng(8)
     z = rng.normal(size=(3000, 5))

@@ -53,6 +53,7 @@ def naive_effect(model, site, x, y, channel: int, value_fn) -> tuple[float, floa
     return float(F.cross_entropy(logits, y)), float((logits.argmax(1) == y).float().mean())
 
 
+@pytest.mark.slow
 def test_site_follows_bn_and_activation_and_stops_before_residual_add(demo, resnet18) -> None:
     tiny = demo[0].copy_model()
     site = locate_site(tiny, "features.4", torch.zeros(1, 3, 32, 32))
@@ -71,6 +72,7 @@ def test_site_follows_bn_and_activation_and_stops_before_residual_add(demo, resn
         locate_site(net, "layer1.0.bn1", x)
 
 
+@pytest.mark.slow
 def test_squeeze_site_of_a_fire_module_folds_into_both_expand_convs() -> None:
     net = load_model("torchvision:squeezenet1_0").copy_model()
     site = locate_site(net, "features.3.squeeze", torch.zeros(1, 3, 64, 64))
@@ -99,6 +101,7 @@ def test_substitutions_write_the_planned_values() -> None:
     torch.testing.assert_close(out[4, :, 0], expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("layer", "start"), [("layer2.0.conv1", "layer2.0"), ("layer1.0.conv1", "layer1.0")])
 def test_batched_lesions_equal_one_at_a_time(resnet18, layer: str, start: str) -> None:
     model = resnet18.copy_model()
@@ -119,6 +122,7 @@ def test_batched_lesions_equal_one_at_a_time(resnet18, layer: str, start: str) -
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("spec", "layer", "site_module", "reader"), [
     ("torchvision:mobilenet_v2", "features.16.conv.2", "features.16.conv.3", "features.17.conv.0.0"),  # residual add
     ("torchvision:squeezenet1_0", "features.12.expand3x3", "features.12.expand3x3_activation", "classifier.1"),
@@ -175,6 +179,7 @@ def test_the_readers_shortcut_equals_its_whole_convolution_at_padded_borders_and
         assert effects.loss[channel] == pytest.approx(loss, rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_inner_stubs_that_do_not_reproduce_the_block_fall_back_to_the_whole_block(monkeypatch) -> None:
     from fl_core.channelaxes import interventions
 
@@ -221,6 +226,7 @@ def test_copies_whose_suffix_differs_from_the_full_pass_run_whole_with_the_same_
         assert effects.loss[channel] == pytest.approx(loss, rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_memory_budget_splits_copies_without_changing_results(demo) -> None:
     model = demo[0].copy_model()
     generator = torch.Generator().manual_seed(1)
@@ -237,6 +243,7 @@ def test_memory_budget_splits_copies_without_changing_results(demo) -> None:
     assert roomy.mode == tight.mode == "suffix" and roomy.computed_from == "features.14"  # after the site's ReLU
 
 
+@pytest.mark.slow
 def test_duplicate_channel_is_replaced_exactly_and_the_fold_matches_the_hook() -> None:
     loaded, data = duplicate_world()
     model = loaded.copy_model()

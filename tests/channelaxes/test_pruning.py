@@ -40,6 +40,7 @@ def tiny_inputs() -> LabelledInputs:
                           y=torch.randint(0, 11, (12,), generator=generator))
 
 
+@pytest.mark.slow
 def test_torch_pruning_baselines_are_the_published_formulas(demo, tiny_inputs) -> None:
     model = demo[0].copy_model()
     pruner = LayerPruner(model, "features.4", tiny_inputs.head(1)[0])
@@ -67,6 +68,7 @@ def test_torch_pruning_baselines_are_the_published_formulas(demo, tiny_inputs) -
     assert not np.array_equal(score("random", seed=3), score("random", seed=4))
 
 
+@pytest.mark.slow
 def test_physical_removal_equals_zeroing_the_channels_and_leaves_the_template(demo, tiny_inputs) -> None:
     model = demo[0].copy_model()
     pruner = LayerPruner(model, "features.7", tiny_inputs.head(1)[0])
@@ -99,6 +101,7 @@ def test_physical_removal_equals_zeroing_the_channels_and_leaves_the_template(de
         assert 2 * counted == flops.get_total_flops()  # PyTorch's own count of the convolutions' and linear FLOPs
 
 
+@pytest.mark.slow
 def test_residual_partners_are_pruned_together() -> None:
     model = load_model("torchvision:resnet18").copy_model()
     x = torch.zeros(1, 3, 64, 64)
@@ -107,6 +110,7 @@ def test_residual_partners_are_pruned_together() -> None:
     assert {"conv1", "layer1.1.conv2"} <= set(coupled)
 
 
+@pytest.mark.slow
 def test_one_evaluation_loop_gives_the_whole_set_loss_and_accuracy_and_keeps_the_mode(demo, tiny_inputs) -> None:
     model = demo[0].copy_model().train()
     x, y = tiny_inputs.head(len(tiny_inputs))
@@ -141,6 +145,7 @@ def test_a_criterion_that_scores_every_channel_the_same_is_refused_with_the_reas
         ranking(np.ones(4), CRITERIA["bn_gamma"], "features.16.conv.2")
 
 
+@pytest.mark.slow
 def test_curves_are_flops_matched_with_auc_and_fine_tune() -> None:
     loaded, data = duplicate_world(n_calibration=200, n_evaluation=200)
     before = {k: v.clone() for k, v in loaded.state_dict.items()}
@@ -167,6 +172,7 @@ def test_curves_are_flops_matched_with_auc_and_fine_tune() -> None:
         PruningSettings(criteria=("magic",))  # refused where the settings are built, before any pruning
 
 
+@pytest.mark.slow
 def test_mean_compensated_removal_acts_like_mean_ablation() -> None:
     loaded, data = duplicate_world(n_calibration=200, n_evaluation=200)
     model = loaded.copy_model()
@@ -200,6 +206,7 @@ def test_mean_compensated_removal_acts_like_mean_ablation() -> None:
     assert "folded into head" in kept.notes[0] and "switched off" in zeroed.notes[0]
 
 
+@pytest.mark.slow
 def test_recovery_fine_tune_leaves_the_intact_network_unchanged() -> None:
     """The fine-tune distils the intact network: with nothing pruned it is a fixed point, so it can only pull a pruned
     copy back toward the original (hard labels would move it)."""
@@ -214,6 +221,7 @@ def test_recovery_fine_tune_leaves_the_intact_network_unchanged() -> None:
         assert same != should_move
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("spec", "layer", "size", "start"), [
     ("demo:tiny_vgg", "features.14", 32, "pool"),  # the reader is the linear head, after pooling and flattening
     ("demo:tiny_vgg", "features.7", 32, "features.11"),
@@ -243,6 +251,7 @@ def test_pruned_networks_scored_from_their_first_reader_equal_whole_forward_pass
             assert evaluate_model(pruned, evaluation, CPU, batch_size=4) == pytest.approx((loss, accuracy), rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("spec", "layer"), [
     ("torchvision:resnet18", "layer2.0.conv2"),  # coupled with the downsample and the next blocks (residual)
     ("torchvision:mobilenet_v2", "features.15.conv.2"),  # a residual stream of three blocks
@@ -264,6 +273,7 @@ def test_a_removal_is_torch_prunings_group_of_the_removed_channels(spec: str, la
     assert pruner.removals([]) == []
 
 
+@pytest.mark.slow
 def test_pruning_through_option_a_shortcuts_equals_zeroing_the_channels() -> None:
     """A CIFAR ResNet's stem feeds the residual stream of stage 1 and, through the zero-padding shortcut, channels
     8-23 of stage 2: removing stem channels for real equals zeroing them wherever the stream carries them."""

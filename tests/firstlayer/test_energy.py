@@ -107,6 +107,7 @@ def test_r_is_high_when_only_the_first_components_follow_the_theory_and_r_log_sa
     assert residual @ (shape - shape.mean()) == pytest.approx(0.0, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_fitted_curve_reaches_the_demo_profiles_tail(demo, photos) -> None:
     """The issue's symptom: r = 0.93 while the max-normalized theory fell to 0.01 where the profile stays ≈ 0.3."""
     model = analyze_energy([demo[0]], photos).models[0]
@@ -168,6 +169,7 @@ def test_real_cifar_resnet20_as_weights_only(resnet20, photos) -> None:
     assert model.theory.r > 0.6 > model.random_init.mean
 
 
+@pytest.mark.slow
 def test_real_squeezenet_first_layer_fits_the_theory(squeezenet, photos) -> None:
     model = analyze_energy([squeezenet], photos).models[0]
     assert len(model.profile) == 147
@@ -175,6 +177,7 @@ def test_real_squeezenet_first_layer_fits_the_theory(squeezenet, photos) -> None
     assert model.random_init.mean < 0.4 and abs(model.random_init.vs_profile_mean) < 0.2
 
 
+@pytest.mark.slow
 def test_deeper_layer_is_labelled_as_an_extension(demo, photos) -> None:
     trained, _ = demo
     model = analyze_energy([trained], photos.subset(range(3)), EnergySettings(layer="features.4")).models[0]

@@ -72,6 +72,7 @@ def test_images_smaller_than_the_filter_give_a_clear_error() -> None:
         stats.pca()
 
 
+@pytest.mark.slow
 def test_float32_band_products_stay_within_the_stated_accuracy_of_float64(monkeypatch) -> None:
     """The rule of :func:`fl_core.backend.product_dtype` (float32 products on GPUs without fast float64) keeps the
     PCA of natural-photo 7×7×3 patches within its documented accuracy."""

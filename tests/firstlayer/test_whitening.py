@@ -102,6 +102,7 @@ def test_activation_maps_of_a_model_are_its_first_conv_unpadded_on_the_scaled_im
     np.testing.assert_array_equal(maps.image, to_display(x[0], trained.input_config))
 
 
+@pytest.mark.slow
 def test_demo_reference_curves_match_the_paper_and_its_early_layer_does_not_whiten_yet(demo, photos) -> None:
     """RGB > 0.5, random ≈ RGB, ideal whitening far below (paper, δ = 10 px). The demo is trained for CPU minutes:
     its fitted ηt is small (early regime, e ∝ λ: a low-pass bank), so its responses are *not* decorrelated."""
@@ -117,6 +118,7 @@ def test_demo_reference_curves_match_the_paper_and_its_early_layer_does_not_whit
     assert payload["distances"] == list(range(11)) and payload["curves"]["rgb"][0] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_fully_trained_fixtures_decorrelate_their_input(squeezenet, resnet20, photos) -> None:
     """ImageNet SqueezeNet and CIFAR ResNet-20 (200 epochs) whiten: their curves fall well below RGB."""
     result = analyze_whitening([squeezenet, resnet20], photos.subset(range(6)), WhiteningSettings(max_distance=10))

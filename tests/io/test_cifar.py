@@ -44,6 +44,7 @@ def save_akamaster(model: torch.nn.Module, path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "parameters"), [("resnet20", 269_722), ("resnet56", 853_018),
                                                   ("resnet110", 1_727_962)])
 def test_architectures_have_the_papers_sizes(name: str, parameters: int) -> None:
@@ -54,6 +55,7 @@ def test_architectures_have_the_papers_sizes(name: str, parameters: int) -> None
     assert loaded.model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
 
 
+@pytest.mark.slow
 def test_random_init_is_the_same_network_every_time() -> None:
     torch.manual_seed(123)
     first = load_model("cifar:resnet20").model.conv1.weight
@@ -82,6 +84,7 @@ def cifar_like_tree(imagenet_sample: Path, tmp_path_factory: pytest.TempPathFact
     return tree
 
 
+@pytest.mark.slow
 def test_real_resnet20_loads_strictly_and_classifies_cifar_like_photos(cifar_like_tree: Path) -> None:
     checkpoint = require_fixture(RESNET20_FILE)
     loaded = load_model(f"cifar:resnet20={checkpoint}")
@@ -117,6 +120,7 @@ def test_unknown_names_and_pretrained_are_refused(spec: str) -> None:
         load_model(spec)
 
 
+@pytest.mark.slow
 def test_option_b_layout_with_fc_head_and_cifar_statistics(tmp_path: Path) -> None:
     """chenyaofo/pytorch-cifar-models: 'fc' classifier, option-B shortcuts named 'downsample', CIFAR-100 head."""
     source = cifar_resnet("resnet32", num_classes=100, shortcut="B")

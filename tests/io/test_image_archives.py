@@ -231,6 +231,7 @@ HOSTILE: dict[str, tuple[str, Callable[[], bytes], str]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_hostile_archives_are_refused_quickly_in_little_memory(tmp_path: Path, case: str) -> None:
     name, build, message = HOSTILE[case]

@@ -10,6 +10,7 @@ from fl_core.io.layers import conv_inventory, conv_kind, find_layer, first_conv_
 from fl_core.io.models import load_model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("spec", "first"), [
     ("timm:resnet18", "conv1"),
     ("timm:convnext_atto", "stem.0"),
@@ -46,6 +47,7 @@ def test_weights_only_inventory_lists_4d_tensors(resnet20) -> None:
     assert len(layers) == 19  # 1 stem + 3 stages × 3 blocks × 2 convs
 
 
+@pytest.mark.slow
 def test_find_layer_lists_choices_on_a_typo() -> None:
     loaded = load_model("timm:resnet18")
     assert find_layer(loaded, None).name == "conv1"
@@ -54,6 +56,7 @@ def test_find_layer_lists_choices_on_a_typo() -> None:
         find_layer(loaded, "layer9")
 
 
+@pytest.mark.slow
 def test_layer_inputs_are_captured_and_the_forward_stops_there() -> None:
     loaded = load_model("timm:resnet18")
     x = torch.randn(2, 3, 64, 64)

@@ -37,6 +37,7 @@ def test_bad_specs_explain_the_forms(spec: str) -> None:
         ModelSpec.parse(spec)
 
 
+@pytest.mark.slow
 def test_timm_random_init_is_labelled_and_has_its_own_preprocessing() -> None:
     loaded = load_model("timm:resnet18")
     assert loaded.random_init and "random init" in loaded.label
@@ -63,6 +64,7 @@ def test_pretrained_without_network_fails_fast_with_advice(monkeypatch) -> None:
     assert time.perf_counter() - start < 20
 
 
+@pytest.mark.slow
 def test_architecture_plus_file_infers_a_finetuned_head(tmp_path: Path) -> None:
     source = load_model("timm:resnet18").copy_model()
     source.reset_classifier(7)
@@ -72,6 +74,7 @@ def test_architecture_plus_file_infers_a_finetuned_head(tmp_path: Path) -> None:
     assert torch.equal(loaded.state_dict["conv1.weight"], source.state_dict()["conv1.weight"])
 
 
+@pytest.mark.slow
 def test_wrong_architecture_is_refused_with_the_mismatch(tmp_path: Path) -> None:
     save_state_dict(load_model("timm:resnet18").state_dict, tmp_path / "r18.safetensors")
     with pytest.raises(CheckpointError, match="does not fit torchvision:squeezenet1_0"):
@@ -89,6 +92,7 @@ def test_weights_only_works_for_an_unknown_architecture(tmp_path: Path) -> None:
         loaded.copy_model()
 
 
+@pytest.mark.slow
 def test_real_squeezenet_loads_with_standard_preprocessing(squeezenet) -> None:
     assert squeezenet.num_classes == 1000 and not squeezenet.random_init
     assert squeezenet.input_config.mean == pytest.approx((0.485, 0.456, 0.406))
@@ -103,6 +107,7 @@ def test_demo_manifest_records_how_each_checkpoint_was_made(demo) -> None:
     assert trained.class_names and len(trained.class_names) == trained.num_classes == 11
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["squeezenet1_0", "mobilenet_v2"])
 def test_shipped_imagenet_demos_are_the_licensed_fixtures_with_their_preprocessing(name: str) -> None:
     entry = demo_manifest()[name]
@@ -167,6 +172,7 @@ def test_fixture_cifar_weights_are_described(resnet20) -> None:
     assert info["weights_only"] and (CHECKPOINTS / "resnet20_cifar10.th").name in info["spec"]
 
 
+@pytest.mark.slow
 def test_random_init_is_the_same_network_every_time_and_leaves_the_global_seed_alone() -> None:
     """A registry architecture without weights is built from a fixed seed: two loads (two users, two processes, a CLI
     rerun) give the same filters, and building it does not consume the caller's random stream."""
@@ -180,6 +186,7 @@ def test_random_init_is_the_same_network_every_time_and_leaves_the_global_seed_a
     assert not torch.equal(first["conv1.weight"], torch.zeros_like(first["conv1.weight"]))
 
 
+@pytest.mark.slow
 def test_each_model_says_where_its_preprocessing_came_from(tmp_path: Path) -> None:
     torch.save({"conv.weight": torch.randn(4, 3, 3, 3)}, tmp_path / "w.pt")
     sources = {"demo:tiny_vgg": "from the demo's manifest", "torchvision:squeezenet1_0": "torchvision's evaluation "

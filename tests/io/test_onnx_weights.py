@@ -140,6 +140,7 @@ def test_external_data_is_refused_without_opening_it(tmp_path: Path) -> None:
         read_onnx_convs(path)
 
 
+@pytest.mark.slow
 def test_onnx_spec_end_to_end_through_the_cli(tiny_onnx: Path, tmp_path: Path) -> None:
     keys, energy = tmp_path / "masterkeys.json", tmp_path / "energy.json"
     assert main(["masterkeys", "--model", f"onnx:{tiny_onnx}", "--k", "2", "--restarts", "2", "--json", str(keys),
@@ -172,6 +173,7 @@ def test_an_onnx_upload_becomes_an_onnx_spec(tmp_path: Path, monkeypatch: pytest
     assert path.name == "mine.onnx" and app.session_state["selection"].specs[-1] == f"onnx:{path}"
 
 
+@pytest.mark.slow
 def test_an_onnx_upload_with_an_architecture_is_refused_and_removed(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     app, uploads = _upload(tmp_path, monkeypatch, arch="timm:resnet18")
@@ -179,6 +181,7 @@ def test_an_onnx_upload_with_an_architecture_is_refused_and_removed(tmp_path: Pa
     assert list(uploads.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_damaged_onnx_upload_gets_one_clear_error_and_is_removed(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     uploads = tmp_path / "uploads"

@@ -56,12 +56,14 @@ def test_energy_results_load_equal_and_draw_every_figure(tmp_path: Path) -> None
     pd.testing.assert_frame_equal(loaded.to_frame(), result.to_frame())
 
 
+@pytest.mark.slow
 def test_master_key_results_load_equal_and_draw_every_figure(tmp_path: Path) -> None:
     result = fl_core.analyze_master_keys(BANK, k=4, restarts=1, sweep=(2, 3))
     assert_round_trip(result, tmp_path / "keys.flr")
     assert MasterKeyResult.load(tmp_path / "keys.flr").members(0).shape == result.members(0).shape
 
 
+@pytest.mark.slow
 def test_channel_axes_and_whitening_results_round_trip(tmp_path: Path) -> None:
     loaded, data = duplicate_world(n_calibration=120, n_evaluation=60)
     settings = fl_core.ChannelSettings(layer="conv", cluster_seeds=2, cluster_k=2,

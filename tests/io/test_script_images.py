@@ -48,6 +48,7 @@ class Photos(Dataset):
         return image if self.labels is None else (image, self.labels[i])
 
 
+@pytest.mark.slow
 def test_a_tensor_batch_is_analysed_like_the_same_images_saved_as_files(tmp_path: Path) -> None:
     x = batch()
     folder = saved_as_files(x, tmp_path / "photos")
@@ -62,6 +63,7 @@ def test_a_tensor_batch_is_analysed_like_the_same_images_saved_as_files(tmp_path
     assert np.array_equal(np.asarray(uint8.image(2)), np.asarray(images.image(2)))
 
 
+@pytest.mark.slow
 def test_labels_of_a_tensor_dataset_are_scored_as_the_model_outputs_they_index() -> None:
     x, y = batch(8, 32), torch.tensor([0, 3, 3, 10, 1, 2, 5, 7])
     loaded = fl_core.load_model(TINY)

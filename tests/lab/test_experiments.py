@@ -96,6 +96,7 @@ def test_random_labels_are_a_seeded_permutation(crops) -> None:
     assert torch.equal(torch.bincount(split.val_y, minlength=11), torch.bincount(crops.val_y, minlength=11))
 
 
+@pytest.mark.slow
 def test_energy_labels_are_deciles_of_the_stated_patch_energy(crops, pca) -> None:
     component = 5
     split = label_variant(crops, "energy", pca=pca, component=component)
@@ -137,6 +138,7 @@ def test_tile_scaling_applies_the_app_d2_formula_tile_by_tile(pca) -> None:
     torch.testing.assert_close(out[..., 9:, :], x[..., 9:, :])  # rows past the last whole tile: unchanged
 
 
+@pytest.mark.slow
 def test_alpha_changes_exactly_one_eigenvalue_as_predicted(crops) -> None:
     base = crops_pca(crops, 3, stride=3, device="cpu")
     component, alpha = 6, 3.0

@@ -50,6 +50,7 @@ def test_the_light_settings_name_every_small_net() -> None:
     assert tuple(NETS) == SMALL_NETS
 
 
+@pytest.mark.slow
 def test_training_is_deterministic_under_a_seed() -> None:
     short = replace_settings(TINY, {"steps": 6, "snapshots": 3, "labels": "random"})
     first, again = train_run(short), train_run(short)
@@ -62,6 +63,7 @@ def test_training_is_deterministic_under_a_seed() -> None:
     assert not np.array_equal(other.snapshots[0], first.snapshots[0])
 
 
+@pytest.mark.slow
 def test_a_short_run_moves_the_profile_away_from_init_toward_the_theory(saved) -> None:
     assert saved.steps == [0, 1, 5, 30]
     traj = run_trajectory(saved)
@@ -71,6 +73,7 @@ def test_a_short_run_moves_the_profile_away_from_init_toward_the_theory(saved) -
     assert np.all(traj.r[1:] > 0.9)  # the update w_t − w_0 follows the theory from the first steps
 
 
+@pytest.mark.slow
 def test_a_frozen_first_layer_stays_at_its_initialization(tmp_path) -> None:
     run = train_run(replace_settings(TINY, {"freeze_first": True, "steps": 10}), tmp_path / "frozen")
     for step in run.steps:
@@ -81,6 +84,7 @@ def test_a_frozen_first_layer_stays_at_its_initialization(tmp_path) -> None:
     assert np.isnan(run_trajectory(run).r).all()  # nothing moved: no w − w₀ profile to fit
 
 
+@pytest.mark.slow
 def test_appendix_d_runs_train_on_the_manipulated_input_and_energy_labels() -> None:
     d2 = train_run(replace_settings(TINY, {"steps": 2, "snapshots": 2, "alpha": 3.0, "alpha_component": 4}))
     assert d2.arch_kwargs["first_stride"] == 3 and d2.arch_kwargs["first_padding"] == 0  # it sees the tiles
@@ -92,6 +96,7 @@ def test_appendix_d_runs_train_on_the_manipulated_input_and_energy_labels() -> N
     assert len(d1.provenance["energy_decile_cuts"]) == 9
 
 
+@pytest.mark.slow
 def test_cancelling_keeps_what_was_trained(tmp_path) -> None:
     calls, messages = [], []
     run = train_run(replace_settings(TINY, {"steps": 200}), tmp_path / "cancelled",
@@ -104,6 +109,7 @@ def test_cancelling_keeps_what_was_trained(tmp_path) -> None:
     assert any("step 2/200" in m for _, m in messages) and messages[-1][0] == 1.0
 
 
+@pytest.mark.slow
 def test_run_folders_round_trip_and_open_in_the_other_pages(saved) -> None:
     loaded = load_run(saved.path)
     assert loaded.config == TINY and loaded.classes == saved.classes
@@ -122,6 +128,7 @@ def test_run_folders_round_trip_and_open_in_the_other_pages(saved) -> None:
     assert document["format"] == "filterlens-run/1" and document["provenance"]["trained_steps"] == 30
 
 
+@pytest.mark.slow
 def test_demo_registration_adds_lab_entries_and_keeps_the_others(saved, tmp_path) -> None:
     manifest = tmp_path / "manifest.json"
     shutil.copy(DEMO_DIR / "manifest.json", manifest)
@@ -171,6 +178,7 @@ def test_run_configs_round_trip_through_their_flat_json() -> None:
         replace_settings(TINY, {"lr": 0.0})
 
 
+@pytest.mark.slow
 def test_timm_architectures_train_with_their_own_first_layer() -> None:
     config = resolve_config(replace_settings(TINY, {"arch": "timm:resnet10t", "steps": 2, "batch_size": 8,
                                                     "snapshots": 2}))
@@ -183,6 +191,7 @@ def test_timm_architectures_train_with_their_own_first_layer() -> None:
         RunSettings(arch="timm:resnet18", alpha=2.0)
 
 
+@pytest.mark.slow
 def test_a_run_over_a_budget_is_refused_before_its_network_is_built(monkeypatch, tmp_path) -> None:
     """Issue 33: a ViT-Huge run grew its worker by 4 GB in 2 minutes, a width-256 net at batch 4096 by 5.5 GB in 36 s;
     each budget names its limit, and nothing is written."""
@@ -201,6 +210,7 @@ def test_a_run_over_a_budget_is_refused_before_its_network_is_built(monkeypatch,
         check_run_budget(RunSettings())
 
 
+@pytest.mark.slow
 def test_cli_trains_a_run_folder_and_reports_json(tmp_path, capsys) -> None:
     out = tmp_path / "cli"
     args = ["train", "--width", "8", "--body-widths", "8", "8", "--steps", "6", "--batch-size", "16",
@@ -247,6 +257,7 @@ def test_a_background_job_reports_live_snapshots_and_can_be_cancelled(tmp_path) 
     assert status.state == "cancelled" and status.error is None
 
 
+@pytest.mark.slow
 def test_the_trainer_reads_the_device_once_per_logging_interval(monkeypatch) -> None:
     """Between logging intervals (every 3 of 300 steps here) nothing waits for the device, and the stop check is
     polled once per interval, not per step."""

@@ -212,6 +212,7 @@ def test_tiny_network_layers_stages_and_kernel_sizes():
         bank.select(7, layers=["stem"])
 
 
+@pytest.mark.slow
 def test_mobilenet_extraction_stages_and_assignment(mobilenet):
     result = analyze_master_keys(mobilenet, settings=MasterKeySettings(restarts=2, seed=0))
     assignment = result.published_assignment
@@ -230,6 +231,7 @@ def test_mobilenet_extraction_stages_and_assignment(mobilenet):
     assert 0.8 < result.objective < 0.95  # trained 3×3 filters: tight clusters (random ones: ≈ 0.5)
 
 
+@pytest.mark.slow
 def test_weights_only_file_gives_the_same_filters_as_the_full_model(mobilenet):
     weights_only = depthwise_bank(load_model(f"weights:{fixture_path(mobilenet)}"))
     full = depthwise_bank(mobilenet)
@@ -253,6 +255,7 @@ def test_model_master_keys_recover_planted_sigmas():
     assert "per-key mean filters of tiny depthwise net" in result.source
 
 
+@pytest.mark.slow
 def test_cli_masterkeys_and_scalespace_json(tmp_path, mobilenet):
     spec = f"weights:{fixture_path(mobilenet)}"
     assert main(["masterkeys", "--model", spec, "--k", "5", "--restarts", "2", "--stage", "6", "--quiet",

@@ -106,6 +106,7 @@ def norm_outputs(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folded", [False, True])
 def test_batchnorm_statistics_match_the_original_and_the_intact_network_is_a_fixed_point(folded):
     loaded, images = planted_world(folded=folded)
@@ -130,6 +131,7 @@ def test_batchnorm_statistics_match_the_original_and_the_intact_network_is_a_fix
         assert not torch.allclose(plain.eval()(x), loaded.model(x), atol=1e-2)
 
 
+@pytest.mark.slow
 def test_recovery_trains_everything_but_the_frozen_swapped_filters():
     loaded, images = planted_world()
     x = decoded(images)
@@ -161,6 +163,7 @@ def test_calibration_and_held_out_images_never_overlap_and_the_split_is_seeded()
         split_calibration(twice, 2, seed=0)
 
 
+@pytest.mark.slow
 def test_recovered_swaps_score_better_on_held_out_images_and_keep_stays_the_original():
     loaded, images = planted_world()
     bank = depthwise_bank(loaded)
@@ -191,6 +194,7 @@ def plain_scores(model: nn.Module, original: nn.Module, images: ImageSet) -> tup
     return float(F.nll_loss(logp, y)), float((reference.exp() * (reference - logp)).sum(1).mean())
 
 
+@pytest.mark.slow
 def test_zeroing_one_depthwise_layer_is_that_lesion_exactly():
     loaded, images = planted_world(n=40)
     zero = swap_filters(depthwise_bank(loaded), "zero", layers=["dw2"])
@@ -205,6 +209,7 @@ def test_zeroing_one_depthwise_layer_is_that_lesion_exactly():
     assert scored.loss == pytest.approx(loss, rel=1e-4) and scored.kl == pytest.approx(kl, rel=1e-3, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_the_sweep_has_one_row_per_depthwise_layer_and_the_theory_share_of_its_kl():
     loaded, images = planted_world(n=40)
     bank = depthwise_bank(loaded)
@@ -231,6 +236,7 @@ def snapshot(loaded: LoadedModel) -> dict[str, tuple[torch.Tensor, int]]:
     return {key: (tensor.clone(), tensor.data_ptr()) for key, tensor in loaded.model.state_dict().items()}
 
 
+@pytest.mark.slow
 def test_recovery_and_the_sweep_never_touch_the_cached_model():
     loaded, images = planted_world(n=40, folded=True)
     before = snapshot(loaded)

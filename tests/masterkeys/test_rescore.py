@@ -76,6 +76,7 @@ def test_mobilenet_original_vs_every_swap(mobilenet, imagenet_sample):
     assert scores["random"].loss > max(scores[name].loss for name in names[:6])
 
 
+@pytest.mark.slow
 def test_folding_batchnorm_keeps_the_outputs_and_swaps_the_same_filters():
     loaded = load_model("torchvision:mobilenet_v2")  # random init; its BatchNorms get trained-like statistics
     model = loaded.copy_model().eval()
@@ -132,6 +133,7 @@ def tiny_tree(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_numbers(tmp_path):
     loaded = tiny_loaded(seed=6)
     images = folder_images(tiny_tree(tmp_path / "tree"))
@@ -257,6 +259,7 @@ def test_recovered_scores_share_the_variant_score_fields_and_keep_the_table_colu
     assert row["recovered_steps"] == 3 and row["recovered_top1"] == 0.5 and "recovered" not in row
 
 
+@pytest.mark.slow
 def test_a_folded_copy_computes_the_same_function_and_leaves_the_original_alone():
     from fl_core.masterkeys.batchnorm import conv_batchnorm_pairs, folded_copy
 

@@ -21,6 +21,7 @@ def _noise_image(width: int, height: int, seed: int = 0) -> Image.Image:
 SHAPES = [(300, 200), (150, 410), (97, 97), (61, 300)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("spec", "size", "crop", "resize"), [
     ("timm:convnext_atto", 288, 0.95, 303),  # timm validate.py: test_input_size 288, test_crop_pct 0.95
     ("timm:resnet50", 288, 1.0, 288),  # resnet50.a1_in1k: test size 288, test crop 1.0
@@ -31,17 +32,20 @@ def test_timm_models_get_timms_evaluation_config(spec: str, size: int, crop: flo
     assert cfg.resize_size == resize
 
 
+@pytest.mark.slow
 def test_timm_crop_mode_comes_from_the_pretrained_config() -> None:
     cfg = load_model("timm:convnext_tiny.fb_in22k_ft_in1k_384").input_config
     assert (cfg.input_size, cfg.crop_pct, cfg.crop_mode) == (384, 1.0, "squash")
 
 
+@pytest.mark.slow
 def test_user_overrides_win_over_the_registry_config() -> None:
     overrides = {"input_size": 224, "crop_pct": 0.875, "crop_mode": "border", "interpolation": "bilinear"}
     cfg = load_model("timm:convnext_atto", input_overrides=overrides).input_config
     assert (cfg.input_size, cfg.crop_pct, cfg.crop_mode, cfg.interpolation) == (224, 0.875, "border", "bilinear")
 
 
+@pytest.mark.slow
 def test_torchvision_models_take_their_weights_transforms() -> None:
     import torchvision
 

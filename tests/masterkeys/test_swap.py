@@ -24,6 +24,7 @@ def snapshot(loaded: LoadedModel) -> dict[str, torch.Tensor]:
     return {key: tensor.detach().clone() for key, tensor in loaded.model.state_dict().items()}
 
 
+@pytest.mark.slow
 def test_swaps_never_touch_the_cached_model(mobilenet):
     before = snapshot(mobilenet)
     pointers = {key: t.data_ptr() for key, t in mobilenet.model.state_dict().items()}
@@ -95,6 +96,7 @@ def test_chosen_stages_only_change_those_layers():
     assert set(REPLACEMENTS) == {"A", "B", "C1", "C2", "D1", "D2", "centroid", "random", "keep", "zero"}
 
 
+@pytest.mark.slow
 def test_weights_only_files_cannot_be_swapped_into_a_network(mobilenet):
     weights_only = load_model(f"weights:{ModelSpec.parse(mobilenet.spec).path}")
     swap = swap_filters(depthwise_bank(weights_only), "B", stages=[0])

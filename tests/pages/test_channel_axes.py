@@ -129,6 +129,7 @@ def test_a_weights_only_upload_is_explained_without_a_job(resnet20) -> None:
     assert not app.main.button and not app.get("plotly_chart")  # no Cancel button, no job
 
 
+@pytest.mark.slow
 def test_the_default_request_is_the_real_mobilenet_at_its_default_layer() -> None:
     request = default_request()
     assert request.spec == channels.DEFAULT_CHANNEL_SPEC == "demo:mobilenet_v2"

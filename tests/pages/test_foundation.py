@@ -65,6 +65,7 @@ def test_home_says_a_demo_is_compared_with_its_own_initialization() -> None:
     assert app.query_params["models"] == TINY_MODELS
 
 
+@pytest.mark.slow
 def test_energy_page_subtracts_init_and_labels_deeper_layers() -> None:
     app = open_page("views/energy_profiles.py", models=TINY_MODELS)
     assert_clean(app)
@@ -143,6 +144,7 @@ def test_a_link_restores_every_widget_of_the_whitening_page() -> None:
     assert "coffee" in " ".join(figure_titles(again))
 
 
+@pytest.mark.slow
 def test_a_model_that_came_with_a_link_stays_selected_on_the_next_page() -> None:
     """A page switch gives the next page a URL without the link's models: the session keeps what it picked."""
     app = open_page("views/home.py", models="demo:tiny_vgg,timm:resnet10t")

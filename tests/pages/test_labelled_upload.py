@@ -66,6 +66,7 @@ def test_an_uploaded_imagefolder_archive_gives_top1_and_top5_on_swap_and_rescore
     assert "No accuracy" not in " ".join(shown(i) for i in app.info)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["zip bomb (ratio)", "zip member ../", "10^5 zip members", "tar symlink"])
 def test_a_hostile_archive_is_refused_in_the_sidebar_and_nothing_is_kept(uploads: Path, case: str) -> None:
     name, build, message = HOSTILE[case]
@@ -78,6 +79,7 @@ def test_a_hostile_archive_is_refused_in_the_sidebar_and_nothing_is_kept(uploads
     assert app.session_state["selection"].images == "bundled"
 
 
+@pytest.mark.slow
 def test_swap_and_rescore_says_why_a_cifar_resnet_is_not_swapped(tmp_path: Path) -> None:
     for i in range(2):  # a folder of images: nothing is scored before Re-score is pressed
         (tmp_path / f"{i}.jpg").write_bytes(image_bytes(i))

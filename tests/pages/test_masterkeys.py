@@ -32,6 +32,7 @@ def text_of(app: AppTest) -> str:
     return " ".join(shown(e) for e in [*app.markdown, *app.caption, *app.info, *app.warning])
 
 
+@pytest.mark.slow
 def test_master_keys_opens_offline_on_the_real_text_detector_bank_beside_the_random_baseline() -> None:
     app = open_page("master_keys")
     assert app.selectbox(key="mk_model").value == DEFAULT_DEPTHWISE_SPEC
@@ -50,6 +51,7 @@ def test_master_keys_opens_offline_on_the_real_text_detector_bank_beside_the_ran
     assert app.query_params["k"] == "5" and len(app.dataframe[1].value) == 5
 
 
+@pytest.mark.slow
 def test_master_keys_random_init_baseline_is_one_choice_away() -> None:
     app = open_page("master_keys")
     app.selectbox(key="mk_model").set_value(BASELINE_DEPTHWISE_SPEC).run()
@@ -83,6 +85,7 @@ def test_scale_space_opens_on_the_real_bank_with_the_published_filters_and_basel
     assert list(app.dataframe[0].value["key"]) == list(range(1, 9))  # every key has members in the real bank
 
 
+@pytest.mark.slow
 def test_scale_space_page_shows_sigma_by_method_and_reacts_to_the_sigma_slider() -> None:
     app = open_page("scale_space", ss_source="published")
     assert "the 8 published filters" in text_of(app)
@@ -119,6 +122,7 @@ def test_swap_page_opens_on_the_real_mobilenet_with_the_agreement_and_kl_of_each
     assert "computed_from" not in table and "*computed_from* is the first module" in text  # explained, for the CSV
 
 
+@pytest.mark.slow
 def test_swap_page_rescores_the_real_mobilenet_on_the_imagenet_sample(mobilenet, imagenet_sample) -> None:
     app = open_page("swap_rescore", models=mobilenet_token(mobilenet), sw_model=mobilenet.spec,
                     images=str(imagenet_sample), swaps="B,keep")
@@ -132,6 +136,7 @@ def test_swap_page_rescores_the_real_mobilenet_on_the_imagenet_sample(mobilenet,
     assert app.query_params["swaps"] == "B,keep"
 
 
+@pytest.mark.slow
 def test_a_shared_server_computes_the_depthwise_pages_defaults_before_it_listens(monkeypatch) -> None:
     """fl_ui.serve warms these caches, so the first visitors do not run the grid searches in page threads."""
     from fl_core.masterkeys.fitting import FIT_METHODS

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fl_ui.testing import page_app, shown
 
 from ..conftest import MOBILENET_SPEC
@@ -15,6 +17,7 @@ def preprocessing_text(app) -> str:
     return " ".join(shown(c) for c in app.caption if shown(c).startswith("Preprocessing of **"))
 
 
+@pytest.mark.slow
 def test_an_uploaded_mobilenet_is_told_its_family_may_expect_mean_and_std_half(mobilenet, tmp_path: Path) -> None:
     for i in range(2):  # a folder of images: the page scores nothing before Re-score is pressed
         (tmp_path / f"{i}.jpg").write_bytes(image_bytes(i))

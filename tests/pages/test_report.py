@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from fl_core.report.build import FAMILY_SECTIONS, SECTIONS
+from fl_core.report.html import HOW_TO_READ
 from fl_ui.testing import shown
 
 from ..conftest import page_app
@@ -22,6 +24,7 @@ def chart_titles(app) -> str:
     return " ".join(chart.proto.spec for chart in app.get("plotly_chart"))
 
 
+@pytest.mark.slow
 def test_the_selected_model_is_reported_with_a_preview_and_its_downloads() -> None:
     app = page_app(PAGE, models="demo:tiny_vgg")
     app.run()
@@ -33,11 +36,15 @@ def test_the_selected_model_is_reported_with_a_preview_and_its_downloads() -> No
     assert status["First-layer energy profile"] == "done" and status["Weight statistics"] == "done"
     assert status["Trajectory over training"].startswith("skipped: One checkpoint")
     assert "Energy profile" in chart_titles(app) and "filter norms" in chart_titles(app)
+    for name in FAMILY_SECTIONS:  # every other registered family's section (tests/test_new_family.py adds one)
+        assert status[SECTIONS[name]] == "done", name
+        assert any(HOW_TO_READ[name] in markdown.value for markdown in app.markdown), name
     labels = [button.proto.label for button in app.get("download_button")]
     assert "⬇ HTML report" in labels and "⬇ JSON" in labels
     assert any("1 checkpoint(s)" in shown(caption) for caption in app.caption)
 
 
+@pytest.mark.slow
 def test_the_selected_models_as_checkpoints_of_one_run_add_the_trajectory() -> None:
     app = page_app(PAGE, models="demo:tiny_vgg_init,demo:tiny_vgg", report="selected")
     app.run()

@@ -39,6 +39,7 @@ def test_a_survey_runs_each_model_on_a_worker_and_keeps_bad_models_as_rows() -> 
     assert layout["title"]["text"] == "energy survey of 3 models (1 failed)"
 
 
+@pytest.mark.slow
 def test_a_pattern_matching_more_models_than_the_page_takes_is_refused() -> None:
     app = page_app(PAGE).run()
     app.text_area(key="survey_models").input("timm:*").run()

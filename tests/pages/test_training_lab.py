@@ -50,6 +50,7 @@ def test_shipped_runs_show_the_trajectory_and_the_paper_table() -> None:
     assert len(list(SHIPPED_RUNS_DIR.iterdir())) == len(app.selectbox(key="lab_run").options)
 
 
+@pytest.mark.slow
 def test_the_step_slider_shows_the_initialization_and_is_remembered_in_the_url() -> None:
     app = page_app(PAGE, run="lab_vgg_random_s0")
     app.run()
@@ -61,6 +62,7 @@ def test_the_step_slider_shows_the_initialization_and_is_remembered_in_the_url()
     assert any("showing the raw profile" in shown(c) for c in app.caption)
 
 
+@pytest.mark.slow
 def test_a_run_trains_live_from_the_form_and_appears_under_your_runs(runs_dir) -> None:
     app = page_app(PAGE, lab="train")
     app.run()
@@ -120,6 +122,7 @@ def test_the_command_line_shown_for_a_run_gives_back_its_configuration() -> None
     assert flags == "--labels random --steps 800"
 
 
+@pytest.mark.slow
 def test_a_run_shows_the_command_that_reproduces_it() -> None:
     app = page_app(PAGE, run="lab_vgg_random_s0")
     app.run()
@@ -128,6 +131,7 @@ def test_a_run_shows_the_command_that_reproduces_it() -> None:
     assert "python -m fl_core train --labels random --steps 800 --out runs/lab_vgg_random_s0" in commands
 
 
+@pytest.mark.slow
 def test_runs_belong_to_the_browser_and_a_link_shows_one_read_only(runs_dir, monkeypatch) -> None:
     """Ownership is never in a URL: a browser's tabs share its runs (its secret, an HttpOnly cookie on a served app),
     another browser given the link sees that one run and cannot train into, or list, the folder; a forged token is
@@ -196,6 +200,7 @@ def test_the_run_form_does_not_submit_on_enter_and_every_field_comes_back_from_t
         assert app.query_params[key] == value, key
 
 
+@pytest.mark.slow
 def test_the_claims_table_says_whether_each_measurement_agrees_with_the_paper_and_in_what_unit() -> None:
     app = page_app(PAGE, subtract="0", step="0", run="lab_vgg_true_s0")
     app.run()
@@ -209,6 +214,7 @@ def test_the_claims_table_says_whether_each_measurement_agrees_with_the_paper_an
     assert seeds["verdict"] == "agrees" and seeds["agrees when"] == "≥ 0.87"
 
 
+@pytest.mark.slow
 def test_a_link_restores_every_widget_of_a_shipped_run() -> None:
     again = assert_round_trip(PAGE, {"lab_run": "lab_vgg_random_s0", "lab_step_lab_vgg_random_s0": 129,
                                      "lab_sub_lab_vgg_random_s0": False}, fixed=frozenset({"lab_mode"}))

@@ -126,6 +126,7 @@ def parse(path: Path) -> Document:
     return document
 
 
+@pytest.mark.slow
 def test_report_html_is_one_offline_file_with_every_section_and_the_numbers_of_the_json(tmp_path: Path) -> None:
     checkpoint = write_checkpoint(tmp_path / "depthwise_net.safetensors", 1.0, depthwise=True)
     arguments = ["report", "--model", f"weights:{checkpoint}", *FAST]
@@ -162,6 +163,7 @@ def test_report_html_is_one_offline_file_with_every_section_and_the_numbers_of_t
     assert all(embedded[key] == data[key] for key in ("models", "layers", "energy", "whitening", "weights"))
 
 
+@pytest.mark.slow
 def test_a_folder_of_three_checkpoints_is_a_trajectory_in_natural_order(tmp_path: Path) -> None:
     folder = tmp_path / "run"
     folder.mkdir()
@@ -226,6 +228,7 @@ def test_a_runnable_model_on_labelled_images_gets_accuracy_and_channel_axes(tmp_
     assert number(report.accuracy.top1) in text and "features.14" in text and "Skipped" not in text
 
 
+@pytest.mark.slow
 def test_an_onnx_model_is_reported_from_its_weights(tmp_path: Path) -> None:
     pytest.importorskip("onnx")
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 7, groups=8, padding=3),

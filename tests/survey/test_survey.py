@@ -130,7 +130,7 @@ def test_one_bad_model_is_a_row_with_its_error_and_the_survey_goes_on(tmp_path) 
     assert good.error is None and good.values["filters"] > 0
     assert result.failed == (bad,) and result.workers == ("local",)
     frame = result.to_frame()
-    assert list(frame.columns[:6]) == ["spec", "label", "model_family", "worker", "seconds", "error"]
+    assert list(frame.columns[:6]) == ["model", "spec", "model_family", "worker", "seconds", "error"]
     assert list(frame.columns[6:]) == list(COLUMNS["weights"]) and np.isnan(frame.loc[0, "filters"])
     assert result.to_dict()["rows"][1]["values"]["filters"] == good.values["filters"]
 

@@ -41,6 +41,7 @@ def test_a_job_runs_in_another_process_and_reports_progress(engine) -> None:
     assert fractions == sorted(fractions) and 0 < max(fractions) < 1
 
 
+@pytest.mark.slow
 def test_workers_keep_freed_large_tensors_for_the_next_pass(engine) -> None:
     from fl_core import allocator
 

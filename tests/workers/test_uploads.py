@@ -229,6 +229,7 @@ def test_an_upload_that_cannot_fit_the_quota_is_refused_before_anything_is_writt
     assert names(store.root) == {kept.name} and not writes  # nothing written, nothing evicted for it
 
 
+@pytest.mark.slow
 def test_readers_never_see_part_of_a_file_being_replaced(tmp_path: Path) -> None:
     path = tmp_path / "weights.pt"
     versions = (b"a" * 4 * MIB, b"b" * 4 * MIB)
@@ -353,6 +354,7 @@ def test_writers_in_several_processes_keep_the_quota_and_whole_files(tmp_path: P
         assert upload.name == "upload.pt" and hashlib.sha256(upload.read_bytes()).hexdigest()[:24] == entry.name
 
 
+@pytest.mark.slow
 def test_an_upload_another_replica_used_after_the_listing_is_not_evicted(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     store = store_in(tmp_path / "uploads", quota_mb=1)
@@ -366,6 +368,7 @@ def test_an_upload_another_replica_used_after_the_listing_is_not_evicted(tmp_pat
     assert old.exists()
 
 
+@pytest.mark.slow
 def test_the_first_use_of_the_store_in_a_process_sweeps_leftovers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                    ) -> None:
     uploads = tmp_path / "uploads"
@@ -397,6 +400,7 @@ def _app_with_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quota_mb: 
     return app, uploads
 
 
+@pytest.mark.slow
 def test_the_sidebar_refuses_an_upload_larger_than_the_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app, uploads = _app_with_upload(tmp_path, monkeypatch, quota_mb="0.0001")
     assert not app.exception
