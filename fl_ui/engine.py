@@ -30,12 +30,13 @@ every session that asked for the same request since (:meth:`Job.watch`). A sessi
 :func:`session_job_limit` unfinished jobs, a browser over all its tabs :func:`browser_job_limit` (:class:`TooManyJobs`
 names the limit and how to cancel). A job whose every owner has closed its tab is cancelled :data:`ABANDONED_AFTER_S`
 later (a reload or a reconnecting tab finds it still running), or :data:`ABANDONED_WHILE_OTHERS_WAIT_S` later while it
-or another job waits for a worker; a job asked for outside any session (the server's warm-up, whose result is kept for
-everyone) belongs to the server and is never abandoned.
+or another job waits for a worker (:meth:`Engine.waiting_for_workers`); a job asked for outside any session (the
+server's warm-up, whose result is kept for everyone) belongs to the server and is never abandoned.
 
 **The engine survives its scheduler.** When the connection to the scheduler is lost (an external scheduler restarted,
-the embedded cluster's helper died), the jobs it held fail with :class:`EngineRestarted` ("the compute engine
-restarted; press Run again") and a new job is refused with the same cause, at once instead of after a timeout. A
+the embedded cluster's helper died), the jobs it held, and those waiting in the engine (their progress and live
+values were kept on it), fail with :class:`EngineRestarted` ("the compute engine restarted; press Run again") and a
+new job is refused with the same cause, at once instead of after a timeout. A
 thread of the engine connects a new client as soon as the scheduler answers again (a new embedded cluster when its
 helper is gone), within :data:`CHECK_INTERVAL_S` plus the connection time. :meth:`Engine.problem` says why heavy jobs
 cannot run now (``None`` when they can): the served app's health check (:mod:`fl_ui.serve`) fails while it is set, so
@@ -119,7 +120,8 @@ class TooManyJobs(FilterLensError):
 
 
 class EngineRestarted(FilterLensError):
-    """The engine lost its scheduler: the jobs it held are gone, and new ones wait until it is reconnected."""
+    """The engine lost its scheduler: the jobs it held, and those waiting in the engine, are gone, and new ones are
+    refused until it is reconnected."""
 
 
 LOST_JOB = ("The compute engine restarted, and this job was lost with it; press Run again (or reload the page) to "
@@ -579,17 +581,23 @@ class Engine:
                     job._finish()
             if not self.waiting_line():
                 return []
-            free, free_gpus = self.free_workers()
-            started = []
-            for job in self.waiting_line():
-                if free <= 0:
-                    break
-                if job.cancelling or (job.gpu and free_gpus <= 0):
-                    continue
+            started = self._next_to_start(*self.free_workers())
+            for job in started:
                 self._start(job)
-                started.append(job)
-                free, free_gpus = free - 1, free_gpus - job.gpu
             return started
+
+    def _next_to_start(self, free: int, free_gpus: int) -> list[Job]:
+        """The waiting jobs that start on ``free`` worker threads (``free_gpus`` GPUs among them): the first of the
+        :meth:`waiting_line` that fit, a cancelled one skipped."""
+        chosen = []
+        for job in self.waiting_line():
+            if free <= 0:
+                break
+            if job.cancelling or (job.gpu and free_gpus <= 0):
+                continue
+            chosen.append(job)
+            free, free_gpus = free - 1, free_gpus - job.gpu
+        return chosen
 
     def _dispatch_now(self) -> None:
         """:meth:`dispatch`, or leave it to the next pass of :meth:`_watch_sessions` when the scheduler does not
@@ -742,14 +750,24 @@ class Engine:
         candidates = [job for job, seconds in idle.items() if seconds >= ABANDONED_WHILE_OTHERS_WAIT_S]
         if not candidates:
             return []
-        held = {job.key for job in idle if not job.dispatched}
-        waiting = held | set(self.waiting_keys([job.key for job in idle if job.key not in held]))
+        waiting = self.waiting_for_workers(list(idle))
         others_wait = any(job.key in waiting for job, seconds in idle.items() if not seconds)
         stale = [job for job in candidates if others_wait or job.key in waiting or idle[job] >= ABANDONED_AFTER_S]
         for job in stale:
             log.info("cancelling job %s: every session that watched it closed %.0f s ago", job.key, idle[job])
             job.cancel()
         return stale
+
+    def waiting_for_workers(self, jobs: list[Job]) -> set[str]:
+        """The keys of those of ``jobs`` that wait for a worker: held in the engine with no room for them (this server's
+        jobs take the workers, or those free go to jobs ahead in the :meth:`waiting_line`), or handed to the scheduler
+        and queued there (other servers' jobs take the workers). A job held while a worker is free for it does not wait:
+        :meth:`dispatch` hands it over at once (it may be doing so now). One or two round trips."""
+        with self._dispatch_lock:  # no dispatch under way: the room seen is the room the held jobs have
+            held = [job for job in jobs if not (job.dispatched or job.lost)]  # a lost one fails at the next dispatch
+            starting = set(self._next_to_start(*self.free_workers())) if held else set()
+        waiting = {job.key for job in held if job not in starting}
+        return waiting | set(self.waiting_keys([job.key for job in jobs if job.dispatched]))
 
     def waiting_keys(self, keys: list[str]) -> list[str]:
         """Those of ``keys`` whose tasks wait in the scheduler for a worker (one round trip)."""
@@ -763,12 +781,11 @@ class Engine:
         """Every :data:`REAP_INTERVAL_S`, :meth:`cancel_abandoned`, :meth:`yield_warm_ups` and :meth:`dispatch` (until
         the engine closes)."""
         while not self._closing.wait(REAP_INTERVAL_S):
-            try:
-                self.cancel_abandoned()
-                self.yield_warm_ups()
-                self.dispatch()
-            except Exception:  # the scheduler may be restarting: try again at the next pass
-                log.debug("looking for abandoned jobs failed", exc_info=True)
+            for step in (self.cancel_abandoned, self.yield_warm_ups, self.dispatch):
+                try:  # each on its own: dispatch also fails the waiting jobs of a lost scheduler
+                    step()
+                except Exception:  # the scheduler may be restarting: try again at the next pass
+                    log.debug("%s failed", step.__name__, exc_info=True)
 
     def yield_warm_ups(self) -> list[Job]:
         """Cancel the running warm-up jobs that only the server wants while a visitor's job waits for a worker, so
@@ -778,10 +795,8 @@ class Engine:
             unfinished = [job for job in self._jobs.values() if not (job.done or job.cancelling)]
         warm_ups = [job for job in unfinished if job.lane is Lane.WARM_UP and not job.owners and job.dispatched]
         visitors = [job for job in unfinished if job.lane is Lane.INTERACTIVE and job.owners]
-        if not (warm_ups and visitors):
-            return []
-        if all(job.dispatched for job in visitors) and not self.waiting_keys([job.key for job in visitors]):
-            return []  # every visitor's job has its worker
+        if not (warm_ups and visitors and self.waiting_for_workers(visitors)):
+            return []  # every visitor's job has its worker, or is about to
         running = [job for job in warm_ups if self.worker_of(job.key) is not None]
         for job in running:
             log.info("cancelling the warm-up job %s: a visitor's job waits for its worker", job.key)

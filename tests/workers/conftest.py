@@ -34,6 +34,12 @@ def engine():
     yield from running_engine(1)
 
 
+@pytest.fixture(scope="module")
+def pair():
+    """Two workers (a module's own)."""
+    yield from running_engine(2)
+
+
 class BrowserSessions:
     """Sessions stood in for by threads: inside :meth:`tab` the calling thread runs that session's script (its tab is
     open), in ``browser`` if given (the secret of its cookie); :meth:`close` closes the tab."""

@@ -23,13 +23,7 @@ from fl_ui.worker import JobCancelled
 from ..conftest import REPO
 from ..test_concurrency import run_together
 from . import sample_jobs as jobs
-from .conftest import running_engine, wait_until
-
-
-@pytest.fixture(scope="module")
-def pair():
-    """Two workers."""
-    yield from running_engine(2)
+from .conftest import wait_until
 
 
 @pytest.mark.slow

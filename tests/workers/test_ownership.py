@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -156,6 +157,55 @@ def test_a_visitors_own_job_never_waits_behind_a_running_warm_up(engine, browser
         time.sleep(2 * engine_module.REAP_INTERVAL_S + 1)
         assert not watched.cancelling and later.status().state == "queued"
     assert watched.result(timeout=120) and later.result(timeout=120)
+
+
+def held_for_a_dispatch_under_way(engine, monkeypatch) -> Callable[[], None]:
+    """Hold the engine's next jobs as :meth:`~fl_ui.engine.Engine.dispatch` does while it hands them over (its round
+    trips under way, or failed once); returns what lets it hand them over again."""
+    dispatch = engine.dispatch
+    monkeypatch.setattr(engine, "dispatch", lambda: [])
+    return lambda: monkeypatch.setattr(engine, "dispatch", dispatch)
+
+
+@pytest.mark.slow
+def test_a_warm_up_runs_on_while_the_visitors_job_has_a_free_worker(pair, browser_sessions, monkeypatch) -> None:
+    """A visitor's job the engine holds while a worker is free for it does not wait for the warm-up's: the warm-up on
+    the other worker runs on (the merge of fair share and warm-up yielding cancelled it whenever its check ran during
+    the visitor's dispatch)."""
+    warm_up = pair.submit(jobs.counting, 100_000)  # outside any session: the server's warm-up lane
+    wait_until(lambda: warm_up.status().state == "running")
+    release = held_for_a_dispatch_under_way(pair, monkeypatch)
+    with browser_sessions.tab("visitor"):
+        view = pair.submit(jobs.timed, 0.1)
+    assert not view.dispatched and pair.waiting_for_workers([view]) == set()
+    assert pair.yield_warm_ups() == []
+    time.sleep(4 * engine_module.REAP_INTERVAL_S)  # the engine's own passes
+    assert not warm_up.cancelling
+    release()
+    view.result(timeout=120)
+    assert warm_up.status().state == "running"
+    finish(warm_up)
+
+
+@pytest.mark.slow
+def test_an_abandoned_job_keeps_its_grace_while_the_visitors_job_has_a_free_worker(pair, browser_sessions,
+                                                                                   monkeypatch) -> None:
+    """Nobody waits while a worker is free for a held job: an abandoned job goes on for its whole grace period, not
+    :data:`~fl_ui.engine.ABANDONED_WHILE_OTHERS_WAIT_S`."""
+    with browser_sessions.tab("gone"):
+        run = pair.submit(jobs.counting, 100_000)
+    wait_until(lambda: run.status().state == "running")
+    release = held_for_a_dispatch_under_way(pair, monkeypatch)
+    with browser_sessions.tab("visitor"):
+        view = pair.submit(jobs.timed, 0.1)
+    browser_sessions.close("gone")
+    time.sleep(engine_module.ABANDONED_WHILE_OTHERS_WAIT_S + 4 * engine_module.REAP_INTERVAL_S)
+    assert not view.dispatched and pair.cancel_abandoned() == [] and not run.cancelling
+    release()
+    view.result(timeout=120)
+    assert run.status().state == "running"
+    finish(run)
+
 
 def test_a_session_may_own_a_limited_number_of_unfinished_jobs(engine, browser_sessions, monkeypatch) -> None:
     monkeypatch.setenv(engine_module.SESSION_JOBS_ENV, "2")

@@ -72,14 +72,17 @@ def test_the_engine_and_the_app_recover_by_themselves_when_their_scheduler_resta
         assert engine.submit(jobs.counting, 2).result(timeout=STARTUP_S) != os.getpid()
         running = engine.submit(jobs.counting, 100_000)
         wait_for(lambda: running.status().state == "running", STARTUP_S, "running job")
+        held = engine.submit(jobs.counting, 1)  # waits in the engine for the one worker (fair share)
+        assert not held.dispatched and held.status().state == "queued"
         first_client = engine.client
 
         for process in processes:  # the scheduler and its worker killed, as a host restarting them does
             os.killpg(process.pid, signal.SIGKILL)
-        state = running.join(timeout=30)
-        assert (state.state, state.error) == ("failed", LOST_JOB)  # the cause, not "try fewer images"
-        with pytest.raises(EngineRestarted, match="press Run again"):
-            running.result()
+        for job in (running, held):  # the waiting one too: its variables went with the scheduler
+            state = job.join(timeout=30)
+            assert (state.state, state.error) == ("failed", LOST_JOB)  # the cause, not "try fewer images"
+            with pytest.raises(EngineRestarted, match="press Run again"):
+                job.result()
         wait_for(lambda: engine.problem() is not None, 30, "engine reporting its lost scheduler")
         asked = time.monotonic()
         with pytest.raises(EngineRestarted, match=r"^The compute engine is restarting \(the compute engine cannot "
