@@ -11,6 +11,7 @@ import itertools
 import os
 import re
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -123,6 +124,15 @@ def photos():
 def _deterministic_torch():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _main_module_kept():
+    """Streamlit's script runner (AppTest's too) leaves the page it ran as ``__main__``; a later test that spawns
+    processes would have them run that page."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
 
 
 SLOW_CPU_S = 1.0

@@ -12,7 +12,9 @@ import contextlib
 import logging
 import os
 import pickle
+import sys
 import time
+import types
 import uuid
 from collections.abc import Iterator, Sequence
 
@@ -70,13 +72,27 @@ def survey_client(scheduler: str | None, workers: int) -> Iterator:
         with Client(scheduler, timeout=60) as client:
             yield client
         return
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0} | WORKER_PROCESS_CONFIG), \
-            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                         scheduler_kwargs={"dashboard": False}, memory_limit=0, security=Security.temporary(),
-                         silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as client:
-        client.run(_use_cores, max(1, (os.cpu_count() or 1) // workers))
-        yield client
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0} | WORKER_PROCESS_CONFIG):
+        with _bare_main():
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                   scheduler_kwargs={"dashboard": False}, memory_limit=0,
+                                   security=Security.temporary(), silence_logs=logging.ERROR)
+        with cluster, Client(cluster) as client:
+            client.run(_use_cores, max(1, (os.cpu_count() or 1) // workers))
+            yield client
+
+
+@contextlib.contextmanager
+def _bare_main() -> Iterator[None]:
+    """A ``__main__`` without a script while worker processes are spawned: a spawned child re-runs its parent's
+    main script, and the caller's may be one that cannot run again (a Streamlit page, whose runner leaves it as
+    ``__main__``); the workers need only :func:`row_task`'s module."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def map_survey(client, specs: Sequence[str], settings, *, device=None, progress=None):

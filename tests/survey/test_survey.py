@@ -190,3 +190,21 @@ def test_the_command_on_its_embedded_cluster_prints_its_rows_not_dasks_log(tmp_p
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("tiny_vgg: dead_share 0.000") and "1 models in" in done.stdout
     assert not [line for line in done.stderr.splitlines() if "INFO" in line or "UserWarning" in line], done.stderr
+
+
+@pytest.mark.slow
+def test_the_embedded_cluster_starts_under_a_main_script_that_cannot_run_again(tmp_path, monkeypatch) -> None:
+    """A Streamlit page run in this process leaves itself as ``__main__``; spawned workers must not run it."""
+    import sys
+    import types
+
+    from fl_core.survey.engine import survey_client
+
+    page = tmp_path / "page.py"
+    page.write_text("raise SystemExit('the page ran again in a worker')\n")
+    main = types.ModuleType("__main__")
+    main.__file__ = str(page)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    with survey_client(None, 1) as client:
+        assert len(client.scheduler_info()["workers"]) == 1
+    assert sys.modules["__main__"] is main

@@ -86,7 +86,7 @@ def check_report(result) -> None:
 
 
 def check_survey_row(result) -> None:
-    assert result.error is None and result.values and result.worker.startswith("tcp://")
+    assert result.error is None and result.values and result.worker.startswith("tls://")
 
 
 def check_training(result) -> None:
