@@ -233,8 +233,9 @@ def _percent_labels(values, digits: int = 1) -> list[str]:
 
 
 def scores_figure(result: RescoreResult) -> go.Figure:
-    """Top-1 and top-5 of the original and every swap (labelled images), else top-1 agreement with the original;
-    after recovery, each swap's recovered top-1 (agreement) beside it."""
+    """Top-1 and top-5 of the original and every swap (on the images of the model's classes, their count in the title
+    when other images were left out), else top-1 agreement with the original; after recovery, each swap's recovered
+    top-1 (agreement) beside it."""
     frame = result.to_frame()
     labelled = result.top1 is not None
     held_out = " held-out" if result.recovery is not None else ""
@@ -250,7 +251,9 @@ def scores_figure(result: RescoreResult) -> go.Figure:
                              opacity=0.6))
         fig.add_hline(y=result.top1, line=dict(color=REFERENCE_COLORS["rgb"], dash="dot"),
                       annotation_text=f"original top-1 {result.top1:.1%}")
-        title, axis = f"Accuracy on {result.n_images}{held_out} images, original vs swapped filters", "accuracy"
+        scored = result.n_labelled if result.n_labelled is not None else result.n_images
+        share = f"{scored} of {result.n_images}" if scored != result.n_images else f"{scored}"
+        title, axis = f"Accuracy on {share}{held_out} images, original vs swapped filters", "accuracy"
     else:
         fig.add_trace(go.Bar(x=frame["method"], y=frame["agreement"], name="agreement", marker_color=color(0),
                              text=_percent_labels(frame["agreement"], 0), textposition="outside"))
@@ -258,8 +261,8 @@ def scores_figure(result: RescoreResult) -> go.Figure:
             fig.add_trace(go.Bar(x=frame["method"], y=frame["recovered_agreement"], name="agreement after recovery",
                                  marker_color=color(4), text=_percent_labels(frame["recovered_agreement"], 0),
                                  textposition="outside"))
-        title, axis = (f"Same top-1 class as the original model ({result.n_images}{held_out} unlabelled images)",
-                       "top-1 agreement")
+        title, axis = (f"Same top-1 class as the original model ({result.n_images}{held_out} images, scored without "
+                       "labels)", "top-1 agreement")
     fig.update_layout(title=title, yaxis_title=axis, yaxis_tickformat=".0%", yaxis_range=[0, 1.08], barmode="group",
                       height=420, margin=dict(l=10, r=10, t=50, b=10))
     return readable(fig)
@@ -299,7 +302,7 @@ def layer_sweep_figure(sweep: LayerSweepResult) -> go.Figure:
     fig.add_hline(y=reference, line=dict(color=REFERENCE_COLORS["rgb"], dash="dot"),
                   annotation_text=f"original {reference:.1%}" if labelled else "original (agreement 100 %)")
     what = f"top-1 on {sweep.n_images}{' held-out' if sweep.recovery else ''} images" if labelled else \
-        f"same top-1 class as the original ({sweep.n_images} unlabelled images)"
+        f"same top-1 class as the original ({sweep.n_images} images, scored without labels)"
     fig.update_layout(title=f"One depthwise layer at a time: {what}", yaxis_title="top-1" if labelled else
                       "top-1 agreement", yaxis_tickformat=".0%", yaxis_range=[0, 1.05], barmode="group", height=440,
                       margin=dict(l=10, r=10, t=50, b=10))

@@ -195,8 +195,9 @@ def accuracy_section(report: Report) -> str:
     out = ""
     if report.accuracy is not None:
         acc = report.accuracy
-        out += quantities_table({"images": acc.n_images, "top-1": acc.top1, "top-5": acc.top5, "loss (nats)": acc.loss,
-                                 "classes": acc.classes})
+        out += quantities_table({"images": acc.n_images, "images of the model's classes": acc.n_labelled,
+                                 "top-1": acc.top1, "top-5": acc.top5, "loss (nats)": acc.loss, "classes": acc.classes})
+        out += "".join(paragraph(warning, "skipped") for warning in acc.warnings)
     if report.channels is not None:
         out += (paragraph(f"Channel axes of {report.channels.layer} ({report.channels.data}).")
                 + table_html(report.channels.summary_frame()) + figure_fragment(report.channels.plot("axes")))

@@ -148,19 +148,22 @@ with user_errors():
             frame=pd.concat([s.to_frame() for s in real_swaps], ignore_index=True))
 
     images = get_images(selection.images, max_images)
-    mapping = map_tree_classes(images.classes if images.labelled else (), loaded.num_classes, loaded.class_names)
-    labelled = mapping.label_map is not None
-    if not labelled:
-        show(st.info, "**No accuracy on {}**: accuracy needs images labelled with the model's classes, "
-             "and these have none. The re-score shows how often each swapped network still predicts the **same "
-             "class as the original** (agreement) and how far its output probabilities move (**KL** divergence), "
-             "which need no labels. For accuracy, choose *upload a labelled set* under *Images* in the sidebar: an "
-             "archive (.zip, .tar.gz) of <wnid or class>/<image> folders, or images with a CSV of labels.",
-             images.description)
+    mapping = map_tree_classes(images.classes if images.labelled else (), loaded.num_classes, loaded.class_names,
+                               images.labels if images.labelled else None)
+    without_labels = ("The re-score shows how often each swapped network still predicts the **same class as the "
+                      "original** (agreement) and how far its output probabilities move (**KL** divergence), which "
+                      "need no labels.")
+    if mapping.label_map is None and images.labelled:
+        show(st.info, "**No accuracy on {}**: {} " + without_labels, images.description, " ".join(mapping.warnings))
+    elif mapping.label_map is None:
+        show(st.info, "**No accuracy on {}**: accuracy needs images labelled with the model's classes, and these "
+             "carry no labels. " + without_labels + " For accuracy, choose *upload a labelled set* under *Images* in "
+             "the sidebar: an archive (.zip, .tar.gz) of <wnid or class name>/<image> folders, or images with a CSV "
+             "of labels.", images.description)
     else:
         show(st.caption, "{}. {}", images.description, mapping.how)
-    for warning in mapping.warnings if labelled else ():
-        show(st.warning, "{}", warning)
+        for warning in mapping.warnings:
+            show(st.warning, "{}", warning)
     if loaded.random_init:
         show(st.caption, "{} has random weights: its predictions are arbitrary (often one class for every image), so "
              "compare the variants by how far their outputs move (KL), not by accuracy.", loaded.label)
