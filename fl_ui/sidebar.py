@@ -28,10 +28,15 @@ from fl_ui.uploads import upload_store
 
 REGISTRIES = ("timm", "torchvision", "cifar")
 PRETRAINED_TAG = "@pretrained"
-PICKER_STYLE = "<style>.st-key-model_picker * { max-height: none !important; }</style>"
-"""Streamlit's multiselect scrolls after four rows of chips, hiding the fifth model: the model picker grows instead."""
+PICKER_STYLE = ("<style>.st-key-model_picker * { max-height: none !important; } "
+                ".st-key-model_picker [data-tag] { height: auto !important; } "
+                ".st-key-model_picker [data-tag] > span { white-space: normal !important; overflow-wrap: anywhere; "
+                "text-overflow: clip !important; }</style>")
+"""Streamlit's multiselect scrolls after four rows of chips, hiding the fifth model: the model picker grows instead;
+and it cuts a chip's name with "…" ("squeezenet1_0 (de…" in a 300-px sidebar): the chips wrap instead."""
 CHIP_CHARS = 20
-"""The picker's chips cut names past about this many characters; those are also written out in full below it."""
+"""A chip of a name past about this many characters wraps onto a second line; then every selected model is also
+written out in full below the picker, in the order of the chips."""
 
 
 def _spec_path_error(spec: str) -> str | None:
@@ -286,8 +291,8 @@ def render_sidebar() -> Selection:
         specs = st.multiselect("Models", options, format_func=labels.get, key="model_picker",
                                help="Compare several models side by side. Demo models ship with the app.")
         st.html(PICKER_STYLE)
-        if cut := [labels[spec] for spec in specs if len(labels[spec]) > CHIP_CHARS]:
-            show(st.caption, "In full: {}", "; ".join(cut))
+        if any(len(labels[spec]) > CHIP_CHARS for spec in specs):
+            show(st.caption, "In full: {}", "; ".join(labels[spec] for spec in specs))
         _registry_form()
         _upload_form()
         if error := st.session_state.pop("sidebar_error", None):  # said once, not on every page after
