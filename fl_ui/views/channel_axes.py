@@ -48,6 +48,7 @@ from fl_ui.widgets import (
     dashed,
     downloads,
     heavy_result,
+    job_status_area,
     plot_with_explanation,
     preprocessing_caption,
     screen_columns,
@@ -148,6 +149,7 @@ def applied_request(wanted: ChannelAxesRequest) -> ChannelAxesRequest:
 
 
 st.title("🧭 Channel Axes")
+status = job_status_area()  # the running job's progress and Cancel, in the first screen
 st.markdown(
     "Pruning tools give every channel one importance number. Safaai et al. (2026) argue that two different things "
     "hide in it: the **target axis** (how much a channel tells about the right answer) and the **local axis** (how "
@@ -191,7 +193,7 @@ with user_errors():
         show(st.caption, "Data: the labelled ImageFolder tree {}, split at random into calibration and evaluation "
              "halves. Change it in the sidebar.", source)
     applied = applied_request(request(layer))
-    result = heavy_result("Channel axes", channel_axes_result, applied)
+    result = heavy_result("Channel axes", channel_axes_result, applied, status=status)
     learn_durations(result, applied.overrides)
     layer = result.layer
     for warning in result.warnings:

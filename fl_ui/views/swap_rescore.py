@@ -35,6 +35,7 @@ from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, latest_added_model, page_model, set_url_param, url_param
 from fl_ui.widgets import (
     heavy_result,
+    job_status_area,
     plot_with_explanation,
     preprocessing_caption,
     screen_columns,
@@ -65,6 +66,7 @@ COMPUTED_FROM = ("The CSV's *computed_from* is the first module each variant cha
 
 
 st.title("🔁 Swap & re-score")
+status = job_status_area()  # the running job's progress and Cancel, in the first screen
 st.markdown(
     "If the depthwise filters really are a handful of idealized kinds, replacing each learned filter by its "
     "idealized model — same sign, scale and offset, only the shape made perfect — should cost little accuracy. "
@@ -179,7 +181,7 @@ with user_errors():
                    + (f", after recovering each swap ({len(replacements)} recoveries)" if recovery else "")
                    + ". From a shell, `python -m fl_core rescore` does the same, on several GPUs with torchrun.")
     else:
-        result = heavy_result("Re-scoring", rescore_result, key)
+        result = heavy_result("Re-scoring", rescore_result, key, status=status)
         after = ("the orange bars are each swap after recovery on "
                  f"{result.recovery.n_calibration} calibration images ({result.recovery.seconds:.0f} s); every bar "
                  f"is measured on the same {result.recovery.n_held_out} held-out images." if result.recovery else
@@ -226,7 +228,7 @@ with user_errors():
     if not at_once and st.button("▶ Sweep the layers", key="sw_sweep_run"):
         st.session_state["sw_sweep_requested"] = sweep_key
     if at_once or st.session_state.get("sw_sweep_requested") == sweep_key:
-        sweep = heavy_result("Sweeping the layers", layer_sweep_result, sweep_key)
+        sweep = heavy_result("Sweeping the layers", layer_sweep_result, sweep_key, status=status)
         plot_with_explanation(
             layer_sweep_figure(sweep),
             "Each group of bars is one depthwise layer, in the order the image flows through the network. **Grey**: "
