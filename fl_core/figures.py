@@ -146,9 +146,10 @@ def log_axis(values: ArrayLike, **axis: object) -> dict:
 
 
 def title_lines(text: str, chars: int = TITLE_CHARS) -> list[str]:
-    """A title as lines of at most ``chars`` characters (its own ``<br>`` breaks kept): plotly cuts a long title at
-    the figure's edge instead of wrapping it."""
-    return [line for part in text.split("<br>") for line in (textwrap.wrap(part, chars) or [""])]
+    """A title as lines of at most ``chars`` characters (its own ``<br>`` breaks kept), broken between words only
+    ("held-out" stays whole): plotly cuts a long title at the figure's edge instead of wrapping it."""
+    return [line for part in text.split("<br>")
+            for line in (textwrap.wrap(part, chars, break_on_hyphens=False, break_long_words=False) or [""])]
 
 
 def legend_entries(fig: go.Figure) -> list[str]:

@@ -33,8 +33,8 @@ if TYPE_CHECKING:  # annotations only: the re-scoring modules import torch_pruni
 KEY_NAMES = ("1 δy+ T", "2 δx− T", "3 δy− T", "4 δx+ T", "5 δx T", "6 δy T", "7 (δ − α∇²) T", "8 T")
 """Short names of the 8 master keys by their idealized model (docs/methods.md B.2): half-pixel differences δx±, δy±
 (1–4), centred differences δx, δy (5–6), impulse minus α·Laplacian (7) and the discrete Gaussian T itself (8). The
-signs sit on the line, not as subscripts, so the names read at the 13-px size of subplot titles."""
-GRID_TITLE_PX = 13
+signs sit on the line, not as subscripts, so the names read at the 14-px size of subplot titles."""
+GRID_TITLE_PX = 14
 COLORBAR_BELOW_PX = 50
 GRID_COLUMNS = 4
 """Filter grids put at most this many filters in a row: on a 560-px projector page each is ~130 px (the colour bar

@@ -11,6 +11,7 @@ from fl_core.masterkeys.layersweep import LayerSweepSettings
 from fl_core.masterkeys.plots import layer_sweep_figure, reconstruction_figure, scores_figure
 from fl_core.masterkeys.recovery import RecoverySettings
 from fl_core.masterkeys.rescore import DEFAULT_BATCH_SIZE, RescoreSettings
+from fl_core.masterkeys.settings import FIT_METHOD_DESCRIPTIONS
 from fl_core.masterkeys.swap import REPLACEMENTS
 from fl_ui.cache import get_images, get_model
 from fl_ui.forms import settings_widgets
@@ -61,21 +62,43 @@ SWEEP_COLUMNS = {"layer": "layer", "theory_share": "theory share", "recovered_th
                  "swapped_top1": "top-1, swapped", "zeroed_top1": "top-1, zeroed"}
 # Without labels the sweep's table shows agreement in the place of top-1 (its KLs are in the CSV).
 SWEEP_AGREEMENT = {"swapped_agreement": "agreement, swapped", "zeroed_agreement": "agreement, zeroed"}
+REPLACED_BY = {
+    **{method: f"the idealized model of the master key it is most like, σ fitted by {text}"
+       for method, text in FIT_METHOD_DESCRIPTIONS.items()},
+    "centroid": "the centroid of its own cluster (k-means of this network's filters by |cos|, k clusters)",
+    "random": "a random filter of the same norm: the baseline, what no theory at all costs",
+    "keep": "the filter itself: the control, which scores exactly as the original",
+    "zero": "zeros: the layer's spatial filtering removed (the lesion control)",
+}
+"""What each replacement puts in place of a learned depthwise filter y (docs/methods.md, "Replacements")."""
 COMPUTED_FROM = ("The CSV's *computed_from* is the first module each variant changes: its images ran from there on "
                  "the original's activation, so the layers before it were computed once for every variant.")
+
+
+def replacements_table() -> pd.DataFrame:
+    """Every replacement and what it puts in place of each filter: one visible table (the pills' tooltip only adds)."""
+    return pd.DataFrame({"replacement": list(REPLACED_BY), "each learned filter y becomes": [
+        f"{text}; as a·x + b, so it keeps y's sign, scale and offset" if name not in ("random", "keep", "zero")
+        else text for name, text in REPLACED_BY.items()]}).set_index("replacement")
 
 
 st.title("🔁 Swap & re-score")
 status = job_status_area()  # the running job's progress and Cancel, in the first screen
 st.markdown(
     "If the depthwise filters really are a handful of idealized kinds, replacing each learned filter by its "
-    "idealized model — same sign, scale and offset, only the shape made perfect — should cost little accuracy. "
-    "Pick the replacement and the layers, then score the original and every swap on the same images (each image "
-    "is decoded once and run through all variants). **Random filters** of the same size are the baseline; "
-    "**keep** is the control.")
+    "idealized model (same sign, scale and offset, only the shape made perfect) should cost little. **What the "
+    "result below shows**: by default every depthwise layer is swapped at once, and the chart counts how often the "
+    "swapped network still gives the original's first guess. That share is low, for the idealized models too: each "
+    "layer's small error is the next layer's input, so the errors **compound across layers**. The papers do not "
+    "stop there: they **recover** the rest of the network around the frozen idealized filters, which restores much "
+    "of it (*Recover after swapping* below), and the sweep at the end of the page swaps **one layer at a time**, "
+    "where most layers alone cost little.")
+scores = st.container()  # the result first, the settings that change it below: on a 1024×768 projector the
+# first screen shows the chart
 
 selection = current_selection()
 with user_errors():
+    st.subheader("What to swap, where, on which images")
     candidates = depthwise_specs(selection, full_models_only=True, defaults=(DEFAULT_SWAP_SPEC,))
     spec = page_model("Depthwise model", candidates, DEFAULT_SWAP_SPEC, key="sw_model",
                       format_func=spec_labels(candidates).get,
@@ -94,6 +117,7 @@ with user_errors():
         default=list(url_param("swaps", DEFAULT_REPLACEMENTS, choices=list(REPLACEMENTS))),
         help="\n".join(f"- **{name}**: {text}" for name, text in REPLACEMENTS.items())))
     set_url_param("swaps", tuple(replacements))
+    st.table(replacements_table())
     stage_labels = bank.stages
     stages = list(st.pills("In stages", list(stage_labels), selection_mode="multi", format_func=stage_labels.get,
                            key="sw_stages", help="Stages are the groups of layers that work at one resolution.",
@@ -174,38 +198,39 @@ with user_errors():
         replacements=tuple(replacements), stages=stage_key, k=k, seed=seed, batch_size=batch_size, recovery=recovery),
         selection.device)
     quick = is_bundled(selection.images) and recovery is None  # the 11 photos, no training: it runs at once
-    if not (quick or rescore_result.cached(key)) and st.button("▶ Re-score", type="primary", key="sw_run"):
-        st.session_state["sw_requested"] = key
-    if not (quick or rescore_result.cached(key) or st.session_state.get("sw_requested") == key):
-        st.caption(f"Scores {len(images)} images × {len(replacements) + 1} variants when you press Re-score"
-                   + (f", after recovering each swap ({len(replacements)} recoveries)" if recovery else "")
-                   + ". From a shell, `python -m fl_core rescore` does the same, on several GPUs with torchrun.")
-    else:
-        result = heavy_result("Re-scoring", rescore_result, key, status=status)
-        after = ("the orange bars are each swap after recovery on "
-                 f"{result.recovery.n_calibration} calibration images ({result.recovery.seconds:.0f} s); every bar "
-                 f"is measured on the same {result.recovery.n_held_out} held-out images." if result.recovery else
-                 "the papers recover the rest of the network around the frozen idealized filters: switch on "
-                 "*Recover after swapping* to do the same.")
-        kl = ", ".join(f"{v.method} {v.kl:.3f}" for v in result.swaps)
-        how = ("**Top-1**: the labelled class is the model's first guess; **top-5**: among its five guesses. The "
-               "dotted line is the original network." if result.top1 is not None else
-               "**Agreement**: the share of images on which the swapped network's first guess is the original's. "
-               f"**KL** (nats, mean over the images) of the swapped network's output from the original's: {kl}. "
-               "Neither needs labels; accuracy does.")
-        plot_with_explanation(
-            scores_figure(result),
-            f"{how} Swapping every layer at once compounds the small errors of each layer (one layer at a time: "
-            f"the sweep below); {after}\n\n"
-            f"{result.images_per_second:.1f} images/s × {len(result.swaps) + 1} variants on {result.device}.",
-            "rescore_scores", frame=result.to_frame(), data=result.to_dict())
-        if all(v.kl < 1e-9 for v in result.swaps):
-            st.warning("No swap changed the outputs: the depthwise filters of this network do not reach its output "
-                       "yet. A random-init ConvNeXt, for one, multiplies every block by a layer scale of 10⁻⁶.")
-        st.subheader("Original vs each swap")
-        table_with_download(result.to_frame().dropna(axis=1, how="all"), "rescore_table",
-                            shown=screen_columns(result.to_frame(), VARIANT_COLUMNS))
-        st.caption(f"Each variant on {result.n_images} images. {COMPUTED_FROM}")
+    with scores:
+        if not (quick or rescore_result.cached(key)) and st.button("▶ Re-score", type="primary", key="sw_run"):
+            st.session_state["sw_requested"] = key
+        if not (quick or rescore_result.cached(key) or st.session_state.get("sw_requested") == key):
+            st.caption(f"Scores {len(images)} images × {len(replacements) + 1} variants when you press Re-score"
+                       + (f", after recovering each swap ({len(replacements)} recoveries)" if recovery else "")
+                       + ". From a shell, `python -m fl_core rescore` does the same, on several GPUs with torchrun.")
+        else:
+            result = heavy_result("Re-scoring", rescore_result, key, status=status)
+            after = ("the orange bars are each swap after recovery on "
+                     f"{result.recovery.n_calibration} calibration images ({result.recovery.seconds:.0f} s); every bar "
+                     f"is measured on the same {result.recovery.n_held_out} held-out images." if result.recovery else
+                     "the papers recover the rest of the network around the frozen idealized filters: switch on "
+                     "*Recover after swapping* to do the same.")
+            kl = ", ".join(f"{v.method} {v.kl:.3f}" for v in result.swaps)
+            how = ("**Top-1**: the labelled class is the model's first guess; **top-5**: among its five guesses. The "
+                   "dotted line is the original network." if result.top1 is not None else
+                   "**Agreement**: the share of images on which the swapped network's first guess is the original's. "
+                   f"**KL** (nats, mean over the images) of the swapped network's output from the original's: {kl}. "
+                   "Neither needs labels; accuracy does.")
+            plot_with_explanation(
+                scores_figure(result),
+                f"{how} Swapping every layer at once compounds the small errors of each layer (one layer at a time: "
+                f"the sweep below); {after}\n\n"
+                f"{result.images_per_second:.1f} images/s × {len(result.swaps) + 1} variants on {result.device}.",
+                "rescore_scores", frame=result.to_frame(), data=result.to_dict())
+            if all(v.kl < 1e-9 for v in result.swaps):
+                st.warning("No swap changed the outputs: the depthwise filters of this network do not reach its output "
+                           "yet. A random-init ConvNeXt, for one, multiplies every block by a layer scale of 10⁻⁶.")
+            st.subheader("Original vs each swap")
+            table_with_download(result.to_frame().dropna(axis=1, how="all"), "rescore_table",
+                                shown=screen_columns(result.to_frame(), VARIANT_COLUMNS))
+            st.caption(f"Each variant on {result.n_images} images. {COMPUTED_FROM}")
 
     st.subheader("How much of this network is theory? One layer at a time")
     st.markdown(
