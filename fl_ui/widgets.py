@@ -20,6 +20,7 @@ from fl_core.errors import FilterLensError
 from fl_core.figures import figure_html, filter_zoom_figure
 from fl_core.io.models import LoadedModel
 from fl_ui.forms import setting_widget
+from fl_ui.glossary import explain_symbols
 from fl_ui.messages import literal, show
 from fl_ui.state import set_url_param, url_setting, value_field
 
@@ -134,11 +135,14 @@ def downloads(name: str, *, figure: go.Figure | None = None, frame: pd.DataFrame
 
 
 def plot_with_explanation(figure: go.Figure, explanation: str, name: str, *, frame: pd.DataFrame | None = None,
-                          data: dict | None = None) -> None:
-    """A figure the page's width, a student-level explanation below it and its downloads. (Beside it, on a 1024-px
-    projector the figure had 420 px and the explanation a 135-px column of one or two words a line.)"""
+                          data: dict | None = None, symbols: Sequence[str] = ()) -> None:
+    """A figure the page's width, a student-level explanation below it, what its ``symbols`` mean
+    (:func:`fl_ui.glossary.explain_symbols`) and its downloads. (Beside it, on a 1024-px projector the figure had
+    420 px and the explanation a 135-px column of one or two words a line.)"""
     st.plotly_chart(figure, width="stretch", key=f"plot-{slug(name)}")
     st.markdown(explanation)
+    if symbols:
+        explain_symbols(symbols)
     downloads(name, figure=figure, frame=frame, data=data)
 
 

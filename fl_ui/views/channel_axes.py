@@ -40,6 +40,7 @@ from fl_ui.channels import (
     learn_durations,
 )
 from fl_ui.forms import settings_widgets
+from fl_ui.glossary import explain_symbols
 from fl_ui.jobs import ChannelAxesRequest
 from fl_ui.messages import show
 from fl_ui.sidebar import spec_labels
@@ -216,6 +217,7 @@ with user_errors():
              "." if decisions else f"; intact network: {result.calibration_accuracy:.1%} calibration accuracy.")
          + (f" {verdict.sentence}" if verdict.sentence else ""))
     right_class = "its own top-1 class" if decisions else "the right class"
+    explain_symbols(("ρ", "ARI", "I_X", "R̄_X", "peer R²", "I(ā;m)", "TE", "nats", "Δloss", "AUC", "fold"))
 
     st.subheader("Both axes")
     metrics = [c for c in METRIC_LABELS if c in result.table and result.table[c].notna().any()]

@@ -223,7 +223,8 @@ with user_errors():
                 f"{how} Swapping every layer at once compounds the small errors of each layer (one layer at a time: "
                 f"the sweep below); {after}\n\n"
                 f"{result.images_per_second:.1f} images/s × {len(result.swaps) + 1} variants on {result.device}.",
-                "rescore_scores", frame=result.to_frame(), data=result.to_dict())
+                "rescore_scores", frame=result.to_frame(), data=result.to_dict(),
+                symbols=("KL", "‖W − Ŵ‖/‖W‖", "a·x + b", "|cos|", "k"))
             if all(v.kl < 1e-9 for v in result.swaps):
                 st.warning("No swap changed the outputs: the depthwise filters of this network do not reach its output "
                            "yet. A random-init ConvNeXt, for one, multiplies every block by a layer scale of 10⁻⁶.")

@@ -86,7 +86,8 @@ def show_run(run: Run) -> None:
         "components saturate and the profile flattens towards **whitening** (∝ 1/λ).\n\n"
         "Press ▶ to animate, or drag the slider. The dotted grey curve is the random initialization: flat, "
         "because random filters respond equally to every direction.",
-        f"trajectory_{run.name}", frame=traj.to_frame(), data=traj.to_dict())
+        f"trajectory_{run.name}", frame=traj.to_frame(), data=traj.to_dict(),
+        symbols=("e_i", "λ_i", "θ", "ηt", "r", "w_t − w_0"))
     plot_with_explanation(
         fit_over_steps_figure(traj),
         "**Does ηt grow with the steps?** The theory says the fitted time τ = ηt is proportional to the number "
@@ -152,7 +153,7 @@ def show_claims(runs: list[Run]) -> None:
         "High agreement across seeds, widths, architectures and labels, low agreement with the initialization and "
         "a good theory fit are the paper's qualitative table." + (
             f"\n\n**Not drawn** (every claim is in the table above): {literal('; '.join(left_out))}."
-            if left_out else ""), "training_lab_claims_figure")
+            if left_out else ""), "training_lab_claims_figure", symbols=("r", "ρ", "ηt"))
     corr = get_correlations(runs)
     plot_with_explanation(
         run_correlation_figure(corr),
