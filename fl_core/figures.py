@@ -30,7 +30,7 @@ AXIS_TITLE_PX = 16
 TITLE_PX = 18
 """Axis and colour-bar titles, and the figure's title."""
 FIGURE_BACKGROUND = "white"
-"""Behind the text and the plot area, in the dashboard (whose theme draws charts on a transparent paper) and in files."""
+"""Behind the text, in the dashboard (whose chart theme draws on a transparent paper) and in files."""
 
 NARROW_FIGURE_PX = 560
 """The narrowest a figure is drawn: the page's width on a 1024×768 projector with the sidebar open (measured in
@@ -216,7 +216,7 @@ def projector_theme(fig: go.Figure) -> go.Figure:
     bar = dict(tickfont=dict(size=TICK_FONT_PX, **text), title_font=dict(size=AXIS_TITLE_PX, **text))
     fig.for_each_trace(lambda trace: trace.update(colorbar=bar), selector=lambda trace: "colorbar" in trace)
     fig.for_each_trace(lambda trace: trace.update(marker_colorbar=bar),
-                       selector=lambda trace: "marker" in trace and "colorbar" in trace.marker and trace.marker.showscale)
+                       selector=lambda trace: "marker" in trace and bool(trace.marker["showscale"]))
     return fig
 
 

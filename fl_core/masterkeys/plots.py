@@ -76,13 +76,24 @@ def key_filters_figure(filters: Mapping[int, np.ndarray] | np.ndarray,
     return filter_grid_figure(np.stack(list(keyed.values())), [KEY_NAMES[i - 1] for i in keyed], title)
 
 
+CLOSE_MATCH = 0.7
+"""|cos| from which a centroid is written as "≈ key k": below, its key is only the nearest of the 8 (a cosine near 0
+is no likeness)."""
+
+
+def match_title(key: int, cosine: float | None) -> str:
+    """How a centroid's nearest key is named: "≈ key 4 (+0.93)" for a close match, "nearest: key 4 (−0.11)" else."""
+    cosine = cosine or 0.0
+    return f"{'≈' if abs(cosine) >= CLOSE_MATCH else 'nearest:'} key {key} ({cosine:+.2f})"
+
+
 def centroids_vs_keys_figure(result: MasterKeyResult) -> go.Figure:
     """Each cluster centroid (largest cluster first) beside the most similar master key, flipped to the centroid's
-    sign, with their cosine: two pairs to a row."""
+    sign, with their cosine (:func:`match_title`: "≈" only for a close match): two pairs to a row."""
     pairs, titles = [], []
     for i, c in enumerate(result.clusters):
         pairs += [c.centroid, np.sign(c.master_key_cosine or 1.0) * result.templates[c.master_key - 1]]
-        titles += [f"cluster {i + 1} ({c.share:.0%})", f"≈ key {c.master_key} ({c.master_key_cosine:+.2f})"]
+        titles += [f"cluster {i + 1} ({c.share:.0%})", match_title(c.master_key, c.master_key_cosine)]
     return filter_grid_figure(np.stack(pairs), titles, f"{result.label}: each of the {result.k} cluster centroids "
                               "beside its nearest master key")
 
