@@ -16,7 +16,7 @@ from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
 from fl_core.io.image_archives import MAX_MEMBERS
 from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES, is_bundled
-from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest
+from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest, recognised_spec
 from fl_core.io.paths import path_policy
 from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, MAX_RESIZE_SIZE, parse_rgb, rgb_text
 from fl_ui.cache import get_images, get_model
@@ -148,12 +148,15 @@ def _on_add_upload() -> None:
     arch = st.session_state.get("ckpt_arch", "").strip()
     is_onnx = path.suffix == ONNX_SUFFIX
     spec = f"onnx:{path}" if is_onnx else f"{arch}={path}" if arch else f"weights:{path}"
-    accepted = False
+    accepted, notice = False, None
     try:
         if is_onnx and arch:
             raise ModelSpecError(f"{path.name} is an ONNX model, which carries its own graph: leave the "
                                  "architecture blank (ONNX models are read for their weights only).")
         ModelSpec.parse(spec)
+        if not arch:  # recognised when it is added: a CIFAR ResNet runs as one, anything else says what it can do
+            with users_paths():
+                spec, notice = recognised_spec(get_model(spec))
         accepted = _add_spec(spec)
     except FilterLensError as err:
         st.session_state["sidebar_error"] = str(err)
@@ -162,6 +165,8 @@ def _on_add_upload() -> None:
             upload_store().discard(path)
     if not accepted:
         st.session_state["sidebar_error"] = _as_uploaded(st.session_state["sidebar_error"], path, uploaded.name)
+    elif notice:
+        st.session_state["sidebar_notice"] = _as_uploaded(notice, path, uploaded.name)
 
 
 def _as_uploaded(message: str, path: Path, name: str) -> str:
@@ -297,6 +302,8 @@ def render_sidebar() -> Selection:
         _upload_form()
         if error := st.session_state.pop("sidebar_error", None):  # said once, not on every page after
             show(st.error, "{}", error)
+        if notice := st.session_state.pop("sidebar_notice", None):  # how an upload was recognised, said once
+            show(st.info, "{}", notice)
         overrides = _preprocessing_form(specs, {k: v for k, v in url.overrides.items() if k in specs})
         images = _images_form(url.images)
         devices = ["auto", *available_devices()]
