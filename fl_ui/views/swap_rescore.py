@@ -62,6 +62,7 @@ SWEEP_COLUMNS = {"layer": "layer", "theory_share": "theory share", "recovered_th
                  "swapped_top1": "top-1, swapped", "zeroed_top1": "top-1, zeroed"}
 # Without labels the sweep's table shows agreement in the place of top-1 (its KLs are in the CSV).
 SWEEP_AGREEMENT = {"swapped_agreement": "agreement, swapped", "zeroed_agreement": "agreement, zeroed"}
+# What each replacement puts in place of a learned depthwise filter y (docs/methods.md, "Replacements").
 REPLACED_BY = {
     **{method: f"the idealized model of the master key it is most like, σ fitted by {text}"
        for method, text in FIT_METHOD_DESCRIPTIONS.items()},
@@ -70,7 +71,6 @@ REPLACED_BY = {
     "keep": "the filter itself: the control, which scores exactly as the original",
     "zero": "zeros: the layer's spatial filtering removed (the lesion control)",
 }
-"""What each replacement puts in place of a learned depthwise filter y (docs/methods.md, "Replacements")."""
 COMPUTED_FROM = ("The CSV's *computed_from* is the first module each variant changes: its images ran from there on "
                  "the original's activation, so the layers before it were computed once for every variant.")
 
@@ -85,14 +85,12 @@ def replacements_table() -> pd.DataFrame:
 st.title("🔁 Swap & re-score")
 status = job_status_area()  # the running job's progress and Cancel, in the first screen
 st.markdown(
-    "If the depthwise filters really are a handful of idealized kinds, replacing each learned filter by its "
-    "idealized model (same sign, scale and offset, only the shape made perfect) should cost little. **What the "
-    "result below shows**: by default every depthwise layer is swapped at once, and the chart counts how often the "
-    "swapped network still gives the original's first guess. That share is low, for the idealized models too: each "
-    "layer's small error is the next layer's input, so the errors **compound across layers**. The papers do not "
-    "stop there: they **recover** the rest of the network around the frozen idealized filters, which restores much "
-    "of it (*Recover after swapping* below), and the sweep at the end of the page swaps **one layer at a time**, "
-    "where most layers alone cost little.")
+    "If depthwise filters are a handful of idealized kinds, swapping each for its idealized model (same sign, scale "
+    "and offset, only the shape made perfect) should cost little. **The chart below** swaps every depthwise layer at "
+    "once and counts how often the network still gives the original's first guess. That share is low, for the "
+    "idealized models too: each layer's small error is the next layer's input, so errors **compound across "
+    "layers**. **Recovery** (the papers' protocol: the rest of the network retrained around the frozen filters) "
+    "restores much of it, and swapping **one layer at a time** (the sweep at the end) costs little.")
 scores = st.container()  # the result first, the settings that change it below: on a 1024×768 projector the
 # first screen shows the chart
 
