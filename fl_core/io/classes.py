@@ -131,7 +131,7 @@ def _how(matches: Sequence[tuple[int, str] | None], n_folders: int) -> str:
         return f"Folders are ImageNet-1k wnids{subset}: each is mapped to its ImageNet class index."
     counts = ", ".join(f"{kinds.count(kind)} by {kind}" for kind in MATCH_KINDS if kind in kinds)
     share = "All" if len(kinds) == n_folders else f"{len(kinds)} of"
-    return f"{share} {n_folders} folders are mapped to the model's classes ({counts})."
+    return f"{share} {n_folders} classes are mapped to the model's outputs ({counts})."
 
 
 def _left_out(classes: Sequence[str], unmatched: Sequence[str], labels: Sequence[int] | None,

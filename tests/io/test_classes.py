@@ -30,7 +30,7 @@ def test_folders_map_by_name_ignoring_case_spaces_underscores_and_hyphens():
     names = imagenet_class_names()
     mapping = map_tree_classes(["great_white_shark", "Tiger-Shark", "TENCH", "goldfish"], 1000)
     assert list(mapping.label_map) == [2, 3, 0, 1] and not mapping.warnings and not mapping.unmatched
-    assert "All 4 folders" in mapping.how and "ignoring case" in mapping.how
+    assert "All 4 classes" in mapping.how and "ignoring case" in mapping.how
     assert class_key("Great_White-  shark") == "great white shark" == class_key(names[2])
     # "Cardigan" (the corgi) and "cardigan" (the sweater) share a key: each maps by its exact name only
     exact = map_tree_classes(["Cardigan", "cardigan", "CARDIGAN"], 1000)
@@ -49,7 +49,7 @@ def test_numbered_folders_map_by_index_and_a_partial_tree_names_what_it_leaves_o
     assert list(map_tree_classes(["0", "5", "999"], 1000).label_map) == [0, 5, 999]
     partial = map_tree_classes(["car", "cat", "goldfish", "tench", "dog"], 1000, labels=[0, 0, 1, 2, 3, 3, 4])
     assert list(partial.label_map) == [-1, -1, 1, 0, -1] and partial.unmatched == ("car", "cat", "dog")
-    assert "2 of 5 folders are mapped" in partial.how
+    assert "2 of 5 classes are mapped" in partial.how
     assert partial.warnings[0].startswith("4 of 7 images, in 3 of 5 folders ('car', 'cat', 'dog')")
 
 

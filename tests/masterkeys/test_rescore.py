@@ -137,7 +137,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path):
     images = folder_images(tiny_tree(tmp_path / "tree"))
     swaps = [swap_filters(depthwise_bank(loaded), name) for name in ("B", "random")]
     uninterrupted = rescore(loaded, images, swaps=swaps, batch_size=2, workers=0)
-    assert uninterrupted.classes.startswith("Folders are mapped to the model's classes by name")
+    assert uninterrupted.classes.startswith("All ") and "by name)" in uninterrupted.classes
     calls = []
 
     def stop_after_two_batches(fraction: float, message: str) -> None:
@@ -265,7 +265,7 @@ def test_classes_named_as_labels_csv_writes_them_are_scored(imagenet_sample, tmp
     result = rescore("demo:mobilenet_v2", str(tree))
     assert result.n_images == result.n_labelled == 40 and not result.warnings
     assert result.top1 is not None and result.top1 > 0.5  # measured 0.825 (33 of 40); chance 0.001
-    assert "All 40 folders" in result.classes and "ignoring case" in result.classes
+    assert "All 40 classes" in result.classes and "ignoring case" in result.classes
 
 
 @pytest.mark.slow

@@ -82,7 +82,7 @@ def test_a_partly_matching_set_says_what_it_leaves_out_and_a_set_that_maps_to_no
     upload_labelled(app, "classes.zip", named_archive(imagenet_sample, partly))
     warnings = " ".join(shown(w) for w in app.warning)
     assert "3 of 5 images, in 3 of 5 folders ('car', 'cat', 'dog')" in warnings, warnings
-    assert "2 of 5 folders are mapped" in " ".join(shown(c) for c in app.caption)
+    assert "2 of 5 classes are mapped" in " ".join(shown(c) for c in app.caption)
     assert "No accuracy" not in " ".join(shown(i) for i in app.info)
 
     upload_labelled(app, "others.zip", named_archive(imagenet_sample, {"dog": "n01484850", "cat": "n01491361"}))
