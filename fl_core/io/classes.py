@@ -141,9 +141,12 @@ def _left_out(classes: Sequence[str], unmatched: Sequence[str], labels: Sequence
     if labels is not None:
         left = {i for i, name in enumerate(classes) if name in set(unmatched)}
         folders = f"{sum(label in left for label in labels)} of {len(labels)} images, in {folders},"
-    return (f"{folders[0].upper()}{folders[1:]} are of none of the model's classes (or, ignoring case, of more than "
-            "one): accuracy leaves them out, agreement with the original model counts them. "
-            f"{_naming(n_outputs, model_classes)}")
+    keys = Counter(class_key(name) for name in model_classes or ())
+    ambiguous = [name for name in unmatched if keys[class_key(name)] > 1]
+    shared = (f" {_examples(ambiguous, 3)} names more than one class when case is ignored: write its exact name."
+              if ambiguous else "")
+    return (f"{folders[0].upper()}{folders[1:]} are of none of the model's classes: accuracy leaves them out, "
+            f"agreement with the original model counts them.{shared} {_naming(n_outputs, model_classes)}")
 
 
 def _no_accuracy(classes: Sequence[str], n_outputs: int | None, model_classes: Sequence[str] | None) -> str:

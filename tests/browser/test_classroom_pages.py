@@ -159,8 +159,8 @@ def test_home_opens_on_a_figure_whose_text_reads_on_a_projector(projector, app_u
 
 def test_swap_and_rescore_opens_on_its_result_and_says_what_it_shows(projector, app_url: str, artifacts) -> None:
     projector.goto(f"{app_url}/swap-rescore")
-    settle(projector)
-    drawn_plots(projector, at_least=1, timeout_ms=600_000)
+    projector.locator(".js-plotly-plot .gtitle", has_text="Same top-1 class").wait_for(timeout=900_000)
+    drawn_plots(projector, at_least=1, timeout_ms=60_000)
     figure = projector.evaluate(FIRST_FIGURE_JS)
     projector.screenshot(path=str(artifacts / "classroom-swap-first-screen.png"))
     assert figure["top"] < 768 - FIRST_SCREEN_PLOT_PX and "original" in " ".join(t["text"] for t in figure["ticks"])
@@ -169,7 +169,8 @@ def test_swap_and_rescore_opens_on_its_result_and_says_what_it_shows(projector, 
 
 def test_the_sidebar_writes_every_model_name_whole(projector, app_url: str) -> None:
     projector.goto(f"{app_url}/?models=demo:squeezenet1_0,torchvision:squeezenet1_0,demo:mobilenet_v2")
-    settle(projector)
+    sidebar(projector).get_by_text("In full:").wait_for()  # the sidebar is drawn before the page computes
+    projector.wait_for_timeout(1000)
     chips = projector.evaluate("() => Array.from(document.querySelectorAll('.st-key-model_picker [data-tag] > span'))"
                                ".filter(c => c.getBoundingClientRect().width > 0)"
                                ".map(c => [c.textContent, c.scrollWidth <= c.clientWidth + 1])")

@@ -35,7 +35,7 @@ def test_folders_map_by_name_ignoring_case_spaces_underscores_and_hyphens():
     # "Cardigan" (the corgi) and "cardigan" (the sweater) share a key: each maps by its exact name only
     exact = map_tree_classes(["Cardigan", "cardigan", "CARDIGAN"], 1000)
     assert list(exact.label_map) == [names.index("Cardigan"), names.index("cardigan"), -1]
-    assert exact.unmatched == ("CARDIGAN",) and "more than one" in exact.warnings[0]
+    assert exact.unmatched == ("CARDIGAN",) and "'CARDIGAN' names more than one class" in exact.warnings[0]
 
 
 def test_every_labels_csv_name_of_the_imagenet_sample_maps_to_its_class(imagenet_sample):
