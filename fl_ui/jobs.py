@@ -267,5 +267,8 @@ class TrainingJob:
         if self._run is None:
             self._run = self._job.result()
         run = self._run
-        return JobStatus(1.0, f"saved to {run.path}", dict(run.snapshots), run.pca, run.reference_pca,
-                         state="cancelled" if run.history.stopped_early else "done", run=run)
+        steps, planned = (run.history.steps[-1] if run.history.steps else 0), run.config.train.steps
+        stopped = run.history.stopped_early
+        message = f"stopped at step {steps} of {planned}, saved" if stopped else f"{planned} steps, saved"
+        return JobStatus(steps / planned if stopped else 1.0, message, dict(run.snapshots), run.pca,
+                         run.reference_pca, state="cancelled" if stopped else "done", run=run)

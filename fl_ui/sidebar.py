@@ -16,7 +16,7 @@ from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
 from fl_core.io.image_archives import MAX_MEMBERS
 from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES
-from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest
+from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest, recognised_spec
 from fl_core.io.paths import path_policy
 from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, MAX_RESIZE_SIZE, parse_rgb, rgb_text
 from fl_core.io.sources import is_bundled
@@ -29,10 +29,15 @@ from fl_ui.uploads import upload_store
 
 REGISTRIES = ("timm", "torchvision", "cifar")
 PRETRAINED_TAG = "@pretrained"
-PICKER_STYLE = "<style>.st-key-model_picker * { max-height: none !important; }</style>"
-"""Streamlit's multiselect scrolls after four rows of chips, hiding the fifth model: the model picker grows instead."""
+PICKER_STYLE = ("<style>.st-key-model_picker * { max-height: none !important; } "
+                ".st-key-model_picker [data-tag] { height: auto !important; } "
+                ".st-key-model_picker [data-tag] > span { white-space: normal !important; overflow-wrap: anywhere; "
+                "text-overflow: clip !important; }</style>")
+"""Streamlit's multiselect scrolls after four rows of chips, hiding the fifth model: the model picker grows instead;
+and it cuts a chip's name with "…" ("squeezenet1_0 (de…" in a 300-px sidebar): the chips wrap instead."""
 CHIP_CHARS = 20
-"""The picker's chips cut names past about this many characters; those are also written out in full below it."""
+"""A chip of a name past about this many characters wraps onto a second line; then every selected model is also
+written out in full below the picker, in the order of the chips."""
 
 
 def _spec_path_error(spec: str) -> str | None:
@@ -144,12 +149,15 @@ def _on_add_upload() -> None:
     arch = st.session_state.get("ckpt_arch", "").strip()
     is_onnx = path.suffix == ONNX_SUFFIX
     spec = f"onnx:{path}" if is_onnx else f"{arch}={path}" if arch else f"weights:{path}"
-    accepted = False
+    accepted, notice = False, None
     try:
         if is_onnx and arch:
             raise ModelSpecError(f"{path.name} is an ONNX model, which carries its own graph: leave the "
                                  "architecture blank (ONNX models are read for their weights only).")
         ModelSpec.parse(spec)
+        if not arch:  # recognised when it is added: a CIFAR ResNet runs as one, anything else says what it can do
+            with users_paths():
+                spec, notice = recognised_spec(get_model(spec))
         accepted = _add_spec(spec)
     except FilterLensError as err:
         st.session_state["sidebar_error"] = str(err)
@@ -158,6 +166,8 @@ def _on_add_upload() -> None:
             upload_store().discard(path)
     if not accepted:
         st.session_state["sidebar_error"] = _as_uploaded(st.session_state["sidebar_error"], path, uploaded.name)
+    elif notice:
+        st.session_state["sidebar_notice"] = _as_uploaded(notice, path, uploaded.name)
 
 
 def _as_uploaded(message: str, path: Path, name: str) -> str:
@@ -287,12 +297,14 @@ def render_sidebar() -> Selection:
         specs = st.multiselect("Models", options, format_func=labels.get, key="model_picker",
                                help="Compare several models side by side. Demo models ship with the app.")
         st.html(PICKER_STYLE)
-        if cut := [labels[spec] for spec in specs if len(labels[spec]) > CHIP_CHARS]:
-            show(st.caption, "In full: {}", "; ".join(cut))
+        if any(len(labels[spec]) > CHIP_CHARS for spec in specs):
+            show(st.caption, "In full: {}", "; ".join(labels[spec] for spec in specs))
         _registry_form()
         _upload_form()
         if error := st.session_state.pop("sidebar_error", None):  # said once, not on every page after
             show(st.error, "{}", error)
+        if notice := st.session_state.pop("sidebar_notice", None):  # how an upload was recognised, said once
+            show(st.info, "{}", notice)
         overrides = _preprocessing_form(specs, {k: v for k, v in url.overrides.items() if k in specs})
         images = _images_form(url.images)
         devices = ["auto", *available_devices()]

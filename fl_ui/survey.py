@@ -42,6 +42,11 @@ def run_survey(specs: Sequence[str], settings: SurveySettings, device: str,
     return SurveyResult(settings, tuple(map(_row, requests, started)), time.perf_counter() - began)
 
 
+def survey_pending(specs: Sequence[str], settings: SurveySettings, device: str) -> bool:
+    """Some row of the survey is not computed yet (it waits or runs, or starts when asked): what Cancel would stop."""
+    return not all(survey_row_result.cached(request) for request in survey_requests(specs, settings, device))
+
+
 def cancel_survey(specs: Sequence[str], settings: SurveySettings, device: str) -> None:
     """Cancel every row of a survey still waiting or running (those another session also waits for go on)."""
     for request in survey_requests(specs, settings, device):

@@ -21,6 +21,7 @@ from fl_core.figures import figure_html, filter_zoom_figure
 from fl_core.io.models import LoadedModel
 from fl_core.results import csv_text
 from fl_ui.forms import setting_widget
+from fl_ui.glossary import explain_symbols
 from fl_ui.messages import literal, show
 from fl_ui.state import set_url_param, url_setting, value_field
 
@@ -45,9 +46,10 @@ def user_errors() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def progress_bar(label: str) -> Iterator[Progress]:
-    """A ``progress(fraction, message)`` callback drawing an ``st.progress`` bar that disappears when done."""
-    slot = st.empty()
+def progress_bar(label: str, container: Any = st) -> Iterator[Progress]:
+    """A ``progress(fraction, message)`` callback drawing an ``st.progress`` bar in ``container`` (default: here) that
+    disappears when done."""
+    slot = container.empty()
     bar = slot.progress(0.0, text=label)
 
     def progress(fraction: float, message: str) -> None:
@@ -59,16 +61,25 @@ def progress_bar(label: str) -> Iterator[Progress]:
         slot.empty()
 
 
-def heavy_result(label: str, compute: Callable, *args: object) -> object:
-    """The result of a :func:`fl_ui.cache.pooled` computation, with a progress bar and a Cancel button while it runs.
+def job_status_area() -> Any:
+    """The place under a page's title where the job the page asked for shows its stage, progress, queue place and
+    Cancel (:func:`heavy_result`): in the first screen of a 1024×768 projector however far down its result goes,
+    and empty (no space, no button) when nothing runs."""
+    return st.container()
+
+
+def heavy_result(label: str, compute: Callable, *args: object, status: Any = None) -> object:
+    """The result of a :func:`fl_ui.cache.pooled` computation; while it waits or runs, its progress (the queue place,
+    then the stage) and a Cancel button in one box in ``status`` (the page's :func:`job_status_area`; default: here).
 
     Cancelling says this session no longer wants it (the job stops unless another session, or the server's warm-up,
     still does) and stops this page's automatic start of it until the user presses "Run again".
     """
+    where = st.container() if status is None else status
     key = f"heavy-{slug(label)}"
     if st.session_state.get(f"{key}-cancelled") == args:
-        st.info(f"{label} was cancelled.")
-        if not st.button("▶ Run again", key=f"{key}-again"):
+        where.info(f"{label} was cancelled.")
+        if not where.button("▶ Run again", key=f"{key}-again"):
             st.stop()
         st.session_state.pop(f"{key}-cancelled")
     if compute.cached(*args):
@@ -78,14 +89,16 @@ def heavy_result(label: str, compute: Callable, *args: object) -> object:
         compute.abandon(*args)
         st.session_state[f"{key}-cancelled"] = args
 
-    button = st.empty()
-    button.button("■ Cancel", key=f"{key}-cancel", on_click=cancel, help="Stop this computation (it runs in a "
-                  "worker process, so the rest of the app stays responsive).")
+    slot = where.empty()
+    box = slot.container(border=True)
+    bar, stop = box.columns([5, 1], vertical_alignment="center")
+    stop.button("■ Cancel", key=f"{key}-cancel", on_click=cancel, help="Stop this computation (it runs in a "
+                "worker process, so the rest of the app stays responsive).")
     try:
-        with progress_bar(label) as progress:
+        with progress_bar(label, bar) as progress:
             return compute(*args, progress=progress)
     finally:
-        button.empty()  # also when the job failed: no Cancel button is left under its error
+        slot.empty()  # also when the job failed: no Cancel button is left under its error
 
 
 def preprocessing_caption(models: Sequence[LoadedModel], container: Any = st) -> None:
@@ -124,11 +137,14 @@ def downloads(name: str, *, figure: go.Figure | None = None, frame: pd.DataFrame
 
 
 def plot_with_explanation(figure: go.Figure, explanation: str, name: str, *, frame: pd.DataFrame | None = None,
-                          data: dict | None = None) -> None:
-    """A figure the page's width, a student-level explanation below it and its downloads. (Beside it, on a 1024-px
-    projector the figure had 420 px and the explanation a 135-px column of one or two words a line.)"""
+                          data: dict | None = None, symbols: Sequence[str] = ()) -> None:
+    """A figure the page's width, a student-level explanation below it, what its ``symbols`` mean
+    (:func:`fl_ui.glossary.explain_symbols`) and its downloads. (Beside it, on a 1024-px projector the figure had
+    420 px and the explanation a 135-px column of one or two words a line.)"""
     st.plotly_chart(figure, width="stretch", key=f"plot-{slug(name)}")
     st.markdown(explanation)
+    if symbols:
+        explain_symbols(symbols)
     downloads(name, figure=figure, frame=frame, data=data)
 
 

@@ -25,9 +25,8 @@ from PIL import Image
 from fl_core.io.images import BUNDLED_PHOTOS, PHOTOS_DIR, BundledPhoto
 
 SKIMAGE_LOADERS = {"astronaut": "astronaut", "coffee": "coffee", "chelsea": "chelsea", "rocket": "rocket",
-                   "hubble_deep_field": "hubble_deep_field", "immunohistochemistry": "immunohistochemistry",
-                   "retina": "retina", "motorcycle": "stereo_motorcycle"}
-"""The ``skimage.data`` function of each scikit-image photo (``stereo_motorcycle`` returns the left view first)."""
+                   "hubble_deep_field": "hubble_deep_field", "brick": "brick", "retina": "retina", "camera": "camera"}
+"""The ``skimage.data`` function of each scikit-image photo (each reads a file the package ships: none downloads)."""
 
 
 def package_file(photo: BundledPhoto) -> Path:
@@ -42,7 +41,6 @@ def library_pixels(photo: BundledPhoto) -> np.ndarray:
         import skimage.data
 
         image = getattr(skimage.data, SKIMAGE_LOADERS[photo.name])()
-        image = image[0] if isinstance(image, tuple) else image
     elif photo.package == "scikit-learn":
         from sklearn.datasets import load_sample_image
 
@@ -52,7 +50,8 @@ def library_pixels(photo: BundledPhoto) -> np.ndarray:
 
         with matplotlib.cbook.get_sample_data(Path(photo.source).name) as handle:
             image = np.asarray(Image.open(handle).convert("RGB"))
-    return np.asarray(image, dtype=np.uint8)
+    image = np.asarray(image, dtype=np.uint8)
+    return np.repeat(image[..., None], 3, axis=-1) if image.ndim == 2 else image  # grey photos (brick, camera) as RGB
 
 
 def main() -> None:

@@ -367,3 +367,84 @@ def test_a_log_axis_lists_only_the_ticks_on_its_values_and_one_beyond_each_end()
     fig = go.Figure(go.Scatter(x=[0.45, 1.0, 3.2], y=[0, 1, 2]))
     fig.update_xaxes(**axis)
     assert readable(fig).layout.xaxis.tickangle is None  # level labels
+
+
+def relative_luminance(colour: str) -> float:
+    """WCAG 2 relative luminance of ``#rrggbb``, ``rgb(r, g, b)`` or a named colour plotly resolves to one of them."""
+    named = {"white": "#ffffff", "black": "#000000"}
+    colour = named.get(colour, colour)
+    if colour.startswith("#"):
+        channels = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    else:
+        channels = [float(v) for v in colour[colour.index("(") + 1:colour.index(")")].split(",")[:3]]
+    linear = [c / 255 / 12.92 if c / 255 <= 0.03928 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast_ratio(text: str, background: str) -> float:
+    """WCAG 2 contrast ratio (1 to 21; AA asks 4.5 for text)."""
+    light, dark = sorted((relative_luminance(text), relative_luminance(background)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def resolved_texts(full: go.Figure) -> list[tuple[str, float, str]]:
+    """(what, font size, colour) of every text a laid-out figure draws: its title, the tick labels and titles of its
+    visible axes, its legend, annotations and colour bars."""
+    layout = full.layout
+    texts = [("title", layout.title.font.size, layout.title.font.color)] if layout.title.text else []
+    for name in (n for n in layout if n.startswith(("xaxis", "yaxis"))):
+        axis = layout[name]
+        if axis.visible is not False and axis.showticklabels is not False:
+            texts.append((f"{name} tick labels", axis.tickfont.size, axis.tickfont.color))
+        if axis.visible is not False and axis.title.text:
+            texts.append((f"{name} title", axis.title.font.size, axis.title.font.color))
+    if layout.showlegend:
+        texts.append(("legend", layout.legend.font.size, layout.legend.font.color))
+    texts += [(f"annotation {a.text[:20]!r}", a.font.size, a.font.color) for a in layout.annotations]
+    for trace in full.data:
+        bar = getattr(trace, "colorbar", None) if getattr(trace, "showscale", False) else None
+        if bar is not None:
+            texts += [("colour bar tick labels", bar.tickfont.size, bar.tickfont.color)]
+            texts += [("colour bar title", bar.title.font.size, bar.title.font.color)] if bar.title.text else []
+    return texts
+
+
+def assert_projector_text(texts: list[tuple[str, float, str]], background: str, where: str) -> None:
+    """Tick labels and other text at least 14 px, titles at least 16 px, every text at least 4.5:1 on the figure."""
+    assert texts, where
+    for what, size, colour in texts:
+        minimum = 16 if what.endswith("title") else 14
+        assert size >= minimum, (where, what, size)
+        assert contrast_ratio(colour, background) >= 4.5, (where, what, colour, background)
+
+
+def test_the_theme_text_colour_reads_at_aa_contrast_on_the_figure_background() -> None:
+    from fl_core.figures import FIGURE_BACKGROUND, TEXT_COLOR
+
+    assert contrast_ratio(TEXT_COLOR, FIGURE_BACKGROUND) >= 12  # #31333f on white: 12.6:1
+    assert contrast_ratio("rgb(128, 132, 149)", "white") < 4.5  # Streamlit's chart grey, which it replaces: 3.7:1
+
+
+@pytest.mark.slow
+def test_an_energy_a_channel_axes_and_a_master_key_figure_read_on_a_projector_as_plotly_lays_them_out() -> None:
+    """The bar (classroom3): fonts and colours as plotly.js resolves them (kaleido), in the report's look too."""
+    from .figure_gallery import channel_axes_figures, first_layer_figures, master_key_figures
+
+    figures = {"energy profile": first_layer_figures()["profile"],
+               "channel axes": channel_axes_figures()["axes_scatter"],
+               "master keys": master_key_figures()["key_filters"]}
+    for name, fig in figures.items():
+        for look, shown in (("dashboard", fig), ("report", standalone(fig))):
+            full = shown.full_figure_for_development(warn=False)
+            assert_projector_text(resolved_texts(full), full.layout.paper_bgcolor, f"{name} ({look})")
+
+
+@pytest.mark.slow
+def test_every_figure_of_every_family_sets_projector_fonts() -> None:
+    for name, fig in gallery().items():
+        texts = [("title", fig.layout.title.font.size, fig.layout.title.font.color)]
+        for axis_name, axis in axes(fig).items():
+            texts += [(f"{axis_name} tick labels", axis.tickfont.size, axis.tickfont.color),
+                      (f"{axis_name} title", axis.title.font.size, axis.title.font.color)]
+        texts += [(f"annotation {a.text[:20]!r}", a.font.size, a.font.color) for a in fig.layout.annotations]
+        assert_projector_text(texts, fig.layout.paper_bgcolor, name)

@@ -46,6 +46,18 @@ def test_dependencies_have_lower_bounds_that_the_pins_satisfy():
     assert project["scripts"]["filterlens"] == "fl_core.cli:main"
 
 
+def test_the_readme_gives_the_dashboards_cpu_install_beside_the_default_with_their_sizes():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("The dashboard, in the browser"):readme.index("From an installed package")]
+    pins = dict(line.split("==") for line in (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines()
+                if "==" in line and not line.startswith("#"))
+    default, cpu = section.split("# without a GPU")
+    assert "pip install -r requirements.txt && streamlit run app.py" in default and "GB)" in default
+    assert "GB)" in cpu and "--index-url https://download.pytorch.org/whl/cpu" in cpu
+    assert f"torch=={pins['torch']} torchvision=={pins['torchvision']}" in cpu  # the versions the pins keep
+    assert "pip install -r requirements.txt && streamlit run app.py" in cpu
+
+
 @pytest.mark.slow
 def test_the_wheel_works_outside_the_checkout(tmp_path):
     source = tmp_path / "src"

@@ -116,15 +116,18 @@ class ChannelData:
     warnings: tuple[str, ...] = ()
 
 
-def class_mapping(classes: Sequence[str], loaded: LoadedModel) -> tuple[np.ndarray, tuple[str, ...]]:
+def class_mapping(classes: Sequence[str], loaded: LoadedModel, labels: Sequence[int] | None = None,
+                  partial: bool = False) -> tuple[np.ndarray, tuple[str, ...]]:
     """Map data class indices (position in ``classes``) to the model's output indices.
 
-    Uses :func:`fl_core.io.classes.map_tree_classes` (ImageNet wnids, then the model's class names, then
-    position). Returns ``(mapping, notes)`` with ``mapping[data_label] = model_label``; raises :class:`DataError` when
-    the data's classes cannot be matched with the head (the true-class margin needs the right class).
+    Uses :func:`fl_core.io.classes.map_tree_classes` (ImageNet wnids, the model's class names, output indices, then
+    position). Returns ``(mapping, notes)`` with ``mapping[data_label] = model_label``; ``partial``: classes of none
+    of the model's outputs map to -1 (their images are left out, ``labels`` counts them in the notes). Raises
+    :class:`DataError` when no class (``partial``), or not every class, matches the head (the true-class margin needs
+    the right class).
     """
-    mapping = map_tree_classes(classes, loaded.num_classes, loaded.class_names)
-    if mapping.label_map is None or (mapping.label_map < 0).any():
+    mapping = map_tree_classes(classes, loaded.num_classes, loaded.class_names, labels)
+    if mapping.label_map is None or (mapping.label_map < 0).all() or (not partial and mapping.unmatched):
         raise DataError("The data's classes do not match the model's head: " + " ".join(mapping.warnings or
                                                                                          (mapping.how,)))
     moved = mapping.label_map != np.arange(len(classes))
@@ -136,12 +139,14 @@ def class_mapping(classes: Sequence[str], loaded: LoadedModel) -> tuple[np.ndarr
 def image_channel_data(images: ImageSet, loaded: LoadedModel, n_calibration: int, n_evaluation: int,
                        seed: int = 0) -> ChannelData:
     """Disjoint random halves of a labelled image set (at most ``n_calibration`` / ``n_evaluation``), labels mapped
-    onto the model's head."""
+    onto the model's head; images of folders that name none of the model's classes are left out (the warnings
+    say how many)."""
     if not images.labelled:
         raise DataError(f"{images.description} is not labelled: give an ImageFolder tree (root/<class>/image.jpg), "
                         "images with their labels (e.g. a TensorDataset(images, labels)), or 'crops'.")
-    mapping, warnings = class_mapping(images.classes, loaded)
+    mapping, warnings = class_mapping(images.classes, loaded, images.labels, partial=True)
     order = np.random.default_rng(seed).permutation(len(images))
+    order = order[mapping[np.asarray(images.labels, dtype=int)][order] >= 0]  # images of the model's classes
     half = len(order) // 2
     cal_index = np.sort(order[:half][:n_calibration])
     eval_index = np.sort(order[half:][:n_evaluation])

@@ -242,6 +242,26 @@ class LoadedModel:
         return f"{self.input_config.describe()}, from {self.input_source}{changed}"
 
 
+WEIGHTS_ONLY_USES = ("Energy Profiles, Whitening, Master Keys, Scale-Space Models and the Report read its weights; "
+                     "Channel Axes and Swap & Re-score run the network")
+"""What a weights-only model is good for, in the dashboard's words."""
+
+
+def recognised_spec(loaded: LoadedModel) -> tuple[str, str]:
+    """The spec a checkpoint loaded without an architecture runs as, recognised from its keys, and why, in a
+    sentence for the user: a CIFAR ResNet (:func:`fl_core.io.cifar.read_cifar_layout`, depth from the keys) becomes
+    ``cifar:resnetN=PATH`` with its checkpoint family's preprocessing; anything else stays weights only, and the
+    sentence says what runs on its weights and how to name its architecture (:meth:`LoadedModel.runnable_advice`)."""
+    parsed = ModelSpec.parse(loaded.spec)
+    if parsed.source == "weights" and (layout := cifar.read_cifar_layout(loaded.state_dict)):
+        spec = f"cifar:{layout.name}={parsed.path}"
+        config = cifar.cifar_input_config(layout.family)
+        return spec, (f"{parsed.name} holds a CIFAR {layout.name}: its keys have {layout.blocks} blocks in each of "
+                      f"layer1-layer3 after a 16×3×3×3 conv1 and {layout.num_classes} classes. Added as "
+                      f"cifar:{layout.name}, seeing {config.describe()} ({layout.family.description}).")
+    return loaded.spec, f"{parsed.name} is added as weights only: {WEIGHTS_ONLY_USES}. {loaded.runnable_advice()}"
+
+
 def _count_outputs(model: nn.Module | None) -> int | None:
     if model is None:
         return None

@@ -17,6 +17,12 @@ def is_bundled(source: str) -> bool:
     return source in ("", BUNDLED)
 
 
+def source_text(source: str) -> str:
+    """An image source as a person reads it: "the bundled photos" (not the internal name ``bundled``), else the
+    folder as given."""
+    return "the bundled photos" if is_bundled(source) else source
+
+
 @dataclass(frozen=True)
 class ImageSource(Settings):
     """Which images an analysis reads (:func:`fl_core.io.images.open_images` checks its arguments with it).

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from fl_core.figures import REFERENCE_COLORS, color, heatmap_figure, log_axis, readable
-from fl_core.lab.claims import ClaimSummary, RunCorrelations, Trajectory
+from fl_core.lab.claims import PAPER_CLAIMS, ClaimSummary, RunCorrelations, Trajectory
 from fl_core.lab.runs import Run
 
 MIN_ENERGY = 1e-3
@@ -117,9 +117,19 @@ def run_correlation_figure(corr: RunCorrelations, raw: bool = False) -> go.Figur
                           f"Profile correlation between runs ({what}, Pearson r)")
 
 
+def claims_left_out(summary: ClaimSummary) -> list[str]:
+    """The claims :func:`claims_figure` does not draw, each with why: measured in other units than a correlation, or
+    tested by none of the runs."""
+    return [f"“{c.claim}” ({why})" for c in summary.claims if c.ours is None or PAPER_CLAIMS[c.key].unit
+            for why in ["no pair of these runs tests it" if c.ours is None else
+                        f"{PAPER_CLAIMS[c.key].measure}, not a correlation: in the table"]]
+
+
 def claims_figure(summary: ClaimSummary) -> go.Figure:
-    """Ours (mean ± sd) against the paper's CIFAR10 value for every claim measured as a correlation."""
-    rows = [c for c in summary.claims if c.ours is not None and c.key not in ("frozen",)]
+    """Ours (mean ± sd) against the paper's CIFAR10 value for every claim measured as a correlation; the title names
+    the claims left out and why (:func:`claims_left_out`; more than two: their count, the page lists them)."""
+    rows = [c for c in summary.claims if c.ours is not None and not PAPER_CLAIMS[c.key].unit]
+    left_out = claims_left_out(summary)
     fig = go.Figure()
     names = [c.claim for c in rows]
     fig.add_trace(go.Scatter(x=[c.ours for c in rows], y=names, mode="markers", name="ours (mean ± sd)",
@@ -133,7 +143,10 @@ def claims_figure(summary: ClaimSummary) -> go.Figure:
     fig.add_trace(go.Scatter(x=[c.paper_value for c in published], y=[c.claim for c in published], mode="markers",
                              name="paper (CIFAR10)", marker=dict(color=color(1), size=11, symbol="diamond-open",
                                                                  line=dict(width=2))))
-    fig.update_layout(title="Our runs against the paper", height=120 + 34 * len(rows),
+    title = "Our runs against the paper" + (f". Not drawn: {'; '.join(left_out)}" if 0 < len(left_out) <= 2 else
+                                            f". {len(left_out)} claims not drawn (listed below the chart)"
+                                            if left_out else "")
+    fig.update_layout(title=title, height=120 + 34 * len(rows),
                       margin=dict(l=10, r=10, t=50, b=10), xaxis=dict(title="value (Pearson r / Spearman ρ)",
                                                                          range=[-1.05, 1.05]))
     fig.update_yaxes(autorange="reversed")

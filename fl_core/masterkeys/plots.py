@@ -33,8 +33,8 @@ if TYPE_CHECKING:  # annotations only: the re-scoring modules import torch_pruni
 KEY_NAMES = ("1 δy+ T", "2 δx− T", "3 δy− T", "4 δx+ T", "5 δx T", "6 δy T", "7 (δ − α∇²) T", "8 T")
 """Short names of the 8 master keys by their idealized model (docs/methods.md B.2): half-pixel differences δx±, δy±
 (1–4), centred differences δx, δy (5–6), impulse minus α·Laplacian (7) and the discrete Gaussian T itself (8). The
-signs sit on the line, not as subscripts, so the names read at the 13-px size of subplot titles."""
-GRID_TITLE_PX = 13
+signs sit on the line, not as subscripts, so the names read at the 14-px size of subplot titles."""
+GRID_TITLE_PX = 14
 COLORBAR_BELOW_PX = 50
 GRID_COLUMNS = 4
 """Filter grids put at most this many filters in a row: on a 560-px projector page each is ~130 px (the colour bar
@@ -76,13 +76,24 @@ def key_filters_figure(filters: Mapping[int, np.ndarray] | np.ndarray,
     return filter_grid_figure(np.stack(list(keyed.values())), [KEY_NAMES[i - 1] for i in keyed], title)
 
 
+CLOSE_MATCH = 0.7
+"""|cos| from which a centroid is written as "≈ key k": below, its key is only the nearest of the 8 (a cosine near 0
+is no likeness)."""
+
+
+def match_title(key: int, cosine: float | None) -> str:
+    """How a centroid's nearest key is named: "≈ key 4 (+0.93)" for a close match, "nearest: key 4 (−0.11)" else."""
+    cosine = cosine or 0.0
+    return f"{'≈' if abs(cosine) >= CLOSE_MATCH else 'nearest:'} key {key} ({cosine:+.2f})"
+
+
 def centroids_vs_keys_figure(result: MasterKeyResult) -> go.Figure:
     """Each cluster centroid (largest cluster first) beside the most similar master key, flipped to the centroid's
-    sign, with their cosine: two pairs to a row."""
+    sign, with their cosine (:func:`match_title`: "≈" only for a close match): two pairs to a row."""
     pairs, titles = [], []
     for i, c in enumerate(result.clusters):
         pairs += [c.centroid, np.sign(c.master_key_cosine or 1.0) * result.templates[c.master_key - 1]]
-        titles += [f"cluster {i + 1} ({c.share:.0%})", f"≈ key {c.master_key} ({c.master_key_cosine:+.2f})"]
+        titles += [f"cluster {i + 1} ({c.share:.0%})", match_title(c.master_key, c.master_key_cosine)]
     return filter_grid_figure(np.stack(pairs), titles, f"{result.label}: each of the {result.k} cluster centroids "
                               "beside its nearest master key")
 
@@ -233,8 +244,9 @@ def _percent_labels(values, digits: int = 1) -> list[str]:
 
 
 def scores_figure(result: RescoreResult) -> go.Figure:
-    """Top-1 and top-5 of the original and every swap (labelled images), else top-1 agreement with the original;
-    after recovery, each swap's recovered top-1 (agreement) beside it."""
+    """Top-1 and top-5 of the original and every swap (on the images of the model's classes, their count in the title
+    when other images were left out), else top-1 agreement with the original; after recovery, each swap's recovered
+    top-1 (agreement) beside it."""
     frame = result.to_frame()
     labelled = result.top1 is not None
     held_out = " held-out" if result.recovery is not None else ""
@@ -250,7 +262,9 @@ def scores_figure(result: RescoreResult) -> go.Figure:
                              opacity=0.6))
         fig.add_hline(y=result.top1, line=dict(color=REFERENCE_COLORS["rgb"], dash="dot"),
                       annotation_text=f"original top-1 {result.top1:.1%}")
-        title, axis = f"Accuracy on {result.n_images}{held_out} images, original vs swapped filters", "accuracy"
+        scored = result.n_labelled if result.n_labelled is not None else result.n_images
+        share = f"{scored} of {result.n_images}" if scored != result.n_images else f"{scored}"
+        title, axis = f"Accuracy on {share}{held_out} images, original vs swapped filters", "accuracy"
     else:
         fig.add_trace(go.Bar(x=frame["method"], y=frame["agreement"], name="agreement", marker_color=color(0),
                              text=_percent_labels(frame["agreement"], 0), textposition="outside"))
@@ -258,8 +272,8 @@ def scores_figure(result: RescoreResult) -> go.Figure:
             fig.add_trace(go.Bar(x=frame["method"], y=frame["recovered_agreement"], name="agreement after recovery",
                                  marker_color=color(4), text=_percent_labels(frame["recovered_agreement"], 0),
                                  textposition="outside"))
-        title, axis = (f"Same top-1 class as the original model ({result.n_images}{held_out} unlabelled images)",
-                       "top-1 agreement")
+        title, axis = (f"Same top-1 class as the original model ({result.n_images}{held_out} images, scored without "
+                       "labels)", "top-1 agreement")
     fig.update_layout(title=title, yaxis_title=axis, yaxis_tickformat=".0%", yaxis_range=[0, 1.08], barmode="group",
                       height=420, margin=dict(l=10, r=10, t=50, b=10))
     return readable(fig)
@@ -299,7 +313,7 @@ def layer_sweep_figure(sweep: LayerSweepResult) -> go.Figure:
     fig.add_hline(y=reference, line=dict(color=REFERENCE_COLORS["rgb"], dash="dot"),
                   annotation_text=f"original {reference:.1%}" if labelled else "original (agreement 100 %)")
     what = f"top-1 on {sweep.n_images}{' held-out' if sweep.recovery else ''} images" if labelled else \
-        f"same top-1 class as the original ({sweep.n_images} unlabelled images)"
+        f"same top-1 class as the original ({sweep.n_images} images, scored without labels)"
     fig.update_layout(title=f"One depthwise layer at a time: {what}", yaxis_title="top-1" if labelled else
                       "top-1 agreement", yaxis_tickformat=".0%", yaxis_range=[0, 1.05], barmode="group", height=440,
                       margin=dict(l=10, r=10, t=50, b=10))

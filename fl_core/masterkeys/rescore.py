@@ -5,9 +5,11 @@
   with worker processes (threads inside a daemonic process, such as a Dask worker, which may not start processes);
   forward passes run in channels-last memory layout (about 1.4× faster for MobileNetV2 on CPU, the layout tensor
   cores want on GPU) under :func:`fl_core.backend.inference_autocast` (bf16/fp16 on GPU).
-* Classes: tree folders are mapped onto model outputs by ImageNet-1k wnid, else by the model's class names, else by
-  sorted position when the counts agree; otherwise there is no accuracy, only agreement with the original model
-  (:func:`fl_core.io.classes.map_tree_classes`, which says what it did and warns when tree and model disagree).
+* Classes: each tree folder is mapped onto a model output by ImageNet-1k wnid, by the model's class name (ignoring
+  case, spaces, underscores and hyphens) or by index; accuracy is on the images of the folders that map (the others
+  count for agreement only, and the result's warnings say how many); when no folder maps, by sorted position if the
+  counts agree, else there is no accuracy, only agreement with the original model
+  (:func:`fl_core.io.classes.map_tree_classes`, which says what it did and why).
 * Inference copy: every eval-mode BatchNorm (also timm's ``BatchNormAct2d``) that reads a conv's output is folded into
   that conv (:func:`fold_batchnorm`; about 1.4× faster for MobileNetV2 on CPU), and swapped filters are scaled the
   same way, so the numbers are those of the unfolded network up to float rounding.
@@ -161,6 +163,8 @@ class RescoreResult(Result):
         spec, label: the model.
         images: description of the image source.
         n_images, top1, top5, loss: the original model's scores (accuracy ``None`` without labels).
+        n_labelled: the images of the model's classes, on which accuracy is computed (``None`` without labels;
+            below ``n_images`` when some folders name none of the model's classes: ``warnings`` says which).
         swaps: one :class:`VariantScore` per swap, in order.
         classes: how tree classes were mapped (:class:`~fl_core.io.classes.ClassMapping`.how).
         warnings: tree/model disagreements.
@@ -191,6 +195,7 @@ class RescoreResult(Result):
     resumed_images: int
     recovery: RecoveryInfo | None = None
     sharing: tuple[str, ...] = ()
+    n_labelled: int | None = None
 
     _figures: ClassVar[dict[str, str]] = {"scores": "fl_core.masterkeys.plots:scores_figure"}
 
@@ -457,7 +462,7 @@ def rescore(model: ModelLike, data: ImagesLike | None = None, settings: RescoreS
     swaps = variant_swaps(loaded, settings, settings.replacements, device) if swaps is None else swaps
     recovery = settings.recovery
     classes = images.classes if images.labelled else ()
-    mapping = map_tree_classes(classes, loaded.num_classes, loaded.class_names)
+    mapping = map_tree_classes(classes, loaded.num_classes, loaded.class_names, images.labels if classes else None)
     for warning in mapping.warnings:
         log.warning(warning)
     model = loaded.copy_model().eval()
@@ -486,6 +491,7 @@ def rescore(model: ModelLike, data: ImagesLike | None = None, settings: RescoreS
     return RescoreResult(
         spec=loaded.spec, label=loaded.label, images=images.description, n_images=original.n_images,
         top1=original.top1, top5=original.top5, loss=original.loss, swaps=tuple(variants),
+        n_labelled=None if original.top1 is None else int(sums[0][TALLY_COLUMNS.index("labelled")]),
         classes=mapping.how, warnings=mapping.warnings, seconds=seconds,
         images_per_second=scored / seconds if seconds > 0 else 0.0, world_size=distributed_rank()[1],
         device=str(device), resumed_images=resumed, recovery=info, sharing=plan.notes)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
@@ -60,9 +61,10 @@ h1{margin-top:24px}h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top
 .how-to-read{background:#f3f6fa;border-left:4px solid #1f77b4;padding:8px 12px}
 .skipped{background:#fff6e5;border-left:4px solid #ff7f0e;padding:8px 12px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0 16px}th,td{border:1px solid #ddd;padding:3px 6px;
-text-align:left;vertical-align:top}td{overflow-wrap:anywhere}th{background:#f5f5f5}
-.table-wrap{overflow-x:auto;max-height:520px;overflow-y:auto}
-code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
+text-align:left;vertical-align:top}td{white-space:nowrap}td.words{white-space:normal;min-width:16em}
+th{background:#f5f5f5}.table-wrap{overflow-x:auto;max-height:520px;overflow-y:auto}
+td:first-child{position:sticky;left:0;background:#fff}th:first-child{position:sticky;left:0;z-index:1}
+code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
 nav a{margin-right:12px}footer{color:#666;font-size:12px;margin:40px 0}
 """
 
@@ -84,12 +86,28 @@ def figure_fragment(fig: go.Figure) -> str:
                        config={"displaylogo": False, "responsive": True})
 
 
+HASH = re.compile(r"[0-9a-f]{40,64}")
+"""A SHA-1 or SHA-256 in hex, shown shortened (:data:`HASH_SHOWN` digits) with the whole value on hover."""
+HASH_SHOWN = 12
+
+
+def cell_html(value: object) -> str:
+    """One table cell: a word or number never broken (``features.1.conv.0.0``, ``0.06619``: a wide table scrolls),
+    text of several words wrapped between them, a hash shortened with the full value on hover; escaped."""
+    text = number(value)
+    if HASH.fullmatch(text):
+        return f'<td class="mono" title="{text}">{text[:HASH_SHOWN]}…</td>'
+    words = ' class="words"' if " " in text.strip() else ""
+    return f"<td{words}>{html.escape(text)}</td>"
+
+
 def table_html(frame: pd.DataFrame) -> str:
-    """A table with the report's number format (values escaped), column names in words (``norm_mean`` → ``norm
-    mean``) so that headers wrap and the table fits a 1024-px window."""
-    shown = frame.map(number) if hasattr(frame, "map") else frame.applymap(number)
-    shown.columns = [str(column).replace("_", " ") for column in shown.columns]
-    return f'<div class="table-wrap">{shown.to_html(index=False, border=0, escape=True)}</div>'
+    """A table with the report's number format (:func:`cell_html`), column names in words (``norm_mean`` → ``norm
+    mean``) so that headers wrap between words; a table wider than the window scrolls sideways in its frame."""
+    head = "".join(f"<th>{html.escape(str(column).replace('_', ' '))}</th>" for column in frame.columns)
+    rows = "".join("<tr>" + "".join(cell_html(value) for value in row) + "</tr>"
+                   for row in frame.itertuples(index=False, name=None))
+    return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
 
 
 def quantities_table(data: Mapping, labels: Mapping[str, str] | None = None) -> str:
@@ -179,8 +197,9 @@ def accuracy_section(report: Report) -> str:
     out = ""
     if report.accuracy is not None:
         acc = report.accuracy
-        out += quantities_table({"images": acc.n_images, "top-1": acc.top1, "top-5": acc.top5, "loss (nats)": acc.loss,
-                                 "classes": acc.classes})
+        out += quantities_table({"images": acc.n_images, "images of the model's classes": acc.n_labelled,
+                                 "top-1": acc.top1, "top-5": acc.top5, "loss (nats)": acc.loss, "classes": acc.classes})
+        out += "".join(paragraph(warning, "skipped") for warning in acc.warnings)
     if report.channels is not None:
         out += (paragraph(f"Channel axes of {report.channels.layer} ({report.channels.data}).")
                 + table_html(report.channels.summary_frame()) + figure_fragment(report.channels.plot("axes")))

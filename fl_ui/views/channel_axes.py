@@ -38,6 +38,7 @@ from fl_ui.channels import (
     learn_durations,
 )
 from fl_ui.forms import settings_widgets
+from fl_ui.glossary import explain_symbols
 from fl_ui.jobs import ChannelAxesRequest
 from fl_ui.messages import show
 from fl_ui.sidebar import spec_labels
@@ -46,6 +47,7 @@ from fl_ui.widgets import (
     dashed,
     downloads,
     heavy_result,
+    job_status_area,
     plot_with_explanation,
     preprocessing_caption,
     screen_columns,
@@ -146,6 +148,7 @@ def applied_request(wanted: ChannelAxesRequest) -> ChannelAxesRequest:
 
 
 st.title("🧭 Channel Axes")
+status = job_status_area()  # the running job's progress and Cancel, in the first screen
 st.markdown(
     "Pruning tools give every channel one importance number. Safaai et al. (2026) argue that two different things "
     "hide in it: the **target axis** (how much a channel tells about the right answer) and the **local axis** (how "
@@ -189,7 +192,7 @@ with user_errors():
         show(st.caption, "Data: the labelled ImageFolder tree {}, split at random into calibration and evaluation "
              "halves. Change it in the sidebar.", source)
     applied = applied_request(request(layer))
-    result = heavy_result("Channel axes", channel_axes_result, applied)
+    result = heavy_result("Channel axes", channel_axes_result, applied, status=status)
     learn_durations(result, applied.overrides)
     layer = result.layer
     for warning in result.warnings:
@@ -212,6 +215,7 @@ with user_errors():
              "." if decisions else f"; intact network: {result.calibration_accuracy:.1%} calibration accuracy.")
          + (f" {verdict.sentence}" if verdict.sentence else ""))
     right_class = "its own top-1 class" if decisions else "the right class"
+    explain_symbols(("ρ", "ARI", "I_X", "R̄_X", "peer R²", "I(ā;m)", "TE", "nats", "Δloss", "AUC", "fold"))
 
     st.subheader("Both axes")
     metrics = [c for c in METRIC_LABELS if c in result.table and result.table[c].notna().any()]

@@ -58,11 +58,10 @@ def demo_row(entry) -> dict:
 
 st.title("🔍 FilterLens")
 st.markdown(
-    "**What do convolutional filters learn, and why?** FilterLens puts three lines of research into one lab: "
-    "first-layer **energy profiles and whitening** (Chowers & Weiss, ICML 2023), the two axes of channel "
-    "information (task relevance vs local replaceability), and master-key clustering of depthwise filters with "
-    "idealized scale-space models. Pick models in the sidebar: shipped demos, any timm/torchvision architecture, "
-    "or your own checkpoint.")
+    "**What do convolutional filters learn, and why?** Three lines of research in one lab: first-layer **energy "
+    "profiles and whitening** (Chowers & Weiss, ICML 2023), the two axes of channel information, and master-key "
+    "filters of depthwise layers. Pick models in the sidebar: shipped demos, any timm/torchvision architecture, or "
+    "your own checkpoint.")
 
 selection = current_selection()
 with user_errors():
@@ -70,13 +69,6 @@ with user_errors():
         st.info("Pick at least one model in the sidebar to begin.")
         st.stop()
     models = [get_model(spec, selection.overrides_of(spec)) for spec in selection.specs]
-    inspected = inspect_models(models)
-    st.subheader("Selected models")
-    summary = inspected.summary_frame()
-    st.dataframe(summary_for_screen(summary), hide_index=True, width="stretch")
-    downloads("selected_models", frame=summary)
-    preprocessing_caption(models)
-
     st.subheader("First layer at a glance")
     with progress_bar("Energy profiles") as progress:
         energy = energy_result(selection.model_keys(), selection.images, EnergySettings(), False, selection.device,
@@ -90,10 +82,11 @@ with user_errors():
         profile_figure(energy),
         "Each curve is a model's **energy profile**: how strongly its first-layer filters respond to each "
         "principal component of image patches (left = smooth patterns, right = fine detail). Dashed: the "
-        "linear-systems theory, fitted with one parameter." + story + f"\n\n**Theory fit** (Pearson r between each "
-        f"profile and its fitted theory): {fits}. The paper reports 0.90–0.96 for trained networks and 0.10 ± 0.15 "
-        "for random initialization. → *Energy Profiles* page.",
-        "home_energy", frame=energy.to_frame(), data=energy.to_dict())
+        "linear-systems theory θ, fitted with one parameter and drawn as a + b·θ." + story + "\n\n**Theory fit** "
+        f"(Pearson r between each profile and its fitted theory): {fits}. The paper reports 0.90–0.96 for trained "
+        "networks and 0.10 ± 0.15 for random initialization. → *Energy Profiles* page.",
+        "home_energy", frame=energy.to_frame(), data=energy.to_dict(),
+        symbols=("e_i", "λ_i", "θ", "a + b·θ", "ηt", "r", "r on logs"))
     with progress_bar("Whitening") as progress:
         whitening = whitening_result(selection.model_keys(), selection.images, WhiteningSettings(), selection.device,
                                      progress=progress)
@@ -106,7 +99,13 @@ with user_errors():
         "**decorrelate** (whiten) the image: their curve drops below RGB and random filters, toward the ideal "
         f"whitening bank (the paper: ≈ 0.2 at 10 px vs > 0.5 for RGB). On these images the pixels' own "
         f"correlation at {WHITENING_DISTANCE} px is {rgb:.2f}." + verdicts + "\n\n→ *Whitening* page.",
-        "home_whitening", frame=whitening.to_frame(), data=whitening.to_dict())
+        "home_whitening", frame=whitening.to_frame(), data=whitening.to_dict(), symbols=("C(δ)/C(0)", "ZCA"))
+
+    st.subheader("Selected models")  # below the figures: on a 1024×768 projector the first screen shows a figure
+    summary = inspect_models(models).summary_frame()
+    st.dataframe(summary_for_screen(summary), hide_index=True, width="stretch")
+    downloads("selected_models", frame=summary)
+    preprocessing_caption(models)
 
 with st.expander("Demo models: where they come from"):
     st.dataframe(dashed(pd.DataFrame([demo_row(entry) for entry in demo_manifest().values()])),

@@ -139,7 +139,7 @@ with user_errors():
         "all the depthwise filters of several ImageNet ConvNeXt-like networks. Red is positive, blue negative. "
         "1–4 are **edges between two pixels** (a derivative shifted by half a pixel), 5–6 **centred edges** in x "
         "and y, 7 a **sharpening** centre-surround and 8 a **blur**. The names are their idealized models "
-        "(→ Scale-Space Models page).", "published_master_keys")
+        "(→ Scale-Space Models page).", "published_master_keys", symbols=("T", "σ", "δx, δy", "α∇²"))
 
     st.subheader("Clusters of this model's filters")
     plot_with_explanation(
@@ -151,7 +151,7 @@ with user_errors():
         "The clustering compares *shapes*: each filter has its mean removed and is scaled to length 1, and a filter "
         "counts as close to a centre when |cos| is large. For a 3×3 network the right-hand filters are the "
         "idealized models at 3×3 instead of the 7×7 published filters.",
-        "master_key_centroids", frame=result.to_frame(), data=result.to_dict())
+        "master_key_centroids", frame=result.to_frame(), data=result.to_dict(), symbols=("|cos|", "k"))
     st.caption("Clusters: size, share, tightness (mean |cos| of the members to the centre), nearest master key with "
                "its cosine; how many members each key claims is in the CSV (columns key and key_filters) and the "
                "figure below.")

@@ -18,7 +18,7 @@ from fl_ui.forms import settings_widgets
 from fl_ui.messages import show
 from fl_ui.report import report_document, report_key, report_result, report_sources, shareable_json
 from fl_ui.state import current_selection, page_model, page_param, set_page_param
-from fl_ui.widgets import heavy_result, plot_with_explanation, preprocessing_caption, slug, user_errors
+from fl_ui.widgets import heavy_result, job_status_area, plot_with_explanation, preprocessing_caption, slug, user_errors
 
 
 def how_to_add(report, labelled: bool) -> list[str]:
@@ -35,6 +35,7 @@ def how_to_add(report, labelled: bool) -> list[str]:
 
 
 st.title("📄 Report")
+status = job_status_area()  # the running job's progress and Cancel, in the first screen
 st.markdown(
     "Every analysis of FilterLens that applies to a checkpoint in **one HTML file** you can attach to a paper, a "
     "bug report or a lab notebook: what was loaded, the first-layer energy profile against the theory and random "
@@ -71,7 +72,7 @@ with user_errors():
                                                      "checkpoints (px)"}, key="report", container=c2, base=settings,
                                     url=True, options={"trajectory_distance": {"slider": True, "max_value": 40}})
     key = report_key(models, settings, selection.device)
-    report = heavy_result("Checkpoint report", report_result, key)
+    report = heavy_result("Checkpoint report", report_result, key, status=status)
     left, right = st.columns(2)
     # Both files are written only when their button is clicked: the HTML inlines plotly.js and every figure (MiBs).
     left.download_button("⬇ HTML report", functools.partial(report_document, key),

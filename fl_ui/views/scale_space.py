@@ -85,7 +85,8 @@ with user_errors():
         "minimises the l1 or l2 difference between model and filter, with σx ≠ σy (C1, D1) or σx = σy (C2, D2). "
         "Key 7 always gets a joint (σ, α) fit. The methods disagree most where a filter is lopsided (key 1) or "
         "has a noisy border.", "sigma_by_method",
-        frame=pd.concat([f.to_frame() for f in fits.values()], ignore_index=True))
+        frame=pd.concat([f.to_frame() for f in fits.values()], ignore_index=True),
+        symbols=("σ", "T", "δx, δy", "α∇²", "|cos|"))
 
     plot_with_explanation(
         models_figure(fit.models(size), fit),

@@ -6,14 +6,15 @@ import pandas as pd
 import streamlit as st
 
 from fl_core.families import FAMILIES
+from fl_core.io.sources import source_text
 from fl_core.survey.analysis import HEADLINES
 from fl_core.survey.models import specs_in_text, survey_models
 from fl_core.survey.settings import SurveySettings, measure_label
 from fl_ui.forms import settings_widgets
 from fl_ui.messages import show
 from fl_ui.state import current_selection
-from fl_ui.survey import cancel_survey, run_survey
-from fl_ui.widgets import plot_with_explanation, progress_bar, table_with_download, user_errors
+from fl_ui.survey import cancel_survey, run_survey, survey_pending
+from fl_ui.widgets import job_status_area, plot_with_explanation, progress_bar, table_with_download, user_errors
 
 # The most models one survey on the page may hold (`python -m fl_core survey` takes more).
 PAGE_MAX_MODELS = 50
@@ -33,6 +34,7 @@ def rows_for_screen(result) -> pd.DataFrame:
 
 
 st.title("🗂️ Survey")
+status = job_status_area()  # the running survey's progress and Cancel, in the first screen
 st.markdown(
     "The papers compared dozens of networks by hand. Here one measure runs over every model you list, each model on "
     "the next free worker of the engine, and the numbers come back side by side, coloured by architecture family. "
@@ -52,14 +54,14 @@ with user_errors():
         settings = settings_widgets(SurveySettings, {name: label}, key="survey", container=column, base=settings,
                                     options={"family": {"format_func": measure_label}, "seeds": {"max_value": 20}})
     listed = (tuple(survey_models(specs_in_text(text), limit=PAGE_MAX_MODELS)), settings, selection.device)
-    run, stop = st.columns([1, 2])  # "▶ Run survey" whole at 1024 px
+    run, _ = st.columns([1, 2])  # "▶ Run survey" whole at 1024 px
     if run.button("▶ Run survey", type="primary", key="survey_run"):
         st.session_state["survey_requested"] = listed
     requested = st.session_state.get("survey_requested") == listed
     asked = listed if requested else (selection.specs, *listed[1:])
     if not requested:  # until the list runs: the sidebar's models, which every page shows at once
         show(st.caption, "Below: the sidebar's {} model(s). The {} models listed × {} on {} when you press Run survey.",
-             len(selection.specs), len(listed[0]), measure_label(settings.family), selection.images)
+             len(selection.specs), len(listed[0]), measure_label(settings.family), source_text(selection.images))
     if not asked[0]:
         st.stop()
 
@@ -67,9 +69,16 @@ with user_errors():
         cancel_survey(*asked)
         st.session_state.pop("survey_requested", None)
 
-    stop.button("■ Cancel", key="survey_cancel", on_click=cancel, help="Stop the rows still waiting or running.")
-    with progress_bar("Survey") as progress:
-        result = run_survey(*asked, progress)
+    slot = status.empty()  # the progress and Cancel, only while a row waits or runs
+    if survey_pending(*asked):
+        box = slot.container(border=True)
+        bar, stop = box.columns([5, 1], vertical_alignment="center")
+        stop.button("■ Cancel", key="survey_cancel", on_click=cancel, help="Stop the rows still waiting or running.")
+        with progress_bar("Survey", bar) as progress:
+            result = run_survey(*asked, progress)
+        slot.empty()
+    else:
+        result = run_survey(*asked)
     st.caption(f"{len(result.rows)} models in {result.seconds:.1f} s on {len(result.workers)} worker process(es); "
                f"{len(result.failed)} failed. Rows computed before with the same settings are kept.")
     plot_with_explanation(result.plot(), FAMILIES[settings.family].survey.explained(), "survey",

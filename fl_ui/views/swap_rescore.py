@@ -10,6 +10,7 @@ from fl_core.io.sources import is_bundled
 from fl_core.masterkeys.plots import layer_sweep_figure, reconstruction_figure, scores_figure
 from fl_core.masterkeys.settings import (
     DEFAULT_BATCH_SIZE,
+    FIT_METHOD_DESCRIPTIONS,
     REPLACEMENTS,
     LayerSweepSettings,
     RecoverySettings,
@@ -38,6 +39,7 @@ from fl_ui.sidebar import spec_labels
 from fl_ui.state import current_selection, latest_added_model, page_model, set_url_param, url_param
 from fl_ui.widgets import (
     heavy_result,
+    job_status_area,
     plot_with_explanation,
     preprocessing_caption,
     screen_columns,
@@ -63,20 +65,41 @@ SWEEP_COLUMNS = {"layer": "layer", "theory_share": "theory share", "recovered_th
                  "swapped_top1": "top-1, swapped", "zeroed_top1": "top-1, zeroed"}
 # Without labels the sweep's table shows agreement in the place of top-1 (its KLs are in the CSV).
 SWEEP_AGREEMENT = {"swapped_agreement": "agreement, swapped", "zeroed_agreement": "agreement, zeroed"}
+# What each replacement puts in place of a learned depthwise filter y (docs/methods.md, "Replacements").
+REPLACED_BY = {
+    **{method: f"the idealized model of the master key it is most like, σ fitted by {text}"
+       for method, text in FIT_METHOD_DESCRIPTIONS.items()},
+    "centroid": "the centroid of its own cluster (k-means of this network's filters by |cos|, k clusters)",
+    "random": "a random filter of the same norm: the baseline, what no theory at all costs",
+    "keep": "the filter itself: the control, which scores exactly as the original",
+    "zero": "zeros: the layer's spatial filtering removed (the lesion control)",
+}
 COMPUTED_FROM = ("The CSV's *computed_from* is the first module each variant changes: its images ran from there on "
                  "the original's activation, so the layers before it were computed once for every variant.")
 
 
+def replacements_table() -> pd.DataFrame:
+    """Every replacement and what it puts in place of each filter: one visible table (the pills' tooltip only adds)."""
+    return pd.DataFrame({"replacement": list(REPLACED_BY), "each learned filter y becomes": [
+        f"{text}; as a·x + b, so it keeps y's sign, scale and offset" if name not in ("random", "keep", "zero")
+        else text for name, text in REPLACED_BY.items()]}).set_index("replacement")
+
+
 st.title("🔁 Swap & re-score")
+status = job_status_area()  # the running job's progress and Cancel, in the first screen
 st.markdown(
-    "If the depthwise filters really are a handful of idealized kinds, replacing each learned filter by its "
-    "idealized model — same sign, scale and offset, only the shape made perfect — should cost little accuracy. "
-    "Pick the replacement and the layers, then score the original and every swap on the same images (each image "
-    "is decoded once and run through all variants). **Random filters** of the same size are the baseline; "
-    "**keep** is the control.")
+    "If depthwise filters are a handful of idealized kinds, swapping each for its idealized model (same sign, scale "
+    "and offset, only the shape made perfect) should cost little. **The chart below** swaps every depthwise layer at "
+    "once and counts how often the network still gives the original's first guess. That share is low, for the "
+    "idealized models too: each layer's small error is the next layer's input, so errors **compound across "
+    "layers**. **Recovery** (the papers' protocol: the rest of the network retrained around the frozen filters) "
+    "restores much of it, and swapping **one layer at a time** (the sweep at the end) costs little.")
+scores = st.container()  # the result first, the settings that change it below: on a 1024×768 projector the
+# first screen shows the chart
 
 selection = current_selection()
 with user_errors():
+    st.subheader("What to swap, where, on which images")
     candidates = depthwise_specs(selection, full_models_only=True, defaults=(DEFAULT_SWAP_SPEC,))
     spec = page_model("Depthwise model", candidates, DEFAULT_SWAP_SPEC, key="sw_model",
                       format_func=spec_labels(candidates).get,
@@ -95,6 +118,7 @@ with user_errors():
         default=list(url_param("swaps", DEFAULT_REPLACEMENTS, choices=list(REPLACEMENTS))),
         help="\n".join(f"- **{name}**: {text}" for name, text in REPLACEMENTS.items())))
     set_url_param("swaps", tuple(replacements))
+    st.table(replacements_table())
     stage_labels = bank.stages
     stages = list(st.pills("In stages", list(stage_labels), selection_mode="multi", format_func=stage_labels.get,
                            key="sw_stages", help="Stages are the groups of layers that work at one resolution.",
@@ -151,19 +175,22 @@ with user_errors():
             frame=pd.concat([s.to_frame() for s in real_swaps], ignore_index=True))
 
     images = get_images(selection.images, max_images)
-    mapping = map_tree_classes(images.classes if images.labelled else (), loaded.num_classes, loaded.class_names)
-    labelled = mapping.label_map is not None
-    if not labelled:
-        show(st.info, "**No accuracy on {}**: accuracy needs images labelled with the model's classes, "
-             "and these have none. The re-score shows how often each swapped network still predicts the **same "
-             "class as the original** (agreement) and how far its output probabilities move (**KL** divergence), "
-             "which need no labels. For accuracy, choose *upload a labelled set* under *Images* in the sidebar: an "
-             "archive (.zip, .tar.gz) of <wnid or class>/<image> folders, or images with a CSV of labels.",
-             images.description)
+    mapping = map_tree_classes(images.classes if images.labelled else (), loaded.num_classes, loaded.class_names,
+                               images.labels if images.labelled else None)
+    without_labels = ("The re-score shows how often each swapped network still predicts the **same class as the "
+                      "original** (agreement) and how far its output probabilities move (**KL** divergence), which "
+                      "need no labels.")
+    if mapping.label_map is None and images.labelled:
+        show(st.info, "**No accuracy on {}**: {} " + without_labels, images.description, " ".join(mapping.warnings))
+    elif mapping.label_map is None:
+        show(st.info, "**No accuracy on {}**: accuracy needs images labelled with the model's classes, and these "
+             "carry no labels. " + without_labels + " For accuracy, choose *upload a labelled set* under *Images* in "
+             "the sidebar: an archive (.zip, .tar.gz) of <wnid or class name>/<image> folders, or images with a CSV "
+             "of labels.", images.description)
     else:
         show(st.caption, "{}. {}", images.description, mapping.how)
-    for warning in mapping.warnings if labelled else ():
-        show(st.warning, "{}", warning)
+        for warning in mapping.warnings:
+            show(st.warning, "{}", warning)
     if loaded.random_init:
         show(st.caption, "{} has random weights: its predictions are arbitrary (often one class for every image), so "
              "compare the variants by how far their outputs move (KL), not by accuracy.", loaded.label)
@@ -172,38 +199,40 @@ with user_errors():
         replacements=tuple(replacements), stages=stage_key, k=k, seed=seed, batch_size=batch_size, recovery=recovery),
         selection.device)
     quick = is_bundled(selection.images) and recovery is None  # the 11 photos, no training: it runs at once
-    if not (quick or rescore_result.cached(key)) and st.button("▶ Re-score", type="primary", key="sw_run"):
-        st.session_state["sw_requested"] = key
-    if not (quick or rescore_result.cached(key) or st.session_state.get("sw_requested") == key):
-        st.caption(f"Scores {len(images)} images × {len(replacements) + 1} variants when you press Re-score"
-                   + (f", after recovering each swap ({len(replacements)} recoveries)" if recovery else "")
-                   + ". From a shell, `python -m fl_core rescore` does the same, on several GPUs with torchrun.")
-    else:
-        result = heavy_result("Re-scoring", rescore_result, key)
-        after = ("the orange bars are each swap after recovery on "
-                 f"{result.recovery.n_calibration} calibration images ({result.recovery.seconds:.0f} s); every bar "
-                 f"is measured on the same {result.recovery.n_held_out} held-out images." if result.recovery else
-                 "the papers recover the rest of the network around the frozen idealized filters: switch on "
-                 "*Recover after swapping* to do the same.")
-        kl = ", ".join(f"{v.method} {v.kl:.3f}" for v in result.swaps)
-        how = ("**Top-1**: the labelled class is the model's first guess; **top-5**: among its five guesses. The "
-               "dotted line is the original network." if result.top1 is not None else
-               "**Agreement**: the share of images on which the swapped network's first guess is the original's. "
-               f"**KL** (nats, mean over the images) of the swapped network's output from the original's: {kl}. "
-               "Neither needs labels; accuracy does.")
-        plot_with_explanation(
-            scores_figure(result),
-            f"{how} Swapping every layer at once compounds the small errors of each layer (one layer at a time: "
-            f"the sweep below); {after}\n\n"
-            f"{result.images_per_second:.1f} images/s × {len(result.swaps) + 1} variants on {result.device}.",
-            "rescore_scores", frame=result.to_frame(), data=result.to_dict())
-        if all(v.kl < 1e-9 for v in result.swaps):
-            st.warning("No swap changed the outputs: the depthwise filters of this network do not reach its output "
-                       "yet. A random-init ConvNeXt, for one, multiplies every block by a layer scale of 10⁻⁶.")
-        st.subheader("Original vs each swap")
-        table_with_download(result.to_frame().dropna(axis=1, how="all"), "rescore_table",
-                            shown=screen_columns(result.to_frame(), VARIANT_COLUMNS))
-        st.caption(f"Each variant on {result.n_images} images. {COMPUTED_FROM}")
+    with scores:
+        if not (quick or rescore_result.cached(key)) and st.button("▶ Re-score", type="primary", key="sw_run"):
+            st.session_state["sw_requested"] = key
+        if not (quick or rescore_result.cached(key) or st.session_state.get("sw_requested") == key):
+            st.caption(f"Scores {len(images)} images × {len(replacements) + 1} variants when you press Re-score"
+                       + (f", after recovering each swap ({len(replacements)} recoveries)" if recovery else "")
+                       + ". From a shell, `python -m fl_core rescore` does the same, on several GPUs with torchrun.")
+        else:
+            result = heavy_result("Re-scoring", rescore_result, key, status=status)
+            after = ("the orange bars are each swap after recovery on "
+                     f"{result.recovery.n_calibration} calibration images ({result.recovery.seconds:.0f} s); every bar "
+                     f"is measured on the same {result.recovery.n_held_out} held-out images." if result.recovery else
+                     "the papers recover the rest of the network around the frozen idealized filters: switch on "
+                     "*Recover after swapping* to do the same.")
+            kl = ", ".join(f"{v.method} {v.kl:.3f}" for v in result.swaps)
+            how = ("**Top-1**: the labelled class is the model's first guess; **top-5**: among its five guesses. The "
+                   "dotted line is the original network." if result.top1 is not None else
+                   "**Agreement**: the share of images on which the swapped network's first guess is the original's. "
+                   f"**KL** (nats, mean over the images) of the swapped network's output from the original's: {kl}. "
+                   "Neither needs labels; accuracy does.")
+            plot_with_explanation(
+                scores_figure(result),
+                f"{how} Swapping every layer at once compounds the small errors of each layer (one layer at a time: "
+                f"the sweep below); {after}\n\n"
+                f"{result.images_per_second:.1f} images/s × {len(result.swaps) + 1} variants on {result.device}.",
+                "rescore_scores", frame=result.to_frame(), data=result.to_dict(),
+                symbols=("KL", "‖W − Ŵ‖/‖W‖", "a·x + b", "|cos|", "k"))
+            if all(v.kl < 1e-9 for v in result.swaps):
+                st.warning("No swap changed the outputs: the depthwise filters of this network do not reach its output "
+                           "yet. A random-init ConvNeXt, for one, multiplies every block by a layer scale of 10⁻⁶.")
+            st.subheader("Original vs each swap")
+            table_with_download(result.to_frame().dropna(axis=1, how="all"), "rescore_table",
+                                shown=screen_columns(result.to_frame(), VARIANT_COLUMNS))
+            st.caption(f"Each variant on {result.n_images} images. {COMPUTED_FROM}")
 
     st.subheader("How much of this network is theory? One layer at a time")
     st.markdown(
@@ -226,7 +255,7 @@ with user_errors():
     if not at_once and st.button("▶ Sweep the layers", key="sw_sweep_run"):
         st.session_state["sw_sweep_requested"] = sweep_key
     if at_once or st.session_state.get("sw_sweep_requested") == sweep_key:
-        sweep = heavy_result("Sweeping the layers", layer_sweep_result, sweep_key)
+        sweep = heavy_result("Sweeping the layers", layer_sweep_result, sweep_key, status=status)
         plot_with_explanation(
             layer_sweep_figure(sweep),
             "Each group of bars is one depthwise layer, in the order the image flows through the network. **Grey**: "

@@ -16,6 +16,7 @@ from fl_core.io.sources import is_bundled
 from fl_core.lab.claims import snapshot_trajectory
 from fl_core.lab.plots import (
     claims_figure,
+    claims_left_out,
     fit_over_steps_figure,
     run_correlation_figure,
     training_curves_figure,
@@ -59,6 +60,9 @@ def show_run(run: Run) -> None:
     """Trajectory animation, fit over steps, training curves and provenance of one run."""
     traj = get_trajectory(run)
     steps = [int(s) for s in traj.steps]
+    if st.session_state.get("lab_shown_run", run.name) != run.name or st.query_params.get("run") != run.name:
+        st.query_params.pop("step", None)  # a step of the run shown before, or of a run the link named: not this
+    st.session_state["lab_shown_run"] = run.name  # one's (a run stopped at step 51 has no step 400)
     c1, c2 = st.columns([3, 1])
     step = c1.select_slider("Step", steps, value=url_param("step", steps[-1], choices=steps),
                             key=f"lab_step_{run.name}")
@@ -94,7 +98,8 @@ def show_run(run: Run) -> None:
         "components saturate and the profile flattens towards **whitening** (∝ 1/λ).\n\n"
         "Press ▶ to animate, or drag the slider. The dotted grey curve is the random initialization: flat, "
         "because random filters respond equally to every direction.",
-        f"trajectory_{run.name}", frame=traj.to_frame(), data=traj.to_dict())
+        f"trajectory_{run.name}", frame=traj.to_frame(), data=traj.to_dict(),
+        symbols=("e_i", "λ_i", "θ", "ηt", "r", "w_t − w_0"))
     plot_with_explanation(
         fit_over_steps_figure(traj),
         "**Does ηt grow with the steps?** The theory says the fitted time τ = ηt is proportional to the number "
@@ -119,11 +124,12 @@ def show_run(run: Run) -> None:
         spec = run.weights_spec()
         if demo:
             st.markdown(f"Shipped as **`demo:{demo}`** (and `demo:{demo}_init`): pick it in the sidebar's model list.")
-        elif spec is not None:
+        elif spec is not None:  # the checkpoint's server path stays in the link: the page names no folder
             token = encode_token(*spec)
-            show(st.markdown, "Open it in [Energy Profiles]({}) or use the spec **{}** with input size {}, crop {}, "
-                 "mean {} and std {}.", f"energy?models={quote(token)}", spec[0], run.input_config.input_size,
-                 f"{run.input_config.crop_pct:g}", run.input_config.mean, run.input_config.std)
+            show(st.markdown, "Open it in [Energy Profiles]({}), or download its checkpoint from *Your runs* and "
+                 "upload it with input size {}, crop {}, mean {} and std {}.", f"energy?models={quote(token)}",
+                 run.input_config.input_size, f"{run.input_config.crop_pct:g}", run.input_config.mean,
+                 run.input_config.std)
         else:
             st.caption("This run kept only its first-layer snapshots (no full checkpoints).")
         st.code(f"python -m fl_core train {cli_flags(run.config)} --out runs/{run.name}", language="bash")
@@ -151,12 +157,15 @@ def show_claims(runs: list[Run]) -> None:
                "when*, our proposal). The pairs and runs behind each value are in the CSV and JSON.")
     table_with_download(frame, "training_lab_claims", shown=claims_for_screen(frame), wrap=True,
                         data=summary.to_dict())
+    left_out = claims_left_out(summary)
     plot_with_explanation(
         claims_figure(summary),
         "Our measurements (dots, mean ± sd over runs or pairs; triangles: pairs at matched ηt) next to the "
         "paper's CIFAR10 values (diamonds). "
         "High agreement across seeds, widths, architectures and labels, low agreement with the initialization and "
-        "a good theory fit are the paper's qualitative table.", "training_lab_claims_figure")
+        "a good theory fit are the paper's qualitative table." + (
+            f"\n\n**Not drawn** (every claim is in the table above): {literal('; '.join(left_out))}."
+            if left_out else ""), "training_lab_claims_figure", symbols=("r", "ρ", "ηt"))
     corr = get_correlations(runs)
     plot_with_explanation(
         run_correlation_figure(corr),
@@ -246,8 +255,9 @@ def config_form() -> RunSettings | None:
         o1, o2, o3, o4, o5 = st.columns(5)
         field("seed", "Seed", o1, "lab_seed", min_value=0, max_value=10_000)
         field("steps", "Steps", o2, "lab_steps",
-              help="The default finishes in a few minutes on a 2-core CPU; random labels need more (the shipped "
-                   "random-label runs use 2×).")
+              help="The default 400 steps take about a minute on 2 idle cores (55 s measured) and up to 20 minutes "
+                   "when a dozen processes share them (19.5 min measured at a load average of 13–24); random labels "
+                   "need more steps (the shipped random-label runs use 2×).")
         field("batch_size", "Batch size", o3, "lab_batch", max_value=4096)
         field("lr", "Learning rate", o4, "lab_lr", min_value=1e-4, max_value=10.0, format="%.4f")
         field("momentum", "Momentum (0 = plain SGD)", o5, "lab_momentum", max_value=0.99)
@@ -287,6 +297,7 @@ def show_job(job: TrainingJob) -> None:
 
 
 def train_mode() -> None:
+    top = st.container()  # the run's stage, progress and Cancel above the form: in the first screen at 1024×768
     config = config_form()
     if config is not None:
         job = st.session_state.get("lab_job")
@@ -297,10 +308,11 @@ def train_mode() -> None:
             st.session_state["lab_job"] = TrainingJob(config, folder, current_selection().device).start()
     job = st.session_state.get("lab_job")
     if job is not None:
-        st.subheader("Your run")
-        show_job(job)
+        with top.container(border=True):
+            show_job(job)
         status = job.status()
         if status.finished and status.run is not None:
+            st.subheader("Your run")
             show_run(status.run)
 
 

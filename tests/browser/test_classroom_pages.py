@@ -13,7 +13,7 @@ import time
 import pytest
 
 from ..conftest import TINY_MODELS
-from .test_app_in_browser import assert_no_failure, drawn_plots, settle
+from .test_app_in_browser import assert_no_failure, drawn_plots, settle, sidebar
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -115,3 +115,73 @@ def test_enter_in_the_run_form_starts_no_run(page, app_url: str) -> None:
     settle(page)
     assert page.get_by_role("heading", name="Your run", exact=True).count() == 0  # "Your runs" is a mode, not a run
     assert page.get_by_role("button", name="Cancel").count() == 0
+
+
+FIRST_FIGURE_JS = """() => {
+    const gd = document.querySelector('[data-testid="stMain"] .js-plotly-plot');
+    const texts = selector => Array.from(gd.querySelectorAll(selector)).filter(t => t.textContent.trim())
+        .map(t => ({text: t.textContent, size: parseFloat(getComputedStyle(t).fontSize),
+                    fill: getComputedStyle(t).fill}));
+    return {top: gd.getBoundingClientRect().top, paper: gd._fullLayout.paper_bgcolor,
+            ticks: texts('.xtick text, .ytick text'), titles: texts('.g-xtitle text, .g-ytitle text, .gtitle')};
+}"""
+"""The page's first figure as Chromium draws it: where it starts, its paper colour and the computed font size and fill
+of its tick labels and titles."""
+FIRST_SCREEN_PLOT_PX = 250
+"""The first figure starts this far above the bottom of a 768-px window at least: its title and a good part of its plot
+are in the first screen."""
+
+
+@pytest.fixture
+def projector(browser):
+    context = browser.new_context(viewport={"width": 1024, "height": 768})
+    context.set_default_timeout(300_000)
+    yield context.new_page()
+    context.close()
+
+
+def test_home_opens_on_a_figure_whose_text_reads_on_a_projector(projector, app_url: str, artifacts) -> None:
+    """The bar (classroom3): Home's first figure as the dashboard draws it at 1024×768."""
+    from ..test_figures import contrast_ratio
+
+    projector.goto(app_url)
+    settle(projector)
+    drawn_plots(projector, at_least=1, timeout_ms=300_000)
+    figure = projector.evaluate(FIRST_FIGURE_JS)
+    projector.screenshot(path=str(artifacts / "classroom-home-first-screen.png"))
+    assert figure["top"] < 768 - FIRST_SCREEN_PLOT_PX, figure["top"]
+    assert len(figure["ticks"]) >= 6 and len(figure["titles"]) >= 3
+    for kind, minimum in (("ticks", 14), ("titles", 16)):
+        for text in figure[kind]:
+            assert text["size"] >= minimum, (kind, text)
+            assert contrast_ratio(text["fill"], figure["paper"]) >= 4.5, (kind, text, figure["paper"])
+
+
+def test_swap_and_rescore_opens_on_its_result_and_says_what_it_shows(projector, app_url: str, artifacts) -> None:
+    projector.goto(f"{app_url}/swap-rescore")
+    projector.locator(".js-plotly-plot .gtitle", has_text="Same top-1 class").wait_for(timeout=900_000)
+    drawn_plots(projector, at_least=1, timeout_ms=60_000)
+    figure = projector.evaluate(FIRST_FIGURE_JS)
+    projector.screenshot(path=str(artifacts / "classroom-swap-first-screen.png"))
+    assert figure["top"] < 768 - FIRST_SCREEN_PLOT_PX and "original" in " ".join(t["text"] for t in figure["ticks"])
+    assert "compound across layers" in main_text(projector)
+
+
+def test_the_sidebar_writes_every_model_name_whole(projector, app_url: str) -> None:
+    projector.goto(f"{app_url}/?models=demo:squeezenet1_0,torchvision:squeezenet1_0,demo:mobilenet_v2")
+    sidebar(projector).get_by_text("In full:").wait_for()  # the sidebar is drawn before the page computes
+    projector.wait_for_timeout(1000)
+    chips = projector.evaluate("() => Array.from(document.querySelectorAll('.st-key-model_picker [data-tag] > span'))"
+                               ".filter(c => c.getBoundingClientRect().width > 0)"
+                               ".map(c => [c.textContent, c.scrollWidth <= c.clientWidth + 1])")
+    assert len(chips) == 3 and all(whole for _, whole in chips), chips  # no "squeezenet1_0 (de…"
+    caption = sidebar(projector).get_by_text("In full:").inner_text()
+    assert all(name in caption for name, _ in chips), caption
+
+
+def test_the_survey_offers_cancel_only_while_something_runs(projector, app_url: str) -> None:
+    projector.goto(f"{app_url}/survey?models={TINY_MODELS}")
+    settle(projector)
+    drawn_plots(projector, at_least=1, timeout_ms=300_000)
+    assert projector.get_by_role("button", name="Cancel").count() == 0
+    assert "on the bundled photos" in main_text(projector) and " on bundled" not in main_text(projector)

@@ -169,6 +169,18 @@ def test_class_mapping_by_wnid_by_name_and_refusal(tmp_path, demo) -> None:
     assert torch.equal(again.calibration.labels, data.calibration.labels)
 
 
+def test_channel_data_leaves_out_the_images_of_folders_the_model_has_no_class_for(tmp_path, demo) -> None:
+    (tmp_path / "some").mkdir(), (tmp_path / "none").mkdir()
+    root = _tree(tmp_path / "some", ["astronaut", "Coffee", "dog", "cat"], per_class=3)
+    data = channel_data(demo[0], root, n_calibration=10, n_evaluation=10, seed=0)
+    assert len(data.calibration) + len(data.evaluation) == 6  # the 6 of astronaut and coffee, not dog and cat
+    assert set(data.calibration.labels.tolist() + data.evaluation.labels.tolist()) <= {0, 1}
+    assert any(w.startswith("6 of 12 images, in 2 of 4 folders ('cat', 'dog')") for w in data.warnings)
+    with pytest.raises(DataError, match="no folder name"):
+        channel_data(demo[0], _tree(tmp_path / "none", ["dog", "cat"], per_class=1), n_calibration=8,
+                     n_evaluation=8)
+
+
 def test_labelled_inputs_stream_and_materialize(tmp_path, demo) -> None:
     root = _tree(tmp_path, ["astronaut", "coffee"], per_class=3)
     data = channel_data(demo[0], root, n_calibration=8, n_evaluation=8)

@@ -4,6 +4,7 @@ packages."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -14,6 +15,17 @@ from fl_core.io.images import BUNDLED_PHOTOS, PHOTOS_DIR, _bundled_array, bundle
 from tests.script_modules import REPO, script_module
 
 LIBRARIES = ("skimage", "sklearn", "matplotlib")
+OPEN_LICENCE = re.compile(r"^(public domain\b|\[?CC0\b|\[?CC BY \d\.\d\b)")
+"""What a lab may redistribute with a credit: public domain, CC0 or CC BY (not -NC, -ND or -SA, not "no known
+restrictions")."""
+
+
+def attribution_photo_rows() -> dict[str, str]:
+    """The licence column of ATTRIBUTION.md's photo table, by file name."""
+    text = (REPO / "fl_core" / "assets" / "ATTRIBUTION.md").read_text(encoding="utf-8")
+    table = text[text.index("## `photos/`"):]
+    return {cells[0].strip("` "): cells[-1].strip() for line in table.splitlines() if line.startswith("| `")
+            for cells in [line.strip("|").split(" | ")]}
 
 
 def test_every_photo_is_shipped_and_attributed() -> None:
@@ -22,6 +34,15 @@ def test_every_photo_is_shipped_and_attributed() -> None:
     for photo in BUNDLED_PHOTOS:
         assert f"`{photo.path.name}`" in attribution, photo.name
     assert len(bundled_images()) == 11
+
+
+def test_every_photo_is_public_domain_cc0_or_cc_by() -> None:
+    rows = attribution_photo_rows()
+    assert sorted(rows) == sorted(photo.path.name for photo in BUNDLED_PHOTOS)
+    for name, licence in rows.items():
+        assert OPEN_LICENCE.match(licence), f"{name}: {licence}"
+    for photo in BUNDLED_PHOTOS:
+        assert OPEN_LICENCE.match(photo.licence), photo
 
 
 def test_the_copies_are_the_packages_files_and_decode_to_their_loaders_pixels() -> None:

@@ -73,7 +73,7 @@ def test_labels_of_a_tensor_dataset_are_scored_as_the_model_outputs_they_index()
         inputs = torch.stack([transform(as_images(x).image(i)) for i in range(len(x))])
         predicted = loaded.copy_model().eval()(inputs).argmax(1)
     assert result.n_images == 8 and result.top1 == pytest.approx((predicted == y).float().mean().item())
-    assert "mapped to the model's output of that index" in result.classes
+    assert "All 11 classes are mapped to the model's outputs (11 by index)" in result.classes
     loader = DataLoader(TensorDataset(x, y), batch_size=3)
     assert fl_core.rescore(loaded, loader, swaps=[]).top1 == result.top1
 

@@ -3,6 +3,7 @@ mapping, resuming, and torchrun with two gloo processes giving the numbers of on
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import os
@@ -139,7 +140,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path):
     images = folder_images(tiny_tree(tmp_path / "tree"))
     swaps = [swap_filters(depthwise_bank(loaded), name) for name in ("B", "random")]
     uninterrupted = rescore(loaded, images, swaps=swaps, batch_size=2, workers=0)
-    assert uninterrupted.classes.startswith("Folders are mapped to the model's classes by name")
+    assert uninterrupted.classes.startswith("All ") and "by name)" in uninterrupted.classes
     calls = []
 
     def stop_after_two_batches(fraction: float, message: str) -> None:
@@ -278,3 +279,42 @@ def test_a_folded_copy_computes_the_same_function_and_leaves_the_original_alone(
     assert all(isinstance(folded.get_submodule(norm), nn.Identity) for _, norm in pairs[-3:])
     assert folded.get_submodule(pairs[0][0]) is model.get_submodule(pairs[0][0])  # the rest is shared
     assert all(torch.equal(value, before[key]) for key, value in model.state_dict().items())
+
+
+def named_tree(root: Path, imagenet_sample: Path, folders: dict[str, str]) -> Path:
+    """An ImageFolder tree of ImageNet-sample images whose folders carry other names: ``{folder: wnid}`` (a wnid of
+    ``None`` names an empty-handed folder: it borrows the tench image)."""
+    for folder, wnid in folders.items():
+        (root / folder).mkdir(parents=True)
+        for photo in (imagenet_sample / (wnid or "n01440764")).iterdir():
+            (root / folder / photo.name).symlink_to(photo)
+    return root
+
+
+def labels_csv_names(imagenet_sample: Path) -> dict[str, str]:
+    """labels.csv's name of every class whose name is unique there (``great_white_shark``), by wnid."""
+    rows = list(csv.DictReader((imagenet_sample / "labels.csv").open(encoding="utf-8")))
+    return {row["wnid"]: row["name"] for row in rows if sum(r["name"] == row["name"] for r in rows) == 1}
+
+
+@pytest.mark.slow
+def test_classes_named_as_labels_csv_writes_them_are_scored(imagenet_sample, tmp_path):
+    """The bar (classroom3): 40 classes in folders named with underscores give a top-1 on the demo MobileNetV2."""
+    names = labels_csv_names(imagenet_sample)
+    wnids = [wnid for wnid in sorted(names) if "_" in names[wnid]][:40]
+    tree = named_tree(tmp_path / "tree", imagenet_sample, {names[wnid]: wnid for wnid in wnids})
+    result = rescore("demo:mobilenet_v2", str(tree))
+    assert result.n_images == result.n_labelled == 40 and not result.warnings
+    assert result.top1 is not None and result.top1 > 0.5  # measured 0.825 (33 of 40); chance 0.001
+    assert "All 40 classes" in result.classes and "ignoring case" in result.classes
+
+
+@pytest.mark.slow
+def test_a_partly_matching_tree_scores_the_images_it_can_and_says_how_many_it_left_out(imagenet_sample, tmp_path):
+    tree = named_tree(tmp_path / "tree", imagenet_sample, {
+        "tench": "n01440764", "goldfish": "n01443537", "great_white_shark": "n01484850", "dog": None, "my cat": None})
+    result = rescore("demo:mobilenet_v2", str(tree), replacements=())
+    assert (result.n_images, result.n_labelled) == (5, 3) and result.top1 is not None
+    assert len(result.warnings) == 1 and result.warnings[0].startswith("2 of 5 images, in 2 of 5 folders")
+    assert "'dog', 'my cat'" in result.warnings[0]
+    assert "Accuracy on 3 of 5 images" in result.plot().layout.title.text

@@ -66,6 +66,34 @@ def test_an_uploaded_imagefolder_archive_gives_top1_and_top5_on_swap_and_rescore
     assert "No accuracy" not in " ".join(shown(i) for i in app.info)
 
 
+def named_archive(imagenet_sample: Path, folders: dict[str, str]) -> bytes:
+    """A zip of ``<folder>/<photo>`` with the folders named as a class would name them: ``{folder: wnid}``."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for folder, wnid in folders.items():
+            for photo in (imagenet_sample / wnid).iterdir():
+                archive.write(photo, f"{folder}/{photo.name}")
+    return out.getvalue()
+
+
+@pytest.mark.slow
+def test_a_partly_matching_set_says_what_it_leaves_out_and_a_set_that_maps_to_nothing_says_why(
+        imagenet_sample: Path, uploads: Path) -> None:
+    partly = {"tench": "n01440764", "Goldfish": "n01443537", "dog": "n01484850", "cat": "n01491361",
+              "car": "n01494475"}
+    app = page_app("views/swap_rescore.py", swaps="B", sw_images="8").run()
+    upload_labelled(app, "classes.zip", named_archive(imagenet_sample, partly))
+    warnings = " ".join(shown(w) for w in app.warning)
+    assert "3 of 5 images, in 3 of 5 folders ('car', 'cat', 'dog')" in warnings, warnings
+    assert "2 of 5 classes are mapped" in " ".join(shown(c) for c in app.caption)
+    assert "No accuracy" not in " ".join(shown(i) for i in app.info)
+
+    upload_labelled(app, "others.zip", named_archive(imagenet_sample, {"dog": "n01484850", "cat": "n01491361"}))
+    info = " ".join(shown(i) for i in app.info)
+    assert "No accuracy on 2 images" in info and "no folder name ('cat', 'dog') is an ImageNet-1k wnid" in info
+    assert "these have none" not in info and "Name each folder by" in info
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["zip bomb (ratio)", "zip member ../", "10^5 zip members", "tar symlink"])
 def test_a_hostile_archive_is_refused_in_the_sidebar_and_nothing_is_kept(uploads: Path, case: str) -> None:

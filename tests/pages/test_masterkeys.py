@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from fl_core.masterkeys.swap import REPLACEMENTS
 from fl_ui.masterkeys import BASELINE_DEPTHWISE_SPEC, DEFAULT_DEPTHWISE_SPEC, DEFAULT_SWAP_SPEC
 from fl_ui.testing import page_app, shown
 
@@ -120,6 +121,11 @@ def test_swap_page_opens_on_the_real_mobilenet_with_the_agreement_and_kl_of_each
     assert len(sweep) == 17 and (sweep["theory share"] <= 1).all()  # every depthwise layer swapped alone and zeroed
     assert list(sweep.columns[:2]) == ["layer", "theory share"]  # the sweep's answer beside each layer, in sight
     assert "computed_from" not in table and "*computed_from* is the first module" in text  # explained, for the CSV
+    # the introduction says what this result shows and why, and every replacement is explained in a visible table
+    assert "compound across layers" in text and "restores much" in text and "one layer at a time" in text
+    explained = app.table[0].value
+    assert list(explained.index) == list(REPLACEMENTS) and explained.iloc[:, 0].str.len().min() > 20
+    assert "discrete spread" in explained.loc["B"].iloc[0] and "baseline" in explained.loc["random"].iloc[0]
 
 
 @pytest.mark.slow

@@ -3,8 +3,10 @@ form, can be cancelled, and is then listed under "Your runs"."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -93,6 +95,31 @@ def test_a_running_job_can_be_cancelled_from_the_page(runs_dir) -> None:
     app.button(key="lab_cancel").click().run()
     status = app.session_state["lab_job"].wait(timeout=600)
     assert status.state == "cancelled" and status.error is None
+
+
+@pytest.mark.slow
+def test_after_cancel_the_bar_stops_at_the_step_reached_and_the_page_names_no_server_folder(runs_dir) -> None:
+    app = page_app(PAGE, lab="train", run="lab_vgg_true_s0", step="400")  # the link of a shipped run's last step
+    app.run()
+    app.number_input(key="lab_crops").set_value(20)
+    app.number_input(key="lab_steps").set_value(MAX_STEPS)
+    app.button(key="lab_start").click().run()
+    assert app.main.children[2].type != "form"  # the run's status comes before the form: in the first screen
+    job, began = app.session_state["lab_job"], time.monotonic()
+    while len(job.status().snapshots) < 2 and time.monotonic() - began < 600:  # some steps trained
+        time.sleep(0.5)
+    app.button(key="lab_cancel").click().run()
+    status = app.session_state["lab_job"].wait(timeout=600)
+    app.run()
+    reached = status.run.history.steps[-1]
+    assert status.state == "cancelled" and 0 < reached < MAX_STEPS
+    [bar] = app.get("progress")
+    assert bar.value == pytest.approx(reached / MAX_STEPS, abs=0.01) and f"step {reached} of {MAX_STEPS}" in bar.text
+    texts = [shown(e) for kind in ("markdown", "caption", "warning", "success", "info", "code") for e in app.get(kind)]
+    texts += [bar.text, *(str(v) for frame in app.dataframe for v in frame.value.to_numpy().ravel())]
+    assert not [t for t in texts if "link's value" in t]
+    assert not [t for t in texts if str(runs_dir) in t or re.search(r"[0-9a-f]{32}", t)]  # no folder, no session id
+    assert not app.get("button") or not [b for b in app.get("button") if b.key == "lab_cancel"]
 
 
 def test_a_run_over_the_memory_budget_is_refused_before_it_starts(runs_dir) -> None:

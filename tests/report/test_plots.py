@@ -41,3 +41,20 @@ def test_weight_norms_count_the_dead_and_duplicate_filters_of_each_convolution(t
         assert list(bar.x) == list(frame[column]) and bar.xaxis == "x2" and bar.orientation == "h"
     counts = fig.layout.xaxis2  # whole filters: ticks 0, 1, 2 (plotly's 0.2 steps read "0 0 0 1 1 1" as integers)
     assert counts.rangemode == "tozero" and counts.tick0 == 0 and counts.dtick == 1
+
+
+def test_a_weak_match_is_written_nearest_not_approximately_equal() -> None:
+    from fl_core.masterkeys.plots import match_title
+
+    assert match_title(4, 0.93) == "≈ key 4 (+0.93)" and match_title(2, -0.81) == "≈ key 2 (-0.81)"
+    assert match_title(4, -0.11) == "nearest: key 4 (-0.11)" and "≈" not in match_title(8, 0.5)
+
+
+def test_report_cells_keep_words_whole_and_shorten_hashes_with_the_full_value_on_hover() -> None:
+    from fl_core.report.html import cell_html
+
+    digest = "534d727ab11d" + "0" * 52
+    assert cell_html(digest) == f'<td class="mono" title="{digest}">534d727ab11d…</td>'
+    assert cell_html("features.1.conv.0.0") == "<td>features.1.conv.0.0</td>"  # never broken (td: nowrap)
+    assert cell_html("energy, whitening: first layer only").startswith('<td class="words">')  # wraps between words
+    assert cell_html("<b>") == "<td>&lt;b&gt;</td>" and cell_html(0.066193) == "<td>0.06619</td>"

@@ -136,8 +136,9 @@ def test_report_html_is_one_offline_file_with_every_section_and_the_numbers_of_t
     document = parse(tmp_path / "report.html")
 
     assert list(document.sections) == list(SECTIONS)
-    assert "depthwise_net.safetensors" in document.text("loaded") and data["models"][0]["sha256"] in document.text(
-        "loaded")
+    digest = data["models"][0]["sha256"]  # shortened in its cell, whole on hover (its title)
+    assert "depthwise_net.safetensors" in document.text("loaded") and f"{digest[:12]}…" in document.text("loaded")
+    assert f'title="{digest}"' in (tmp_path / "report.html").read_text(encoding="utf-8")
     assert document.external == []
     plotly = get_plotlyjs()
     assert sum(plotly[:200] in script for script in document.scripts) == 1
