@@ -6,8 +6,8 @@ C/2, C wide (32×32 inputs, 11 classes, random labels); calibration and evaluati
 
 * ``statistics`` — the one streaming pass + both axes, vs one forward pass over the N calibration images;
 * ``lesions``    — mean/zero-ablation and peer replacement of all C channels (3C copies run from the first changed
-  module on, :mod:`fl_core.suffix`), vs one forward pass over the N evaluation images; ``per copy`` divides by
-  3C + 1, i.e. compares with running each lesioned network separately (1.0 = no saving);
+  module on, :mod:`fl_core.networks.partial_forward`), vs one forward pass over the N evaluation images; ``per copy``
+  divides by 3C + 1, i.e. compares with running each lesioned network separately (1.0 = no saving);
 * ``pruning``    — 4 criteria × 4 pruning points, physically pruned and evaluated (each from the first layer that
   reads the remaining channels), vs one forward pass;
 * ``memory``     — peak resident memory above the process's level before the stage (CPU; Linux ``VmHWM``, reset
@@ -144,10 +144,10 @@ def page_job(spec: str, source: str) -> None:
 
     import torch
 
-    from fl_core import allocator
     from fl_core.backend import inference_autocast, resolve_device
     from fl_core.channelaxes.analysis import analyze_channels
     from fl_core.channelaxes.calibration import channel_data
+    from fl_core.compute import allocator
     from fl_core.io.models import load_model
     from fl_ui.channels import default_request
 
@@ -187,9 +187,9 @@ def library_defaults(spec: str, layer: str | None) -> None:
 
     import torch
 
-    from fl_core import allocator
     from fl_core.channelaxes.analysis import analyze_channels, default_channel_layer
     from fl_core.channelaxes.estimate import estimate_channels
+    from fl_core.compute import allocator
     from fl_core.io.layers import conv_inventory
     from fl_core.io.models import load_model
 

@@ -1,8 +1,9 @@
 """Re-scoring throughput: FilterLens vs a plain torchvision ``ImageFolder`` + ``DataLoader`` + ``model(x)`` loop on the
 same model, images, batch size, workers and device, and how the cost grows with the variants scored together (the
 original plus 0, 1, 3 and 6 swapped ones, all depthwise layers — or those of ``--stages`` — swapped by the fitting
-methods in order). Variants run only from their first swapped module on (:mod:`fl_core.suffix`); the 1 + 6
-point is also timed with every variant running the whole network (``share_prefix=False``), the cost before that sharing.
+methods in order). Variants run only from their first swapped module on (:mod:`fl_core.networks.partial_forward`); the 1
++ 6 point is also timed with every variant running the whole network (``share_prefix=False``), the cost before that
+sharing.
 
 Prints images/s of both loops; one table row per number of variants — seconds, seconds per variant, seconds per
 variant added to the original alone, and the first two against one plain evaluation — with the growth exponent of

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 from fl_core.backend import Progress, report
-from fl_core.budgets import analysis_budget, patch_work
+from fl_core.compute.budgets import analysis_budget, patch_work
 from fl_core.errors import FilterLensError
 from fl_core.extras import require_extra
 from fl_core.firstlayer.energy import EnergyResult, patch_geometry
@@ -316,7 +316,7 @@ IN_THREAD_WORK = 1e9
 def is_heavy(models: jobs.ModelKeys, images: str, layer: str | None = None) -> bool:
     """Patch statistics run on the engine (their memory returned when the job ends) for a folder (up to a whole ImageNet
     split), or when the models' layers cost the bundled photos more than :data:`IN_THREAD_WORK`
-    (:func:`fl_core.budgets.patch_work` of :func:`fl_core.firstlayer.energy.patch_geometry`: a 7×7 first layer
+    (:func:`fl_core.compute.budgets.patch_work` of :func:`fl_core.firstlayer.energy.patch_geometry`: a 7×7 first layer
     already does). A model or layer that cannot be found, or whose work is over the analysis budget, is left to the
     in-thread call, which refuses it at once."""
     if not is_bundled(images):

@@ -9,7 +9,7 @@
   referenced with its state (the uploader's file among it). :func:`release_closed_sessions` shuts such sessions down,
   clears their state and drops the uploads of sessions that no longer exist; :func:`release_upload` drops a file's
   bytes as soon as the upload store holds it.
-* What was freed goes back to the system (:func:`fl_core.allocator.release_freed_memory`).
+* What was freed goes back to the system (:func:`fl_core.compute.allocator.release_freed_memory`).
 
 :func:`start_janitor` does the releasing every :data:`JANITOR_INTERVAL_S` in a thread of the server (started by the
 dashboard's script) and of each engine worker (for the worker's own models, :mod:`fl_ui.worker`). Streamlit is imported
@@ -29,7 +29,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fl_core import allocator
+from fl_core.compute import allocator
 from fl_ui import internals
 
 if TYPE_CHECKING:

@@ -195,8 +195,8 @@ async def warm_start(_app: Any = None) -> AsyncIterator[None]:
 
 def max_upload_mb() -> int:
     """The largest browser upload in MB: :data:`UPLOAD_MB_ENV`, default the checkpoint limit (``FL_MAX_CHECKPOINT_MB``,
-    :func:`fl_core.budgets.max_checkpoint_mb`), so that any checkpoint the server would read can be uploaded."""
-    from fl_core.budgets import CHECKPOINT_VARIABLE, max_checkpoint_mb
+    :func:`fl_core.compute.budgets.max_checkpoint_mb`), so that any checkpoint the server would read can be uploaded."""
+    from fl_core.compute.budgets import CHECKPOINT_VARIABLE, max_checkpoint_mb
 
     variable = UPLOAD_MB_ENV if os.environ.get(UPLOAD_MB_ENV) else CHECKPOINT_VARIABLE
     try:

@@ -112,7 +112,7 @@ def model_from_url(token: str) -> tuple[str, dict] | None:
         return None
     try:
         InputConfig().with_overrides(**overrides)
-    except FilterLensError as err:  # out of range, or over the memory budget (fl_core.budgets.check_scaled_images)
+    except FilterLensError as err:  # out of range, or over the memory budget (budgets.check_scaled_images)
         _notice("models", token, f"its preprocessing {str(err).rstrip('.')}", spec)
         overrides = {}
     return spec, overrides

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fl_core import allocator
+from fl_core.compute import allocator
 from fl_core.errors import FilterLensError
 from fl_core.io.paths import path_policy, reading_for
 from fl_ui.memory import ModelCache, start_janitor
@@ -71,8 +71,9 @@ def torch_threads(worker_threads: int) -> int:
 
 
 def dask_setup(worker) -> None:
-    """Dask's preload hook, before the worker joins: nice it, set malloc for torch (:func:`fl_core.allocator.tune`,
-    for a worker started without :data:`~fl_core.survey.engine.WORKER_PROCESS_CONFIG`), size torch's thread pool,
+    """Dask's preload hook, before the worker joins: nice it, set malloc for torch
+    (:func:`fl_core.compute.allocator.tune`, for a worker started without
+    :data:`~fl_core.survey.engine.WORKER_PROCESS_CONFIG`), size torch's thread pool,
     import the jobs' libraries (here, not in a background thread: a job importing the same packages meanwhile could
     see them half-initialized)."""
     import torch

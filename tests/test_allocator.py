@@ -1,5 +1,6 @@
-"""glibc's malloc set for torch (fl_core.allocator): a freed large tensor's pages are kept for the next one (no fresh
-zero-filled pages per pass) and handed back after a job; the worker processes get the same settings at their start."""
+"""glibc's malloc set for torch (fl_core.compute.allocator): a freed large tensor's pages are kept for the next one (no
+fresh zero-filled pages per pass) and handed back after a job; the worker processes get the same settings at their
+start."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from fl_core import allocator
+from fl_core.compute import allocator
 from fl_core.survey.engine import WORKER_PROCESS_CONFIG
 
 pytestmark = pytest.mark.skipif(allocator._glibc() is None, reason="the C library is not glibc")
@@ -18,7 +19,7 @@ RSS_AFTER_FREE = """
 import json, sys
 from pathlib import Path
 import torch
-from fl_core import allocator
+from fl_core.compute import allocator
 
 def rss_mib():
     return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**20

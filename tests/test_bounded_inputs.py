@@ -32,7 +32,7 @@ from PIL import Image
 from safetensors.torch import save_file
 from torchvision.transforms import v2 as T
 
-from fl_core.budgets import analysis_budget, check_patch_statistics, check_whitening
+from fl_core.compute.budgets import analysis_budget, check_patch_statistics, check_whitening
 from fl_core.errors import AnalysisError, ArgumentError, CheckpointError, DataError, FilterLensError, ModelSpecError
 from fl_core.firstlayer.energy import energy_profile, fit_linear_theory
 from fl_core.firstlayer.whitening import bank_autocorrelation

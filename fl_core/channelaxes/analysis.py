@@ -39,7 +39,6 @@ from fl_core.backend import (
     resolve_device,
     sub_progress,
 )
-from fl_core.budgets import check_channel_statistics
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman, spearman_matrix
 from fl_core.channelaxes.estimate import channels_estimate
@@ -53,6 +52,7 @@ from fl_core.channelaxes.layerstats import (
 from fl_core.channelaxes.pruning import PruningResult, prune_curves
 from fl_core.channelaxes.settings import ChannelOverrides, ChannelSettings
 from fl_core.channelaxes.site import ChannelSite, locate_site
+from fl_core.compute.budgets import check_channel_statistics
 from fl_core.errors import AnalysisError
 from fl_core.io.layers import ConvLayer, check_layer, find_layer
 from fl_core.results import Result, jsonable, with_model_columns

@@ -10,11 +10,11 @@
 * peer replacement: ``a_i ← b₀ + Σ_{j∈P(i)} β_j a_j``, the ridge fit of
   :func:`fl_core.channelaxes.moments.ridge_peer_coefficients`.
 
-**Shared prefix** (:mod:`fl_core.suffix`). A lesioned copy equals the intact network up to the chain module that holds
-the site, so the intact network runs once per batch and G copies run together from there: the intact input of that
-module is repeated G times (copy-major G·B samples) and each copy's substitution is applied at the site by a hook, or
-directly to the repeated input when the site is the output of the chain module before (then only the layers after
-the site run per copy). When the site is inside that module (a residual block, a Fire module), the block's modules
+**Shared prefix** (:mod:`fl_core.networks.partial_forward`). A lesioned copy equals the intact network up to the chain
+module that holds the site, so the intact network runs once per batch and G copies run together from there: the intact
+input of that module is repeated G times (copy-major G·B samples) and each copy's substitution is applied at the site by
+a hook, or directly to the repeated input when the site is the output of the chain module before (then only the layers
+after the site run per copy). When the site is inside that module (a residual block, a Fire module), the block's modules
 that finish before the site return the intact outputs and the site its substituted output, so only the block's code
 after the site runs per copy (:func:`inner_stubs`). Three more savings, all exact:
 
@@ -54,9 +54,16 @@ from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.settings import LESION_KINDS
 from fl_core.channelaxes.site import ChannelSite, is_container, on_call
 from fl_core.errors import AnalysisError
-from fl_core.masterkeys.batchnorm import conv_batchnorm_pairs, folded_copy
+from fl_core.networks.batchnorm import conv_batchnorm_pairs, folded_copy
+from fl_core.networks.partial_forward import (
+    PROBE_IMAGES,
+    ModuleChain,
+    PrefixPasses,
+    module_chain,
+    same_output,
+    suffix_forward,
+)
 from fl_core.results import Result
-from fl_core.suffix import PROBE_IMAGES, ModuleChain, PrefixPasses, module_chain, same_output, suffix_forward
 
 # -------------------------------------------------------------------------------------------- substitutions
 
@@ -124,9 +131,9 @@ def _substituted(a: torch.Tensor, subs: Substitutions, batch: int) -> torch.Tens
 
 
 def lesion_start(chain: ModuleChain, site: ChannelSite) -> tuple[int, bool]:
-    """``(start, at_start)``: the chain module the lesioned copies run from (:mod:`fl_core.suffix`; 0: the whole
-    network) and whether the substitution applies to that module's input (the site is the chain module before it)
-    rather than at the site inside the suffix."""
+    """``(start, at_start)``: the chain module the lesioned copies run from (:mod:`fl_core.networks.partial_forward`; 0:
+    the whole network) and whether the substitution applies to that module's input (the site is the chain module before
+    it) rather than at the site inside the suffix."""
     owner = chain.owner(site.activation)
     if owner is None:
         return 0, False
@@ -207,7 +214,7 @@ def first_reader(model: nn.Module, later: list[str]) -> str | None:
 
 def folded_around(model: nn.Module, site: ChannelSite, x: torch.Tensor) -> nn.Module:
     """A copy of ``model`` with every foldable BatchNorm folded into its convolution
-    (:func:`~fl_core.masterkeys.batchnorm.folded_copy`) except the site chain's, whose layer input, pre-BatchNorm
+    (:func:`~fl_core.networks.batchnorm.folded_copy`) except the site chain's, whose layer input, pre-BatchNorm
     output and activation stay observable, when its output on ``x`` is the original's (``model`` itself otherwise):
     the network the statistics pass and the lesion passes run."""
     pairs, output = conv_batchnorm_pairs(model, x)
@@ -423,7 +430,7 @@ def substitution_effects(model: nn.Module, site: ChannelSite, inputs: LabelledIn
                          device: torch.device, batch_size: int = 32, memory_bytes: int = 1 << 30,
                          progress: Progress | None = None) -> SubstitutionEffects:
     """Evaluate G substituted copies of ``model`` on ``inputs``, each run from the chain module where it first
-    differs on the intact network's activation there (:mod:`fl_core.suffix`; module docstring).
+    differs on the intact network's activation there (:mod:`fl_core.networks.partial_forward`; module docstring).
 
     The intact network runs once per batch (its loss is the baseline); the copies' suffixes are checked against
     their full forward passes on the first images and run whole if they differ.

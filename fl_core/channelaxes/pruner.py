@@ -6,9 +6,10 @@ the first layer that reads the remaining channels (docs/methods.md §6; the curv
   once on a template and its pruning plan applied to fresh copies that share every tensor the removal does not touch.
 * **Mean compensation [proposed]**: each reader may absorb the removed channels' calibration means into its bias, so
   removal acts like mean-ablation (:meth:`LayerPruner.pruned_copy`).
-* **Evaluated from the first reader** (:class:`PrunedEvaluation`, :mod:`fl_core.suffix`): the remaining channels keep
-  their values up to the layers that read them, so each pruned network runs only from there, on the intact
-  network's activation without the removed channels (checked against its full forward pass on the first images).
+* **Evaluated from the first reader** (:class:`PrunedEvaluation`, :mod:`fl_core.networks.partial_forward`): the
+  remaining channels keep their values up to the layers that read them, so each pruned network runs only from there, on
+  the intact network's activation without the removed channels (checked against its full forward pass on the first
+  images).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from fl_core.backend import evaluate_classifier, evaluate_logits, inference_auto
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.errors import AnalysisError
 from fl_core.io.cifar import ZeroPadShortcut
-from fl_core.suffix import (
+from fl_core.networks.partial_forward import (
     PROBE_IMAGES,
     PrefixPasses,
     capturing_inputs,
@@ -166,7 +167,7 @@ class LayerPruner:
     def pruned_copy(self, channels: Sequence[int], means: np.ndarray | None = None,
                     readers: Sequence[str] = ()) -> PrunedNetwork:
         """A copy of the template with ``channels`` removed for real from every coupled layer; the modules the
-        removal does not touch are the template's own (:func:`fl_core.suffix.copy_modules`).
+        removal does not touch are the template's own (:func:`fl_core.networks.partial_forward.copy_modules`).
 
         With ``means`` (the removed channels' calibration means of ``a``, indexed by channel), each of ``readers``
         (convolutions or linear layers that read ``a`` directly) first absorbs the removed inputs' mean contribution
@@ -288,7 +289,7 @@ def _absorb_mean_inputs(layer: nn.Module, inputs: Sequence[int], means: np.ndarr
 
 class PrunedEvaluation:
     """Loss and accuracy of pruned copies on the evaluation set, each run from where it first differs (module
-    docstring, :mod:`fl_core.suffix`).
+    docstring, :mod:`fl_core.networks.partial_forward`).
 
     Removing channels leaves every remaining value unchanged up to the modules that read them, so a pruned copy runs
     from the chain module holding its first channel-mixing reader, on the template's input of that module without the

@@ -27,7 +27,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn, TextIO
 
-from fl_core import __version__, allocator
+from fl_core import __version__
+from fl_core.compute import allocator
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.families import FAMILIES
 from fl_core.io.paths import check_writable, file_to_write
@@ -169,7 +170,7 @@ def write_output(path: Path, text: str, stdout: TextIO) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    allocator.tune()  # large tensors from the heap (fl_core.allocator)
+    allocator.tune()  # large tensors from the heap (fl_core.compute.allocator)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -26,7 +26,7 @@ import torch
 
 from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_models, as_settings
 from fl_core.backend import DeviceLike, Progress, ProgressLike, progress_callback, report, resolve_device, sub_progress
-from fl_core.budgets import SCALED_BATCH, check_patch_statistics, check_random_banks
+from fl_core.compute.budgets import SCALED_BATCH, check_patch_statistics, check_random_banks
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
 from fl_core.firstlayer.settings import EnergyOverrides, EnergySettings
@@ -416,7 +416,7 @@ def patch_geometry(loaded: LoadedModel, layer: ConvLayer) -> tuple[int, tuple[in
 
 def check_energy_budget(loaded: LoadedModel, layer: ConvLayer, seeds: int) -> None:
     """Refuse, before any image is read, a layer whose patch statistics (:func:`patch_geometry`) or random-init
-    baseline would exceed the analysis budget (:mod:`fl_core.budgets`)."""
+    baseline would exceed the analysis budget (:mod:`fl_core.compute.budgets`)."""
     channels, kernel, side, samples = patch_geometry(loaded, layer)
     what = f"layer {layer.name} of {loaded.label}"
     check_patch_statistics(channels, kernel, side, samples=samples, what=what)

@@ -34,7 +34,7 @@ from fl_core.backend import (
     statistics_dtype,
     sub_progress,
 )
-from fl_core.budgets import check_activation_maps, check_patch_statistics, check_random_banks, check_whitening
+from fl_core.compute.budgets import check_activation_maps, check_patch_statistics, check_random_banks, check_whitening
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.energy import random_init_banks
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
@@ -173,7 +173,7 @@ def activation_maps(loaded: LoadedModel, image: Image.Image, name: str | None = 
                     ) -> ActivationMaps:
     """The first convolution's linear responses to ``image`` (named ``name`` in errors) at the model's scale
     (:func:`~fl_core.io.images.scaled_input`, uncropped): of its first ``count`` filters (all: ``None``), within the
-    analysis budget (:func:`~fl_core.budgets.check_activation_maps`)."""
+    analysis budget (:func:`~fl_core.compute.budgets.check_activation_maps`)."""
     layer = find_layer(loaded, None)
     weight = layer_weight(loaded, layer)[:count]
     x = scaled_input(image, loaded.input_config, name).unsqueeze(0)
@@ -248,8 +248,8 @@ def input_correlation(batches: Iterable[torch.Tensor], max_lag: int, *, device=N
 def check_whitening_budget(models: Sequence[LoadedModel], layers: Sequence[ConvLayer],
                            settings: WhiteningSettings) -> None:
     """Refuse, before any image is read, distances the images at a model's scale cannot hold and statistics over the
-    analysis budget (:mod:`fl_core.budgets`): each input space's autocorrelation window (up to the largest kernel),
-    the reference model's patch PCA (the ZCA bank) and its random-init banks."""
+    analysis budget (:mod:`fl_core.compute.budgets`): each input space's autocorrelation window (up to the largest
+    kernel), the reference model's patch PCA (the ZCA bank) and its random-init banks."""
     max_kernel = max((lay.kernel_size for lay in layers), key=max)
     for loaded, lay in zip(models, layers):
         check_whitening(3, max_kernel, settings.max_distance, loaded.input_config.resize_size,

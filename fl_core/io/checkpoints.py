@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fl_core.budgets import max_checkpoint_mb
+from fl_core.compute.budgets import max_checkpoint_mb
 from fl_core.errors import CheckpointError
 from fl_core.io.archives import check_tensor_count, read_checkpoint_file
 
@@ -48,8 +48,8 @@ as tied weights, claim the same bytes twice): the total element count is bounded
 MAX_NESTING_DEPTH = 16
 """Levels of nested ``state_dict``/``model``/... containers unwrapped."""
 def max_checkpoint_bytes() -> int:
-    """The size cap for one checkpoint file: ``FL_MAX_CHECKPOINT_MB`` (:func:`fl_core.budgets.max_checkpoint_mb`,
-    default 1024 MiB, the upload limit's default too)."""
+    """The size cap for one checkpoint file: ``FL_MAX_CHECKPOINT_MB``
+    (:func:`fl_core.compute.budgets.max_checkpoint_mb`, default 1024 MiB, the upload limit's default too)."""
     return int(max_checkpoint_mb() * 2**20)
 
 

@@ -27,7 +27,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
-from fl_core.budgets import analysis_budget
+from fl_core.compute.budgets import analysis_budget
 from fl_core.errors import DataError
 from fl_core.io.images import ImageSet, check_image_size
 

@@ -42,7 +42,7 @@ from torch.utils.data import Dataset, default_collate
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import v2 as T
 
-from fl_core.budgets import check_decoding
+from fl_core.compute.budgets import check_decoding
 from fl_core.errors import DataError
 from fl_core.io import ASSETS_DIR
 from fl_core.io.paths import PathPolicy, check_readable, open_readable, path_policy

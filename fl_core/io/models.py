@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fl_core.budgets import check_parameters
+from fl_core.compute.budgets import check_parameters
 from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
 from fl_core.io import DEMO_DIR, cifar, nets
 from fl_core.io.checkpoints import file_sha256, load_into, load_state_dict, match_state_dict
@@ -490,7 +490,7 @@ def _count_registered(_module: nn.Module, _name: str, parameter: nn.Parameter | 
 
 
 def build_within_budget(build: Callable[[bool], nn.Module], name: str) -> nn.Module:
-    """``build(meta=False)``, refused by :func:`fl_core.budgets.check_parameters` before it is materialised: its
+    """``build(meta=False)``, refused by :func:`fl_core.compute.budgets.check_parameters` before it is materialised: its
     parameters are counted on the meta device first (``build(meta=True)``: no memory, no weights fetched). A network
     whose construction needs real values (it computes its widths with tensors) is counted while it is built instead:
     each parameter as it is registered, the build stopped as soon as the count passes the limit."""

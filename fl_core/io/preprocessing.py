@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fl_core.budgets import check_scaled_images
+from fl_core.compute.budgets import check_scaled_images
 from fl_core.errors import ModelSpecError
 from fl_core.settings import Settings, setting
 
@@ -116,8 +116,8 @@ class InputConfig(Settings):
         return math.floor(self.input_size / self.crop_pct + 1e-6)
 
     def with_overrides(self, **overrides: object) -> InputConfig:
-        """A copy with the non-``None`` overrides applied (sidebar fields / CLI ``--input-size`` ...), refused when
-        the images it resizes would not fit an analysis's memory (:func:`fl_core.budgets.check_scaled_images`)."""
+        """A copy with the non-``None`` overrides applied (sidebar fields / CLI ``--input-size`` ...), refused when the
+        images it resizes would not fit an analysis's memory (:func:`fl_core.compute.budgets.check_scaled_images`)."""
         given = _override_values(overrides, strict=True)
         if not given:
             return self

@@ -34,7 +34,7 @@ from torch import nn
 from torchvision.transforms import v2 as T
 
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
-from fl_core.budgets import check_training
+from fl_core.compute.budgets import check_training
 from fl_core.errors import DataError, FilterLensError, ModelSpecError
 from fl_core.firstlayer.patches import PatchPCA
 from fl_core.io import ASSETS_DIR, DEMO_DIR
@@ -246,8 +246,8 @@ def run_cost(config: RunSettings) -> RunCost:
 
 
 def check_run_budget(config: RunSettings) -> None:
-    """Refuse a run over the budgets (:func:`fl_core.budgets.check_training`: parameters, the memory of one step with
-    the training crops, the work of every step) before anything is allocated; :func:`train_run` calls it first."""
+    """Refuse a run over the budgets (:func:`fl_core.compute.budgets.check_training`: parameters, the memory of one step
+    with the training crops, the work of every step) before anything is allocated; :func:`train_run` calls it first."""
     cost = run_cost(config)
     widths = ", ".join(map(str, (config.width, *config.body_widths)))
     what = config.arch if config.is_timm else f"{config.arch} (widths {widths})"

@@ -14,7 +14,7 @@ import pandas as pd
 
 from fl_core.arguments import ModelLike, as_model, as_settings, no_data
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
-from fl_core.budgets import check_clustering
+from fl_core.compute.budgets import check_clustering
 from fl_core.errors import AnalysisError
 from fl_core.masterkeys.assignment import (
     N_MASTER_KEYS,

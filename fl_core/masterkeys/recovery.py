@@ -9,7 +9,7 @@ private copy of each swapped network:
 1. **Split.** The images are split at random (seeded) into a calibration set and a disjoint held-out set
    (:func:`split_calibration`; the two image lists are checked never to overlap). Everything is scored on the
    held-out set only: the original, each swap unrecovered and each swap recovered, on the same decoded batches.
-2. **BatchNorm recalibration** (:func:`fl_core.masterkeys.batchnorm.recalibrate_batchnorm`): the new filters change the
+2. **BatchNorm recalibration** (:func:`fl_core.networks.batchnorm.recalibrate_batchnorm`): the new filters change the
    mean and variance of every later activation; the running statistics are re-estimated on the calibration images.
 3. **Distillation** (:func:`fl_core.channelaxes.pruning.recovery_finetune`, the recovery of the pruning curves):
    ``steps`` SGD steps on KL(p_original ‖ p_copy) over the calibration images, the swapped filters frozen bit for bit,
@@ -33,9 +33,9 @@ from fl_core.channelaxes.settings import PruningSettings
 from fl_core.errors import AnalysisError, DataError
 from fl_core.io.images import ImageSet, iter_input_batches
 from fl_core.io.models import LoadedModel
-from fl_core.masterkeys.batchnorm import fold_batchnorm, recalibrate_batchnorm
 from fl_core.masterkeys.settings import RecoverySettings
 from fl_core.masterkeys.swap import FilterSwap, swapped_model
+from fl_core.networks.batchnorm import fold_batchnorm, recalibrate_batchnorm
 from fl_core.results import Result
 
 

@@ -15,9 +15,9 @@
   same way, so the numbers are those of the unfolded network up to float rounding.
 * Variants: the original and every swap run on each decoded batch, so decoding is shared by all variants. Each swap
   is a copy of the private model built once, sharing every tensor it does not change (no parameters are copied per
-  batch). A variant that differs from the original only from some module on (a stage-wise swap, one layer of a
-  sweep) runs only from there, on the original's activation at that point (:mod:`fl_core.suffix`, checked on the
-  first batch against its full forward pass).
+  batch). A variant that differs from the original only from some module on (a stage-wise swap, one layer of a sweep)
+  runs only from there, on the original's activation at that point (:mod:`fl_core.networks.partial_forward`, checked on
+  the first batch against its full forward pass).
 * Per variant: top-1, top-5, mean cross-entropy (labelled images), the top-1 agreement with the original and the
   mean KL(p_original ‖ p_variant) in nats (all images).
 * Resumable: with ``resume=PATH`` the running sums are saved after every batch and a rerun with the same model,
@@ -66,7 +66,6 @@ from fl_core.io.classes import map_tree_classes
 from fl_core.io.images import ImageSet, TransformedImages, input_transform, threaded_batches
 from fl_core.io.models import LoadedModel
 from fl_core.io.paths import check_writable, open_readable
-from fl_core.masterkeys.batchnorm import fold_batchnorm, folded_patch
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.distributed import all_reduce_sums, distributed_rank, rank_device, shard_range
 from fl_core.masterkeys.recovery import RecoveryInfo
@@ -78,8 +77,16 @@ from fl_core.masterkeys.settings import (
     ScoringSettings,
 )
 from fl_core.masterkeys.swap import FilterSwap, parameter_patch, swap_filters
+from fl_core.networks.batchnorm import fold_batchnorm, folded_patch
+from fl_core.networks.partial_forward import (
+    PROBE_IMAGES,
+    SuffixPlan,
+    changed_keys,
+    full_forwards,
+    plan_suffixes,
+    shared_copy,
+)
 from fl_core.results import Result, with_model_columns
-from fl_core.suffix import PROBE_IMAGES, SuffixPlan, changed_keys, full_forwards, plan_suffixes, shared_copy
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +144,7 @@ class VariantScore(Scores):
         relative_error: ‖W - Ŵ‖/‖W‖ of the swap (``None`` for the original).
         recovered: the same swap's scores after recovery, when recovery ran.
         computed_from: the module from which this variant's own forward passes ran, on the original's activation
-            there (:mod:`fl_core.suffix`); ``None``: the whole network ran.
+            there (:mod:`fl_core.networks.partial_forward`); ``None``: the whole network ran.
     """
 
     method: str
@@ -175,7 +182,7 @@ class RescoreResult(Result):
         resumed_images: images taken from a resume file instead of being scored again.
         recovery: the recovery protocol and split, when recovery ran (every score is then on the held-out images).
         sharing: why variants that differ only from some module on still ran the whole network
-            (:mod:`fl_core.suffix`).
+            (:mod:`fl_core.networks.partial_forward`).
     """
 
     spec: str
@@ -346,7 +353,7 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
 
     Args:
         model: a private model on ``device`` (never changed: each variant is a copy sharing its unchanged tensors,
-            built once, :func:`fl_core.suffix.shared_copy`).
+            built once, :func:`fl_core.networks.partial_forward.shared_copy`).
         patches: per variant, parameter or buffer name -> tensor (the first must be ``{}``, the original).
         loaded: the model's spec, hash and preprocessing (for the data and the resume fingerprint).
         images: the image set (labels are tree class indices).
@@ -355,8 +362,8 @@ def score_variants(model: nn.Module, patches: Sequence[Mapping[str, torch.Tensor
         batch_size, workers: data loading.
         resume: resume file (module docstring).
         names: variant names (for the fingerprint and the sharing notes).
-        share_prefix: run variants that differ only from some module on from there (:mod:`fl_core.suffix`; the plan
-            is made on the first batch).
+        share_prefix: run variants that differ only from some module on from there
+            (:mod:`fl_core.networks.partial_forward`; the plan is made on the first batch).
         progress: ``progress(fraction, message)`` with speed and ETA.
 
     Returns:

@@ -138,7 +138,7 @@ class ScoringSettings(Settings):
         batch_size: images per batch.
         workers: DataLoader worker processes decoding the images (``None``: CPU cores − 1, at most 8; none for a
             single batch); threads instead inside a daemonic process (a Dask worker), which may not start any.
-        share_prefix: run each variant only from its first changed module on (:mod:`fl_core.suffix`);
+        share_prefix: run each variant only from its first changed module on (:mod:`fl_core.networks.partial_forward`);
             off: every variant runs the whole network (the same numbers, for timing).
     """
 

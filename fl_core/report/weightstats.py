@@ -12,7 +12,7 @@ filters and non-finite values.
   normalised Gram matrix, streamed in blocks of rows, so a layer of 30,000 filters never holds its 7 GB; defined in
   every layer).
 
-Both are bounded by the analysis budget (:func:`fl_core.budgets.check_filter_gram`) before they are computed.
+Both are bounded by the analysis budget (:func:`fl_core.compute.budgets.check_filter_gram`) before they are computed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 
 from fl_core.arguments import ModelLike, as_model, as_settings, no_data
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, statistics_dtype
-from fl_core.budgets import check_filter_gram
+from fl_core.compute.budgets import check_filter_gram
 from fl_core.io.layers import ConvLayer, conv_inventory
 from fl_core.report.settings import WeightOverrides, WeightSettings
 from fl_core.results import Result, with_model_columns

@@ -18,7 +18,7 @@ import types
 import uuid
 from collections.abc import Iterator, Sequence
 
-from fl_core import allocator
+from fl_core.compute import allocator
 from fl_core.extras import require_extra
 
 SCHEDULER_ENV = "FL_SCHEDULER"
@@ -27,7 +27,7 @@ MAX_WORKERS = 64
 WORKER_PROCESS_CONFIG = {"distributed.nanny.pre-spawn-environ": {
     "OMP_NUM_THREADS": None, "MKL_NUM_THREADS": None, "OPENBLAS_NUM_THREADS": None} | allocator.ENVIRONMENT}
 """The Dask setting of the processes that start workers (nannies): glibc's malloc set for torch
-(:mod:`fl_core.allocator`) instead of Dask's default environment for the worker processes. Dask's
+(:mod:`fl_core.compute.allocator`) instead of Dask's default environment for the worker processes. Dask's
 ``MALLOC_TRIM_THRESHOLD_`` of 64 KiB turns off glibc's dynamic mmap threshold, so every large tensor is mapped and
 zero-filled anew (torch ran 1.7× slower in a worker: the server's warm-up of the heavy pages took 180 s instead of
 75 s); its one-thread OpenMP and BLAS settings would override the threads each worker is given."""

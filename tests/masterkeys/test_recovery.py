@@ -18,13 +18,13 @@ from fl_core.errors import DataError
 from fl_core.io.images import ImageSet, iter_input_batches
 from fl_core.io.models import LoadedModel
 from fl_core.io.preprocessing import InputConfig
-from fl_core.masterkeys.batchnorm import recalibrate_batchnorm
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.layersweep import sweep_layers, theory_share
 from fl_core.masterkeys.plots import layer_sweep_figure, scores_figure
 from fl_core.masterkeys.recovery import RecoverySettings, recover_swap, split_calibration
 from fl_core.masterkeys.rescore import rescore
 from fl_core.masterkeys.swap import swap_filters, swapped_model
+from fl_core.networks.batchnorm import recalibrate_batchnorm
 
 CPU = torch.device("cpu")
 CLASSES = ("a", "b", "c", "d")

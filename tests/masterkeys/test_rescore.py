@@ -262,7 +262,7 @@ def test_recovered_scores_share_the_variant_score_fields_and_keep_the_table_colu
 
 @pytest.mark.slow
 def test_a_folded_copy_computes_the_same_function_and_leaves_the_original_alone():
-    from fl_core.masterkeys.batchnorm import conv_batchnorm_pairs, folded_copy
+    from fl_core.networks.batchnorm import conv_batchnorm_pairs, folded_copy
 
     model = load_model("torchvision:mobilenet_v2").copy_model().eval()
     with torch.no_grad():  # BatchNorms that do something (random init has mean 0, variance 1)

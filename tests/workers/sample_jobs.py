@@ -71,11 +71,11 @@ def reporting_pid(seconds: float, progress=None) -> int:
 
 
 def freed_block_kept(mib: int, progress=None) -> dict:
-    """The worker's malloc settings (:data:`fl_core.allocator.ENVIRONMENT`) and the MiB of resident memory a freed
-    ``mib``-MiB tensor leaves behind."""
+    """The worker's malloc settings (:data:`fl_core.compute.allocator.ENVIRONMENT`) and the MiB of resident memory a
+    freed ``mib``-MiB tensor leaves behind."""
     import torch
 
-    from fl_core import allocator
+    from fl_core.compute import allocator
 
     def rss_mib() -> float:
         return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**20

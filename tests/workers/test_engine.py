@@ -37,7 +37,7 @@ def test_a_job_runs_in_another_process_and_reports_progress(engine) -> None:
 
 @pytest.mark.slow
 def test_workers_keep_freed_large_tensors_for_the_next_pass(engine) -> None:
-    from fl_core import allocator
+    from fl_core.compute import allocator
 
     seen = engine.submit(jobs.freed_block_kept, 100).wait()
     assert seen["environment"] == allocator.ENVIRONMENT  # glibc's settings from the worker's start (not Dask's)

@@ -1,6 +1,7 @@
-"""The shared prefix (fl_core.suffix) across re-score variants: the same scores as full forward passes (all-layer,
-stage-wise and one-layer swaps on a random-init MobileNetV2), the prefix run once per batch, copies that share every
-unchanged tensor and change nothing per batch, kept passes, and a model whose later modules read a prefix activation
+"""The shared prefix (fl_core.networks.partial_forward) across re-score variants: the same scores as full forward passes
+(all-layer, stage-wise and one-layer swaps on a random-init MobileNetV2), the prefix run once per batch, copies that
+share every unchanged tensor and change nothing per batch, kept passes, and a model whose later modules read a prefix
+activation
 falling back to full forward passes with the same numbers."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from fl_core.io.preprocessing import InputConfig
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.rescore import rescore
 from fl_core.masterkeys.swap import swap_filters
-from fl_core.suffix import PrefixPasses, changed_keys, module_chain, plan_suffixes, shared_copy
+from fl_core.networks.partial_forward import PrefixPasses, changed_keys, module_chain, plan_suffixes, shared_copy
 from tests.masterkeys.test_clustering import tiny_loaded
 
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from fl_core.backend import Progress, report
-from fl_core.suffix import copy_modules
+from fl_core.networks.partial_forward import copy_modules
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +115,8 @@ def _fold(model: nn.Module, pairs: Sequence[tuple[str, str]]) -> dict[str, torch
 
 
 def folded_copy(model: nn.Module, pairs: Sequence[tuple[str, str]]) -> nn.Module:
-    """A copy of ``model`` with the pairs of :func:`conv_batchnorm_pairs` folded (:func:`fold_batchnorm`'s
-    arithmetic); only those modules are copied, the rest is ``model``'s own (:func:`fl_core.suffix.copy_modules`),
+    """A copy of ``model`` with the pairs of :func:`conv_batchnorm_pairs` folded (:func:`fold_batchnorm`'s arithmetic);
+    only those modules are copied, the rest is ``model``'s own (:func:`fl_core.networks.partial_forward.copy_modules`),
     which stays as it was."""
     clone = copy_modules(model, [name for pair in pairs for name in pair])
     _fold(clone, pairs)
