@@ -101,8 +101,8 @@ def product_dtype(device: torch.device) -> torch.dtype:
 
 def cpu_layout(model: nn.Module, device: torch.device) -> nn.Module:
     """``model`` (a private copy) with its 4-D weights channels-last on a CPU, so its convolutions run in oneDNN's
-    native layout instead of reordering every activation (MobileNetV2 forward passes on 2 cores: 1.4× faster); as it
-    is on other devices."""
+    native layout instead of reordering every activation (docs/results.md, "Measurements behind design choices");
+    as it is on other devices."""
     return model.to(memory_format=torch.channels_last) if device.type == "cpu" else model
 
 

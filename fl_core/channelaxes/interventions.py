@@ -410,8 +410,7 @@ class SubstitutionEffects(Result):
 CPU_PASS_BYTES = 16 << 20
 """On a CPU the largest activation of one batched pass (copies × images × its bytes per image) stays under this: glibc
 serves larger blocks as fresh pages that the kernel zero-fills on every pass, at a cost above the convolutions'
-(MobileNetV2's default layer on 2 cores: its lesions take 40 s in passes planned by the 1 GiB budget alone, 21 s in
-passes of at most 16 MiB)."""
+(docs/results.md, "Measurements behind design choices")."""
 
 
 def plan_passes(sample_bytes: int, n_substitutions: int, batch_size: int, memory_bytes: int,

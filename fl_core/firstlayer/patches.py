@@ -31,11 +31,11 @@ from fl_core.results import Result
 
 CHUNK_ELEMENTS = {"cpu": 2**21}
 """Largest band of patches (patches × D) held at once, by device type: on the CPU 2**21 (16 MiB in float64), which
-stays in cache while it is copied and multiplied (on 2 cores 0.046 s for the 142,572 patches of three 224² images,
-where 64 MiB bands took 0.061 s and the bare GEMM 0.043 s); elsewhere :data:`DEFAULT_CHUNK_ELEMENTS`."""
+stays in cache while it is copied and multiplied (docs/results.md, "Measurements behind design choices"); elsewhere
+:data:`DEFAULT_CHUNK_ELEMENTS`."""
 DEFAULT_CHUNK_ELEMENTS = 2**25
 """Largest band on accelerators (256 MiB in float64, about five 224² images of 7×7×3 patches): fewer, larger GEMMs
-where kernel launches dominate (64 MiB bands of one image each took 3.9× the bare GEMM on an H200)."""
+where kernel launches dominate (docs/results.md, "Measurements behind design choices")."""
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,18 @@
 """Re-scoring: top-1 / top-5 / loss of a model and of swapped variants on an ImageFolder tree, each image decoded once.
 
 * Data: the standard ImageNet val layout (``val/<wnid>/*.JPEG``, sorted wnids = class indices) or any ImageFolder
-  tree, with the model's own preprocessing (:func:`fl_core.io.images.input_transform`), batched by a ``DataLoader``
-  with worker processes (threads inside a daemonic process, such as a Dask worker, which may not start processes);
-  forward passes run in channels-last memory layout (about 1.4× faster for MobileNetV2 on CPU, the layout tensor
-  cores want on GPU) under :func:`fl_core.backend.inference_autocast` (bf16/fp16 on GPU).
+  tree, with the model's own preprocessing (:func:`fl_core.io.images.input_transform`), batched by a ``DataLoader`` with
+  worker processes (threads inside a daemonic process, such as a Dask worker, which may not start processes); forward
+  passes run in channels-last memory layout (faster on the CPU, the layout tensor cores want on GPU) under
+  :func:`fl_core.backend.inference_autocast` (bf16/fp16 on GPU).
 * Classes: each tree folder is mapped onto a model output by ImageNet-1k wnid, by the model's class name (ignoring
   case, spaces, underscores and hyphens) or by index; accuracy is on the images of the folders that map (the others
   count for agreement only, and the result's warnings say how many); when no folder maps, by sorted position if the
   counts agree, else there is no accuracy, only agreement with the original model
   (:func:`fl_core.io.classes.map_tree_classes`, which says what it did and why).
-* Inference copy: every eval-mode BatchNorm (also timm's ``BatchNormAct2d``) that reads a conv's output is folded into
-  that conv (:func:`fold_batchnorm`; about 1.4× faster for MobileNetV2 on CPU), and swapped filters are scaled the
-  same way, so the numbers are those of the unfolded network up to float rounding.
+* * Inference copy: every eval-mode BatchNorm (also timm's ``BatchNormAct2d``) that reads a conv's output is folded into
+  that conv (:func:`fold_batchnorm`; faster: docs/results.md, "Measurements behind design choices"), and swapped filters
+  are scaled the same way, so the numbers are those of the unfolded network up to float rounding.
 * Variants: the original and every swap run on each decoded batch, so decoding is shared by all variants. Each swap
   is a copy of the private model built once, sharing every tensor it does not change (no parameters are copied per
   batch). A variant that differs from the original only from some module on (a stage-wise swap, one layer of a sweep)

@@ -29,8 +29,8 @@ WORKER_PROCESS_CONFIG = {"distributed.nanny.pre-spawn-environ": {
 """The Dask setting of the processes that start workers (nannies): glibc's malloc set for torch
 (:mod:`fl_core.compute.allocator`) instead of Dask's default environment for the worker processes. Dask's
 ``MALLOC_TRIM_THRESHOLD_`` of 64 KiB turns off glibc's dynamic mmap threshold, so every large tensor is mapped and
-zero-filled anew (torch ran 1.7× slower in a worker: the server's warm-up of the heavy pages took 180 s instead of
-75 s); its one-thread OpenMP and BLAS settings would override the threads each worker is given."""
+zero-filled anew (torch runs markedly slower in a worker: docs/results.md, "Measurements behind design choices");
+its one-thread OpenMP and BLAS settings would override the threads each worker is given."""
 
 
 def default_workers() -> int:
