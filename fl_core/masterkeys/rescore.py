@@ -10,7 +10,7 @@
   count for agreement only, and the result's warnings say how many); when no folder maps, by sorted position if the
   counts agree, else there is no accuracy, only agreement with the original model
   (:func:`fl_core.io.classes.map_tree_classes`, which says what it did and why).
-* * Inference copy: every eval-mode BatchNorm (also timm's ``BatchNormAct2d``) that reads a conv's output is folded into
+* Inference copy: every eval-mode BatchNorm (also timm's ``BatchNormAct2d``) that reads a conv's output is folded into
   that conv (:func:`fold_batchnorm`; faster: docs/results.md, "Measurements behind design choices"), and swapped filters
   are scaled the same way, so the numbers are those of the unfolded network up to float rounding.
 * Variants: the original and every swap run on each decoded batch, so decoding is shared by all variants. Each swap
