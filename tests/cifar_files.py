@@ -47,7 +47,7 @@ def _opcodes(value: object) -> bytes:
 
 def cifar_rows(images: np.ndarray) -> np.ndarray:
     """uint8 (N, 32, 32, 3) images as CIFAR's rows: (N, 3072), the red, green and blue planes one after another."""
-    return np.ascontiguousarray(images.transpose(0, 3, 1, 2).reshape(len(images), -1))
+    return np.ascontiguousarray(images.transpose(0, 3, 1, 2).reshape(len(images), 3 * 32 * 32))
 
 
 def write_cifar(root: Path, kind: str, classes: list[str], test: tuple[np.ndarray, list[int]],

@@ -168,9 +168,9 @@ def load_restricted(path: Path) -> object:
     try:
         return RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
     except UNPICKLING_ERRORS as err:
-        raise DataError(f"{shown_path(path)} is not a CIFAR file in torchvision's format ({printable(str(err))[:200]}); "
-                        "refused without running anything in it. Give the folder torchvision downloads CIFAR "
-                        "into.") from err
+        reason = printable(str(err))[:200]
+        raise DataError(f"{shown_path(path)} is not a CIFAR file in torchvision's format ({reason}): refused without "
+                        "running anything in it. Give the folder torchvision downloads CIFAR into.") from err
 
 
 # ---------------------------------------------------------------------------------------------------- the data sets
