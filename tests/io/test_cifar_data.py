@@ -29,10 +29,11 @@ from fl_core.io.images import ModelScaleResize, decode_rgb, folder_images, iter_
 from fl_core.io.models import load_model
 from fl_core.io.sources import CifarSource, source_path
 from tests.cifar_files import cifar_rows, py2_pickle, write_cifar
-from tests.conftest import REPO, require_fixture
-from tests.io.test_cifar import CIFAR_LIKE_WNIDS, RESNET20_FILE, cifar_like_tree  # noqa: F401 (a fixture)
+from tests.conftest import CHECKPOINTS, REPO, require_fixture
+from tests.io.conftest import CIFAR_LIKE_WNIDS
 
 CIFAR100_CLASSES = [f"class_{i:02d}" for i in range(100)]
+RESNET20_FILE = CHECKPOINTS / "resnet20_cifar10.th"
 
 
 def random_images(n: int, seed: int = 0) -> np.ndarray:
