@@ -195,9 +195,9 @@ class CifarSplit:
     description: str
 
     def pixels(self, index: Sequence[int]) -> np.ndarray:
-        """The images at ``index`` as uint8 (K, 32, 32, 3), a contiguous copy."""
+        """The images at ``index`` as uint8 (K, 32, 32, 3): a view, rows first, of a copy of those rows only."""
         chosen = self.rows[np.asarray(index, dtype=np.int64)]
-        return np.ascontiguousarray(chosen.reshape(-1, 3, IMAGE_SIDE, IMAGE_SIDE).transpose(0, 2, 3, 1))
+        return chosen.reshape(-1, 3, IMAGE_SIDE, IMAGE_SIDE).transpose(0, 2, 3, 1)
 
 
 def read_cifar(source: CifarSource) -> CifarSplit:
