@@ -195,7 +195,7 @@ class CifarSplit:
     description: str
 
     def pixels(self, index: Sequence[int]) -> np.ndarray:
-        """The images at ``index`` as uint8 (K, 32, 32, 3): a view, rows first, of a copy of those rows only."""
+        """The images at ``index`` as uint8 (K, 32, 32, 3): a transposed view of a copy of those rows only."""
         chosen = self.rows[np.asarray(index, dtype=np.int64)]
         return chosen.reshape(-1, 3, IMAGE_SIDE, IMAGE_SIDE).transpose(0, 2, 3, 1)
 
