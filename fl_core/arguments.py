@@ -6,10 +6,10 @@ progress=None, **setting_overrides)``:
 
 * a model is a spec string (``"demo:squeezenet1_0"``), a :class:`~fl_core.io.models.LoadedModel` or an ``nn.Module``
   (:meth:`LoadedModel.from_module <fl_core.io.models.LoadedModel.from_module>`, default preprocessing);
-* data is an image source string (``"bundled"``, a folder), an :class:`~fl_core.io.images.ImageSet`, or images a
-  script holds: a tensor batch ``(N, 3, H, W)``, a ``torch.utils.data.Dataset`` of images or ``(image, label)`` pairs,
-  or a ``DataLoader`` of such batches, RGB values in [0, 1] (or ``uint8``) before normalization
-  (:mod:`fl_core.io.datasets`);
+* data is an image source string (``"bundled"``, a folder, ``"cifar10:PATH"``), an
+  :class:`~fl_core.io.images.ImageSet`, or images a script holds: a tensor batch ``(N, 3, H, W)``, a
+  ``torch.utils.data.Dataset`` of images or ``(image, label)`` pairs, or a ``DataLoader`` of such batches, RGB values
+  in [0, 1] (or ``uint8``) before normalization (:mod:`fl_core.io.datasets`);
 * settings is the family's frozen settings object (``None``: its defaults), and keywords named like its fields
   (nested settings' fields too) override it.
 """
@@ -72,8 +72,9 @@ def as_models(value: Any, argument: str = "models") -> list[LoadedModel]:
 
 
 def as_images(data: Any, argument: str = "data") -> ImageSet:
-    """An image set from a source string (``"bundled"``, a folder, an ImageFolder tree), an :class:`ImageSet`, a
-    tensor batch, a ``Dataset`` or a ``DataLoader`` (module docstring); ``None``: the bundled photos."""
+    """An image set from a source string (``"bundled"``, a folder, an ImageFolder tree, ``"cifar10:PATH"``), an
+    :class:`ImageSet`, a tensor batch, a ``Dataset`` or a ``DataLoader`` (module docstring); ``None``: the bundled
+    photos."""
     if data is None:
         return open_images(BUNDLED)
     if isinstance(data, ImageSet):
@@ -86,8 +87,9 @@ def as_images(data: Any, argument: str = "data") -> ImageSet:
         return loader_images(data)
     if isinstance(data, Dataset):
         return DatasetImages(data)
-    raise ArgumentError(f"{argument} must be an image source ('bundled', a folder or an ImageFolder tree), an "
-                        f"ImageSet, a tensor batch (N, 3, H, W), a Dataset or a DataLoader, not {value_text(data)}.")
+    raise ArgumentError(f"{argument} must be an image source ('bundled', a folder, an ImageFolder tree or "
+                        f"'cifar10:PATH'), an ImageSet, a tensor batch (N, 3, H, W), a Dataset or a DataLoader, not "
+                        f"{value_text(data)}.")
 
 
 def as_settings(cls: type[S], settings: Any, overrides: Mapping[str, Any], argument: str = "settings") -> S:

@@ -35,7 +35,7 @@ from fl_core.io.images import BUNDLED_PHOTOS, ImageSet, open_images
 from fl_core.io.layers import find_layer
 from fl_core.io.models import LoadedModel, ModelSpec, spec_file_stamp
 from fl_core.io.paths import check_readable
-from fl_core.io.sources import is_bundled
+from fl_core.io.sources import is_bundled, source_path
 from fl_ui import jobs, sessions
 from fl_ui.engine import Job, Lane, engine_started, heavy_engine
 from fl_ui.memory import ModelCache, load_spec
@@ -299,13 +299,14 @@ def _cached_images(source: str, limit: int | None) -> ImageSet:
 
 
 def get_images(source: str, limit: int | None = None) -> ImageSet:
-    """An image source (bundled photos or a folder), listed once per server; a folder only where this session's path
-    policy lets it read (:func:`fl_core.io.paths.check_readable`, asked before the cache); an upload only while it is
-    what was stored (:meth:`fl_ui.uploads.UploadStore.check_images`), and described as such, not by the server's folder
+    """An image source (bundled photos, a folder, a CIFAR folder), listed once per server; a folder only where this
+    session's path policy lets it read (:func:`fl_core.io.paths.check_readable` of
+    :func:`~fl_core.io.sources.source_path`, asked before the cache); an upload only while it is what was stored
+    (:meth:`fl_ui.uploads.UploadStore.check_images`), and described as such, not by the server's folder
     (:meth:`fl_ui.uploads.UploadStore.shareable`)."""
-    if not is_bundled(source):
-        check_readable(source)
-        upload_store().check_images(source)
+    if path := source_path(source):
+        check_readable(path)
+        upload_store().check_images(path)
     return _cached_images(source, limit)
 
 

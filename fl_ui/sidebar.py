@@ -19,7 +19,7 @@ from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES
 from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest, recognised_spec
 from fl_core.io.paths import path_policy
 from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, MAX_RESIZE_SIZE, parse_rgb, rgb_text
-from fl_core.io.sources import is_bundled
+from fl_core.io.sources import is_bundled, source_path
 from fl_ui.cache import get_images, get_model
 from fl_ui.memory import release_upload
 from fl_ui.messages import show
@@ -51,7 +51,8 @@ def _spec_path_error(spec: str) -> str | None:
 def _shared_paths_only(url: Selection) -> tuple[Selection, list[str]]:
     """The URL's selection without server paths users may not read (an edited or shared link), and why."""
     errors = {spec: _spec_path_error(spec) for spec in url.specs}
-    image_error = path_policy().error(url.images) if not is_bundled(url.images) else None
+    image_path = source_path(url.images)
+    image_error = path_policy().error(image_path) if image_path else None
     kept = tuple(spec for spec in url.specs if errors[spec] is None)
     clean = dataclasses.replace(url, specs=kept, overrides={k: v for k, v in url.overrides.items() if k in kept},
                                 images=BUNDLED if image_error else url.images)
@@ -233,9 +234,13 @@ def _images_form(current: str) -> str:
     if choice == IMAGE_SOURCES[0]:
         return BUNDLED
     if choice == IMAGE_SOURCES[1]:
-        folder = st.text_input("Folder or ImageFolder tree", "" if is_bundled(current) else current,
-                               key="img_folder", placeholder="/data/imagenet/val").strip()
-        if folder and (error := path_policy().error(folder)):
+        folder = st.text_input("Folder, ImageFolder tree or cifar10:PATH", "" if is_bundled(current) else current,
+                               key="img_folder", placeholder="/data/imagenet/val",
+                               help="A folder of images; an ImageFolder tree (root/<class>/image.jpg, as ImageNet's "
+                                    "val/<wnid>/*.JPEG) for accuracy; or CIFAR in torchvision's format: "
+                                    "cifar10:PATH or cifar100:PATH, PATH the folder torchvision downloads it into "
+                                    "(its test split; PATH@train: the training split).").strip()
+        if folder and (error := path_policy().error(source_path(folder))):
             show(st.error, "{}", error)
             return BUNDLED
         return folder or BUNDLED

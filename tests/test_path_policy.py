@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -24,7 +25,8 @@ from fl_core.errors import DataError, FilterLensError
 from fl_core.firstlayer.energy import EnergySettings
 from fl_core.firstlayer.whitening import WhiteningSettings
 from fl_core.io.checkpoints import save_state_dict
-from fl_core.io.images import folder_images
+from fl_core.io.cifar import CIFAR10_CLASSES
+from fl_core.io.images import folder_images, open_images
 from fl_core.io.models import load_model
 from fl_core.io.paths import ASSETS_DIR, PathPolicy, data_roots, reading_for
 from fl_core.io.resultfiles import load_result
@@ -40,6 +42,7 @@ from fl_ui import jobs
 from fl_ui.testing import page_app, shown
 
 from .app_pages import app_pages
+from .cifar_files import write_cifar
 from .conftest import REPO
 from .test_hostile_uploads import _png
 
@@ -55,6 +58,7 @@ class Server:
     models_list: Path
     result: Path
     run: Path
+    cifar: Path
 
     def link(self, target: Path) -> Path:
         """The symlink inside the root that leads to ``target`` outside it."""
@@ -85,13 +89,14 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Server:
     for path in (weights, private / "checkpoints" / "ckpt_1.safetensors", root / "ok" / "mine.safetensors"):
         save_state_dict({"conv.weight": torch.randn(8, 3, 3, 3)}, path)
     (private / "photos" / "fish.png").write_bytes(_png(40))
+    cifar = write_cifar(private, "cifar10", list(CIFAR10_CLASSES), (np.zeros((2, 32, 32, 3), np.uint8), [0, 1]))
     (private / "models.txt").write_text(f"weights:{weights}\n")
     small_result().save(private / "estimate.flr")
     shutil.copytree(ASSETS_DIR / "runs" / "lab_vgg_true_s0", private / "run")
     found = Server(root, weights, private / "photos", private / "checkpoints", private / "models.txt",
-                   private / "estimate.flr", private / "run")
+                   private / "estimate.flr", private / "run", cifar)
     for target in (found.weights, found.photos, found.checkpoints, found.models_list, found.result, found.run,
-                   private):
+                   found.cifar, private):
         found.link(target).symlink_to(target)
     monkeypatch.setenv("FL_DATA_ROOTS", str(root))
     monkeypatch.setenv("FL_UPLOAD_DIR", str(tmp_path / "uploads"))
@@ -105,6 +110,7 @@ LIBRARY_DOORS: dict[str, tuple[str, Callable[[Path], object]]] = {
     "NAME=PATH": ("weights", lambda p: load_model(f"timm:resnet18={p}")),
     "onnx:PATH": ("weights", lambda p: load_model(f"onnx:{p}")),
     "image folder": ("photos", folder_images),
+    "cifar10:PATH": ("cifar", lambda p: open_images(f"cifar10:{p}")),
     "report folder": ("checkpoints", lambda p: load_series([f"weights:{p}"])),
     "survey spec": ("weights", lambda p: survey_models([f"weights:{p}"], limit=5)),
     "survey list": ("models_list", lambda p: survey_models(files=[p], limit=5)),
@@ -292,8 +298,28 @@ def test_every_url_value_and_sidebar_form_refuses_with_the_same_message(server: 
     for path in (folder, folder_link):  # the image folder form
         app.text_input(key="img_folder").input(str(path)).run()
         assert errors_of(app, app.sidebar) == [refusal(path)]
+    for path in server.both(server.cifar):  # the same form, a CIFAR source
+        app.text_input(key="img_folder").input(f"cifar10:{path}@train").run()
+        assert errors_of(app, app.sidebar) == [refusal(path)]
     assert app.session_state["selection"].specs == ("demo:tiny_vgg",)
     assert app.session_state["selection"].images == "bundled"
+
+
+@pytest.mark.slow
+def test_a_cifar_source_in_the_url_is_checked_on_its_path_and_served_inside_the_root(server: Server) -> None:
+    """``cifar10:PATH`` in a link is refused with the policy's message for PATH; inside the root it is the page's
+    data, its patch statistics computed by a worker of the engine."""
+    link = server.link(server.cifar)
+    app = page_app("views/energy_profiles.py", models="demo:tiny_vgg", images=f"cifar10:{link}").run()
+    assert errors_of(app, app.sidebar) == [refusal(link)]
+    assert app.session_state["selection"].images == "bundled"
+    inside = server.root / "ok"
+    write_cifar(inside, "cifar10", list(CIFAR10_CLASSES), (np.random.default_rng(0).integers(
+        0, 256, (6, 32, 32, 3), dtype=np.uint8), [0, 1, 2, 3, 4, 5]))
+    app = page_app("views/energy_profiles.py", models="demo:tiny_vgg", images=f"cifar10:{inside}@train").run()
+    assert errors_of(app, app.sidebar) == [] and errors_of(app, app.main) == []
+    assert app.session_state["selection"].images == f"cifar10:{inside}@train"
+    assert any(f"6 images of the CIFAR-10 train split in {inside}" in shown(c) for c in app.caption)
 
 
 @pytest.mark.slow

@@ -165,9 +165,10 @@ class ChannelDataSettings(Settings):
     """The labelled images of a channel analysis (:func:`fl_core.channelaxes.calibration.channel_data`).
 
     Attributes:
-        source: 'crops' (the bundled labelled crops, offline) or a labelled ImageFolder tree (ImageNet val layout:
-            class index = sorted wnid); from Python also labelled images a script holds (checked where they are read:
-            :func:`fl_core.arguments.as_images`).
+        source: 'crops' (the bundled labelled crops, offline), a labelled ImageFolder tree (ImageNet val layout:
+            class index = sorted wnid), or CIFAR in torchvision's format (cifar10:PATH, cifar100:PATH: the test split;
+            PATH@train: the training split); from Python also labelled images a script holds (checked where they are
+            read: :func:`fl_core.arguments.as_images`).
         n_calibration: calibration images (statistics, fine-tune): one pass of statistics.
         n_evaluation: held-out images (lesions, pruning): every channel's lesioned networks run on each, so by default
             the smaller set (the Channel Axes page's first view).

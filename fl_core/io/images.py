@@ -2,8 +2,9 @@
 
 A source is ``bundled`` (natural photos shipped as package data, from the sample data of scikit-image, scikit-learn
 and matplotlib: no network),
-a folder of images, or a labelled ImageFolder tree (``root/<class>/*.jpg``, class index = sorted folder names,
-as in the ImageNet ``val/<wnid>/*.JPEG`` layout). Uploads are saved to a folder and read as one.
+a folder of images, a labelled ImageFolder tree (``root/<class>/*.jpg``, class index = sorted folder names,
+as in the ImageNet ``val/<wnid>/*.JPEG`` layout), or CIFAR-10/100 in torchvision's format (``cifar10:PATH``,
+``cifar100:PATH``: :mod:`fl_core.io.cifar_data`). Uploads are saved to a folder and read as one.
 
 Images a script already holds (a tensor batch, a ``Dataset``, a ``DataLoader``) become image sets in
 :mod:`fl_core.io.datasets`.
@@ -25,6 +26,7 @@ ratio, and for JPEGs pixels × scans, :func:`jpeg_scans`), and its size at the m
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import itertools
 import re
@@ -45,10 +47,11 @@ from torchvision.transforms import v2 as T
 from fl_core.compute.budgets import check_decoding
 from fl_core.errors import DataError
 from fl_core.io import ASSETS_DIR
+from fl_core.io.cifar_data import read_cifar
 from fl_core.io.paths import PathPolicy, check_readable, open_readable, path_policy
 from fl_core.io.preprocessing import InputConfig
 from fl_core.io.sources import BUNDLED as BUNDLED  # re-exported: the public name
-from fl_core.io.sources import ImageSource, is_bundled
+from fl_core.io.sources import CifarSource, ImageSource, is_bundled
 from fl_core.settings import path_text_problem, printable
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
@@ -334,6 +337,19 @@ def folder_images(root: str | Path, limit: int | None = None) -> ImageSet:
                     description=printable(f"{len(items)} images from {root} ({kind})"))
 
 
+def cifar_images(source: CifarSource, limit: int | None = None) -> ImageSet:
+    """The images of a CIFAR source (:func:`fl_core.io.cifar_data.read_cifar`), labelled with its classes; at most
+    ``limit``, evenly spread over the split's order (which mixes the classes). Only the chosen images' pixels are kept
+    (3 KB each)."""
+    split = read_cifar(source)
+    rows = _spread(list(range(len(split.labels))), limit) if limit is not None else range(len(split.labels))
+    pixels = split.pixels(rows)
+    items = [(functools.partial(Image.fromarray, pixels[k]), int(split.labels[row]), split.names[row])
+             for k, row in enumerate(rows)]
+    count = f"{len(items):,}" if len(items) == len(split.labels) else f"{len(items):,} of {len(split.labels):,}"
+    return ImageSet(items, classes=split.classes, description=f"{count} images of {split.description}", labelled=True)
+
+
 def _spread(items: list, limit: int) -> list:
     """At most ``limit`` items, evenly spaced (so every class of a sorted tree is represented)."""
     if len(items) <= limit:
@@ -350,7 +366,9 @@ def open_images(source: str, limit: int | None = None) -> ImageSet:
     """The images of a source.
 
     Args:
-        source: :data:`BUNDLED` (or empty: the bundled photos), a folder of images or a labelled ImageFolder tree.
+        source: :data:`BUNDLED` (or empty: the bundled photos), a folder of images, a labelled ImageFolder tree, or
+            CIFAR-10/100 in torchvision's format: ``cifar10:PATH`` / ``cifar100:PATH``, its test split unless the
+            source ends in ``@train`` (:class:`~fl_core.io.sources.CifarSource`).
         limit: at most this many images (a folder's evenly spread over its sorted files, so every class is kept).
     """
     checked = ImageSource(source, limit)
@@ -358,6 +376,8 @@ def open_images(source: str, limit: int | None = None) -> ImageSet:
     if is_bundled(source):
         images = bundled_images()
         return images if limit is None else images.subset(range(min(limit, len(images))))
+    if cifar := CifarSource.parse(source):
+        return cifar_images(cifar, limit)
     return folder_images(source, limit=limit)
 
 

@@ -20,19 +20,6 @@ from fl_core.io.preprocessing import IMAGENET_MEAN
 from tests.conftest import CHECKPOINTS, REPO, require_fixture
 
 RESNET20_FILE = CHECKPOINTS / "resnet20_cifar10.th"
-CIFAR_LIKE_WNIDS = {
-    "airplane": ("n02690373", "n04552348"),
-    "automobile": ("n02814533", "n03100240", "n03594945", "n04285008", "n02930766"),
-    "bird": ("n01530575", "n01531178", "n01558993", "n01580077", "n01592084"),
-    "cat": ("n02123045", "n02123159", "n02123394", "n02123597", "n02124075"),
-    "deer": ("n02422699", "n02423022", "n02417914"),
-    "dog": ("n02085620", "n02099601", "n02106662", "n02110958", "n02088364"),
-    "frog": ("n01641577", "n01644373", "n01644900"),
-    "horse": ("n02389026", "n03538406"),
-    "ship": ("n03095699", "n03344393", "n03673027", "n03947888", "n04147183", "n02687172"),
-    "truck": ("n03345487", "n03417042", "n03796401", "n03930630", "n04461696", "n04467665"),
-}
-"""ImageNet classes that are CIFAR-10 classes (airliner → airplane, tabby → cat, ...): 42 photos of the sample."""
 
 
 def save_akamaster(model: torch.nn.Module, path: Path) -> Path:
@@ -70,18 +57,6 @@ def test_option_a_shortcut_subsamples_and_pads_channels() -> None:
     assert out.shape == (1, 32, 4, 4)
     assert torch.equal(out[:, 8:24], x[:, :, ::2, ::2])
     assert not out[:, :8].any() and not out[:, 24:].any()
-
-
-@pytest.fixture(scope="module")
-def cifar_like_tree(imagenet_sample: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An ImageFolder tree of CIFAR-10 class names holding the sample's photos of those classes (links)."""
-    tree = tmp_path_factory.mktemp("cifar_like")
-    for name, wnids in CIFAR_LIKE_WNIDS.items():
-        (tree / name).mkdir()
-        for wnid in wnids:
-            for photo in (imagenet_sample / wnid).iterdir():
-                (tree / name / photo.name).symlink_to(photo)
-    return tree
 
 
 @pytest.mark.slow
