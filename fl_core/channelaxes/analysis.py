@@ -279,12 +279,17 @@ class ChannelAxesResult(Result):
         "pruning": "fl_core.channelaxes.plots:pruning_curves_figure",
     }
 
+    def missing_figure(self, kind: str) -> str | None:
+        if kind == "pruning" and self.pruning is None:
+            return "No pruning curves were computed: run the analysis with pruning=PruningSettings()."
+        if kind in ("lesions", "peers") and self.interventions is None:
+            return "No lesions were run: run the analysis with lesion_kinds=('mean', 'replace')."
+        if kind == "peers" and "replace" not in self.interventions.dloss:
+            return "No peer replacement was run: run the analysis with 'replace' among its lesion_kinds."
+        return None
+
     def figure_inputs(self, kind: str) -> tuple:
-        if kind != "pruning":
-            return (self,)
-        if self.pruning is None:
-            raise AnalysisError("No pruning curves were computed: run the analysis with pruning=PruningSettings().")
-        return (self.pruning,)
+        return (self.pruning,) if kind == "pruning" else (self,)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per channel: the model's label and spec, the layer, then :attr:`table`."""

@@ -15,7 +15,7 @@ import pandas as pd
 from fl_core.arguments import ModelLike, as_model, as_settings, no_data
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.budgets import check_clustering
-from fl_core.errors import AnalysisError
+from fl_core.errors import ArgumentError, value_text
 from fl_core.masterkeys.assignment import (
     N_MASTER_KEYS,
     PublishedAssignment,
@@ -117,14 +117,15 @@ class MasterKeyResult(Result):
         "sweep": "fl_core.masterkeys.plots:sweep_figure",
     }
 
+    def missing_figure(self, kind: str) -> str | None:
+        if kind == "sweep" and self.sweep is None:
+            return "No sweep over k was run: analyse with sweep=(2, 4, 8, 12) to draw it."
+        return None
+
     def figure_inputs(self, kind: str) -> tuple:
         if kind in ("stages", "layers"):
             return (self.published_assignment,)
-        if kind == "sweep":
-            if self.sweep is None:
-                raise AnalysisError("No sweep over k was run: analyse with sweep=(2, 4, 8, 12) to draw it.")
-            return (self.sweep,)
-        return (self,)
+        return (self.sweep,) if kind == "sweep" else (self,)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per cluster: the model's label and spec, size, share, tightness, nearest master key and its cosine,
@@ -135,12 +136,21 @@ class MasterKeyResult(Result):
                               **{f"key_{j + 1}": int(n) for j, n in enumerate(c.composition)}}
                              for i, c in enumerate(self.clusters)]), self.label, self.spec)
 
+    def cluster_label(self, cluster: int) -> int:
+        """The internal label of cluster number ``cluster`` (1 … k, as :meth:`to_frame` numbers them)."""
+        if isinstance(cluster, bool) or not isinstance(cluster, int | np.integer) or not 1 <= cluster <= len(
+                self.clusters):
+            raise ArgumentError(f"cluster {value_text(cluster)}: the clusters are numbered 1 to {len(self.clusters)}, "
+                                "as in to_frame().")
+        return int(cluster) - 1
+
     def layer_frame(self) -> pd.DataFrame:
         return pd.DataFrame(list(self.layer_statistics))
 
-    def members(self, cluster: int, count: int = 32) -> np.ndarray:
-        """Up to ``count`` member filters of a cluster (0-based), the best fitting first, flipped to the centroid."""
-        index = np.flatnonzero(self.labels == cluster)
+    def members(self, cluster: int = 1, count: int = 32) -> np.ndarray:
+        """Up to ``count`` member filters of a cluster (numbered from 1, largest first, as in :meth:`to_frame`), the
+        best fitting first, flipped to the centroid."""
+        index = np.flatnonzero(self.labels == self.cluster_label(cluster))
         return self.filters[index[np.argsort(-self.cosine[index], kind="stable")[:count]]]
 
 

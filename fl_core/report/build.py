@@ -154,21 +154,25 @@ class Report(Result):
         return layers.merge(self.weights.to_frame().drop(columns=["kind"]), on="layer", how="left")
 
     @classmethod
-    def plot_kinds(cls) -> tuple[str, ...]:
+    def figure_kinds(cls) -> tuple[str, ...]:
         """The sections whose result draws a figure."""
         return FIGURE_PARTS
 
+    def missing_figure(self, kind: str) -> str | None:
+        if getattr(self, kind) is None:
+            return f"The report skipped {kind}: {self.skipped.get(kind, 'it does not apply')}"
+        return None
+
     def plot(self, kind: str | None = None, **kwargs) -> go.Figure:
-        """The default figure of one section's result (``kind``: a name of :data:`FIGURE_PARTS`, default the first
-        that ran); ``report.energy.plot("spectrum")`` draws a section's other figures."""
-        ran = [name for name in FIGURE_PARTS if getattr(self, name) is not None]
-        kind = kind or (ran[0] if ran else FIGURE_PARTS[0])
+        """The default figure of one section's result (``kind``: one of :meth:`plot_kinds`, the sections that ran,
+        default the first); ``report.energy.plot("spectrum")`` draws a section's other figures."""
+        kinds = self.plot_kinds()
+        kind = kind or (kinds[0] if kinds else FIGURE_PARTS[0])
         if kind not in FIGURE_PARTS:
             raise ArgumentError(f"kind {kind!r}: a report draws the figures of {', '.join(map(repr, FIGURE_PARTS))}.")
-        part = getattr(self, kind)
-        if part is None:
-            raise AnalysisError(f"The report skipped {kind}: {self.skipped.get(kind, 'it does not apply')}")
-        return part.plot(**kwargs)
+        if (missing := self.missing_figure(kind)) is not None:
+            raise AnalysisError(missing)
+        return getattr(self, kind).plot(**kwargs)
 
 
 def scalar_rows(data: Mapping, prefix: str = "") -> Iterator[tuple[str, object]]:

@@ -183,13 +183,13 @@ with user_errors():
             "nearest one (1 = well separated, 0 = on a border).", "cluster_sweep", frame=result.sweep.to_frame())
 
     st.subheader("Inside a cluster")
-    cluster = url_widget("Cluster", 0, key="cluster", choices=range(len(result.clusters)),
-                         format_func=lambda j: f"cluster {j + 1} ({result.clusters[j].size} filters)")
+    cluster = url_widget("Cluster", 1, key="cluster", choices=range(1, len(result.clusters) + 1),
+                         format_func=lambda j: f"cluster {j} ({result.clusters[j - 1].size} filters)")
     members = result.members(cluster, MEMBERS_SHOWN)
     zoomable_tiles(members_figure(result, cluster, MEMBERS_SHOWN), members[:, None],
                    [f"member {i + 1}" for i in range(len(members))],
                    "Its best-fitting filters, each flipped to the centroid's sign. Tight clusters look alike.",
-                   name=f"cluster_{cluster + 1}_members", key="member")
+                   name=f"cluster_{cluster}_members", key="member")
 
     st.subheader("Per-layer statistics")
     st.caption("mean norm = average L2 length of the filters; dc share = share of a filter's energy in its mean; "
