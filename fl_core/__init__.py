@@ -91,6 +91,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; tests/test_api.py keeps
     from fl_core.masterkeys.layersweep import LayerSweepResult as LayerSweepResult
     from fl_core.masterkeys.layersweep import sweep_layers as sweep_layers
     from fl_core.masterkeys.rescore import RescoreResult as RescoreResult
+    from fl_core.masterkeys.rescore import analyze_rescore as analyze_rescore
     from fl_core.masterkeys.rescore import rescore as rescore
     from fl_core.masterkeys.settings import LayerSweepSettings as LayerSweepSettings
     from fl_core.masterkeys.settings import MasterKeySettings as MasterKeySettings

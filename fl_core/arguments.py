@@ -17,6 +17,7 @@ progress=None, **setting_overrides)``:
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,7 +30,7 @@ from fl_core.errors import ArgumentError, value_text
 from fl_core.io.datasets import DatasetImages, loader_images, tensor_images
 from fl_core.io.images import BUNDLED, ImageSet, open_images
 from fl_core.io.models import LoadedModel, load_model
-from fl_core.settings import replace_settings, settings_fields
+from fl_core.settings import Settings, replace_settings, settings_fields
 
 S = TypeVar("S")
 ModelLike = str | LoadedModel | nn.Module
@@ -84,10 +85,8 @@ def as_images(data: Any, argument: str = "data") -> ImageSet:
         return tensor_images(data)
     if isinstance(data, DataLoader):
         return loader_images(data)
-    if isinstance(data, Dataset):
-        return DatasetImages(data)
-    raise ArgumentError(f"{argument} must be an image source ('bundled', a folder or an ImageFolder tree), an "
-                        f"ImageSet, a tensor batch (N, 3, H, W), a Dataset or a DataLoader, not {value_text(data)}.")
+    check_images(data, argument)
+    return DatasetImages(data)
 
 
 def as_settings(cls: type[S], settings: Any, overrides: Mapping[str, Any], argument: str = "settings") -> S:
@@ -109,8 +108,23 @@ def as_settings(cls: type[S], settings: Any, overrides: Mapping[str, Any], argum
     return replace_settings(settings, overrides) if overrides else settings
 
 
-def no_data(data: Any, function: str, argument: str = "data") -> None:
-    """Refuse ``data`` for an analysis of the weights alone (the filters are its data)."""
-    if data is not None:
-        raise ArgumentError(f"{function} analyses the weights alone and takes no {argument} (got {value_text(data)}); "
-                            "pass settings by keyword: settings=... or k=8.")
+def check_images(data: Any, argument: str = "data") -> None:
+    """Refuse what :func:`as_images` would refuse, without opening anything (``None`` passes)."""
+    if data is not None and not isinstance(data, str | Path | ImageSet | torch.Tensor | DataLoader | Dataset):
+        raise ArgumentError(f"{argument} must be an image source ('bundled', a folder or an ImageFolder tree), an "
+                            f"ImageSet, a tensor batch (N, 3, H, W), a Dataset or a DataLoader, not "
+                            f"{value_text(data)}.")
+
+
+def weights_only_data(data: Any, function: str, argument: str = "data") -> None:
+    """``data`` of an analysis of the weights alone (the filters are its data): accepted as every family takes it and
+    ignored with a notice (a :class:`UserWarning`), so a loop over families can pass the same images to each; settings
+    given where the data goes are refused."""
+    if data is None:
+        return
+    if isinstance(data, Settings):
+        raise ArgumentError(f"{function} analyses the weights alone and takes no {argument} (got {value_text(data)} "
+                            f"where the {argument} goes); pass settings by keyword: settings=... or k=8.")
+    check_images(data, argument)
+    warnings.warn(f"{function} analyses the weights alone: the {argument} given is not used.", UserWarning,
+                  stacklevel=3)

@@ -30,7 +30,9 @@ class SurveyMeasure:
     """What a survey measures per model for a family.
 
     Attributes:
-        measure: ``"module:function"`` of ``function(loaded, survey_settings, device) -> {column: number}``.
+        measure: ``"module:function"`` of ``function(loaded, survey_settings, device) -> {column: number}``; a
+            measure that reads images takes them as ``images=`` too (an ``ImageSet`` a script gave as the survey's
+            data, instead of ``survey_settings.images``).
         columns: the numbers of each row and what they mean (the table's columns, in order).
         headline: the two numbers the survey figure shows side by side.
     """
@@ -168,9 +170,10 @@ register_family(Family(
     report=("weights", "Weight statistics")))
 register_family(Family(
     "rescore", "swap depthwise filters for idealized models and re-score top-1/top-5 (torchrun for several GPUs)",
-    "fl_core.masterkeys.rescore:rescore", "fl_core.masterkeys.settings:RescoreSettings",
+    "fl_core.masterkeys.rescore:analyze_rescore", "fl_core.masterkeys.settings:RescoreSettings",
     "fl_core.masterkeys.rescore:RescoreResult", command="fl_core.cli.rescore",
-    public=("fl_core.masterkeys.swap:swap_filters", "fl_core.masterkeys.settings:RecoverySettings"),
+    public=("fl_core.masterkeys.rescore:rescore", "fl_core.masterkeys.swap:swap_filters",
+            "fl_core.masterkeys.settings:RecoverySettings"),
     report=("accuracy", "Accuracy and channel axes")))
 register_family(Family(
     "layersweep", "swap and zero each depthwise layer alone (the command: rescore --sweep)",

@@ -63,7 +63,7 @@ EXAMPLES: dict[str, Callable[..., Any]] = {
     "masterkeys": lambda **options: fl_core.analyze_master_keys(BANK, k=4, restarts=1, sweep=[2, 4], **options),
     "scalespace": lambda **options: fl_core.analyze_scale_space(method="B", **options),
     "weights": lambda **options: fl_core.weight_statistics("demo:tiny_vgg", **options),
-    "rescore": lambda **options: fl_core.rescore(depthwise_net(), photos(4), replacements=["B"], batch_size=4,
+    "rescore": lambda **options: fl_core.analyze_rescore(depthwise_net(), photos(4), replacements=["B"], batch_size=4,
                                                  workers=0, **options),
     "layersweep": lambda **options: fl_core.sweep_layers(depthwise_net(), photos(4), batch_size=4, workers=0,
                                                          **options),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import pandas as pd
 
-from fl_core.arguments import ModelLike, as_model, as_settings, no_data
+from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings, weights_only_data
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.budgets import check_clustering
 from fl_core.errors import ArgumentError, value_text
@@ -170,22 +170,24 @@ def _cluster_summaries(clustering: FilterClustering, assignment: np.ndarray, tem
     return tuple(summaries)
 
 
-def analyze_master_keys(model: ModelLike | DepthwiseBank, data: None = None, settings: MasterKeySettings | None = None,
-                        *, device: DeviceLike = None, progress: ProgressLike = None,
+def analyze_master_keys(model: ModelLike | DepthwiseBank, data: ImagesLike | None = None,
+                        settings: MasterKeySettings | None = None, *, device: DeviceLike = None,
+                        progress: ProgressLike = None,
                         **setting_overrides: Unpack[MasterKeyOverrides]) -> MasterKeyResult:
     """Extract, cluster and assign a model's depthwise filters of one kernel size.
 
     Args:
         model: a model (spec string, :class:`LoadedModel` or ``nn.Module``; full or weights-only) or its
             :class:`~fl_core.masterkeys.depthwise.DepthwiseBank`.
-        data: none: the filters are the data (the argument keeps the family's call shape).
+        data: not used: the filters are the data (images given as every family takes them are ignored
+            with a notice, so one loop can pass the same data to every family).
         settings: clusters, restarts, seed, which filters, the sweep and the templates' fitting method;
             ``setting_overrides`` replace fields (``k=8``, ``stages=(2, 3)``, ...).
         **setting_overrides: fields of ``settings`` to replace, by name.
         device: where to cluster.
         progress: ``progress(fraction, message)``.
     """
-    no_data(data, "analyze_master_keys")
+    weights_only_data(data, "analyze_master_keys")
     settings = as_settings(MasterKeySettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
     source = model if isinstance(model, DepthwiseBank) else as_model(model)

@@ -23,7 +23,7 @@ from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, resolve_device
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.recovery import RecoveryInfo
-from fl_core.masterkeys.rescore import RescoreSettings, ScoringSettings, VariantScore, rescore
+from fl_core.masterkeys.rescore import RescoreSettings, ScoringSettings, VariantScore, analyze_rescore
 from fl_core.masterkeys.settings import LayerSweepOverrides, LayerSweepSettings
 from fl_core.masterkeys.swap import swap_filters
 from fl_core.results import Result, with_model_columns
@@ -129,7 +129,7 @@ def sweep_layers(model: ModelLike, data: ImagesLike | None = None, settings: Lay
         swap_filters(bank, settings.replacement, layers=[layer.name], k=settings.k, seed=settings.seed, device=device),
         swap_filters(bank, ZERO, layers=[layer.name]))]
     scoring = {f.name: getattr(settings, f.name) for f in dataclasses.fields(ScoringSettings)}
-    result = rescore(loaded, data, RescoreSettings(**scoring), swaps=swaps, device=device, progress=progress)
+    result = analyze_rescore(loaded, data, RescoreSettings(**scoring), swaps=swaps, device=device, progress=progress)
     rows = []
     for i, layer in enumerate(chosen):
         swapped, zeroed = result.swaps[2 * i], result.swaps[2 * i + 1]

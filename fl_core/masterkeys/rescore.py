@@ -365,10 +365,10 @@ def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | No
                         computed_from=computed_from, **_scores(row, original))
 
 
-def rescore(model: ModelLike, data: ImagesLike | None = None, settings: RescoreSettings | None = None, *,
-            swaps: Sequence[FilterSwap] | None = None, resume: str | Path | None = None,
-            device: DeviceLike = None, progress: ProgressLike = None,
-            **setting_overrides: Unpack[RescoreOverrides]) -> RescoreResult:
+def analyze_rescore(model: ModelLike, data: ImagesLike | None = None, settings: RescoreSettings | None = None, *,
+                    swaps: Sequence[FilterSwap] | None = None, resume: str | Path | None = None,
+                    device: DeviceLike = None, progress: ProgressLike = None,
+                    **setting_overrides: Unpack[RescoreOverrides]) -> RescoreResult:
     """Score the original model and every swap on the same decoded images (module docstring).
 
     Args:
@@ -429,6 +429,10 @@ def rescore(model: ModelLike, data: ImagesLike | None = None, settings: RescoreS
         classes=mapping.how, warnings=mapping.warnings, seconds=seconds,
         images_per_second=scored / seconds if seconds > 0 else 0.0, world_size=distributed_rank()[1],
         device=str(device), resumed_images=resumed, recovery=info, sharing=plan.notes)
+
+
+rescore = analyze_rescore
+"""The earlier name of :func:`analyze_rescore`, kept as an alias."""
 
 
 def variant_swaps(loaded: LoadedModel, settings: ScoringSettings, replacements: Sequence[str],

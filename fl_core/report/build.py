@@ -38,7 +38,7 @@ from fl_core.masterkeys.assignment import assign_to_master_keys, fit_model_maste
 from fl_core.masterkeys.clustering import MasterKeyResult, MasterKeySettings, analyze_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.fitting import ScaleSpaceResult
-from fl_core.masterkeys.rescore import RescoreResult, rescore
+from fl_core.masterkeys.rescore import RescoreResult, analyze_rescore
 from fl_core.report.settings import ReportOverrides, ReportSettings
 from fl_core.report.weightstats import WeightStatistics, weight_statistics
 from fl_core.results import Result
@@ -363,7 +363,7 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
         sections.skipped["accuracy"] = reason
     else:
         report(progress, 0.7, "accuracy")
-        accuracy = sections.run("accuracy", lambda: rescore(
+        accuracy = sections.run("accuracy", lambda: analyze_rescore(
             final, open_images(settings.images, settings.max_eval_images), replacements=(), device=device,
             progress=sub_progress(progress, 0.7, 0.8)))
         layer = settings.channel_layer or default_channel_layer(conv_inventory(final))
