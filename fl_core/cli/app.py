@@ -44,7 +44,10 @@ def data_roots(folders: list[Path]) -> str:
 
 
 def run(args: argparse.Namespace, progress: object) -> int:
+    from fl_core.environment import check_operators
+
     require_extra("app", "the dashboard")
+    check_operators()
     if args.data_root:
         os.environ[DATA_ROOTS_ENV] = data_roots(args.data_root)
     from fl_ui.serve import main
