@@ -188,14 +188,14 @@ def library_defaults(spec: str, layer: str | None) -> None:
     import torch
 
     from fl_core import allocator
-    from fl_core.channelaxes.analysis import analyze_channels, default_channel_layer
+    from fl_core.channelaxes.analysis import analyze_channels
     from fl_core.channelaxes.estimate import estimate_channels
-    from fl_core.io.layers import conv_inventory
+    from fl_core.channelaxes.site import channel_layer
     from fl_core.io.models import load_model
 
     allocator.tune()  # as the command line does (fl_core.cli.main)
     loaded = load_model(spec)
-    layer = layer or default_channel_layer([lay for lay in conv_inventory(loaded) if lay.out_channels >= 2])
+    layer = channel_layer(loaded, layer).name
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}, {torch.get_num_threads()} threads")
     start = time.perf_counter()
     estimate = estimate_channels(loaded, layer=layer)

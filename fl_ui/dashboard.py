@@ -32,6 +32,7 @@ PAGES = (
     ("views/swap_rescore.py", "Swap & Re-score", "🔁", "swap-rescore"),
     ("views/report.py", "Report", "📄", "report"),
     ("views/survey.py", "Survey", "🗂️", "survey"),
+    ("views/saved_results.py", "Saved results", "💾", "results"),
 )
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

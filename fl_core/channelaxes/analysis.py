@@ -52,9 +52,8 @@ from fl_core.channelaxes.layerstats import (
 )
 from fl_core.channelaxes.pruning import PruningResult, prune_curves
 from fl_core.channelaxes.settings import ChannelOverrides, ChannelSettings
-from fl_core.channelaxes.site import ChannelSite, locate_site
+from fl_core.channelaxes.site import ChannelSite, channel_layer, locate_site
 from fl_core.errors import AnalysisError
-from fl_core.io.layers import ConvLayer, find_layer
 from fl_core.results import Result, jsonable, with_model_columns
 
 AXIS_SCORES = ("local", "target", "input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess")
@@ -360,12 +359,6 @@ class ChannelAxesResult(Result):
         return pd.DataFrame(rows, columns=["quantity", "value"])
 
 
-def default_channel_layer(layers: list[ConvLayer]) -> str:
-    """A layer whose analysis shows something quickly: the last non-depthwise conv with at most 256 channels."""
-    fitting = [lay for lay in layers if lay.kind != "depthwise" and lay.out_channels <= 256]
-    return (fitting or layers)[-1].name
-
-
 def layer_axes(model: torch.nn.Module, layer: str, data: ChannelData, settings: ChannelSettings,
                 device: torch.device, progress: Progress | None):
     """Site, statistics, both axes and the per-channel table of one layer of a private model copy (its statistics
@@ -405,7 +398,7 @@ def analyze_channels(model: ModelLike, data: ImagesLike | ChannelData | None = N
     loaded = as_model(model)
     data = as_channel_data(data, loaded, seed=settings.axes.seed)
     init = None if init is None else as_model(init, "init")
-    conv = find_layer(loaded, settings.layer)
+    conv = channel_layer(loaded, settings.layer)
     check_channel_statistics(conv.out_channels, what=f"layer {conv.name} of {loaded.label}")
     if len(data.calibration) < 2 * settings.axes.k:
         raise AnalysisError(f"Use at least {2 * settings.axes.k} calibration images (got {len(data.calibration)}).")

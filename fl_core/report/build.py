@@ -25,7 +25,7 @@ import pandas as pd
 
 from fl_core.arguments import ModelLike, as_models, as_settings
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
-from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels, default_channel_layer
+from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
 from fl_core.errors import AnalysisError, ArgumentError, FilterLensError
 from fl_core.families import FAMILIES
@@ -366,10 +366,10 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
         accuracy = sections.run("accuracy", lambda: analyze_rescore(
             final, open_images(settings.images, settings.max_eval_images), replacements=(), device=device,
             progress=sub_progress(progress, 0.7, 0.8)))
-        layer = settings.channel_layer or default_channel_layer(conv_inventory(final))
         channels = sections.run("channels", lambda: analyze_channels(
             final, channel_data(final, settings.images, settings.n_calibration, settings.n_evaluation,
-                                seed=settings.seed), dataclasses.replace(SUMMARY_CHANNEL_SETTINGS, layer=layer),
+                                seed=settings.seed),
+            dataclasses.replace(SUMMARY_CHANNEL_SETTINGS, layer=settings.channel_layer),
             device=device, progress=sub_progress(progress, 0.8, 0.95)))
 
     trajectory = None

@@ -94,7 +94,7 @@ with user_errors():
         "linear-systems theory, fitted with one parameter." + story + f"\n\n**Theory fit** (Pearson r between each "
         f"profile and its fitted theory): {fits}. The paper reports 0.90–0.96 for trained networks and 0.10 ± 0.15 "
         "for random initialization. → *Energy Profiles* page.",
-        "home_energy", frame=energy.to_frame(), data=energy.to_dict())
+        "home_energy", frame=energy.to_frame(), result=energy)
     with progress_bar("Whitening") as progress:
         whitening = whitening_result(selection.model_keys(), selection.images, WhiteningSettings(), selection.device,
                                      progress=progress)
@@ -107,7 +107,7 @@ with user_errors():
         "**decorrelate** (whiten) the image: their curve drops below RGB and random filters, toward the ideal "
         f"whitening bank (the paper: ≈ 0.2 at 10 px vs > 0.5 for RGB). On these images the pixels' own "
         f"correlation at {WHITENING_DISTANCE} px is {rgb:.2f}." + verdicts + "\n\n→ *Whitening* page.",
-        "home_whitening", frame=whitening.to_frame(), data=whitening.to_dict())
+        "home_whitening", frame=whitening.to_frame(), result=whitening)
 
 with st.expander("Demo models: where they come from"):
     st.dataframe(dashed(pd.DataFrame([demo_row(entry) for entry in demo_manifest().values()])),

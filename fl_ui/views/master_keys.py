@@ -151,7 +151,7 @@ with user_errors():
         "The clustering compares *shapes*: each filter has its mean removed and is scaled to length 1, and a filter "
         "counts as close to a centre when |cos| is large. For a 3×3 network the right-hand filters are the "
         "idealized models at 3×3 instead of the 7×7 published filters.",
-        "master_key_centroids", frame=result.to_frame(), data=result.to_dict())
+        "master_key_centroids", frame=result.to_frame(), result=result)
     st.caption("Clusters: size, share, tightness (mean |cos| of the members to the centre), nearest master key with "
                "its cosine; how many members each key claims is in the CSV (key_1 … key_8) and the figure below.")
     table_with_download(result.to_frame(), "master_key_clusters", shown=screen_columns(result.to_frame(),
