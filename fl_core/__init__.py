@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; tests/test_api.py keeps
     from fl_core.channelaxes.analysis import analyze_channels as analyze_channels
     from fl_core.channelaxes.calibration import ChannelData as ChannelData
     from fl_core.channelaxes.calibration import channel_data as channel_data
+    from fl_core.channelaxes.estimate import ChannelsEstimate as ChannelsEstimate
     from fl_core.channelaxes.estimate import estimate_channels as estimate_channels
     from fl_core.channelaxes.settings import AxisSettings as AxisSettings
     from fl_core.channelaxes.settings import ChannelDataSettings as ChannelDataSettings

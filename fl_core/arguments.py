@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from fl_core.backend import Progress, report
 from fl_core.errors import ArgumentError, value_text
 from fl_core.io.datasets import DatasetImages, loader_images, tensor_images
 from fl_core.io.images import BUNDLED, ImageSet, open_images
@@ -43,11 +44,13 @@ DataLoader (:func:`as_images`)."""
 _MODEL_FORMS = "a model spec string (e.g. 'demo:squeezenet1_0'), a LoadedModel or a torch.nn.Module"
 
 
-def as_model(value: Any, argument: str = "model") -> LoadedModel:
-    """One model from a spec string, a :class:`LoadedModel` or an ``nn.Module``."""
+def as_model(value: Any, argument: str = "model", progress: Progress | None = None) -> LoadedModel:
+    """One model from a spec string (loaded: ``progress`` hears ``loading SPEC`` first, as a hub download or a large
+    checkpoint takes a while), a :class:`LoadedModel` or an ``nn.Module``."""
     if isinstance(value, LoadedModel):
         return value
     if isinstance(value, str):
+        report(progress, 0.0, f"loading {value}")
         return load_model(value)
     if isinstance(value, nn.Module):
         return LoadedModel.from_module(value)
@@ -57,13 +60,13 @@ def as_model(value: Any, argument: str = "model") -> LoadedModel:
     raise ArgumentError(f"{argument} must be {_MODEL_FORMS}, not {value_text(value)}.")
 
 
-def as_models(value: Any, argument: str = "models") -> list[LoadedModel]:
+def as_models(value: Any, argument: str = "models", progress: Progress | None = None) -> list[LoadedModel]:
     """One or several models (a single model or a list of them), each as :func:`as_model` takes it; their specs must
     differ (results are keyed by spec)."""
     items = list(value) if isinstance(value, Sequence | set) and not isinstance(value, str) else [value]
     if not items:
         raise ArgumentError(f"{argument} is empty: give at least one model ({_MODEL_FORMS}).")
-    models = [as_model(item, f"{argument}[{i}]") for i, item in enumerate(items)]
+    models = [as_model(item, f"{argument}[{i}]", progress) for i, item in enumerate(items)]
     specs = [m.spec for m in models]
     repeated = sorted({s for s in specs if specs.count(s) > 1})
     if repeated:

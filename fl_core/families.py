@@ -183,7 +183,7 @@ register_family(Family(
     "channels", "two axes per channel (local replaceability vs task relevance), lesions, peer replacement, pruning",
     "fl_core.channelaxes.analysis:analyze_channels", "fl_core.channelaxes.settings:ChannelSettings",
     "fl_core.channelaxes.analysis:ChannelAxesResult", command="fl_core.cli.channels",
-    public=("fl_core.channelaxes.estimate:estimate_channels",
+    public=("fl_core.channelaxes.estimate:estimate_channels", "fl_core.channelaxes.estimate:ChannelsEstimate",
             "fl_core.channelaxes.calibration:channel_data", "fl_core.channelaxes.calibration:ChannelData",
             "fl_core.channelaxes.settings:ChannelDataSettings", "fl_core.channelaxes.settings:AxisSettings",
             "fl_core.channelaxes.settings:PruningSettings")))

@@ -37,6 +37,7 @@ from fl_core.backend import (
     progress_callback,
     report,
     resolve_device,
+    silent,
     sub_progress,
 )
 from fl_core.budgets import check_channel_statistics
@@ -395,14 +396,17 @@ def analyze_channels(model: ModelLike, data: ImagesLike | ChannelData | None = N
     """
     settings = as_settings(ChannelSettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
-    loaded = as_model(model)
+    loaded = as_model(model, progress=progress)
+    if not isinstance(data, ChannelData):
+        report(progress, 0.0, "preparing the calibration and evaluation images")
     data = as_channel_data(data, loaded, seed=settings.axes.seed)
-    init = None if init is None else as_model(init, "init")
+    init = None if init is None else as_model(init, "init", progress)
     conv = channel_layer(loaded, settings.layer)
     check_channel_statistics(conv.out_channels, what=f"layer {conv.name} of {loaded.label}")
     if len(data.calibration) < 2 * settings.axes.k:
         raise AnalysisError(f"Use at least {2 * settings.axes.k} calibration images (got {len(data.calibration)}).")
-    if progress is not None:
+    if progress is not silent:
+        report(progress, 0.0, f"{conv.name}: timing the network to estimate the duration")
         estimate = channels_estimate(loaded, conv.name, len(data.calibration), len(data.evaluation), settings,
                                      init is not None, device)
         report(progress, 0.0, f"{conv.name}: {estimate.text()} expected")

@@ -470,7 +470,7 @@ def analyze_energy(models: ModelLike | Sequence[ModelLike], data: ImagesLike | N
     """
     settings = as_settings(EnergySettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
-    models = as_models(models)
+    models = as_models(models, progress=progress)
     images = as_images(data)
     inits = {spec: as_model(init, f"inits[{spec!r}]") for spec, init in (inits or {}).items()}
     layers = [find_layer(loaded, settings.layer) for loaded in models]

@@ -224,6 +224,6 @@ def analyze_scale_space(model: ModelLike | DepthwiseBank | None = None, data: Im
         result = fit_published_filters(s.method)
         report(progress, 1.0, "scale-space fits done")
         return result
-    source = model if isinstance(model, DepthwiseBank) else as_model(model)
+    source = model if isinstance(model, DepthwiseBank) else as_model(model, progress=progress)
     return fit_model_master_keys(source, s.method, kernel_size=s.kernel_size, layers=s.layers, stages=s.stages,
                                  device=device, progress=progress)

@@ -190,7 +190,7 @@ def analyze_master_keys(model: ModelLike | DepthwiseBank, data: ImagesLike | Non
     weights_only_data(data, "analyze_master_keys")
     settings = as_settings(MasterKeySettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
-    source = model if isinstance(model, DepthwiseBank) else as_model(model)
+    source = model if isinstance(model, DepthwiseBank) else as_model(model, progress=progress)
     s = settings
     bank = source if isinstance(source, DepthwiseBank) else depthwise_bank(source)
     chosen = bank.select(s.kernel_size, s.layers, s.stages)

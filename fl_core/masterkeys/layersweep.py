@@ -122,7 +122,7 @@ def sweep_layers(model: ModelLike, data: ImagesLike | None = None, settings: Lay
     """
     settings = as_settings(LayerSweepSettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
-    loaded = as_model(model)
+    loaded = as_model(model, progress=progress)
     bank = depthwise_bank(loaded)
     chosen = bank.chosen(settings.layers, settings.stages)
     swaps = [swap for layer in chosen for swap in (

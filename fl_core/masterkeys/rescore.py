@@ -392,7 +392,7 @@ def analyze_rescore(model: ModelLike, data: ImagesLike | None = None, settings: 
         raise ArgumentError("settings must be a RescoreSettings (or None); pass FilterSwap variants as swaps=[...].")
     settings = as_settings(RescoreSettings, settings, setting_overrides)
     device, progress = rank_device(device), progress_callback(progress)
-    loaded = as_model(model)
+    loaded = as_model(model, progress=progress)
     images = as_images(data)
     swaps = variant_swaps(loaded, settings, settings.replacements, device) if swaps is None else list(swaps)
     recovery = settings.recovery

@@ -324,14 +324,14 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
     Raises:
         FilterLensError: no model, or the image source cannot be opened; a section that does not apply is skipped.
     """
-    models = as_models(models)
+    device, progress = resolve_device(device), progress_callback(progress)
+    models = as_models(models, progress=progress)
     if data is not None:
         if not isinstance(data, str | Path):
             raise ArgumentError(f"data of a report is an image source string ('bundled', a folder or an ImageFolder "
                                 f"tree), not {type(data).__name__}: the report opens it for each section.")
         setting_overrides = {**setting_overrides, "images": str(data)}
     settings = as_settings(ReportSettings, settings, setting_overrides)
-    device, progress = resolve_device(device), progress_callback(progress)
     final = models[-1]
     images = open_images(settings.images, settings.max_images)
     sections = _Sections()
