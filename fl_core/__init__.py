@@ -113,7 +113,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; tests/test_api.py keeps
 
 _HOME = {name: module for module, names in PUBLIC_API.items() for name in names}
 _PAIR_CHECKED: list[str] = []
-"""The first public name imported, once torch and torchvision were checked to be a pair (:func:`__getattr__`)."""
+"""The first public name imported, once torch and torchvision were checked to be a pair and a notebook's progress bars
+set up (:func:`__getattr__`)."""
 __all__ = ["__version__", *_HOME]
 
 
@@ -134,9 +135,10 @@ def __getattr__(name: str) -> Any:
         raise InstallError(message) from err
     if not _PAIR_CHECKED:
         _PAIR_CHECKED.append(name)
-        from fl_core.environment import warn_pair
+        from fl_core.environment import text_progress_bars, warn_pair
 
         warn_pair()
+        text_progress_bars()
     globals()[name] = value
     return value
 

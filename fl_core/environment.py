@@ -13,6 +13,7 @@ This module imports nothing heavy at its top: the command line's ``--help`` read
 
 from __future__ import annotations
 
+import importlib.util
 import platform
 import re
 import sys
@@ -100,6 +101,19 @@ def warn_pair() -> None:
         import warnings
 
         warnings.warn(f"{problem} 'filterlens env' checks the install.", UserWarning, stacklevel=3)
+
+
+def text_progress_bars() -> None:
+    """In a Jupyter kernel without ipywidgets, import ``tqdm.auto`` once with its ``IProgress not found`` warning
+    silenced: huggingface_hub (which timm loads) imports it and would print that warning into the notebook; its bars
+    then draw as text, as FilterLens's own do there (:func:`fl_core.backend.progress_bar`)."""
+    if "ipykernel" not in sys.modules or importlib.util.find_spec("ipywidgets") is not None:
+        return
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import tqdm.auto  # noqa: F401  (imported for its side effect: the module is cached without the warning)
 
 
 def check_operators() -> None:
