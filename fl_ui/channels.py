@@ -104,6 +104,7 @@ def estimated_duration(request: jobs.ChannelAxesRequest) -> Estimate:
                       request.compare_init and bool(loaded.init_spec))
     rates = own or latest or {}
     seconds = sum(amount * rates.get(stage, 1 / FALLBACK_MACS_PER_SECOND) for stage, amount in work.items())
-    basis = ("timed on this model here" if own else "timed on another model here" if latest else
-             "nothing timed on this server yet: a rough guess")
+    basis = ("at the speed of this server's last analysis of this model, assuming the server is as busy as then"
+             if own else "at the speed of this server's last analysis, of another model, assuming the server is as "
+             "busy as then" if latest else "nothing timed on this server yet: a rough guess")
     return Estimate(seconds, basis)

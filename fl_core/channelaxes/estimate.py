@@ -1,20 +1,27 @@
 """How long :func:`~fl_core.channelaxes.analysis.analyze_channels` will take, known before it starts.
 
-**Work.** Each stage runs parts of the network on some images (:func:`stage_work`): the bundled crops' labels, when
-they are the network's decisions, and the statistics run the whole network on the images; every lesion kind runs one
-copy per channel from after the layer on (the layer's own output is computed once), on the evaluation images; every
-pruned network (criterion × fraction) runs from the layer on, plus the fine-tune's forward and backward passes. The
-work is counted per image in the cost of each convolution and of the modules after it before the next one: their
-multiply-accumulates (MACs), or their measured seconds.
+**Work.** Each stage runs parts of the network on some images, in batched passes (:func:`stage_work`,
+:func:`stage_passes`): the bundled crops' labels, when they are the network's decisions, and the statistics run the
+whole network on the images (the statistics also accumulate the layer's channel moments); every lesion kind runs one
+copy per channel from after the layer on, on the evaluation images, the copies batched as the analysis plans them;
+every pruned network (criterion × fraction) runs from the layer's readers on, plus the fine-tune's forward and backward
+passes. The work is counted in the cost of each convolution and of the modules after it up to the next one, per image
+and per pass: their multiply-accumulates (MACs), or what they measurably cost.
 
-**Seconds.** The network's forward pass is timed module by module (:func:`forward_profile`): :data:`PROBE_REPEATS`
-passes of :data:`PROBE_IMAGES` images after an untimed one, the median of each module's time. Seconds, not MACs,
-because a small network's time goes to memory-bound modules (activations, pooling) that have no MACs, and a median of
-several short passes, because one pass on a loaded machine is as likely as not to wait for a core. Each stage is its
-work in these seconds times its measured cost relative to a plain forward pass (:data:`STAGE_FACTORS`). The profile
-is kept for :data:`PROFILE_SECONDS` per model and device, so estimates asked together agree, and then measured again,
-so an estimate follows the machine's load: it assumes the machine stays as busy as it was while the profile was
-timed (a run that starts on an idle machine while others start theirs takes longer than estimated).
+**Cost.** The network's forward pass is timed module by module (:func:`forward_profile`): :data:`PROBE_REPEATS`
+passes of 1 and of :data:`PROBE_IMAGES` images in turn, after an untimed one, the median of each part giving its cost
+per image and per pass; the layer's moments and substitutions are timed alike (:func:`layer_seconds`). Measured, not
+counted in MACs, because a small network's time goes to memory-bound modules (activations, pooling) that have no
+MACs; a median of several short passes, because one pass on a loaded machine is as likely as not to wait for a core;
+and on a CPU in this process's **CPU time**, because a machine busy with other work stretches the wall clock of a
+pass many times over, the work far less. Each stage is its cost times its measured ratio to the probe's
+(:data:`STAGE_FACTORS`). Timings are kept for :data:`PROFILE_SECONDS` per architecture and device, so estimates asked
+together agree, then taken again.
+
+**Seconds.** On a CPU the CPU seconds become wall-clock seconds at the share of the cores the analysis will get
+(:func:`cpu_share`): all its threads on an idle machine, else its fair share beside the runnable tasks the load
+average counts. The estimate **assumes the machine stays as busy as it is when asked**
+(:attr:`ChannelsEstimate.basis` says how busy that was): a run that starts while others start theirs takes longer.
 """
 
 from __future__ import annotations
@@ -23,29 +30,38 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
 from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_settings
 from fl_core.backend import DeviceLike, cpu_layout, inference_autocast, resolve_device
 from fl_core.channelaxes.calibration import ChannelData, is_crops, photo_class_mapping
+from fl_core.channelaxes.interventions import CPU_PASS_BYTES, Substitutions, plan_passes, substituted
+from fl_core.channelaxes.moments import ChannelMoments
 from fl_core.channelaxes.settings import ChannelDataSettings, ChannelOverrides, ChannelSettings
 from fl_core.channelaxes.site import channel_layer
 from fl_core.io.layers import ConvLayer, conv_inventory
 from fl_core.io.models import LoadedModel
 from fl_core.results import Result
 
+T = TypeVar("T")
+
 if TYPE_CHECKING:
     import pandas as pd
     from typing_extensions import Unpack
 
-STAGE_FACTORS = {"labels": 1.0, "statistics": 1.0, "interventions": 1.0, "pruning": 1.0, "initialization": 1.0}
-"""Seconds of each stage per second of the same work in plain forward passes (:func:`forward_profile`)."""
-PROBE_IMAGES = 4
+STAGE_FACTORS = {"labels": 0.55, "statistics": 0.8, "interventions": 0.55, "pruning": 0.75, "initialization": 0.8}
+"""CPU seconds of each stage per CPU second of the same work in the timed forward passes (:func:`forward_profile`):
+less than 1 where the analysis runs larger batches than the probe's (the labels: 64 images a pass; the lesioned
+copies: tens of copies of a few images, their BatchNorms folded and the reader adding one channel's term), measured
+on 2 CPU cores with other work running (``python bench/bench_channels.py --defaults SPEC``: MobileNetV2's default layer
+and the two-convolution module of :data:`bench.bench_channels.SMALL_MODULE`; docs/results.md, issue 43)."""
+PROBE_IMAGES = 8
 """Images of each timed forward pass (:func:`forward_profile`)."""
-PROBE_REPEATS = 5
+PROBE_REPEATS = 3
 """Timed forward passes, after an untimed one; each module's time is their median."""
 PROFILE_SECONDS = 60.0
 """How long a profile serves estimates of the same model on the same device before it is timed again."""
@@ -62,23 +78,39 @@ def conv_macs(layer: ConvLayer) -> int:
 class LayerCosts:
     """What one image costs in each convolution of a network and in the modules after it up to the next convolution
     (activations, pooling, the classifier head), in :func:`~fl_core.io.layers.conv_inventory` order: MACs
-    (:func:`layer_macs`) or seconds (:func:`forward_profile`)."""
+    (:func:`layer_macs`) or seconds (:func:`forward_profile`); with seconds, also what each batched pass costs
+    whatever its size (launching the modules' operations, waiting for the threads of a busy machine).
+
+    Attributes:
+        conv, after: per image, each convolution and the modules after it.
+        conv_pass, after_pass: per pass, the same parts (none: nothing).
+    """
 
     conv: tuple[float, ...]
     after: tuple[float, ...]
+    conv_pass: tuple[float, ...] = ()
+    after_pass: tuple[float, ...] = ()
 
     @property
     def total(self) -> float:
-        """A whole forward pass."""
+        """A whole forward pass, per image."""
         return sum(self.conv) + sum(self.after)
 
     def after_layer(self, index: int) -> float:
-        """The network after convolution ``index``: the modules after it, then every later convolution's part."""
+        """The network after convolution ``index``, per image: the modules after it, then every later convolution's
+        part."""
         return self.after[index] + sum(self.conv[index + 1:]) + sum(self.after[index + 1:])
 
-    def from_layer(self, index: int) -> float:
-        """The network from convolution ``index`` on."""
-        return self.conv[index] + self.after_layer(index)
+    @property
+    def total_pass(self) -> float:
+        """A whole forward pass, per pass."""
+        return sum(self.conv_pass) + sum(self.after_pass)
+
+    def after_layer_pass(self, index: int) -> float:
+        """The network after convolution ``index``, per pass."""
+        if not self.conv_pass:
+            return 0.0
+        return self.after_pass[index] + sum(self.conv_pass[index + 1:]) + sum(self.after_pass[index + 1:])
 
 
 def layer_macs(loaded: LoadedModel) -> LayerCosts:
@@ -88,132 +120,215 @@ def layer_macs(loaded: LoadedModel) -> LayerCosts:
 
 
 def stage_work(loaded: LoadedModel, layer: str, n_calibration: int, n_evaluation: int, settings: ChannelSettings,
-               init: bool = False, labels: bool = False, costs: LayerCosts | None = None) -> dict[str, float]:
-    """Each stage of :func:`~fl_core.channelaxes.analysis.analyze_channels` in the per-image ``costs`` of the parts of
-    the network it runs (module docstring; default: MACs, :func:`layer_macs`): ``labels`` (the network's decisions on
-    every image, when ``labels``), ``statistics``, ``interventions``, ``pruning`` and ``initialization`` (when
-    ``init``), the stages the settings run."""
+               init: bool = False, labels: bool = False, costs: LayerCosts | None = None,
+               moments: float | None = None, substitution: tuple[float, float] = (0.0, 0.0),
+               device: DeviceLike = "cpu") -> dict[str, float]:
+    """Each stage of :func:`~fl_core.channelaxes.analysis.analyze_channels` in the ``costs`` of the parts of the
+    network it runs (module docstring; default: MACs, :func:`layer_macs`), per image and per batched pass
+    (:func:`stage_passes`): ``labels`` (the network's decisions on every image, when ``labels``), ``statistics``
+    (with ``moments``, the per-image cost of the layer's channel moments in the same unit: default the MACs of their
+    Gram matrices, :func:`moments_macs`), ``interventions`` (with ``substitution``, the cost of putting the copies'
+    substitutions into the activation, per copy and image and per pass), ``pruning`` and ``initialization`` (when
+    ``init``), the stages the settings run on ``device``."""
     costs = costs or layer_macs(loaded)
-    names = [lay.name for lay in conv_inventory(loaded)]
+    layers = conv_inventory(loaded)
+    names = [lay.name for lay in layers]
     found = layer in names
     start = names.index(layer) if found else 0
-    channels = conv_inventory(loaded)[start].out_channels if found else 0
-    total = costs.total
-    work = {"labels": (n_calibration + n_evaluation) * total} if labels else {}
-    work["statistics"] = n_calibration * total
-    work["interventions"] = len(settings.lesion_kinds) * channels * n_evaluation * costs.after_layer(start)
+    channels = layers[start].out_channels if found else 0
+    passes = stage_passes(layers, start, loaded.input_config.input_size, n_calibration, n_evaluation, settings,
+                          resolve_device(device))
+    whole, after = (costs.total, costs.total_pass), (costs.after_layer(start), costs.after_layer_pass(start))
+    moments = (moments_macs(layers[start]) if moments is None else moments) * found
+    work = {"labels": (n_calibration + n_evaluation) * whole[0] + passes["labels"] * whole[1]} if labels else {}
+    work["statistics"] = n_calibration * (whole[0] + moments) + passes["statistics"] * whole[1]
+    work["interventions"] = (len(settings.lesion_kinds) * channels * n_evaluation * (after[0] + substitution[0])
+                             + passes["interventions"] * (after[1] + substitution[1]))
     if settings.pruning is not None:
         networks = len(settings.pruning.criteria) * len(settings.pruning.fractions)
-        work["pruning"] = networks * (n_evaluation * costs.from_layer(start) + 3 * settings.pruning.finetune_steps
-                                      * settings.pruning.finetune_batch * total)
+        finetune = 3 * settings.pruning.finetune_steps * settings.pruning.finetune_batch * whole[0]
+        work["pruning"] = networks * (n_evaluation * after[0] + finetune) + passes["pruning"] * after[1]
     if init:
-        work["initialization"] = n_calibration * total
+        work["initialization"] = work["statistics"]
     return work
+
+
+def stage_passes(layers: list[ConvLayer], start: int, input_size: int, n_calibration: int, n_evaluation: int,
+                 settings: ChannelSettings, device: torch.device) -> dict[str, int]:
+    """The batched passes of each stage of an analysis of convolution ``start`` of ``layers``: ``batch_size`` images
+    at a time, the crops' labels 64; the lesioned copies run together as
+    :func:`~fl_core.channelaxes.interventions.plan_passes` plans them (the largest activation after the site taken as
+    the largest convolution output from the layer on); each pruned network once per batch of the evaluation images."""
+    batches = -(-n_evaluation // settings.batch_size)
+    copies = len(settings.lesion_kinds) * layers[start].out_channels
+    largest = max(4 * lay.out_channels * (lay.output_size or 1) ** 2 for lay in layers[start:])
+    images, per_pass = plan_passes(max(largest, 4 * 3 * input_size ** 2), copies, settings.batch_size,
+                                   settings.memory_bytes, CPU_PASS_BYTES // largest if device.type == "cpu" else None)
+    networks = 0 if settings.pruning is None else len(settings.pruning.criteria) * len(settings.pruning.fractions)
+    return {"labels": -(-(n_calibration + n_evaluation) // 64), "statistics": -(-n_calibration // settings.batch_size),
+            "interventions": -(-copies // per_pass) * -(-n_evaluation // images) if copies else 0,
+            "pruning": networks * batches}
+
+
+def moments_macs(layer: ConvLayer) -> float:
+    """The MACs of one image's channel moments of a layer in the statistics pass: two C×C Gram matrices over its
+    positions (the pre-activation's, and that of the half the image falls in), ``2 · side² · C²``."""
+    return 2.0 * (layer.output_size or 0) ** 2 * layer.out_channels ** 2
 
 
 @dataclass(frozen=True)
 class ForwardProfile:
-    """Seconds per image of each part of a network's forward pass on a device, and when they were timed.
+    """What each part of a network's forward pass costs on a device, and when it was timed.
 
     Attributes:
-        costs: seconds per image of each convolution and of the modules after it (:class:`LayerCosts`).
+        costs: per image and per pass, each convolution and the modules after it (:class:`LayerCosts`): seconds of
+            this process's CPU time on a CPU (its threads together), wall-clock seconds on an accelerator.
         device: where it was timed.
         threads: the CPU threads torch used.
         timed_at: ``time.monotonic()`` when it was timed.
-        load: the machine's load average over the last minute then (``None`` where the system has none).
     """
 
     costs: LayerCosts
     device: str
     threads: int
     timed_at: float
-    load: float | None
-
-    def basis(self) -> str:
-        """What an estimate from this profile assumes, in words."""
-        where = f"{self.device}, {self.threads} thread{'s' * (self.threads != 1)}"
-        busy = (f"with a load average of {self.load:.1f} on {os.cpu_count()} cores" if self.load is not None else
-                "as busy as it was")
-        return (f"{PROBE_REPEATS} forward passes of {PROBE_IMAGES} images timed on {where} {busy}; assumes the machine "
-                "stays that busy")
 
 
-_PROFILES: dict[tuple, ForwardProfile] = {}
-"""Profiles timed within :data:`PROFILE_SECONDS`, by architecture (class, convolutions, input size), device and
-threads: the same network loaded again, or a module passed again, shares one."""
-_PROFILES_LOCK = threading.Lock()
+QUIET_EFFICIENCY = 0.88
+"""CPU seconds per second of wall-clock time per thread that an analysis keeps on an idle CPU (MobileNetV2's default
+layer with the library's defaults on 2 idle cores: 38.5 CPU-s in 21.8 s)."""
+
+
+def cpu_share(threads: int, load: float | None, cores: int) -> float:
+    """CPU seconds per second of wall-clock time an analysis with ``threads`` threads will get: all of them (at
+    :data:`QUIET_EFFICIENCY`) on an idle machine, else its fair share beside the other runnable tasks the load
+    average counts, ``cores · threads / (load + threads)``, the way the kernel's scheduler shares the cores."""
+    idle = min(threads, cores) * QUIET_EFFICIENCY
+    return idle if load is None else min(idle, cores * threads / (load + threads))
+
+
+_RECENT: dict[tuple, tuple[float, object]] = {}
+"""Timings of the last :data:`PROFILE_SECONDS` (``time.monotonic()`` when taken, the timing), by what was timed:
+the same network loaded again, a module passed again, or the same layer shape, shares one."""
+_RECENT_LOCK = threading.Lock()
+
+
+def recent(key: tuple, measure: Callable[[], T]) -> T:
+    """``measure()``, or its value for ``key`` when one was taken within the last :data:`PROFILE_SECONDS`."""
+    now = time.monotonic()
+    with _RECENT_LOCK:
+        for old in [k for k, (taken, _) in _RECENT.items() if now - taken >= PROFILE_SECONDS]:
+            del _RECENT[old]
+        if key in _RECENT:
+            return _RECENT[key][1]  # type: ignore[return-value]
+    value = measure()
+    with _RECENT_LOCK:
+        _RECENT[key] = (time.monotonic(), value)
+    return value
 
 
 def forward_profile(loaded: LoadedModel, device: DeviceLike = None) -> ForwardProfile:
     """The seconds per image of each convolution of ``loaded`` and of the modules after it on ``device``
-    (module docstring): the one timed within the last :data:`PROFILE_SECONDS`, else timed now on a private copy laid
-    out as the analysis runs it (:func:`~fl_core.backend.cpu_layout`)."""
+    (module docstring): the one timed within the last :data:`PROFILE_SECONDS` for the same architecture (class,
+    convolutions, input size), device and threads, else timed now on a private copy laid out as the analysis runs it
+    (:func:`~fl_core.backend.cpu_layout`)."""
     device = resolve_device(device)
     threads = torch.get_num_threads()
-    key = (type(loaded._require_model()).__name__, loaded.conv_layers, loaded.input_config.input_size, str(device),
-           threads)
-    now = time.monotonic()
-    with _PROFILES_LOCK:
-        for old in [k for k, profile in _PROFILES.items() if now - profile.timed_at >= PROFILE_SECONDS]:
-            del _PROFILES[old]
-        recent = _PROFILES.get(key)
-    if recent is not None:
-        return recent
-    profile = ForwardProfile(timed_costs(loaded, device), str(device), threads, time.monotonic(), _load_average())
-    with _PROFILES_LOCK:
-        _PROFILES[key] = profile
-    return profile
+    key = ("forward", type(loaded._require_model()).__name__, loaded.conv_layers, loaded.input_config.input_size,
+           str(device), threads)
+    return recent(key, lambda: ForwardProfile(timed_costs(loaded, device), str(device), threads, time.monotonic()))
+
+
+def layer_seconds(layer: ConvLayer, device: DeviceLike = None) -> tuple[float, tuple[float, float]]:
+    """What the analysis does with a layer's activation beyond running the network, in seconds, kept as the profile
+    is: its channel moments in the statistics pass, per image (:func:`timed_moments`), and putting a lesioned copy's
+    substitution into it, per copy and image and per call (:func:`timed_substitution`)."""
+    device = resolve_device(device)
+    key = ("layer", layer.out_channels, layer.output_size, str(device), torch.get_num_threads())
+    return recent(key, lambda: (timed_moments(layer, device), timed_substitution(layer, device)))
+
+
+def timed_substitution(layer: ConvLayer, device: torch.device) -> tuple[float, float]:
+    """Seconds per copy and image, and per call, of :func:`~fl_core.channelaxes.interventions.substituted` on random
+    activations of the layer's output shape: calls of one copy of one image and of two copies of two images in turn,
+    :data:`PROBE_REPEATS` of each after an untimed one, their medians ``t₁`` and ``t₄`` giving ``(t₄ − t₁) / 3`` per
+    copy and image and ``t₁`` less that per call."""
+    side, channels = layer.output_size or 1, layer.out_channels
+    zeros = Substitutions.constant(torch.zeros(channels))
+    calls = {1: (torch.randn(1, channels, side, side, device=device), zeros[:1]),
+             4: (torch.randn(2, channels, side, side, device=device), zeros[:2])}
+    times: dict[int, list[float]] = {1: [], 4: []}
+    clock = work_clock(device)
+    for samples in [4] + [1, 4] * PROBE_REPEATS:
+        activations, subs = calls[samples]
+        start = clock()
+        substituted(activations, subs, len(activations))
+        times[samples].append(clock() - start)
+    one, four = statistics.median(times[1]), statistics.median(times[4][1:])
+    per_sample = max(four - one, 0.0) / 3
+    return per_sample, max(one - per_sample, 0.0)
+
+
+def timed_moments(layer: ConvLayer, device: torch.device) -> float:
+    """:func:`moments_seconds`, timed now."""
+    side = layer.output_size or 1
+    activations = torch.randn(PROBE_IMAGES, layer.out_channels, side, side, device=device)
+    times = []
+    clock = work_clock(device)
+    for _ in range(PROBE_REPEATS + 1):
+        moments = ChannelMoments(layer.out_channels, device)
+        start = clock()
+        moments.update(activations)
+        times.append(clock() - start)
+    return 2 * statistics.median(times[1:]) / PROBE_IMAGES
 
 
 @torch.inference_mode()
 def timed_costs(loaded: LoadedModel, device: torch.device) -> LayerCosts:
-    """:class:`LayerCosts` in seconds per image: every leaf module of a private copy timed in :data:`PROBE_REPEATS`
-    passes of :data:`PROBE_IMAGES` random inputs (after an untimed one), the median of each; a module's time goes to
-    the convolution it is, or else to the last convolution before it (the first, for modules before any)."""
+    """:class:`LayerCosts` in seconds: every leaf module of a private copy timed in passes of 1 and of
+    :data:`PROBE_IMAGES` random images, :data:`PROBE_REPEATS` of each in turn after an untimed one; a module's time
+    goes to the convolution it is, or else to the last convolution before it (the first, for modules before any). Of
+    each part, the median time ``t₁`` of the one-image passes and ``t_B`` of the others give the cost per image
+    ``(t_B − t₁) / (B − 1)`` and per pass ``t₁`` less one image's."""
     model = cpu_layout(loaded.copy_model().to(device).eval(), device)
     names = [lay.name for lay in conv_inventory(loaded)]
-    seconds: dict[str, list[float]] = {}
-    order: list[str] = []
+    part: dict[str, int] = {}  # leaf -> its part: 2i for convolution i, 2i + 1 for the modules after it
+    passes: list[list[float]] = []
     started: dict[str, float] = {}
+    clock = work_clock(device)
 
     def before(name: str):
         def hook(_module, _args) -> None:
-            _synchronize(device)
-            started[name] = time.perf_counter()
+            started[name] = clock()
         return hook
 
     def after(name: str):
         def hook(_module, _args, _output) -> None:
-            _synchronize(device)
-            seconds.setdefault(name, []).append(time.perf_counter() - started[name])
-            if name not in order:
-                order.append(name)
+            if name not in part:
+                last = max(part.values(), default=0) // 2
+                part[name] = 2 * names.index(name) if name in names else 2 * last + 1
+            passes[-1][part[name]] += clock() - started[name]
         return hook
 
     leaves = [(name, module) for name, module in model.named_modules() if not any(module.children())]
     hooks = [handle for name, module in leaves for handle in (module.register_forward_pre_hook(before(name)),
                                                               module.register_forward_hook(after(name)))]
     size = loaded.input_config.input_size
-    x = torch.randn(PROBE_IMAGES, 3, size, size, device=device)
+    inputs = {batch: torch.randn(batch, 3, size, size, device=device) for batch in (1, PROBE_IMAGES)}
+    order = [PROBE_IMAGES] + [1, PROBE_IMAGES] * PROBE_REPEATS
     try:
         with inference_autocast(device):
-            model(x)
-            seconds.clear()
-            for _ in range(PROBE_REPEATS):
-                model(x)
+            for batch in order:
+                passes.append([0.0] * (2 * len(names)))
+                model(inputs[batch])
     finally:
         for handle in hooks:
             handle.remove()
-    conv, rest = [0.0] * len(names), [0.0] * len(names)
-    index = 0
-    for name in order:
-        per_pass = statistics.median(seconds[name]) * len(seconds[name]) / PROBE_REPEATS / PROBE_IMAGES
-        if name in names:
-            index = names.index(name)
-            conv[index] += per_pass
-        else:
-            rest[index] += per_pass
-    return LayerCosts(tuple(conv), tuple(rest))
+    one = [statistics.median(column) for column in zip(*passes[1::2])]
+    many = [statistics.median(column) for column in zip(*passes[2::2])]
+    per_image = [max(b - a, 0.0) / (PROBE_IMAGES - 1) for a, b in zip(one, many)]
+    per_pass = [max(a - image, 0.0) for a, image in zip(one, per_image)]
+    return LayerCosts(tuple(per_image[0::2]), tuple(per_image[1::2]), tuple(per_pass[0::2]), tuple(per_pass[1::2]))
 
 
 def _load_average() -> float | None:
@@ -228,6 +343,19 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def work_clock(device: torch.device) -> Callable[[], float]:
+    """What the probes time on ``device``: this process's CPU time on a CPU (all its threads: a machine busy with
+    other work slows the wall clock, far less the work), the wall clock on an accelerator (after synchronizing)."""
+    if device.type == "cpu":
+        return time.process_time
+
+    def wall() -> float:
+        _synchronize(device)
+        return time.perf_counter()
+
+    return wall
+
+
 @dataclass(frozen=True)
 class ChannelsEstimate(Result):
     """How long a channel analysis will take (:func:`estimate_channels`), and what the estimate assumes.
@@ -237,8 +365,9 @@ class ChannelsEstimate(Result):
         stages: seconds per stage (the stages of :func:`stage_work`): ``labels`` (the crops labelled by the network's
             decisions), ``statistics``, ``interventions`` (lesions and peer replacement), ``pruning``, and
             ``initialization`` when an initialization is compared.
-        macs_per_second: the convolutions' multiply-accumulates per second of the timed forward passes.
-        basis: what the estimate assumes: the forward passes it timed, where, and how busy the machine was then.
+        macs_per_second: the convolutions' multiply-accumulates per second of wall-clock time a forward pass is
+            expected to run at (the timed passes at the share of the cores the analysis will get).
+        basis: what the estimate assumes: the forward passes it timed, where, and how busy the machine was.
     """
 
     seconds: float
@@ -298,10 +427,28 @@ def image_counts(data: object) -> tuple[int, int]:
 def channels_estimate(loaded: LoadedModel, layer: str, n_calibration: int, n_evaluation: int,
                       settings: ChannelSettings, init: bool, device: DeviceLike = None, labels: bool = False
                       ) -> ChannelsEstimate:
-    """:func:`estimate_channels` of a resolved call: :func:`stage_work` in the seconds of :func:`forward_profile`,
-    times :data:`STAGE_FACTORS`."""
+    """:func:`estimate_channels` of a resolved call: :func:`stage_work` in the costs of :func:`forward_profile` and
+    :func:`layer_seconds`, times :data:`STAGE_FACTORS`; on a CPU, CPU seconds divided by the share of the cores the
+    analysis will get at the machine's load average (:func:`cpu_share`)."""
+    device = resolve_device(device)
     profile = forward_profile(loaded, device)
-    work = stage_work(loaded, layer, n_calibration, n_evaluation, settings, init, labels, costs=profile.costs)
-    stages = {stage: amount * STAGE_FACTORS[stage] for stage, amount in work.items()}
-    rate = layer_macs(loaded).total / max(profile.costs.total, 1e-12)
-    return ChannelsEstimate(seconds=sum(stages.values()), stages=stages, macs_per_second=rate, basis=profile.basis())
+    moments, substitution = layer_seconds(next(lay for lay in conv_inventory(loaded) if lay.name == layer), device)
+    work = stage_work(loaded, layer, n_calibration, n_evaluation, settings, init, labels, costs=profile.costs,
+                      moments=moments, substitution=substitution, device=device)
+    load, cores = _load_average(), os.cpu_count() or 1
+    share = cpu_share(profile.threads, load, cores) if device.type == "cpu" else 1.0
+    stages = {stage: amount * STAGE_FACTORS[stage] / share for stage, amount in work.items()}
+    rate = layer_macs(loaded).total / max(profile.costs.total, 1e-12) * share
+    return ChannelsEstimate(seconds=sum(stages.values()), stages=stages, macs_per_second=rate,
+                            basis=estimate_basis(profile, load, cores, share))
+
+
+def estimate_basis(profile: ForwardProfile, load: float | None, cores: int, share: float) -> str:
+    """What an estimate assumes, in words."""
+    timed = (f"forward passes of 1 and {PROBE_IMAGES} images timed module by module on {profile.device} (the median "
+             f"of {PROBE_REPEATS})")
+    if profile.device != "cpu":
+        return f"{timed}; assumes the device stays as busy as while they were timed"
+    busy = "" if load is None else f", at a load average of {load:.1f} on {cores} cores"
+    return (f"{timed} in CPU time, run by {profile.threads} thread{'s' * (profile.threads != 1)} getting "
+            f"{share:.2f} CPU-seconds per second{busy}; assumes the machine stays that busy")
