@@ -43,7 +43,7 @@ from fl_core.backend import (
 from fl_core.budgets import check_channel_statistics
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman, spearman_matrix
-from fl_core.channelaxes.estimate import channels_estimate
+from fl_core.channelaxes.estimate import channels_estimate, input_seconds
 from fl_core.channelaxes.interventions import ChannelInterventions, channel_interventions, folded_around
 from fl_core.channelaxes.layerstats import (
     LayerStatistics,
@@ -408,7 +408,7 @@ def analyze_channels(model: ModelLike, data: ImagesLike | ChannelData | None = N
     if progress is not silent:
         report(progress, 0.0, f"{conv.name}: timing the network to estimate the duration")
         estimate = channels_estimate(loaded, conv.name, len(data.calibration), len(data.evaluation), settings,
-                                     init is not None, device)
+                                     init is not None, device, reading=input_seconds(data, device))
         report(progress, 0.0, f"{conv.name}: {estimate.text()} expected")
     timings: dict[str, float] = {}
     start = time.perf_counter()

@@ -35,11 +35,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 import torch
+from torch import nn
 
 from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_settings
-from fl_core.backend import DeviceLike, cpu_layout, inference_autocast, resolve_device
+from fl_core.backend import DeviceLike, cpu_layout, inference_autocast, resolve_device, statistics_dtype
 from fl_core.channelaxes.calibration import ChannelData, is_crops, photo_class_mapping
 from fl_core.channelaxes.interventions import CPU_PASS_BYTES, Substitutions, plan_passes, substituted
+from fl_core.channelaxes.layerstats import patch_column_sums
 from fl_core.channelaxes.moments import ChannelMoments
 from fl_core.channelaxes.settings import ChannelDataSettings, ChannelOverrides, ChannelSettings
 from fl_core.channelaxes.site import channel_layer
@@ -53,12 +55,12 @@ if TYPE_CHECKING:
     import pandas as pd
     from typing_extensions import Unpack
 
-STAGE_FACTORS = {"labels": 0.55, "statistics": 0.8, "interventions": 0.55, "pruning": 0.75, "initialization": 0.8}
-"""CPU seconds of each stage per CPU second of the same work in the timed forward passes (:func:`forward_profile`):
-less than 1 where the analysis runs larger batches than the probe's (the labels: 64 images a pass; the lesioned
-copies: tens of copies of a few images, their BatchNorms folded and the reader adding one channel's term), measured
-on 2 CPU cores with other work running (``python bench/bench_channels.py --defaults SPEC``: MobileNetV2's default layer
-and the two-convolution module of :data:`bench.bench_channels.SMALL_MODULE`; docs/results.md, issue 43)."""
+STAGE_FACTORS = {"labels": 1.0, "statistics": 0.7, "interventions": 0.45, "pruning": 1.0, "initialization": 0.7}
+"""CPU seconds of each stage per CPU second of the same work in the timed passes (:func:`forward_profile`): below 1
+where the analysis does less than the probe's modules (the lesioned copies run with their BatchNorms folded and the
+first reader adding one channel's term; the statistics' batches are larger), measured on 2 CPU cores with other work
+running (``python bench/bench_channels.py --defaults SPEC``: MobileNetV2's default layer and the two-convolution
+module ``module:two_convolutions``; docs/results.md, issue 43)."""
 PROBE_IMAGES = 8
 """Images of each timed forward pass (:func:`forward_profile`)."""
 PROBE_REPEATS = 3
@@ -270,17 +272,44 @@ def timed_substitution(layer: ConvLayer, device: torch.device) -> tuple[float, f
 
 
 def timed_moments(layer: ConvLayer, device: torch.device) -> float:
-    """:func:`moments_seconds`, timed now."""
+    """Seconds per image of a layer's statistics beyond the forward pass: two
+    :class:`~fl_core.channelaxes.moments.ChannelMoments` updates of its output (:func:`moments_macs`) and the column
+    sums of its input's patches (:func:`~fl_core.channelaxes.layerstats.patch_column_sums`), timed on
+    :data:`PROBE_IMAGES` random activations of their shapes (the median of :data:`PROBE_REPEATS`, after an untimed
+    one)."""
     side = layer.output_size or 1
-    activations = torch.randn(PROBE_IMAGES, layer.out_channels, side, side, device=device)
+    conv = nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride, layer.padding,
+                     layer.dilation, layer.groups, bias=False, device="meta")
+    output = torch.randn(PROBE_IMAGES, layer.out_channels, side, side, device=device)
+    image = torch.randn(PROBE_IMAGES, layer.in_channels, side * layer.stride[0], side * layer.stride[1], device=device)
+    dtype = statistics_dtype(device)
     times = []
     clock = work_clock(device)
     for _ in range(PROBE_REPEATS + 1):
         moments = ChannelMoments(layer.out_channels, device)
         start = clock()
-        moments.update(activations)
+        moments.update(output)
+        moments.update(output)
+        patch_column_sums(image, conv, dtype)
         times.append(clock() - start)
-    return 2 * statistics.median(times[1:]) / PROBE_IMAGES
+    return statistics.median(times[1:]) / PROBE_IMAGES
+
+
+def input_seconds(data: object, device: DeviceLike = None) -> float:
+    """Seconds per image of reading ``data``'s images into model input, where they are not held in memory as such
+    (an image folder, or a script's images resized and normalized batch by batch): two images timed, kept as the
+    profile is (the crops are held: 0)."""
+    if not isinstance(data, ChannelData) or data.calibration.in_memory or not len(data.calibration):
+        return 0.0
+    device = resolve_device(device)
+    clock = work_clock(device)
+
+    def timed() -> float:
+        start = clock()
+        data.calibration.head(2)
+        return (clock() - start) / min(2, len(data.calibration))
+
+    return recent(("reading", id(data.calibration), str(device)), timed)
 
 
 @torch.inference_mode()
@@ -409,7 +438,8 @@ def estimate_channels(model: ModelLike, data: ImagesLike | ChannelData | None = 
     settings = as_settings(ChannelSettings, settings, setting_overrides)
     layer = channel_layer(loaded, settings.layer).name
     labels = (data is None or is_crops(data)) and photo_class_mapping(loaded) is None
-    return channels_estimate(loaded, layer, *image_counts(data), settings, init is not None, device, labels)
+    return channels_estimate(loaded, layer, *image_counts(data), settings, init is not None, device, labels,
+                             input_seconds(data, device))
 
 
 def image_counts(data: object) -> tuple[int, int]:
@@ -425,16 +455,20 @@ def image_counts(data: object) -> tuple[int, int]:
 
 
 def channels_estimate(loaded: LoadedModel, layer: str, n_calibration: int, n_evaluation: int,
-                      settings: ChannelSettings, init: bool, device: DeviceLike = None, labels: bool = False
-                      ) -> ChannelsEstimate:
+                      settings: ChannelSettings, init: bool, device: DeviceLike = None, labels: bool = False,
+                      reading: float = 0.0) -> ChannelsEstimate:
     """:func:`estimate_channels` of a resolved call: :func:`stage_work` in the costs of :func:`forward_profile` and
-    :func:`layer_seconds`, times :data:`STAGE_FACTORS`; on a CPU, CPU seconds divided by the share of the cores the
+    :func:`layer_seconds` (and ``reading``, the seconds per image of reading images not held in memory:
+    :func:`input_seconds`), times :data:`STAGE_FACTORS`; on a CPU, CPU seconds divided by the share of the cores the
     analysis will get at the machine's load average (:func:`cpu_share`)."""
     device = resolve_device(device)
     profile = forward_profile(loaded, device)
     moments, substitution = layer_seconds(next(lay for lay in conv_inventory(loaded) if lay.name == layer), device)
     work = stage_work(loaded, layer, n_calibration, n_evaluation, settings, init, labels, costs=profile.costs,
                       moments=moments, substitution=substitution, device=device)
+    work["statistics"] += (n_calibration + n_evaluation) * reading  # the evaluation set is read into memory once
+    if init:
+        work["initialization"] += n_calibration * reading
     load, cores = _load_average(), os.cpu_count() or 1
     share = cpu_share(profile.threads, load, cores) if device.type == "cpu" else 1.0
     stages = {stage: amount * STAGE_FACTORS[stage] / share for stage, amount in work.items()}

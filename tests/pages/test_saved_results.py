@@ -103,7 +103,13 @@ def test_a_shared_server_lets_every_session_read_the_results_folder_and_nothing_
     monkeypatch.setenv(RESULTS_DIR_ENV, str(saved))
     beside = tmp_path / "private.flr"
     beside.write_bytes(b"")
-    with reading_for(paths.server_policy()):
-        assert [file.name for file in saved_files(saved)] == ["keys/bank.flr", "energy.flr"]
-        with pytest.raises(DataError, match="outside the folders this server shares"):
-            check_readable(beside)
+    link = saved / "keys" / "link.flr"  # a link in the folder that leads out of it is not listed
+    link.symlink_to(beside)
+    try:
+        with reading_for(paths.server_policy()):
+            assert [file.name for file in saved_files(saved)] == ["keys/bank.flr", "energy.flr"]
+            for outside in (beside, link):
+                with pytest.raises(DataError, match="outside the folders this server shares"):
+                    check_readable(outside)
+    finally:
+        link.unlink()
