@@ -55,12 +55,16 @@ if TYPE_CHECKING:
     import pandas as pd
     from typing_extensions import Unpack
 
-STAGE_FACTORS = {"labels": 1.0, "statistics": 0.7, "interventions": 0.45, "pruning": 1.0, "initialization": 0.7}
+STAGE_FACTORS = {"labels": 1.0, "statistics": 0.7, "interventions": 0.5, "pruning": 1.0, "initialization": 0.7}
 """CPU seconds of each stage per CPU second of the same work in the timed passes (:func:`forward_profile`): below 1
 where the analysis does less than the probe's modules (the lesioned copies run with their BatchNorms folded and the
 first reader adding one channel's term; the statistics' batches are larger), measured on 2 CPU cores with other work
 running (``python bench/bench_channels.py --defaults SPEC``: MobileNetV2's default layer and the two-convolution
 module ``module:two_convolutions``; docs/results.md, issue 43)."""
+COPIES_PASS_SECONDS = 0.025
+"""CPU seconds of the lesion engine's own work in each batched pass of lesioned copies (its hooks, the copies'
+bookkeeping, their losses), beyond the modules it runs: what the two calibration runs of :data:`STAGE_FACTORS` left
+unexplained, 1,024 passes of two samples (the two-convolution module) against 320 of 66 (MobileNetV2)."""
 PROBE_IMAGES = 8
 """Images of each timed forward pass (:func:`forward_profile`)."""
 PROBE_REPEATS = 3
@@ -459,19 +463,27 @@ def channels_estimate(loaded: LoadedModel, layer: str, n_calibration: int, n_eva
                       reading: float = 0.0) -> ChannelsEstimate:
     """:func:`estimate_channels` of a resolved call: :func:`stage_work` in the costs of :func:`forward_profile` and
     :func:`layer_seconds` (and ``reading``, the seconds per image of reading images not held in memory:
-    :func:`input_seconds`), times :data:`STAGE_FACTORS`; on a CPU, CPU seconds divided by the share of the cores the
-    analysis will get at the machine's load average (:func:`cpu_share`)."""
+    :func:`input_seconds`), times :data:`STAGE_FACTORS`, the lesion engine's own work per pass added
+    (:data:`COPIES_PASS_SECONDS`); on a CPU, CPU seconds divided by the share of the cores the analysis will get at the
+    machine's load average (:func:`cpu_share`)."""
     device = resolve_device(device)
     profile = forward_profile(loaded, device)
-    moments, substitution = layer_seconds(next(lay for lay in conv_inventory(loaded) if lay.name == layer), device)
+    layers = conv_inventory(loaded)
+    start = [lay.name for lay in layers].index(layer)
+    moments, substitution = layer_seconds(layers[start], device)
     work = stage_work(loaded, layer, n_calibration, n_evaluation, settings, init, labels, costs=profile.costs,
                       moments=moments, substitution=substitution, device=device)
     work["statistics"] += (n_calibration + n_evaluation) * reading  # the evaluation set is read into memory once
     if init:
         work["initialization"] += n_calibration * reading
+    stages = {stage: amount * STAGE_FACTORS[stage] for stage, amount in work.items()}
+    if device.type == "cpu" and "interventions" in stages:
+        stages["interventions"] += COPIES_PASS_SECONDS * stage_passes(
+            layers, start, loaded.input_config.input_size, n_calibration, n_evaluation, settings, device)[
+            "interventions"]
     load, cores = _load_average(), os.cpu_count() or 1
     share = cpu_share(profile.threads, load, cores) if device.type == "cpu" else 1.0
-    stages = {stage: amount * STAGE_FACTORS[stage] / share for stage, amount in work.items()}
+    stages = {stage: seconds / share for stage, seconds in stages.items()}
     rate = layer_macs(loaded).total / max(profile.costs.total, 1e-12) * share
     return ChannelsEstimate(seconds=sum(stages.values()), stages=stages, macs_per_second=rate,
                             basis=estimate_basis(profile, load, cores, share))
