@@ -55,12 +55,13 @@ if TYPE_CHECKING:
     import pandas as pd
     from typing_extensions import Unpack
 
-STAGE_FACTORS = {"labels": 1.0, "statistics": 0.7, "interventions": 0.5, "pruning": 1.0, "initialization": 0.7}
+STAGE_FACTORS = {"labels": 1.0, "statistics": 0.7, "interventions": 0.5, "pruning": 1.7, "initialization": 0.7}
 """CPU seconds of each stage per CPU second of the same work in the timed passes (:func:`forward_profile`): below 1
 where the analysis does less than the probe's modules (the lesioned copies run with their BatchNorms folded and the
-first reader adding one channel's term; the statistics' batches are larger), measured on 2 CPU cores with other work
-running (``python bench/bench_channels.py --defaults SPEC``: MobileNetV2's default layer and the two-convolution
-module ``module:two_convolutions``; docs/results.md, issue 43)."""
+first reader adding one channel's term; the statistics' batches are larger), above 1 for the pruned networks (each is
+built by tracing the layer's dependency group and checked against its own full pass first), measured on 2 CPU cores
+with other work running (``python bench/bench_channels.py --defaults SPEC``: MobileNetV2's default layer and the
+two-convolution module ``module:two_convolutions``; docs/results.md, issue 43)."""
 COPIES_PASS_SECONDS = 0.025
 """CPU seconds of the lesion engine's own work in each batched pass of lesioned copies (its hooks, the copies'
 bookkeeping, their losses), beyond the modules it runs: what the two calibration runs of :data:`STAGE_FACTORS` left
@@ -278,14 +279,15 @@ def timed_substitution(layer: ConvLayer, device: torch.device) -> tuple[float, f
 def timed_moments(layer: ConvLayer, device: torch.device) -> float:
     """Seconds per image of a layer's statistics beyond the forward pass: two
     :class:`~fl_core.channelaxes.moments.ChannelMoments` updates of its output (:func:`moments_macs`) and the column
-    sums of its input's patches (:func:`~fl_core.channelaxes.layerstats.patch_column_sums`), timed on
-    :data:`PROBE_IMAGES` random activations of their shapes (the median of :data:`PROBE_REPEATS`, after an untimed
-    one)."""
+    sums of its input's patches (:func:`~fl_core.channelaxes.layerstats.patch_column_sums`), timed on random
+    activations of their shapes (:data:`PROBE_IMAGES` images, fewer for large activations: :func:`probe_images`; the
+    median of :data:`PROBE_REPEATS`, after an untimed one)."""
     side = layer.output_size or 1
     conv = nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride, layer.padding,
                      layer.dilation, layer.groups, bias=False, device="meta")
-    output = torch.randn(PROBE_IMAGES, layer.out_channels, side, side, device=device)
-    image = torch.randn(PROBE_IMAGES, layer.in_channels, side * layer.stride[0], side * layer.stride[1], device=device)
+    images = probe_images(layer)
+    output = torch.randn(images, layer.out_channels, side, side, device=device)
+    image = torch.randn(images, layer.in_channels, side * layer.stride[0], side * layer.stride[1], device=device)
     dtype = statistics_dtype(device)
     times = []
     clock = work_clock(device)
@@ -296,7 +298,14 @@ def timed_moments(layer: ConvLayer, device: torch.device) -> float:
         moments.update(output)
         patch_column_sums(image, conv, dtype)
         times.append(clock() - start)
-    return statistics.median(times[1:]) / PROBE_IMAGES
+    return statistics.median(times[1:]) / images
+
+
+def probe_images(layer: ConvLayer) -> int:
+    """Images of the layer's timed statistics: :data:`PROBE_IMAGES`, fewer (at least 2) where the activations of that
+    many would pass 2²² values (a 224-px map of 32 channels: 2 images), so the probe stays well under a second."""
+    values = max(layer.out_channels, layer.in_channels) * (layer.output_size or 1) ** 2 * max(layer.stride) ** 2
+    return max(2, min(PROBE_IMAGES, (1 << 22) // max(values, 1)))
 
 
 def input_seconds(data: object, device: DeviceLike = None) -> float:
