@@ -33,7 +33,9 @@ from fl_core.backend import (
     DeviceLike,
     Progress,
     ProgressLike,
+    analysis_threads,
     cpu_layout,
+    cpu_threads,
     progress_callback,
     report,
     resolve_device,
@@ -396,66 +398,68 @@ def analyze_channels(model: ModelLike, data: ImagesLike | ChannelData | None = N
     """
     settings = as_settings(ChannelSettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
-    loaded = as_model(model, progress=progress)
-    if not isinstance(data, ChannelData):
-        report(progress, 0.0, "preparing the calibration and evaluation images")
-    data = as_channel_data(data, loaded, seed=settings.axes.seed)
-    init = None if init is None else as_model(init, "init", progress)
-    conv = channel_layer(loaded, settings.layer)
-    check_channel_statistics(conv.out_channels, what=f"layer {conv.name} of {loaded.label}")
-    if len(data.calibration) < 2 * settings.axes.k:
-        raise AnalysisError(f"Use at least {2 * settings.axes.k} calibration images (got {len(data.calibration)}).")
-    if progress is not silent:
-        report(progress, 0.0, f"{conv.name}: timing the network to estimate the duration")
-        estimate = channels_estimate(loaded, conv.name, len(data.calibration), len(data.evaluation), settings,
-                                     init is not None, device, reading=input_seconds(data, device))
-        report(progress, 0.0, f"{conv.name}: {estimate.text()} expected")
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
-    model = cpu_layout(loaded.copy_model().to(device).eval(), device)
-    site, stats, local, table = layer_axes(model, conv.name, data, settings, device, sub_progress(progress, 0, 0.2))
-    timings["statistics"] = time.perf_counter() - start
-    evaluation = data.evaluation.materialized(settings.memory_bytes)
-
-    interventions = None
-    if settings.lesion_kinds:
+    with cpu_threads(analysis_threads(device)):  # all cores when idle; fewer beside other work
+        loaded = as_model(model, progress=progress)
+        if not isinstance(data, ChannelData):
+            report(progress, 0.0, "preparing the calibration and evaluation images")
+        data = as_channel_data(data, loaded, seed=settings.axes.seed)
+        init = None if init is None else as_model(init, "init", progress)
+        conv = channel_layer(loaded, settings.layer)
+        check_channel_statistics(conv.out_channels, what=f"layer {conv.name} of {loaded.label}")
+        if len(data.calibration) < 2 * settings.axes.k:
+            raise AnalysisError(f"Use at least {2 * settings.axes.k} calibration images (got {len(data.calibration)}).")
+        if progress is not silent:
+            report(progress, 0.0, f"{conv.name}: timing the network to estimate the duration")
+            estimate = channels_estimate(loaded, conv.name, len(data.calibration), len(data.evaluation), settings,
+                                         init is not None, device, reading=input_seconds(data, device))
+            report(progress, 0.0, f"{conv.name}: {estimate.text()} expected")
+        timings: dict[str, float] = {}
         start = time.perf_counter()
-        interventions = channel_interventions(
-            model, site, evaluation, local.post_means, local.replacement_peers, local.replacement_beta,
-            local.replacement_intercept, kinds=settings.lesion_kinds, device=device, batch_size=settings.batch_size,
-            memory_bytes=settings.memory_bytes, progress=sub_progress(progress, 0.2, 0.5))
-        timings["interventions"] = time.perf_counter() - start
-    table = add_intervention_columns(table, interventions)
-    report(progress, 0.5, "comparing the axes")
-    axes = compare_axes(table, settings)
+        model = cpu_layout(loaded.copy_model().to(device).eval(), device)
+        site, stats, local, table = layer_axes(model, conv.name, data, settings, device, sub_progress(progress, 0, 0.2))
+        timings["statistics"] = time.perf_counter() - start
+        evaluation = data.evaluation.materialized(settings.memory_bytes)
 
-    pruning_result = None
-    if settings.pruning is not None:
-        start = time.perf_counter()
-        pruning_result = prune_curves(model, conv.name, data.calibration, evaluation, importance_scores(table),
-                                      settings.pruning, device=device, means=local.post_means.cpu().numpy(),
-                                      readers=site.consumers if site.foldable else (), batch_size=settings.batch_size,
-                                      memory_bytes=settings.memory_bytes, progress=sub_progress(progress, 0.5, 0.9))
-        timings["pruning"] = time.perf_counter() - start
-        for name, scores in pruning_result.scores.items():
-            if name not in AXIS_SCORES:
-                table[f"score_{name}"] = scores
+        interventions = None
+        if settings.lesion_kinds:
+            start = time.perf_counter()
+            interventions = channel_interventions(
+                model, site, evaluation, local.post_means, local.replacement_peers, local.replacement_beta,
+                local.replacement_intercept, kinds=settings.lesion_kinds, device=device, batch_size=settings.batch_size,
+                memory_bytes=settings.memory_bytes, progress=sub_progress(progress, 0.2, 0.5))
+            timings["interventions"] = time.perf_counter() - start
+        table = add_intervention_columns(table, interventions)
+        report(progress, 0.5, "comparing the axes")
+        axes = compare_axes(table, settings)
 
-    init_axes = None
-    if init is not None:
-        start = time.perf_counter()
-        init_model = cpu_layout(init.copy_model().to(device).eval(), device)
-        *_, init_table = layer_axes(init_model, conv.name, data, settings, device, sub_progress(progress, 0.9, 1))
-        init_axes = compare_axes(init_table, settings)
-        timings["initialization"] = time.perf_counter() - start
-    report(progress, 1.0, "done")
-    return ChannelAxesResult(
-        spec=loaded.spec, label=loaded.label, layer=conv.name, site=site, data=data.description,
-        n_calibration=stats.n_images, n_evaluation=len(evaluation), positions=stats.positions, settings=settings,
-        seed=data.seed, table=table, axes=axes, init_axes=init_axes, init_spec=init.spec if init else None,
-        calibration_loss=stats.loss, calibration_accuracy=stats.accuracy, interventions=interventions,
-        removability=removability(table, pruning_result), pruning=pruning_result,
-        filters=stats.weight.float().cpu().numpy(), warnings=data.warnings, timings=timings)
+        pruning_result = None
+        if settings.pruning is not None:
+            start = time.perf_counter()
+            pruning_result = prune_curves(model, conv.name, data.calibration, evaluation, importance_scores(table),
+                                          settings.pruning, device=device, means=local.post_means.cpu().numpy(),
+                                          readers=site.consumers if site.foldable else (),
+                                          batch_size=settings.batch_size, memory_bytes=settings.memory_bytes,
+                                          progress=sub_progress(progress, 0.5, 0.9))
+            timings["pruning"] = time.perf_counter() - start
+            for name, scores in pruning_result.scores.items():
+                if name not in AXIS_SCORES:
+                    table[f"score_{name}"] = scores
+
+        init_axes = None
+        if init is not None:
+            start = time.perf_counter()
+            init_model = cpu_layout(init.copy_model().to(device).eval(), device)
+            *_, init_table = layer_axes(init_model, conv.name, data, settings, device, sub_progress(progress, 0.9, 1))
+            init_axes = compare_axes(init_table, settings)
+            timings["initialization"] = time.perf_counter() - start
+        report(progress, 1.0, "done")
+        return ChannelAxesResult(
+            spec=loaded.spec, label=loaded.label, layer=conv.name, site=site, data=data.description,
+            n_calibration=stats.n_images, n_evaluation=len(evaluation), positions=stats.positions, settings=settings,
+            seed=data.seed, table=table, axes=axes, init_axes=init_axes, init_spec=init.spec if init else None,
+            calibration_loss=stats.loss, calibration_accuracy=stats.accuracy, interventions=interventions,
+            removability=removability(table, pruning_result), pruning=pruning_result,
+            filters=stats.weight.float().cpu().numpy(), warnings=data.warnings, timings=timings)
 
 
 def add_intervention_columns(table: pd.DataFrame, interventions: ChannelInterventions | None) -> pd.DataFrame:

@@ -13,19 +13,24 @@ passes of 1 and of :data:`PROBE_IMAGES` images in turn, after an untimed one, th
 per image and per pass; the layer's moments and substitutions are timed alike (:func:`layer_seconds`). Measured, not
 counted in MACs, because a small network's time goes to memory-bound modules (activations, pooling) that have no
 MACs; a median of several short passes, because one pass on a loaded machine is as likely as not to wait for a core;
-and on a CPU in this process's **CPU time**, because a machine busy with other work stretches the wall clock of a
-pass many times over, the work far less. Each stage is its cost times its measured ratio to the probe's
+and on a CPU in this process's **CPU time in one thread**, because a machine busy with other work stretches the wall
+clock of a pass many times over, and the CPU time of several threads too (each waits, spinning, for the others at
+every operation), the CPU time of one thread hardly at all (MobileNetV2's passes of 8 images at a load of 14 on 2
+cores: 0.20–0.24 CPU-s in one thread, 0.55–1.7 in two). Each stage is its cost times its measured ratio to the probe's
 (:data:`STAGE_FACTORS`). Timings are kept for :data:`PROFILE_SECONDS` per architecture and device, so estimates asked
 together agree, then taken again.
 
-**Seconds.** On a CPU the CPU seconds become wall-clock seconds at the share of the cores the analysis will get
-(:func:`cpu_share`): all its threads on an idle machine, else its fair share beside the runnable tasks the load
-average counts. The estimate **assumes the machine stays as busy as it is when asked**
-(:attr:`ChannelsEstimate.basis` says how busy that was): a run that starts while others start theirs takes longer.
+**Seconds.** On a CPU the CPU seconds become wall-clock seconds at the speed the analysis will get
+(:func:`cpu_speed`): it runs in as many threads as the load average leaves idle cores
+(:func:`~fl_core.backend.analysis_threads`), all of them on an idle machine, one beside other work, which then gets
+the share of a core the timed passes got (their CPU time over their wall-clock time). The estimate **assumes the
+machine stays as busy as it is when asked** (:attr:`ChannelsEstimate.basis` says how busy that was): a run that starts
+while others start theirs takes longer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
@@ -38,7 +43,16 @@ import torch
 from torch import nn
 
 from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_settings
-from fl_core.backend import DeviceLike, cpu_layout, inference_autocast, resolve_device, statistics_dtype
+from fl_core.backend import (
+    DeviceLike,
+    analysis_threads,
+    cpu_layout,
+    cpu_threads,
+    inference_autocast,
+    load_average,
+    resolve_device,
+    statistics_dtype,
+)
 from fl_core.channelaxes.calibration import ChannelData, is_crops, photo_class_mapping
 from fl_core.channelaxes.interventions import CPU_PASS_BYTES, Substitutions, plan_passes, substituted
 from fl_core.channelaxes.layerstats import patch_column_sums
@@ -55,18 +69,20 @@ if TYPE_CHECKING:
     import pandas as pd
     from typing_extensions import Unpack
 
-STAGE_FACTORS = {"labels": 1.0, "statistics": 0.7, "interventions": 0.5, "pruning": 1.7, "initialization": 0.7}
-"""CPU seconds of each stage per CPU second of the same work in the timed passes (:func:`forward_profile`): below 1
-where the analysis does less than the probe's modules (the lesioned copies run with their BatchNorms folded and the
-first reader adding one channel's term; the statistics' batches are larger), above 1 for the pruned networks (each is
-built by tracing the layer's dependency group and checked against its own full pass first), measured on 2 CPU cores
-with other work running (``python bench/bench_channels.py --defaults SPEC``: MobileNetV2's default layer and the
-two-convolution module ``module:two_convolutions``; docs/results.md, issue 43)."""
-COPIES_PASS_SECONDS = 0.025
-"""CPU seconds of the lesion engine's own work in each batched pass of lesioned copies (its hooks, the copies'
-bookkeeping, their losses), beyond the modules it runs: what the two calibration runs of :data:`STAGE_FACTORS` left
-unexplained, 1,024 passes of two samples (the two-convolution module) against 320 of 66 (MobileNetV2)."""
-PROBE_IMAGES = 8
+STAGE_FACTORS = {"labels": 2.8, "statistics": 1.1, "interventions": 0.73, "pruning": 1.2, "initialization": 1.1}
+"""One thread's CPU seconds of each stage per CPU second of the same work in the timed passes (:func:`forward_profile`):
+the labels' pass runs the shared model as it is (not channels-last) after the crops are cut and resized to the input
+(1.9 CPU-s of MobileNetV2's 320); the lesioned copies run with their BatchNorms folded and the first reader adding one
+channel's term; each pruned network is traced and checked against its own full pass before it is scored. Fitted on
+MobileNetV2's default layer and the two-convolution module ``module:two_convolutions``, analysed in one thread on 2
+CPU cores at a load average of 13–15 (``python bench/bench_channels.py --defaults SPEC``; docs/results.md, issue
+43)."""
+COPIES_PASS_SECONDS = 0.006
+"""One thread's CPU seconds of the lesion engine's own work in each batched pass of lesioned copies (its hooks, the
+copies' bookkeeping, their losses), beyond the modules it runs: fitted with the interventions' factor of
+:data:`STAGE_FACTORS` on its two runs, 1,024 passes of two samples (the two-convolution module) against 320 of 66
+(MobileNetV2)."""
+PROBE_IMAGES = 4
 """Images of each timed forward pass (:func:`forward_profile`)."""
 PROBE_REPEATS = 3
 """Timed forward passes, after an untimed one; each module's time is their median."""
@@ -189,29 +205,29 @@ class ForwardProfile:
 
     Attributes:
         costs: per image and per pass, each convolution and the modules after it (:class:`LayerCosts`): seconds of
-            this process's CPU time on a CPU (its threads together), wall-clock seconds on an accelerator.
+            CPU time in one thread on a CPU, wall-clock seconds on an accelerator.
         device: where it was timed.
-        threads: the CPU threads torch used.
+        share: on a CPU, the CPU seconds per wall-clock second the timed passes got (1 on an idle core, less beside
+            other work); 1 on an accelerator.
         timed_at: ``time.monotonic()`` when it was timed.
     """
 
     costs: LayerCosts
     device: str
-    threads: int
+    share: float
     timed_at: float
 
 
 QUIET_EFFICIENCY = 0.88
-"""CPU seconds per second of wall-clock time per thread that an analysis keeps on an idle CPU (MobileNetV2's default
-layer with the library's defaults on 2 idle cores: 38.5 CPU-s in 21.8 s)."""
+"""Speed of each of several threads, as a share of one thread's, that an analysis keeps on an idle CPU (MobileNetV2's
+default layer with the library's defaults on 2 idle cores: 38.5 CPU-s in 21.8 s)."""
 
 
-def cpu_share(threads: int, load: float | None, cores: int) -> float:
-    """CPU seconds per second of wall-clock time an analysis with ``threads`` threads will get: all of them (at
-    :data:`QUIET_EFFICIENCY`) on an idle machine, else its fair share beside the other runnable tasks the load
-    average counts, ``cores · threads / (load + threads)``, the way the kernel's scheduler shares the cores."""
-    idle = min(threads, cores) * QUIET_EFFICIENCY
-    return idle if load is None else min(idle, cores * threads / (load + threads))
+def cpu_speed(threads: int, share: float) -> float:
+    """Seconds of one thread's CPU work done per second of wall-clock time by an analysis in ``threads`` threads
+    (:func:`~fl_core.backend.analysis_threads`) where one thread gets ``share`` of a core: ``threads ·``
+    :data:`QUIET_EFFICIENCY` (several threads run only where the load leaves them idle cores), else ``share``."""
+    return threads * QUIET_EFFICIENCY * min(share, 1.0) if threads > 1 else share
 
 
 _RECENT: dict[tuple, tuple[float, object]] = {}
@@ -237,13 +253,17 @@ def recent(key: tuple, measure: Callable[[], T]) -> T:
 def forward_profile(loaded: LoadedModel, device: DeviceLike = None) -> ForwardProfile:
     """The seconds per image of each convolution of ``loaded`` and of the modules after it on ``device``
     (module docstring): the one timed within the last :data:`PROFILE_SECONDS` for the same architecture (class,
-    convolutions, input size), device and threads, else timed now on a private copy laid out as the analysis runs it
+    convolutions, input size) and device, else timed now on a private copy laid out as the analysis runs it
     (:func:`~fl_core.backend.cpu_layout`)."""
     device = resolve_device(device)
-    threads = torch.get_num_threads()
     key = ("forward", type(loaded._require_model()).__name__, loaded.conv_layers, loaded.input_config.input_size,
-           str(device), threads)
-    return recent(key, lambda: ForwardProfile(timed_costs(loaded, device), str(device), threads, time.monotonic()))
+           str(device))
+
+    def timed() -> ForwardProfile:
+        costs, share = timed_costs(loaded, device)
+        return ForwardProfile(costs, str(device), share, time.monotonic())
+
+    return recent(key, timed)
 
 
 def layer_seconds(layer: ConvLayer, device: DeviceLike = None) -> tuple[float, tuple[float, float]]:
@@ -251,7 +271,7 @@ def layer_seconds(layer: ConvLayer, device: DeviceLike = None) -> tuple[float, t
     is: its channel moments in the statistics pass, per image (:func:`timed_moments`), and putting a lesioned copy's
     substitution into it, per copy and image and per call (:func:`timed_substitution`)."""
     device = resolve_device(device)
-    key = ("layer", layer.out_channels, layer.output_size, str(device), torch.get_num_threads())
+    key = ("layer", layer.out_channels, layer.output_size, str(device))
     return recent(key, lambda: (timed_moments(layer, device), timed_substitution(layer, device)))
 
 
@@ -266,11 +286,12 @@ def timed_substitution(layer: ConvLayer, device: torch.device) -> tuple[float, f
              4: (torch.randn(2, channels, side, side, device=device), zeros[:2])}
     times: dict[int, list[float]] = {1: [], 4: []}
     clock = work_clock(device)
-    for samples in [4] + [1, 4] * PROBE_REPEATS:
-        activations, subs = calls[samples]
-        start = clock()
-        substituted(activations, subs, len(activations))
-        times[samples].append(clock() - start)
+    with one_thread(device):
+        for samples in [4] + [1, 4] * PROBE_REPEATS:
+            activations, subs = calls[samples]
+            start = clock()
+            substituted(activations, subs, len(activations))
+            times[samples].append(clock() - start)
     one, four = statistics.median(times[1]), statistics.median(times[4][1:])
     per_sample = max(four - one, 0.0) / 3
     return per_sample, max(one - per_sample, 0.0)
@@ -291,13 +312,14 @@ def timed_moments(layer: ConvLayer, device: torch.device) -> float:
     dtype = statistics_dtype(device)
     times = []
     clock = work_clock(device)
-    for _ in range(PROBE_REPEATS + 1):
-        moments = ChannelMoments(layer.out_channels, device)
-        start = clock()
-        moments.update(output)
-        moments.update(output)
-        patch_column_sums(image, conv, dtype)
-        times.append(clock() - start)
+    with one_thread(device):
+        for _ in range(PROBE_REPEATS + 1):
+            moments = ChannelMoments(layer.out_channels, device)
+            start = clock()
+            moments.update(output)
+            moments.update(output)
+            patch_column_sums(image, conv, dtype)
+            times.append(clock() - start)
     return statistics.median(times[1:]) / images
 
 
@@ -318,16 +340,18 @@ def input_seconds(data: object, device: DeviceLike = None) -> float:
     clock = work_clock(device)
 
     def timed() -> float:
-        start = clock()
-        data.calibration.head(2)
+        with one_thread(device):
+            start = clock()
+            data.calibration.head(2)
         return (clock() - start) / min(2, len(data.calibration))
 
     return recent(("reading", id(data.calibration), str(device)), timed)
 
 
 @torch.inference_mode()
-def timed_costs(loaded: LoadedModel, device: torch.device) -> LayerCosts:
-    """:class:`LayerCosts` in seconds: every leaf module of a private copy timed in passes of 1 and of
+def timed_costs(loaded: LoadedModel, device: torch.device) -> tuple[LayerCosts, float]:
+    """:class:`LayerCosts` in seconds (:func:`work_clock`, in one thread), and the timed passes' CPU seconds per
+    wall-clock second on a CPU (1 elsewhere): every leaf module of a private copy timed in passes of 1 and of
     :data:`PROBE_IMAGES` random images, :data:`PROBE_REPEATS` of each in turn after an untimed one; a module's time
     goes to the convolution it is, or else to the last convolution before it (the first, for modules before any). Of
     each part, the median time ``t₁`` of the one-image passes and ``t_B`` of the others give the cost per image
@@ -359,10 +383,14 @@ def timed_costs(loaded: LoadedModel, device: torch.device) -> LayerCosts:
     inputs = {batch: torch.randn(batch, 3, size, size, device=device) for batch in (1, PROBE_IMAGES)}
     order = [PROBE_IMAGES] + [1, PROBE_IMAGES] * PROBE_REPEATS
     try:
-        with inference_autocast(device):
-            for batch in order:
+        with inference_autocast(device), one_thread(device):
+            passes.append([0.0] * (2 * len(names)))
+            model(inputs[order[0]])
+            wall, cpu = time.perf_counter(), time.process_time()
+            for batch in order[1:]:
                 passes.append([0.0] * (2 * len(names)))
                 model(inputs[batch])
+            share = (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9)
     finally:
         for handle in hooks:
             handle.remove()
@@ -370,14 +398,13 @@ def timed_costs(loaded: LoadedModel, device: torch.device) -> LayerCosts:
     many = [statistics.median(column) for column in zip(*passes[2::2])]
     per_image = [max(b - a, 0.0) / (PROBE_IMAGES - 1) for a, b in zip(one, many)]
     per_pass = [max(a - image, 0.0) for a, image in zip(one, per_image)]
-    return LayerCosts(tuple(per_image[0::2]), tuple(per_image[1::2]), tuple(per_pass[0::2]), tuple(per_pass[1::2]))
+    costs = LayerCosts(tuple(per_image[0::2]), tuple(per_image[1::2]), tuple(per_pass[0::2]), tuple(per_pass[1::2]))
+    return costs, min(share, 1.0) if device.type == "cpu" else 1.0
 
 
-def _load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):  # no load average on this system (Windows)
-        return None
+def one_thread(device: torch.device) -> contextlib.AbstractContextManager:
+    """What the probes run in: one CPU thread on a CPU (module docstring), as they are elsewhere."""
+    return cpu_threads(1) if device.type == "cpu" else contextlib.nullcontext()
 
 
 def _synchronize(device: torch.device) -> None:
@@ -386,8 +413,9 @@ def _synchronize(device: torch.device) -> None:
 
 
 def work_clock(device: torch.device) -> Callable[[], float]:
-    """What the probes time on ``device``: this process's CPU time on a CPU (all its threads: a machine busy with
-    other work slows the wall clock, far less the work), the wall clock on an accelerator (after synchronizing)."""
+    """What the probes time on ``device``: this process's CPU time on a CPU (the probes run in one thread,
+    :func:`one_thread`: a machine busy with other work slows the wall clock, hardly that thread's work), the wall clock
+    on an accelerator (after synchronizing)."""
     if device.type == "cpu":
         return time.process_time
 
@@ -408,7 +436,7 @@ class ChannelsEstimate(Result):
             decisions), ``statistics``, ``interventions`` (lesions and peer replacement), ``pruning``, and
             ``initialization`` when an initialization is compared.
         macs_per_second: the convolutions' multiply-accumulates per second of wall-clock time a forward pass is
-            expected to run at (the timed passes at the share of the cores the analysis will get).
+            expected to run at (the timed passes at the speed the analysis will get: :func:`cpu_speed`).
         basis: what the estimate assumes: the forward passes it timed, where, and how busy the machine was.
     """
 
@@ -473,8 +501,8 @@ def channels_estimate(loaded: LoadedModel, layer: str, n_calibration: int, n_eva
     """:func:`estimate_channels` of a resolved call: :func:`stage_work` in the costs of :func:`forward_profile` and
     :func:`layer_seconds` (and ``reading``, the seconds per image of reading images not held in memory:
     :func:`input_seconds`), times :data:`STAGE_FACTORS`, the lesion engine's own work per pass added
-    (:data:`COPIES_PASS_SECONDS`); on a CPU, CPU seconds divided by the share of the cores the analysis will get at the
-    machine's load average (:func:`cpu_share`)."""
+    (:data:`COPIES_PASS_SECONDS`); on a CPU, one thread's CPU seconds divided by the speed the analysis will get in
+    the threads the load leaves it (:func:`cpu_speed`)."""
     device = resolve_device(device)
     profile = forward_profile(loaded, device)
     layers = conv_inventory(loaded)
@@ -490,20 +518,21 @@ def channels_estimate(loaded: LoadedModel, layer: str, n_calibration: int, n_eva
         stages["interventions"] += COPIES_PASS_SECONDS * stage_passes(
             layers, start, loaded.input_config.input_size, n_calibration, n_evaluation, settings, device)[
             "interventions"]
-    load, cores = _load_average(), os.cpu_count() or 1
-    share = cpu_share(profile.threads, load, cores) if device.type == "cpu" else 1.0
-    stages = {stage: seconds / share for stage, seconds in stages.items()}
-    rate = layer_macs(loaded).total / max(profile.costs.total, 1e-12) * share
+    load, threads = load_average(), analysis_threads(device)
+    speed = cpu_speed(threads, profile.share) if device.type == "cpu" else 1.0
+    stages = {stage: seconds / speed for stage, seconds in stages.items()}
+    rate = layer_macs(loaded).total / max(profile.costs.total, 1e-12) * speed
     return ChannelsEstimate(seconds=sum(stages.values()), stages=stages, macs_per_second=rate,
-                            basis=estimate_basis(profile, load, cores, share))
+                            basis=estimate_basis(profile, load, threads, speed))
 
 
-def estimate_basis(profile: ForwardProfile, load: float | None, cores: int, share: float) -> str:
+def estimate_basis(profile: ForwardProfile, load: float | None, threads: int, speed: float) -> str:
     """What an estimate assumes, in words."""
     timed = (f"forward passes of 1 and {PROBE_IMAGES} images timed module by module on {profile.device} (the median "
              f"of {PROBE_REPEATS})")
     if profile.device != "cpu":
         return f"{timed}; assumes the device stays as busy as while they were timed"
-    busy = "" if load is None else f", at a load average of {load:.1f} on {cores} cores"
-    return (f"{timed} in CPU time, run by {profile.threads} thread{'s' * (profile.threads != 1)} getting "
-            f"{share:.2f} CPU-seconds per second{busy}; assumes the machine stays that busy")
+    busy = "" if load is None else f" at a load average of {load:.1f} on {os.cpu_count() or 1} cores"
+    return (f"{timed} in one thread's CPU time, getting {profile.share:.2f} of a core{busy}; the analysis in "
+            f"{threads} thread{'s' * (threads != 1)} doing {speed:.2f} s of that work per second; assumes the "
+            "machine stays that busy")
