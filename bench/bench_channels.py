@@ -27,6 +27,7 @@ the evaluation images. Usage::
     python bench/bench_channels.py --page demo:mobilenet_v2      # the bundled photos' crops, as the page opens
     python bench/bench_channels.py --page demo:mobilenet_v2 --data ../shared/fixtures/imagenet-sample
     python bench/bench_channels.py --defaults demo:squeezenet1_0 --layer features.3.expand3x3   # library defaults
+    python bench/bench_channels.py --defaults module:two_convolutions    # issue 43's small module, its estimate
 """
 
 from __future__ import annotations
@@ -179,36 +180,71 @@ def page_job(spec: str, source: str) -> None:
           f"{result.pruning.computed_from or 'the input'}")
 
 
+SMALL_MODULE = "module:two_convolutions"
+"""``--defaults`` of this name: the small user module of issue 43's bar, two convolutions and a linear head analysed on
+``channel_data(net, TensorDataset(64 random 32-px images), n_calibration=32, n_evaluation=32)``."""
+
+
+def small_module_data():
+    """The two-convolution module and its labelled tensors (:data:`SMALL_MODULE`)."""
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    from fl_core.channelaxes.calibration import channel_data
+    from fl_core.io.models import LoadedModel
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    loaded = LoadedModel.from_module(net, name="two_convolutions")
+    images, labels = torch.rand(64, 3, 32, 32), torch.randint(0, 10, (64,))
+    return loaded, lambda: channel_data(loaded, TensorDataset(images, labels), n_calibration=32, n_evaluation=32)
+
+
 def library_defaults(spec: str, layer: str | None) -> None:
     """Print the seconds of ``analyze_channels(spec)`` with the library's defaults (the model's default layer, or
-    ``layer``), stage by stage beside :func:`~fl_core.channelaxes.estimate.estimate_channels`, and the load average."""
+    ``layer``), stage by stage beside :func:`~fl_core.channelaxes.estimate.estimate_channels` asked twice (its time,
+    process CPU time and what it assumes), the labels of the crops (``channel_data``) timed as a stage of their own,
+    and the load average before and after (``spec`` :data:`SMALL_MODULE`: the bar's small module)."""
     import os
     import time
 
     import torch
 
-    from fl_core.channelaxes.analysis import analyze_channels, default_channel_layer
+    from fl_core.channelaxes.analysis import analyze_channels
+    from fl_core.channelaxes.calibration import channel_data
     from fl_core.channelaxes.estimate import estimate_channels
+    from fl_core.channelaxes.site import channel_layer
     from fl_core.compute import allocator
-    from fl_core.io.layers import conv_inventory
     from fl_core.io.models import load_model
 
     allocator.tune()  # as the command line does (fl_core.cli.main)
-    loaded = load_model(spec)
-    layer = layer or default_channel_layer([lay for lay in conv_inventory(loaded) if lay.out_channels >= 2])
+    loaded, make_data = small_module_data() if spec == SMALL_MODULE else (load_model(spec), None)
+    layer = channel_layer(loaded, layer).name
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}, {torch.get_num_threads()} threads")
     start = time.perf_counter()
-    estimate = estimate_channels(loaded, layer=layer)
-    estimate_s = time.perf_counter() - start
+    data = make_data() if make_data else None
+    asked = []
+    for _ in range(2):
+        wall, cpu = time.perf_counter(), time.process_time()
+        asked.append((estimate_channels(loaded, data, layer=layer), time.perf_counter() - wall,
+                      time.process_time() - cpu))
+    estimate = asked[0][0]
     start, cpu = time.perf_counter(), time.process_time()
-    result = analyze_channels(loaded, layer=layer)
+    if data is None:
+        data = channel_data(loaded)
+    labels = time.perf_counter() - start
+    result = analyze_channels(loaded, data, layer=layer, progress=False)
     total, cpu = time.perf_counter() - start, time.process_time() - cpu
+    timings = ({"labels": labels} if "labels" in estimate.stages else {}) | result.timings
     stages = "  ".join(f"{name} {seconds:.1f} s (est. {estimate.stages.get(name, 0):.1f})"
-                       for name, seconds in result.timings.items())
+                       for name, seconds in timings.items())
     print(f"{spec}, layer {layer} ({result.site.n_channels} channels), library defaults ({result.data}): "
-          f"{total:.1f} s ({cpu:.1f} s of CPU time), estimated {estimate.seconds:.1f} s (labels "
-          f"{estimate.stages.get('labels', 0):.1f} s) in {estimate_s:.2f} s at {estimate.macs_per_second / 1e9:.1f} "
-          f"GMAC/s; {stages}")
+          f"{total:.1f} s ({cpu:.1f} s of CPU time), estimated {estimate.seconds:.1f} s = "
+          f"{estimate.seconds / total:.2f}× ({stages})")
+    print("estimate asked twice: " + "; ".join(f"{e.seconds:.1f} s in {took:.2f} s ({used:.2f} CPU-s)"
+                                                 for e, took, used in asked) + f"; {estimate.basis}")
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 

@@ -33,7 +33,7 @@ from fl_core.io.images import folder_images
 from fl_core.io.models import load_model
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.fitting import FIT_METHODS
-from fl_core.masterkeys.rescore import rescore
+from fl_core.masterkeys.rescore import analyze_rescore
 from fl_core.masterkeys.swap import swap_filters
 
 
@@ -109,7 +109,7 @@ def main() -> None:
     swaps = [swap_filters(bank, method, stages=args.stages) for method in FIT_METHODS]
 
     def score(variants: int, share_prefix: bool = True):
-        return rescore(loaded, images, swaps=swaps[: variants - 1], device=device, batch_size=args.batch_size,
+        return analyze_rescore(loaded, images, swaps=swaps[: variants - 1], device=device, batch_size=args.batch_size,
                        workers=args.workers, share_prefix=share_prefix)
 
     measured = {v: best_time(lambda v=v: score(v), args.repeats, device) for v in args.variants}

@@ -51,7 +51,7 @@ from fl_core.io.models import load_model  # noqa: E402
 from fl_core.masterkeys.clustering import analyze_master_keys  # noqa: E402
 from fl_core.masterkeys.depthwise import depthwise_bank  # noqa: E402
 from fl_core.masterkeys.kmeans import centred_unit_vectors, kmeans_plus_plus, lloyd_abs_cosine  # noqa: E402
-from fl_core.masterkeys.rescore import rescore  # noqa: E402
+from fl_core.masterkeys.rescore import analyze_rescore  # noqa: E402
 from fl_core.masterkeys.swap import swap_filters  # noqa: E402
 
 DEFAULT_FIXTURES = Path(os.environ.get("FL_FIXTURES", REPO.parent / "shared" / "fixtures"))
@@ -145,7 +145,7 @@ def masterkey_values(inputs: Inputs, device: str) -> dict[str, np.ndarray]:
 
 
 def rescore_values(inputs: Inputs, device: str) -> dict[str, np.ndarray]:
-    result = rescore(inputs.scored, inputs.scored_images, swaps=[inputs.swap], device=device, batch_size=32)
+    result = analyze_rescore(inputs.scored, inputs.scored_images, swaps=[inputs.swap], device=device, batch_size=32)
     swap = result.swaps[0]
     values = {"swap agreement with the original": np.array([swap.agreement]),
               "swap KL(original ‖ swap) (nats)": np.array([swap.kl])}

@@ -1,8 +1,9 @@
 """How the documentation site is made from the repository (a MkDocs hook and a griffe extension, see mkdocs.yml).
 
 * The API reference page ``api.md`` is generated from :data:`fl_core.PUBLIC_API`, so it lists exactly the public
-  names, module by module (and the non-public bases they inherit fields and methods from), and follows the API as it
-  changes.
+  names, grouped by task (:data:`TASKS`: analyses, results, models and data, settings, errors), with the types public
+  functions return and the bases public classes inherit from without being public themselves, each result's plot
+  kinds listed under it, and follows the API as it changes.
 * The home page ``index.md`` is the README.
 * A link from a page to a repository file outside ``docs/`` (the README aside) becomes the file's path in code: the
   site does not hold it.
@@ -33,6 +34,22 @@ SHARED_ENTRY = re.compile(r"^(\s*)(\w+(?:,\s*\w+)+):\s*(.*)$")
 LINK = re.compile(r"(\[[^\]]*\])\(([^)#\s]+)(#[^)\s]*)?\)")
 
 
+TASKS = {
+    "Analyses": "Each analysis family's entry point, in the one call shape `analyze_<family>(models_or_model, "
+                "data=None, settings=None, *, device=None, progress=None, **setting_overrides)`, and the functions "
+                "that compute one part of an analysis on their own.",
+    "Results": "What the analyses return: frozen dataclasses with `to_frame()`, `to_dict()`, `plot(kind)` and "
+               "`save(path)` (the shared `Result` base), each with the figures it draws; `load_result` reads a saved "
+               "one back.",
+    "Models and data": "Models (a spec string, a `LoadedModel` or an `nn.Module`), their convolutions and "
+                       "preprocessing, and the images and labelled sets the analyses read.",
+    "Settings": "Every analysis takes one frozen settings object; its fields are also keyword overrides of the call "
+                "(`analyze_master_keys(model, k=4)`), and out-of-range or mistyped values raise an `ArgumentError`.",
+    "Errors": "Every error FilterLens raises on purpose is a `FilterLensError`, its message saying what to do.",
+}
+"""The groups of the API page, in order, with the sentence that opens each."""
+
+
 def public_objects() -> list[object]:
     """The public names' objects, in :data:`fl_core.PUBLIC_API` order."""
     return [getattr(importlib.import_module(module), name) for module, names in fl_core.PUBLIC_API.items()
@@ -48,17 +65,77 @@ def shared_bases() -> list[type]:
     return list(dict.fromkeys(bases))
 
 
+def returned_types() -> list[type]:
+    """The classes of ``fl_core`` that public functions return without being public themselves
+    (``conv_inventory``'s ``ConvLayer``, ``depthwise_bank``'s ``DepthwiseBank``, ...)."""
+    public = {id(obj) for obj in public_objects()}
+    found = []
+    for function in map(inspect.unwrap, filter(callable, public_objects())):
+        if not inspect.isfunction(function):
+            continue
+        annotation = str(inspect.signature(function).return_annotation)
+        for name in re.findall(r"[A-Z]\w+", annotation):
+            value = function.__globals__.get(name)
+            if inspect.isclass(value) and value.__module__.startswith("fl_core.") and id(value) not in public:
+                found.append(value)
+    return list(dict.fromkeys(found))
+
+
+def task(obj: object, name: str) -> str:
+    """The group of :data:`TASKS` a documented object belongs to."""
+    from fl_core.results import Result
+    from fl_core.settings import Settings
+
+    if inspect.isclass(obj):
+        if issubclass(obj, Exception):
+            return "Errors"
+        return "Settings" if issubclass(obj, Settings) else "Results" if issubclass(obj, Result) else "Models and data"
+    obj = inspect.unwrap(obj) if callable(obj) else obj  # (functools.cache wraps some)
+    if not inspect.isfunction(obj) or (name.startswith(("load_", "open_")) and name != "load_result"):
+        return "Models and data"
+    if name == "load_result" or next(iter(inspect.signature(obj).parameters), "") in ("report", "result"):
+        return "Results"
+    returned = re.findall(r"[A-Z]\w+", str(inspect.signature(obj).return_annotation))
+    results = [obj.__globals__.get(word) for word in returned]
+    return "Analyses" if any(inspect.isclass(r) and issubclass(r, Result) for r in results) else "Models and data"
+
+
+def plot_kinds_text(cls: type) -> str:
+    """The figures a result class draws (``result.plot(kind)``), the default first, each with its figure function's
+    first sentence."""
+    kinds = []
+    for index, kind in enumerate(cls.figure_kinds()):
+        if kind in cls._figures:
+            module, function = cls._figures[kind].split(":")
+            doc = (inspect.getdoc(getattr(importlib.import_module(module), function)) or "").split("\n\n")[0]
+            shown = ROLE.sub(lambda match: f"`{match.group(2).rsplit('.', 1)[-1]}`", " ".join(doc.split()))
+        else:  # a report's kinds are its sections
+            shown = f"the default figure of the {kind} section's result"
+        kinds.append(f"- `{kind}`{' (the default)' if index == 0 else ''}: {shown.replace('``', '`')}")
+    return "\n".join([f"**Plot kinds** of `{cls.__name__}` (`result.plot(kind)`; `result.plot_kinds()` lists those a "
+                      "result can draw):", "", *kinds, ""]) if kinds else ""
+
+
 def api_page() -> str:
-    """The API reference: one section per module of :data:`fl_core.PUBLIC_API`, an entry per public name, then the
-    shared bases."""
+    """The API reference: one section per task of :data:`TASKS`, an entry per public name (the returned types and
+    shared bases with them), each result's plot kinds under its entry."""
     lines = ["# Python API", "",
              "Every public name of `fl_core` (`fl_core.__all__`), importable from the package itself "
-             "(`from fl_core import analyze_energy`), documented from its docstring. Every analysis has one call "
-             "shape, `analyze_<family>(models_or_model, data=None, settings=None, *, device=None, progress=None, "
-             "**setting_overrides)`; a keyword named like a settings field overrides it.", ""]
-    for module, names in fl_core.PUBLIC_API.items():
-        lines += [f"## `{module}`", ""] + [f"::: {module}.{name}\n" for name in names]
-    lines += ["## Shared bases", ""] + [f"::: {base.__module__}.{base.__qualname__}\n" for base in shared_bases()]
+             "(`from fl_core import analyze_energy`), documented from its docstring and grouped by task. Every "
+             "analysis has one call shape, `analyze_<family>(models_or_model, data=None, settings=None, *, "
+             "device=None, progress=None, **setting_overrides)`; a keyword named like a settings field overrides it.",
+             ""]
+    entries = [(f"{cls.__module__}.{cls.__qualname__}", cls, cls.__name__) for cls in shared_bases()]
+    entries += [(f"{module}.{name}", getattr(importlib.import_module(module), name), name)
+                for module, names in fl_core.PUBLIC_API.items() for name in names]
+    entries += [(f"{cls.__module__}.{cls.__qualname__}", cls, cls.__name__) for cls in returned_types()]
+    for title, intro in TASKS.items():
+        lines += [f"## {title}", "", intro, ""]
+        for path, obj, name in entries:
+            if task(obj, name) == title:
+                lines += [f"::: {path}", ""]
+                if inspect.isclass(obj) and hasattr(obj, "figure_kinds") and obj.figure_kinds():
+                    lines += [plot_kinds_text(obj)]
     return "\n".join(lines)
 
 

@@ -26,7 +26,7 @@ __version__ = "0.2.0"
 
 CORE_API: dict[str, tuple[str, ...]] = {
     "fl_core.errors": ("FilterLensError", "ModelSpecError", "CheckpointError", "WeightsUnavailableError", "DataError",
-                       "AnalysisError", "ArgumentError"),
+                       "AnalysisError", "ArgumentError", "InstallError"),
     "fl_core.io.models": ("load_model", "LoadedModel"),
     "fl_core.io.preprocessing": ("InputConfig",),
     "fl_core.io.checkpoints": ("load_state_dict",),
@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # the registry's names as type checkers see them: written by 
     from fl_core.channelaxes.analysis import analyze_channels as analyze_channels
     from fl_core.channelaxes.calibration import ChannelData as ChannelData
     from fl_core.channelaxes.calibration import channel_data as channel_data
+    from fl_core.channelaxes.estimate import ChannelsEstimate as ChannelsEstimate
     from fl_core.channelaxes.estimate import estimate_channels as estimate_channels
     from fl_core.channelaxes.settings import AxisSettings as AxisSettings
     from fl_core.channelaxes.settings import ChannelDataSettings as ChannelDataSettings
@@ -55,6 +56,7 @@ if TYPE_CHECKING:  # the registry's names as type checkers see them: written by 
     from fl_core.errors import CheckpointError as CheckpointError
     from fl_core.errors import DataError as DataError
     from fl_core.errors import FilterLensError as FilterLensError
+    from fl_core.errors import InstallError as InstallError
     from fl_core.errors import ModelSpecError as ModelSpecError
     from fl_core.errors import WeightsUnavailableError as WeightsUnavailableError
     from fl_core.firstlayer.energy import EnergyResult as EnergyResult
@@ -92,6 +94,7 @@ if TYPE_CHECKING:  # the registry's names as type checkers see them: written by 
     from fl_core.masterkeys.layersweep import LayerSweepResult as LayerSweepResult
     from fl_core.masterkeys.layersweep import sweep_layers as sweep_layers
     from fl_core.masterkeys.rescore import RescoreResult as RescoreResult
+    from fl_core.masterkeys.rescore import analyze_rescore as analyze_rescore
     from fl_core.masterkeys.rescore import rescore as rescore
     from fl_core.masterkeys.settings import LayerSweepSettings as LayerSweepSettings
     from fl_core.masterkeys.settings import MasterKeySettings as MasterKeySettings
@@ -111,14 +114,33 @@ if TYPE_CHECKING:  # the registry's names as type checkers see them: written by 
     from fl_core.survey.settings import SurveySettings as SurveySettings
 
 _HOME = {name: module for module, names in PUBLIC_API.items() for name in names}
+_PAIR_CHECKED: list[str] = []
+"""The first public name imported, once torch and torchvision were checked to be a pair and a notebook's progress bars
+set up (:func:`__getattr__`)."""
 __all__ = ["__version__", *_HOME]
 
 
 def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use (PEP 562)."""
+    """Import a public name's module on first use (PEP 562); a torch and torchvision that do not work together fail
+    there in one line that says what to install (:mod:`fl_core.environment`), not in their own error."""
     if name not in _HOME:
         raise AttributeError(f"module 'fl_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
+    try:
+        value = getattr(importlib.import_module(_HOME[name]), name)
+    except (ImportError, RuntimeError, OSError) as err:
+        from fl_core.environment import explained_import_error
+        from fl_core.errors import InstallError
+
+        message = explained_import_error(err)
+        if message is None or isinstance(err, InstallError):
+            raise
+        raise InstallError(message) from err
+    if not _PAIR_CHECKED:
+        _PAIR_CHECKED.append(name)
+        from fl_core.environment import text_progress_bars, warn_pair
+
+        warn_pair()
+        text_progress_bars()
     globals()[name] = value
     return value
 

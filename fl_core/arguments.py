@@ -17,6 +17,7 @@ progress=None, **setting_overrides)``:
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from fl_core.backend import Progress, report
 from fl_core.errors import ArgumentError, value_text
 from fl_core.io.datasets import DatasetImages, loader_images, tensor_images
 from fl_core.io.images import BUNDLED, ImageSet, open_images
@@ -42,11 +44,13 @@ DataLoader (:func:`as_images`)."""
 _MODEL_FORMS = "a model spec string (e.g. 'demo:squeezenet1_0'), a LoadedModel or a torch.nn.Module"
 
 
-def as_model(value: Any, argument: str = "model") -> LoadedModel:
-    """One model from a spec string, a :class:`LoadedModel` or an ``nn.Module``."""
+def as_model(value: Any, argument: str = "model", progress: Progress | None = None) -> LoadedModel:
+    """One model from a spec string (loaded: ``progress`` hears ``loading SPEC`` first, as a hub download or a large
+    checkpoint takes a while), a :class:`LoadedModel` or an ``nn.Module``."""
     if isinstance(value, LoadedModel):
         return value
     if isinstance(value, str):
+        report(progress, 0.0, f"loading {value}")
         return load_model(value)
     if isinstance(value, nn.Module):
         return LoadedModel.from_module(value)
@@ -56,13 +60,13 @@ def as_model(value: Any, argument: str = "model") -> LoadedModel:
     raise ArgumentError(f"{argument} must be {_MODEL_FORMS}, not {value_text(value)}.")
 
 
-def as_models(value: Any, argument: str = "models") -> list[LoadedModel]:
+def as_models(value: Any, argument: str = "models", progress: Progress | None = None) -> list[LoadedModel]:
     """One or several models (a single model or a list of them), each as :func:`as_model` takes it; their specs must
     differ (results are keyed by spec)."""
     items = list(value) if isinstance(value, Sequence | set) and not isinstance(value, str) else [value]
     if not items:
         raise ArgumentError(f"{argument} is empty: give at least one model ({_MODEL_FORMS}).")
-    models = [as_model(item, f"{argument}[{i}]") for i, item in enumerate(items)]
+    models = [as_model(item, f"{argument}[{i}]", progress) for i, item in enumerate(items)]
     specs = [m.spec for m in models]
     repeated = sorted({s for s in specs if specs.count(s) > 1})
     if repeated:
@@ -85,11 +89,8 @@ def as_images(data: Any, argument: str = "data") -> ImageSet:
         return tensor_images(data)
     if isinstance(data, DataLoader):
         return loader_images(data)
-    if isinstance(data, Dataset):
-        return DatasetImages(data)
-    raise ArgumentError(f"{argument} must be an image source ('bundled', a folder, an ImageFolder tree or "
-                        f"'cifar10:PATH'), an ImageSet, a tensor batch (N, 3, H, W), a Dataset or a DataLoader, not "
-                        f"{value_text(data)}.")
+    check_images(data, argument)
+    return DatasetImages(data)
 
 
 def as_settings(cls: type[S], settings: Any, overrides: Mapping[str, Any], argument: str = "settings") -> S:
@@ -111,8 +112,27 @@ def as_settings(cls: type[S], settings: Any, overrides: Mapping[str, Any], argum
     return cast(S, replace_settings(settings, overrides)) if overrides else settings
 
 
-def no_data(data: Any, function: str, argument: str = "data") -> None:
-    """Refuse ``data`` for an analysis of the weights alone (the filters are its data)."""
-    if data is not None:
-        raise ArgumentError(f"{function} analyses the weights alone and takes no {argument} (got {value_text(data)}); "
-                            "pass settings by keyword: settings=... or k=8.")
+def check_images(data: Any, argument: str = "data") -> None:
+    """Refuse what :func:`as_images` would refuse, without opening anything (``None`` passes)."""
+    if data is not None and not isinstance(data, str | Path | ImageSet | torch.Tensor | DataLoader | Dataset):
+        raise ArgumentError(f"{argument} must be an image source ('bundled', a folder, an ImageFolder tree or "
+                            f"'cifar10:PATH'), an ImageSet, a tensor batch (N, 3, H, W), a Dataset or a DataLoader, "
+                            f"not {value_text(data)}.")
+
+
+def weights_only_data(data: Any, function: str, argument: str = "data") -> None:
+    """``data`` of an analysis of the weights alone (the filters are its data): accepted as every family takes it and
+    ignored with a notice (a :class:`UserWarning`), so a loop over families can pass the same images to each; settings
+    given where the data goes are refused."""
+    if data is None:
+        return
+    if isinstance(data, Settings):
+        raise ArgumentError(f"{function} analyses the weights alone and takes no {argument} (got {value_text(data)} "
+                            f"where the {argument} goes); pass settings by keyword: settings=... or k=8.")
+    check_images(data, argument)
+    warnings.warn(f"{function} analyses the weights alone: the {argument} given is not used.", UserWarning,
+                  stacklevel=3)
+
+
+no_data = weights_only_data
+"""The earlier name of :func:`weights_only_data` (a family written for it keeps working)."""

@@ -35,6 +35,11 @@ class MissingExtraError(FilterLensError, ImportError):
     """A feature needs an optional dependency that is not installed; the message names the extra that installs it."""
 
 
+class InstallError(FilterLensError, ImportError):
+    """The installed packages do not work together (torch and torchvision of different releases or builds); the
+    message says what to install, and ``filterlens env`` checks the install."""
+
+
 def value_text(value: object) -> str:
     """A value as an error message shows it: ``float 2.5``, ``str '8'`` (cut at 80 characters), or its type."""
     if isinstance(value, str | int | float):

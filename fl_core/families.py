@@ -33,8 +33,10 @@ class SurveyMeasure:
 
     Attributes:
         measure: ``"module:function"`` of ``function(loaded, survey_settings, device) -> {column: number}``, the
-            columns exactly those of ``columns`` (a row whose measure returns others is an error); the family's own
-            settings arrive as ``survey_settings.family_settings`` (``None``: its defaults).
+            columns exactly those of ``columns`` (a row whose measure returns others is an error); a measure that reads
+            images takes them as ``images=`` too (an ``ImageSet`` a script gave as the survey's data, instead of
+            ``survey_settings.images``); the family's own settings arrive as ``survey_settings.family_settings``
+            (``None``: its defaults).
         columns: the numbers of each row and what they mean (the table's columns, in order).
         headline: the two numbers the survey figure shows side by side.
         label: the measure's name in the Survey page's picker and the ``--family`` help (default: the family's
@@ -242,9 +244,10 @@ register_family(Family(
                  "candidates for pruning; non-finite weights mean the training run diverged.")))
 register_family(Family(
     "rescore", "swap depthwise filters for idealized models and re-score top-1/top-5 (torchrun for several GPUs)",
-    "fl_core.masterkeys.rescore:rescore", "fl_core.masterkeys.settings:RescoreSettings",
+    "fl_core.masterkeys.rescore:analyze_rescore", "fl_core.masterkeys.settings:RescoreSettings",
     "fl_core.masterkeys.rescore:RescoreResult", command="fl_core.cli.rescore",
-    public=("fl_core.masterkeys.swap:swap_filters", "fl_core.masterkeys.settings:RecoverySettings"),
+    public=("fl_core.masterkeys.rescore:rescore", "fl_core.masterkeys.swap:swap_filters",
+            "fl_core.masterkeys.settings:RecoverySettings"),
     report=("accuracy", "Accuracy and channel axes"),
     how_to_read=("Top-1 and top-5 are the share of labelled images whose class is the model's first or among its five "
                  "first guesses. The channel-axes summary compares, for one layer, how replaceable each channel is by "
@@ -258,7 +261,7 @@ register_family(Family(
     "channels", "two axes per channel (local replaceability vs task relevance), lesions, peer replacement, pruning",
     "fl_core.channelaxes.analysis:analyze_channels", "fl_core.channelaxes.settings:ChannelSettings",
     "fl_core.channelaxes.analysis:ChannelAxesResult", command="fl_core.cli.channels",
-    public=("fl_core.channelaxes.estimate:estimate_channels",
+    public=("fl_core.channelaxes.estimate:estimate_channels", "fl_core.channelaxes.estimate:ChannelsEstimate",
             "fl_core.channelaxes.calibration:channel_data", "fl_core.channelaxes.calibration:ChannelData",
             "fl_core.channelaxes.settings:ChannelDataSettings", "fl_core.channelaxes.settings:AxisSettings",
             "fl_core.channelaxes.settings:PruningSettings")))

@@ -110,14 +110,26 @@ def csv_text(frame: pd.DataFrame) -> str:
 
 
 class Result:
-    """Mixin for frozen dataclass results.
+    """What every analysis returns: a frozen dataclass of its numbers with the same methods in every family.
 
-    Subclasses list fields that should not be serialised (large arrays kept for plotting, such as images) in
-    ``_private_fields``, and the figures that draw them in ``_figures``: kind -> ``"module:function"`` of the family's
-    ``plots`` module (the first kind is the default). The function is called with :meth:`figure_inputs` (the result
-    itself, unless a subclass hands over a part of it) and the keywords given to :meth:`plot`.
+    * ``to_frame()``: the result's main table (pandas), the model's label and spec in the first columns;
+    * ``to_dict()`` / ``to_json()``: every number, JSON-safe (what the command line's ``--json`` writes);
+    * ``plot(kind)``: a plotly figure; ``plot_kinds()`` lists the kinds this result draws, the default first;
+    * ``save(path)``: the whole result in one ``.flr`` file, which ``fl_core.load_result(path)`` reads back and the
+      dashboard's Saved results page (``filterlens app --results DIR``) shows.
+
+    Example::
+
+        result = fl_core.analyze_energy("demo:squeezenet1_0")
+        result.to_frame().head()
+        for kind in result.plot_kinds():
+            result.plot(kind).show()
+        result.save("squeezenet.flr")
     """
 
+    # For a family's author: fields not serialised by to_dict() (large arrays kept for figures), and the figures:
+    # kind -> "module:function" of the family's plots module, the first the default, called with figure_inputs(kind)
+    # and the keywords given to plot(); missing_figure(kind) says why a result cannot draw one of them.
     _private_fields: tuple[str, ...] = ()
     _figures: ClassVar[dict[str, str]] = {}
 
@@ -165,9 +177,19 @@ class Result:
 
         return cast(R, load_result(path, cls))
 
+    @classmethod
+    def figure_kinds(cls) -> tuple[str, ...]:
+        """Every figure results of this class can draw, the default first (:meth:`plot_kinds`: those this one does)."""
+        return tuple(cls._figures)
+
     def plot_kinds(self) -> tuple[str, ...]:
-        """The figures :meth:`plot` draws of this result, the default first (every one draws without arguments)."""
-        return tuple(self._figures)
+        """The figures :meth:`plot` draws of this result, each with no further argument, the default first; a figure
+        of a part that was not computed (a sweep that did not run) is left out (:meth:`missing_figure` says why)."""
+        return tuple(kind for kind in self.figure_kinds() if self.missing_figure(kind) is None)
+
+    def missing_figure(self, kind: str) -> str | None:
+        """Why this result cannot draw ``kind``, one of :meth:`figure_kinds` (``None``: it can)."""
+        return None
 
     def figure_inputs(self, kind: str) -> tuple[Any, ...]:
         """The positional arguments of the figure function of ``kind`` (default: the result itself)."""
@@ -177,10 +199,12 @@ class Result:
         """A plotly figure of this result (``kind``: one of :meth:`plot_kinds`, default the first); ``kwargs`` go to
         the family's figure function (e.g. ``log_y=False`` for an energy profile)."""
         kinds = self.plot_kinds()
-        if not kinds:
+        if not self.figure_kinds():
             raise AnalysisError(f"{type(self).__name__} has no figure; its numbers are in to_frame() and to_dict().")
-        kind = kinds[0] if kind is None else kind
-        if kind not in kinds:
+        kind = (kinds or self.figure_kinds())[0] if kind is None else kind
+        if kind not in self.figure_kinds():
             raise ArgumentError(f"kind {kind!r}: {type(self).__name__} draws {', '.join(map(repr, kinds))}.")
+        if (missing := self.missing_figure(kind)) is not None:
+            raise AnalysisError(missing)
         module, function = self._figures[kind].split(":")
         return getattr(importlib.import_module(module), function)(*self.figure_inputs(kind), **kwargs)

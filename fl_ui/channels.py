@@ -9,9 +9,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from fl_core.channelaxes.analysis import ChannelAxesResult, default_channel_layer
+from fl_core.channelaxes.analysis import ChannelAxesResult
 from fl_core.channelaxes.estimate import stage_work
 from fl_core.channelaxes.settings import CROPS, ChannelDataSettings, ChannelSettings
+from fl_core.channelaxes.site import channel_layer
 from fl_core.io.images import BUNDLED
 from fl_core.io.layers import ConvLayer, conv_inventory
 from fl_core.io.sources import is_bundled
@@ -51,11 +52,11 @@ def channel_models(selection: Selection) -> list[str]:
 def default_request(spec: str | None = None, overrides: tuple = (), images: str = BUNDLED,
                     device: str = "auto") -> jobs.ChannelAxesRequest:
     """The request the page makes for a model (default: :data:`DEFAULT_CHANNEL_SPEC`) before any setting is changed:
-    its default layer (:func:`~fl_core.channelaxes.analysis.default_channel_layer`), the library's default image
+    the library's default layer (:func:`~fl_core.channelaxes.site.channel_layer`), its default image
     counts, interventions and pruning protocol, and the comparison with the initialization where the model names
     one."""
     spec = spec or DEFAULT_CHANNEL_SPEC
-    layer = default_channel_layer(analysable_layers(spec, overrides))
+    layer = channel_layer(get_model(spec, overrides)).name
     return jobs.ChannelAxesRequest(spec, overrides, data_source(images), DEFAULT_CALIBRATION, DEFAULT_EVALUATION,
                                    ChannelSettings(layer=layer), bool(get_model(spec, overrides).init_spec), device)
 
@@ -104,6 +105,7 @@ def estimated_duration(request: jobs.ChannelAxesRequest) -> Estimate:
                       request.compare_init and bool(loaded.init_spec))
     rates = own or latest or {}
     seconds = sum(amount * rates.get(stage, 1 / FALLBACK_MACS_PER_SECOND) for stage, amount in work.items())
-    basis = ("timed on this model here" if own else "timed on another model here" if latest else
-             "nothing timed on this server yet: a rough guess")
+    basis = ("at the speed of this server's last analysis of this model, assuming the server is as busy as then"
+             if own else "at the speed of this server's last analysis, of another model, assuming the server is as "
+             "busy as then" if latest else "nothing timed on this server yet: a rough guess")
     return Estimate(seconds, basis)

@@ -32,6 +32,7 @@ PAGES = (
     ("views/swap_rescore.py", "Swap & Re-score", "🔁", "swap-rescore"),
     ("views/report.py", "Report", "📄", "report"),
     ("views/survey.py", "Survey", "🗂️", "survey"),
+    ("views/saved_results.py", "Saved results", "💾", "results"),
 )
 
 # Streamlit leaves 6 rem above every page's title; 3.5 rem still clears the header's menu and Running / Stop, and on a

@@ -29,7 +29,7 @@ from fl_core.io.models import LoadedModel
 from fl_core.lab.runs import Run, check_run_budget, resolve_config, run_inputs, train_run
 from fl_core.lab.settings import RunSettings
 from fl_core.masterkeys.layersweep import LayerSweepResult, sweep_layers
-from fl_core.masterkeys.rescore import RescoreResult, rescore
+from fl_core.masterkeys.rescore import RescoreResult, analyze_rescore
 from fl_core.masterkeys.settings import LayerSweepSettings, RescoreSettings
 from fl_core.report.build import Report, build_report
 from fl_core.report.series import load_series
@@ -163,8 +163,9 @@ def rescore_job(request: ScoringRequest, progress: Progress | None = None) -> Re
     """:func:`fl_core.masterkeys.rescore.rescore` of the original and each swap of its depthwise filters (each recovered
     on a calibration split first, when the settings ask)."""
     report(progress, 0.0, LOADING)
-    return rescore(worker_model(request.spec, request.overrides), open_images(request.images, request.max_images),
-                   request.settings, device=request.device, progress=progress)
+    return analyze_rescore(worker_model(request.spec, request.overrides),
+                           open_images(request.images, request.max_images), request.settings, device=request.device,
+                           progress=progress)
 
 
 def layer_sweep_job(request: ScoringRequest, progress: Progress | None = None) -> LayerSweepResult:

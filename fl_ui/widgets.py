@@ -7,7 +7,9 @@ import functools
 import json
 import logging
 import re
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -19,7 +21,7 @@ from fl_core.backend import Progress
 from fl_core.errors import FilterLensError
 from fl_core.figures import figure_html, filter_zoom_figure
 from fl_core.io.models import LoadedModel
-from fl_core.results import csv_text
+from fl_core.results import Result, csv_text
 from fl_ui.forms import setting_widget
 from fl_ui.glossary import explain_symbols
 from fl_ui.messages import literal, show
@@ -118,17 +120,32 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:80] or "filterlens"
 
 
+def result_file(result: Result) -> bytes:
+    """``result`` as the bytes of a ``.flr`` file (``result.save``: what ``fl_core.load_result`` and the Saved results
+    page read back)."""
+    with tempfile.TemporaryDirectory() as folder:
+        return result.save(Path(folder) / "result.flr").read_bytes()
+
+
+def json_text(numbers: dict | Result) -> str:
+    """A dict, or a result's ``to_dict()``, as indented JSON."""
+    return json.dumps(numbers.to_dict() if isinstance(numbers, Result) else numbers, indent=2, allow_nan=False)
+
+
 def downloads(name: str, *, figure: go.Figure | None = None, frame: pd.DataFrame | None = None,
-              data: dict | None = None) -> None:
+              data: dict | None = None, result: Result | None = None) -> None:
     """Download buttons for a figure (HTML), a table (CSV: :func:`fl_core.results.csv_text`, no cell a spreadsheet
-    runs) and a result (JSON), side by side.
+    runs) and a result, side by side: its numbers (JSON: ``data``, or the ``result``'s ``to_dict()``) and the whole
+    ``result`` as a ``.flr`` file (:func:`result_file`), which ``fl_core.load_result`` and the Saved results page
+    (``filterlens app --results DIR``) open.
 
     Each file is rendered only when its button is clicked (Streamlit's deferred ``data`` callable): a figure's HTML
     inlines plotly.js (~5 MB), and building it on every rerun of every session kept the shared server busy.
     """
     items = [(figure, "HTML figure", "html", "text/html", figure_html),
              (frame, "CSV table", "csv", "text/csv", csv_text),
-             (data, "JSON", "json", "application/json", lambda d: json.dumps(d, indent=2, allow_nan=False))]
+             (data if data is not None else result, "JSON", "json", "application/json", json_text),
+             (result, "Result (.flr)", "flr", "application/zip", result_file)]
     present = [item for item in items if item[0] is not None]
     columns = st.columns(len(present) or 1)
     for column, (payload, label, ext, mime, render) in zip(columns, present):
@@ -137,7 +154,8 @@ def downloads(name: str, *, figure: go.Figure | None = None, frame: pd.DataFrame
 
 
 def plot_with_explanation(figure: go.Figure, explanation: str, name: str, *, frame: pd.DataFrame | None = None,
-                          data: dict | None = None, symbols: Sequence[str] = ()) -> None:
+                          data: dict | None = None, result: Result | None = None, symbols: Sequence[str] = ()
+                          ) -> None:
     """A figure the page's width, a student-level explanation below it, what its ``symbols`` mean
     (:func:`fl_ui.glossary.explain_symbols`) and its downloads. (Beside it, on a 1024-px projector the figure had
     420 px and the explanation a 135-px column of one or two words a line.)"""
@@ -145,7 +163,7 @@ def plot_with_explanation(figure: go.Figure, explanation: str, name: str, *, fra
     st.markdown(explanation)
     if symbols:
         explain_symbols(symbols)
-    downloads(name, figure=figure, frame=frame, data=data)
+    downloads(name, figure=figure, frame=frame, data=data, result=result)
 
 
 def _cell_text(value: Any) -> str:
@@ -180,7 +198,7 @@ def readable_number(value: float) -> float:
 
 
 def table_with_download(frame: pd.DataFrame, name: str, *, shown: pd.DataFrame | None = None, wrap: bool = False,
-                        data: dict | None = None) -> None:
+                        data: dict | None = None, result: Result | None = None) -> None:
     """A table (missing values "—": :func:`dashed`) and the downloads of ``frame`` (CSV) and ``data`` (JSON, when
     given). On the page ``shown`` when given: the screen's version of the table, with the columns a reader needs under
     names in words, so that it fits a 1024-px projector (every column stays in the CSV); with ``wrap`` a static table
@@ -190,7 +208,7 @@ def table_with_download(frame: pd.DataFrame, name: str, *, shown: pd.DataFrame |
         st.table(table, hide_index=True)
     else:
         st.dataframe(table, width="stretch", hide_index=True)
-    downloads(name, frame=frame, data=data)
+    downloads(name, frame=frame, data=data, result=result)
 
 
 def url_widget(label: str, default: T, *, key: str, param: str | None = None, choices: Sequence[Any] | None = None,

@@ -101,7 +101,7 @@ def master_key_figures() -> dict[str, go.Figure]:
             "layer_counts": plots.layer_counts_figure(assignment),
             "comparison": plots.assignment_comparison_figure({"bank a": assignment, "bank b": assignment}),
             "composition": plots.composition_figure(result), "sweep": plots.sweep_figure(result.sweep, 3),
-            "members": plots.members_figure(result, 0), "models": plots.models_figure(fit.models(7), fit),
+            "members": plots.members_figure(result), "models": plots.models_figure(fit.models(7), fit),
             "sigma_by_method": plots.sigma_by_method_figure(fits),
             "model_vs_learned": plots.model_vs_learned_figure(published[0], published[1], "one key"),
             "cross_section": plots.cross_section_figure(published[0], published[1])}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from torch import nn
 
 import fl_core
@@ -29,6 +30,8 @@ from fl_core.results import Result
 from tests.script_modules import script_module
 
 BANK = "demo:ppocrv6_det_small_dw7"
+ENTRY_POINTS = ("analyze_energy", "analyze_whitening", "analyze_channels", "analyze_master_keys", "analyze_scale_space",
+                "analyze_rescore", "sweep_layers", "build_report", "analyze_survey")
 
 
 def small_net() -> nn.Module:
@@ -65,6 +68,25 @@ def test_settings_of_another_family_are_refused_by_name():
         analyze_whitening("demo:tiny_vgg", settings=EnergySettings())
     with pytest.raises(ArgumentError, match=r"analyze_master_keys .* takes no data .*MasterKeySettings"):
         analyze_master_keys(BANK, MasterKeySettings())  # settings passed where data goes
+
+
+def test_rescore_is_analyze_rescore_under_its_earlier_name():
+    assert fl_core.rescore is fl_core.analyze_rescore and {"rescore", "analyze_rescore"} <= set(fl_core.__all__)
+    assert fl_core.analyze_rescore.__name__ == "analyze_rescore"
+
+
+@pytest.mark.slow
+def test_the_analyses_of_the_weights_alone_take_the_same_data_and_say_they_ignore_it(photos):
+    batch = torch.rand(4, 3, 32, 32)
+    plain = analyze_master_keys(BANK, k=4, restarts=1)
+    for data in (batch, photos, "bundled"):
+        with pytest.warns(UserWarning, match="analyze_master_keys analyses the weights alone: the data given is not"):
+            given = analyze_master_keys(BANK, data, k=4, restarts=1)
+        assert given.to_dict() == plain.to_dict()
+    with pytest.warns(UserWarning, match="analyze_scale_space analyses the weights alone"):
+        assert analyze_scale_space(None, batch).to_dict() == analyze_scale_space().to_dict()
+    with pytest.raises(ArgumentError, match=r"data must be an image source .*not int"):
+        analyze_master_keys(BANK, 42)
 
 
 def test_a_list_where_one_model_is_expected_and_other_objects_are_refused_by_name():

@@ -18,8 +18,9 @@ griffe = pytest.importorskip("griffe")
 
 
 with script_module("docs/reference.py") as reference:
-    PUBLIC = reference.public_objects() + reference.shared_bases()
+    PUBLIC = reference.public_objects() + reference.shared_bases() + reference.returned_types()
     markdown_docstring = reference.markdown_docstring
+    API_PAGE = reference.api_page()
 
 
 def documented(obj: object, kind: str) -> set[str]:
@@ -31,7 +32,7 @@ def documented(obj: object, kind: str) -> set[str]:
 
 def test_every_public_function_documents_its_parameters() -> None:
     functions = [obj for obj in PUBLIC if inspect.isfunction(obj)]
-    assert {"analyze_energy", "analyze_channels", "rescore", "build_report"} <= {f.__name__ for f in functions}
+    assert {"analyze_energy", "analyze_channels", "analyze_rescore", "build_report"} <= {f.__name__ for f in functions}
     missing = {f.__name__: sorted(set(inspect.signature(f).parameters) - documented(f, "parameters"))
                for f in functions}
     assert {name: names for name, names in missing.items() if names} == {}
@@ -47,6 +48,28 @@ def test_every_public_settings_and_result_class_documents_its_fields() -> None:
         missing[cls.__name__] = sorted({f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
                                        - described)
     assert {name: names for name, names in missing.items() if names} == {}
+
+
+def test_the_reference_is_grouped_by_task_with_every_returned_type_and_each_results_plot_kinds() -> None:
+    headings = [line[3:] for line in API_PAGE.splitlines() if line.startswith("## ")]
+    assert headings == ["Analyses", "Results", "Models and data", "Settings", "Errors"]
+    sections = dict(zip(headings, API_PAGE.split("\n## ")[1:]))
+    assert "fl_core.channelaxes.analysis.analyze_channels" in sections["Analyses"]
+    assert "fl_core.results.Result\n" in sections["Results"] and "ChannelsEstimate" in sections["Results"]
+    assert "fl_core.io.layers.ConvLayer" in sections["Models and data"]  # conv_inventory's items
+    assert "fl_core.errors.InstallError" in sections["Errors"]
+    for obj in PUBLIC:
+        if inspect.isclass(obj) and issubclass(obj, fl_core.results.Result) and obj.figure_kinds():
+            listed = API_PAGE.split(f"**Plot kinds** of `{obj.__name__}`")[1].split("\n\n")[1]
+            assert [line.split("`")[1] for line in listed.splitlines()] == list(obj.figure_kinds()), obj
+    assert "`members`: Best-fitting members of one cluster (numbered from 1" in API_PAGE
+
+
+def test_the_result_base_is_written_for_users() -> None:
+    text = inspect.getdoc(fl_core.results.Result)
+    assert "_private_fields" not in text and "_figures" not in text
+    for method in ("to_frame()", "to_dict()", "plot(kind)", "plot_kinds()", "save(path)", "load_result"):
+        assert method in text, method
 
 
 @pytest.mark.slow

@@ -176,7 +176,7 @@ HEAVY = ("torch", "torchvision", "timm", "numpy", "pandas", "scipy", "torch_prun
 
 @pytest.mark.slow
 @pytest.mark.parametrize("argv", [["--help"], ["energy", "--help"], ["channels", "--help"], ["train", "--help"],
-                                  ["energy", "--model", "demo:tiny_vgg", "--seeds", "0"]])
+                                  ["env", "--help"], ["energy", "--model", "demo:tiny_vgg", "--seeds", "0"]])
 def test_help_and_a_refused_option_answer_at_once_without_the_analyses(argv: list[str]) -> None:
     """In a fresh interpreter: no torch, numpy or pandas loaded, and within :data:`HELP_SECONDS` of the processor's
     time (the child's own user + system seconds, the best of three: a machine shared with other jobs stretches the

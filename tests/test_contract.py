@@ -69,7 +69,8 @@ EXAMPLES: dict[str, Callable[..., Any]] = {
     "train": tiny_run,
     "masterkeys": lambda **options: fl_core.analyze_master_keys(BANK, k=4, restarts=1, sweep=[2, 4], **options),
     "scalespace": lambda **options: fl_core.analyze_scale_space(method="B", **options),
-    "rescore": lambda **options: fl_core.rescore(depthwise_net(), photos(4), replacements=["B"], batch_size=4,
+    "weights": lambda **options: fl_core.weight_statistics("demo:tiny_vgg", **options),
+    "rescore": lambda **options: fl_core.analyze_rescore(depthwise_net(), photos(4), replacements=["B"], batch_size=4,
                                                  workers=0, **options),
     "layersweep": lambda **options: fl_core.sweep_layers(depthwise_net(), photos(4), batch_size=4, workers=0,
                                                          **options),
@@ -97,8 +98,6 @@ COMMANDS: dict[str, list[str]] = {
     "survey": ["--family", "weights", "--model", MODEL, "--workers", "1"],
 }
 """The options of the commands that need their own for a tiny run (others: ``--model demo:tiny_vgg``)."""
-PLOT_ARGUMENTS: dict[str, dict[str, Any]] = {"members": {"cluster": 0}, "filter": {"channel": 0}}
-"""The keywords of the plot kinds that draw one part of a result."""
 
 FAMILY_NAMES = list(FAMILIES)
 SLOW_TO_REFUSE = ("channels",)
@@ -287,20 +286,21 @@ def test_the_result_is_the_registered_class_and_one_long_table_led_by_the_model(
 
 @pytest.mark.slow
 def test_every_plot_kind_listed_draws(family_result) -> None:
-    """Every kind the result lists draws a figure (none listed that cannot be drawn), the default first."""
+    """Every kind the result lists draws a figure with no further argument (none listed that cannot be drawn), the
+    default first."""
     name, result, _ = family_result
     kinds = result.plot_kinds()
-    if not kinds and not type(result)._figures:
+    if not kinds and not result.figure_kinds():
         pytest.skip(f"{name} draws no figure")
     assert kinds and isinstance(result.plot(), go.Figure), name
-    assert result.plot().to_json() == result.plot(kinds[0], **PLOT_ARGUMENTS.get(kinds[0], {})).to_json() or \
+    assert result.plot().to_json() == result.plot(kinds[0]).to_json() or \
         name == "report", name  # (a report's figures embed timings of the drawing)
     for kind in kinds:
-        assert isinstance(result.plot(kind, **PLOT_ARGUMENTS.get(kind, {})), go.Figure), (name, kind)
-    refused = set(type(result)._figures) - set(kinds)
+        assert isinstance(result.plot(kind), go.Figure), (name, kind)  # with no further argument
+    refused = set(result.figure_kinds()) - set(kinds)
     for kind in refused:  # a kind a result does not list says why it cannot draw it
         with pytest.raises(AnalysisError):
-            result.plot(kind, **PLOT_ARGUMENTS.get(kind, {}))
+            result.plot(kind)
 
 
 @pytest.mark.slow

@@ -59,6 +59,26 @@ def test_cpu_inference_never_autocasts_and_records_no_gradients():
     assert out.dtype is torch.float32 and not out.requires_grad
 
 
+def test_an_analysis_takes_the_cores_the_load_leaves_idle_and_gives_its_threads_back(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(backend.os, "cpu_count", lambda: 4)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        assert backend.analysis_threads(cpu, load=0.2) == 4  # an idle machine: every thread
+        assert backend.analysis_threads(cpu, load=1.5) == 3  # the idle cores, rounded up
+        assert backend.analysis_threads(cpu, load=14.0) == 1  # beside other work: one thread, never none
+        assert backend.analysis_threads(torch.device("meta"), load=14.0) == 4  # not a CPU: as it is
+        with backend.cpu_threads(2):
+            assert torch.get_num_threads() == 2
+            with backend.cpu_threads(3):  # a limit inside another never raises it
+                assert torch.get_num_threads() == 2
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_progress_is_clamped_and_nested_steps_map_onto_their_share():
     seen = []
 

@@ -33,7 +33,7 @@ def all_result_classes() -> list[type[Result]]:
 @pytest.mark.slow
 def test_every_figure_kind_names_a_figure_function_of_the_family():
     classes = all_result_classes()
-    drawn = [cls for cls in classes if cls._figures]
+    drawn = [cls for cls in classes if cls.figure_kinds()]
     assert len(drawn) >= 15
     for cls in drawn:
         for kind, path in cls._figures.items():
@@ -45,18 +45,53 @@ def test_every_figure_kind_names_a_figure_function_of_the_family():
 
 
 @pytest.mark.slow
-def test_master_keys_draw_every_figure_and_refuse_unknown_kinds():
+def test_master_keys_draw_every_listed_figure_with_no_argument_and_refuse_unknown_kinds():
     result = analyze_master_keys(BANK, k=4, restarts=1)
+    assert result.plot_kinds() == ("centroids", "composition", "members", "stages", "layers")  # no sweep ran
     for kind in result.plot_kinds():
-        if kind == "sweep":
-            with pytest.raises(AnalysisError, match="sweep="):
-                result.plot(kind)
-            continue
-        figure = result.plot(kind, cluster=0) if kind == "members" else result.plot(kind)
+        figure = result.plot(kind)
         assert isinstance(figure, go.Figure) and figure.data, kind
     assert result.plot().layout.title.text == result.plot("centroids").layout.title.text  # the first is the default
+    with pytest.raises(AnalysisError, match="sweep="):
+        result.plot("sweep")
     with pytest.raises(ArgumentError, match="'centroids', 'composition'"):
         result.plot("histogram")
+    swept = analyze_master_keys(BANK, k=4, restarts=1, sweep=(2, 3))
+    assert swept.plot_kinds()[-1] == "sweep" and swept.plot("sweep").data
+
+
+@pytest.mark.slow
+def test_clusters_are_numbered_from_1_in_the_table_the_figures_and_members():
+    result = analyze_master_keys(BANK, k=4, restarts=1)
+    table = result.to_frame()
+    assert table["cluster"].tolist() == [1, 2, 3, 4]
+    first, last = result.plot("members"), result.plot("members", cluster=4)
+    assert first.layout.title.text.startswith("Cluster 1: ") and f"of its {table['size'][0]} filters" in (
+        first.layout.title.text)
+    assert last.layout.title.text.startswith("Cluster 4: ") and f"of its {table['size'][3]} filters" in (
+        last.layout.title.text)
+    assert len(result.members(4, count=10_000)) == table["size"][3]
+    for wrong in (0, 5, "1"):
+        with pytest.raises(ArgumentError, match="numbered 1 to 4"):
+            result.members(wrong)
+
+
+@pytest.mark.slow
+def test_a_channel_analysis_lists_only_the_figures_its_settings_computed(demo):
+    from fl_core import analyze_channels, channel_data
+
+    loaded = demo[0]
+    data = channel_data(loaded, "crops", n_calibration=24, n_evaluation=8)
+    bare = analyze_channels(loaded, data, layer="features.7", lesion_kinds=(), pruning=None, cluster_seeds=2,
+                            device="cpu", progress=False)
+    assert bare.plot_kinds() == ("axes", "correlations", "filter")
+    for kind in bare.plot_kinds():
+        assert isinstance(bare.plot(kind), go.Figure), kind
+    assert bare.plot("filter").layout.title.text.startswith("Channel 0")  # the index column of to_frame() counts from 0
+    refused = {"pruning": "pruning=PruningSettings", "lesions": "lesion_kinds", "peers": "lesion_kinds"}
+    for kind, reason in refused.items():
+        with pytest.raises(AnalysisError, match=reason):
+            bare.plot(kind)
 
 
 @pytest.mark.slow

@@ -33,15 +33,18 @@ from fl_core.backend import (
     DeviceLike,
     Progress,
     ProgressLike,
+    analysis_threads,
     cpu_layout,
+    cpu_threads,
     progress_callback,
     report,
     resolve_device,
+    silent,
     sub_progress,
 )
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.comparison import AxesAgreement, axes_agreement, spearman, spearman_matrix
-from fl_core.channelaxes.estimate import channels_estimate
+from fl_core.channelaxes.estimate import channels_estimate, input_seconds
 from fl_core.channelaxes.interventions import ChannelInterventions, channel_interventions, folded_around
 from fl_core.channelaxes.layerstats import (
     LayerStatistics,
@@ -51,10 +54,9 @@ from fl_core.channelaxes.layerstats import (
 )
 from fl_core.channelaxes.pruning import PruningResult, prune_curves
 from fl_core.channelaxes.settings import ChannelOverrides, ChannelSettings
-from fl_core.channelaxes.site import ChannelSite, locate_site
+from fl_core.channelaxes.site import ChannelSite, channel_layer, locate_site
 from fl_core.compute.budgets import check_channel_statistics
 from fl_core.errors import AnalysisError
-from fl_core.io.layers import ConvLayer, check_layer, find_layer
 from fl_core.results import Result, jsonable, with_model_columns
 
 AXIS_SCORES = ("local", "target", "input_capture", "peer_overlap", "peer_r2", "task_info", "target_excess")
@@ -279,12 +281,17 @@ class ChannelAxesResult(Result):
         "pruning": "fl_core.channelaxes.plots:pruning_curves_figure",
     }
 
+    def missing_figure(self, kind: str) -> str | None:
+        if kind == "pruning" and self.pruning is None:
+            return "No pruning curves were computed: run the analysis with pruning=PruningSettings()."
+        if kind in ("lesions", "peers") and self.interventions is None:
+            return "No lesions were run: run the analysis with lesion_kinds=('mean', 'replace')."
+        if kind == "peers" and "replace" not in self.interventions.dloss:
+            return "No peer replacement was run: run the analysis with 'replace' among its lesion_kinds."
+        return None
+
     def figure_inputs(self, kind: str) -> tuple:
-        if kind != "pruning":
-            return (self,)
-        if self.pruning is None:
-            raise AnalysisError("No pruning curves were computed: run the analysis with pruning=PruningSettings().")
-        return (self.pruning,)
+        return (self.pruning,) if kind == "pruning" else (self,)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per channel: the model's label and spec, the layer, then :attr:`table`."""
@@ -355,12 +362,6 @@ class ChannelAxesResult(Result):
         return pd.DataFrame(rows, columns=["quantity", "value"])
 
 
-def default_channel_layer(layers: list[ConvLayer]) -> str:
-    """A layer whose analysis shows something quickly: the last non-depthwise conv with at most 256 channels."""
-    fitting = [lay for lay in layers if lay.kind != "depthwise" and lay.out_channels <= 256]
-    return (fitting or layers)[-1].name
-
-
 def layer_axes(model: torch.nn.Module, layer: str, data: ChannelData, settings: ChannelSettings,
                 device: torch.device, progress: Progress | None):
     """Site, statistics, both axes and the per-channel table of one layer of a private model copy (its statistics
@@ -397,64 +398,68 @@ def analyze_channels(model: ModelLike, data: ImagesLike | ChannelData | None = N
     """
     settings = as_settings(ChannelSettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
-    loaded = as_model(model)
-    check_layer(loaded, settings.layer)  # before the calibration data is built: a bad layer is refused at once
-    data = as_channel_data(data, loaded, seed=settings.axes.seed)
-    init = None if init is None else as_model(init, "init")
-    conv = find_layer(loaded, settings.layer)
-    check_channel_statistics(conv.out_channels, what=f"layer {conv.name} of {loaded.label}")
-    if len(data.calibration) < 2 * settings.axes.k:
-        raise AnalysisError(f"Use at least {2 * settings.axes.k} calibration images (got {len(data.calibration)}).")
-    if progress is not None:
-        estimate = channels_estimate(loaded, conv.name, len(data.calibration), len(data.evaluation), settings,
-                                     init is not None, device)
-        report(progress, 0.0, f"{conv.name}: {estimate.text()} expected")
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
-    model = cpu_layout(loaded.copy_model().to(device).eval(), device)
-    site, stats, local, table = layer_axes(model, conv.name, data, settings, device, sub_progress(progress, 0, 0.2))
-    timings["statistics"] = time.perf_counter() - start
-    evaluation = data.evaluation.materialized(settings.memory_bytes)
-
-    interventions = None
-    if settings.lesion_kinds:
+    with cpu_threads(analysis_threads(device)):  # all cores when idle; fewer beside other work
+        loaded = as_model(model, progress=progress)
+        conv = channel_layer(loaded, settings.layer)  # before the calibration data is built: a bad layer is refused
+        check_channel_statistics(conv.out_channels, what=f"layer {conv.name} of {loaded.label}")
+        if not isinstance(data, ChannelData):
+            report(progress, 0.0, "preparing the calibration and evaluation images")
+        data = as_channel_data(data, loaded, seed=settings.axes.seed)
+        init = None if init is None else as_model(init, "init", progress)
+        if len(data.calibration) < 2 * settings.axes.k:
+            raise AnalysisError(f"Use at least {2 * settings.axes.k} calibration images (got {len(data.calibration)}).")
+        if progress is not silent:
+            report(progress, 0.0, f"{conv.name}: timing the network to estimate the duration")
+            estimate = channels_estimate(loaded, conv.name, len(data.calibration), len(data.evaluation), settings,
+                                         init is not None, device, reading=input_seconds(data, device))
+            report(progress, 0.0, f"{conv.name}: {estimate.text()} expected")
+        timings: dict[str, float] = {}
         start = time.perf_counter()
-        interventions = channel_interventions(
-            model, site, evaluation, local.post_means, local.replacement_peers, local.replacement_beta,
-            local.replacement_intercept, kinds=settings.lesion_kinds, device=device, batch_size=settings.batch_size,
-            memory_bytes=settings.memory_bytes, progress=sub_progress(progress, 0.2, 0.5))
-        timings["interventions"] = time.perf_counter() - start
-    table = add_intervention_columns(table, interventions)
-    report(progress, 0.5, "comparing the axes")
-    axes = compare_axes(table, settings)
+        model = cpu_layout(loaded.copy_model().to(device).eval(), device)
+        site, stats, local, table = layer_axes(model, conv.name, data, settings, device, sub_progress(progress, 0, 0.2))
+        timings["statistics"] = time.perf_counter() - start
+        evaluation = data.evaluation.materialized(settings.memory_bytes)
 
-    pruning_result = None
-    if settings.pruning is not None:
-        start = time.perf_counter()
-        pruning_result = prune_curves(model, conv.name, data.calibration, evaluation, importance_scores(table),
-                                      settings.pruning, device=device, means=local.post_means.cpu().numpy(),
-                                      readers=site.consumers if site.foldable else (), batch_size=settings.batch_size,
-                                      memory_bytes=settings.memory_bytes, progress=sub_progress(progress, 0.5, 0.9))
-        timings["pruning"] = time.perf_counter() - start
-        for name, scores in pruning_result.scores.items():
-            if name not in AXIS_SCORES:
-                table[f"score_{name}"] = scores
+        interventions = None
+        if settings.lesion_kinds:
+            start = time.perf_counter()
+            interventions = channel_interventions(
+                model, site, evaluation, local.post_means, local.replacement_peers, local.replacement_beta,
+                local.replacement_intercept, kinds=settings.lesion_kinds, device=device, batch_size=settings.batch_size,
+                memory_bytes=settings.memory_bytes, progress=sub_progress(progress, 0.2, 0.5))
+            timings["interventions"] = time.perf_counter() - start
+        table = add_intervention_columns(table, interventions)
+        report(progress, 0.5, "comparing the axes")
+        axes = compare_axes(table, settings)
 
-    init_axes = None
-    if init is not None:
-        start = time.perf_counter()
-        init_model = cpu_layout(init.copy_model().to(device).eval(), device)
-        *_, init_table = layer_axes(init_model, conv.name, data, settings, device, sub_progress(progress, 0.9, 1))
-        init_axes = compare_axes(init_table, settings)
-        timings["initialization"] = time.perf_counter() - start
-    report(progress, 1.0, "done")
-    return ChannelAxesResult(
-        spec=loaded.spec, label=loaded.label, layer=conv.name, site=site, data=data.description,
-        n_calibration=stats.n_images, n_evaluation=len(evaluation), positions=stats.positions, settings=settings,
-        seed=data.seed, table=table, axes=axes, init_axes=init_axes, init_spec=init.spec if init else None,
-        calibration_loss=stats.loss, calibration_accuracy=stats.accuracy, interventions=interventions,
-        removability=removability(table, pruning_result), pruning=pruning_result,
-        filters=stats.weight.float().cpu().numpy(), warnings=data.warnings, timings=timings)
+        pruning_result = None
+        if settings.pruning is not None:
+            start = time.perf_counter()
+            pruning_result = prune_curves(model, conv.name, data.calibration, evaluation, importance_scores(table),
+                                          settings.pruning, device=device, means=local.post_means.cpu().numpy(),
+                                          readers=site.consumers if site.foldable else (),
+                                          batch_size=settings.batch_size, memory_bytes=settings.memory_bytes,
+                                          progress=sub_progress(progress, 0.5, 0.9))
+            timings["pruning"] = time.perf_counter() - start
+            for name, scores in pruning_result.scores.items():
+                if name not in AXIS_SCORES:
+                    table[f"score_{name}"] = scores
+
+        init_axes = None
+        if init is not None:
+            start = time.perf_counter()
+            init_model = cpu_layout(init.copy_model().to(device).eval(), device)
+            *_, init_table = layer_axes(init_model, conv.name, data, settings, device, sub_progress(progress, 0.9, 1))
+            init_axes = compare_axes(init_table, settings)
+            timings["initialization"] = time.perf_counter() - start
+        report(progress, 1.0, "done")
+        return ChannelAxesResult(
+            spec=loaded.spec, label=loaded.label, layer=conv.name, site=site, data=data.description,
+            n_calibration=stats.n_images, n_evaluation=len(evaluation), positions=stats.positions, settings=settings,
+            seed=data.seed, table=table, axes=axes, init_axes=init_axes, init_spec=init.spec if init else None,
+            calibration_loss=stats.loss, calibration_accuracy=stats.accuracy, interventions=interventions,
+            removability=removability(table, pruning_result), pruning=pruning_result,
+            filters=stats.weight.float().cpu().numpy(), warnings=data.warnings, timings=timings)
 
 
 def add_intervention_columns(table: pd.DataFrame, interventions: ChannelInterventions | None) -> pd.DataFrame:

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from fl_core.arguments import ModelLike, as_images, as_model
+from fl_core.backend import analysis_threads, cpu_threads
 from fl_core.channelaxes.settings import CROPS, ChannelDataSettings
 from fl_core.errors import DataError
 from fl_core.io.classes import map_tree_classes
@@ -178,9 +179,12 @@ def crop_settings_for(loaded: LoadedModel) -> CropSettings:
 @torch.no_grad()  # not inference mode: the labels enter the Taylor criterion's loss, which autograd records
 def decision_labels(loaded: LoadedModel, x: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
     """The intact network's top-1 class of each model input ``x (N, 3, S, S)``: the labels of crops whose classes
-    are not the model's (a forward pass on the shared model, which it does not change)."""
-    model = loaded.forward_copy(torch.device("cpu"))
-    return torch.cat([model(x[start: start + batch_size]).argmax(dim=1) for start in range(0, len(x), batch_size)])
+    are not the model's (a forward pass on the shared model, which it does not change; in the threads the load leaves
+    it: :func:`~fl_core.backend.analysis_threads`)."""
+    cpu = torch.device("cpu")
+    model = loaded.forward_copy(cpu)
+    with cpu_threads(analysis_threads(cpu)):
+        return torch.cat([model(x[start: start + batch_size]).argmax(dim=1) for start in range(0, len(x), batch_size)])
 
 
 def photo_class_mapping(loaded: LoadedModel) -> tuple[np.ndarray, tuple[str, ...]] | None:

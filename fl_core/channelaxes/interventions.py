@@ -115,7 +115,7 @@ class Substitutions:
                                                                                     "weights")))
 
 
-def _substituted(a: torch.Tensor, subs: Substitutions, batch: int) -> torch.Tensor:
+def substituted(a: torch.Tensor, subs: Substitutions, batch: int) -> torch.Tensor:
     """``a`` (B or G·B samples) → G·B samples, copy g with its substitution applied (copy-major order)."""
     n = len(subs)
     weights = subs.weights.to(a.device, a.dtype)
@@ -246,7 +246,7 @@ class LesionedCopies:
         self.copies_running = False
 
     def _at_site(self, _module: nn.Module, _args: tuple, output: torch.Tensor) -> torch.Tensor | None:
-        return None if self.subs is None else _substituted(output, self.subs, self.batch)
+        return None if self.subs is None else substituted(output, self.subs, self.batch)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -282,7 +282,7 @@ class LesionedCopies:
         *before, site = self.inner
         outputs = {name: recorded[name] if name in self.unread
                    else recorded[name].repeat(n, *([1] * (recorded[name].ndim - 1))) for name in before}
-        return outputs | {site: _substituted(recorded[site], subs, self.batch)}
+        return outputs | {site: substituted(recorded[site], subs, self.batch)}
 
     def reader_forward(self, u: torch.Tensor, recorded: dict[str, torch.Tensor]) -> torch.Tensor:
         """The reader convolution on the copies' input ``u`` (G·B samples): where each copy's input differs from the
@@ -334,7 +334,7 @@ class LesionedCopies:
         try:
             if self.start == 0:
                 return self.model(x.repeat(n, *([1] * (x.ndim - 1)))).reshape(n, len(x), -1).float()
-            expanded = (_substituted(activation, subs, len(x)) if substituted_first
+            expanded = (substituted(activation, subs, len(x)) if substituted_first
                         else activation.repeat(n, *([1] * (activation.ndim - 1))))
             stubs = self._inner_outputs(recorded, subs) if inner else None
             with self._reader_installed(recorded):

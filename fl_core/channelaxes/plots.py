@@ -13,6 +13,7 @@ from fl_core.channelaxes.calibration import DECISION_LABELS
 from fl_core.channelaxes.pruning import PruningResult
 from fl_core.channelaxes.settings import CRITERIA
 from fl_core.channelaxes.site import ChannelSite
+from fl_core.errors import ArgumentError, value_text
 from fl_core.figures import color, filter_zoom_figure, heatmap_figure, log_axis, readable, tiles_figure
 
 METRIC_LABELS = {
@@ -195,8 +196,12 @@ def metric_correlation_figure(result: ChannelAxesResult) -> go.Figure:
                           "Spearman ρ between per-channel quantities")
 
 
-def filter_figure(result: ChannelAxesResult, channel: int) -> go.Figure:
-    """One channel's filter: a tile per input channel (k×k kernels), RGB for a first layer, bars for 1×1 kernels."""
+def filter_figure(result: ChannelAxesResult, channel: int = 0) -> go.Figure:
+    """One channel's filter (``channel``: its index in the layer, the ``index`` column of ``result.to_frame()``): a
+    tile per input channel (k×k kernels), RGB for a first layer, bars for 1×1 kernels."""
+    if isinstance(channel, bool) or not isinstance(channel, int | np.integer) or not 0 <= channel < len(result.filters):
+        raise ArgumentError(f"channel {value_text(channel)}: the layer's channels are 0 to {len(result.filters) - 1}, "
+                            "the index column of to_frame().")
     weight = result.filters[channel]
     if weight.shape[1:] == (1, 1):
         fig = go.Figure(go.Bar(x=np.arange(len(weight)), y=weight[:, 0, 0], marker_color=color(0),

@@ -116,7 +116,9 @@ class ChannelSettings(Settings):
     """How a layer is analysed.
 
     Attributes:
-        layer: the convolution analysed (none: the first convolution).
+        layer: the convolution analysed (none: the default layer, the last non-depthwise convolution with at most
+            256 channels, as the page and the command take it: :func:`~fl_core.channelaxes.site.channel_layer`;
+            ``"first"``: the first convolution).
         axes: estimator choices of the two axes.
         lesion_kinds: interventions to run (``mean``, ``zero``, ``replace``; none: skip); by default mean-ablation and
             peer replacement (zero-ablation removes the channel's mean too, §5).

@@ -16,10 +16,31 @@ import torch
 from torch import nn
 
 from fl_core.errors import AnalysisError
+from fl_core.io.layers import ConvLayer, check_layer, conv_inventory, find_layer
+from fl_core.io.models import LoadedModel
 
 ELEMENTWISE = (nn.modules.batchnorm._BatchNorm, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.SiLU, nn.GELU,
                nn.Hardswish, nn.Mish, nn.ELU, nn.SELU, nn.CELU, nn.Identity, nn.Dropout, nn.Dropout2d)
 """Per-channel modules that may follow a conv before its channels are read (they keep the channel index)."""
+
+
+def default_channel_layer(layers: list[ConvLayer]) -> str:
+    """The layer a channel analysis takes when none is named (the library, the command and the page alike): of the
+    convolutions with at least two output channels (peers need company), the last that is not depthwise and has at
+    most 256 channels, near the head, where the lesioned copies have little network left to run (MobileNetV2:
+    ``features.16.conv.2``, about a minute on 2 CPU cores)."""
+    analysable = [lay for lay in layers if lay.out_channels >= 2] or layers
+    fitting = [lay for lay in analysable if lay.kind != "depthwise" and lay.out_channels <= 256]
+    return (fitting or analysable)[-1].name
+
+
+def channel_layer(loaded: LoadedModel, name: str | None = None) -> ConvLayer:
+    """The convolution a channel analysis of ``loaded`` reads: ``name`` (:func:`~fl_core.io.layers.find_layer`;
+    ``"first"``: the first convolution; a blank name is refused: :func:`~fl_core.io.layers.check_layer`), or
+    :func:`default_channel_layer` when none is named."""
+    if name is None:
+        return find_layer(loaded, default_channel_layer(conv_inventory(loaded)))
+    return check_layer(loaded, name)
 
 
 @dataclass(frozen=True)

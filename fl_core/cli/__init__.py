@@ -39,6 +39,8 @@ from fl_core.settings import SettingField, add_settings_arguments, device_name, 
 TOOLS: dict[str, tuple[str, str]] = {
     "app": ("fl_core.cli.app", "serve the dashboard, to this machine only unless --address (needs the app extra: "
                                 "pip install 'filterlens[app]')"),
+    "env": ("fl_core.cli.env", "print the versions of FilterLens, Python, torch, torchvision, timm and Dask and the "
+                               "devices; check that torch and torchvision work together"),
 }
 """Commands that are not an analysis family: name → (module, help)."""
 CONSOLE_SCRIPT = "filterlens"
@@ -205,8 +207,12 @@ def report_error(err: Exception) -> int:
     """Print ``err`` as one line on stderr and return the exit status: 2 for what the user can fix (a refused input,
     a file that cannot be written, running out of memory), 1 for anything else, whose traceback ``FL_TRACEBACK=1``
     shows."""
+    from fl_core.environment import explained_import_error
+
     if isinstance(err, FilterLensError):
         message, status = str(err), 2
+    elif isinstance(err, ImportError | RuntimeError | OSError) and (explained := explained_import_error(err)):
+        message, status = explained, 2
     elif isinstance(err, OSError):
         message, status = f"{err.strerror or err}: {err.filename or ''}. Check the path and its permissions.", 2
     elif isinstance(err, MemoryError):

@@ -6,6 +6,7 @@ Examples:
     filterlens app
     filterlens app --port 8600 --data-root /data/imagenet --data-root ~/checkpoints
     filterlens app --address 0.0.0.0 --warm        # a lab's server: every interface, heavy first views ready
+    filterlens app --results runs/                 # the .flr files saved there, on the Saved results page
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ DATA_ROOTS_ENV = "FL_DATA_ROOTS"
 WARM_ENV = "FL_WARM_WORKER_VIEWS"
 """``--warm`` / ``--no-warm`` (:data:`fl_ui.serve.WARM_WORKER_VIEWS_ENV`; named here so that ``--help`` stays light)."""
 LOOPBACK = "127.0.0.1"
+RESULTS_DIR_ENV = "FL_RESULTS_DIR"
+"""The folder of saved results (``.flr``) the dashboard's Saved results page shows (fl_ui.savedresults reads it)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default re-score: a few CPU-minutes) in the background once the server listens, so "
                              "their first visitors find them ready; a visitor's own job never waits behind them "
                              f"(default: --no-warm, each view computed when first visited; sets {WARM_ENV})")
+    parser.add_argument("--results", type=Path, metavar="DIR",
+                        help=f"a folder of saved results (result.save('name.flr')) the Saved results page lists and "
+                             f"shows, subfolders included (sets {RESULTS_DIR_ENV})")
 
 
 def streamlit_arguments(args: argparse.Namespace) -> list[str]:
@@ -52,11 +58,12 @@ def streamlit_arguments(args: argparse.Namespace) -> list[str]:
     return ["--server.address", args.address, *port]
 
 
-def data_roots(folders: list[Path]) -> str:
-    """:data:`DATA_ROOTS_ENV` for ``folders``, each an existing folder (resolved)."""
+def data_roots(folders: list[Path], option: str = "--data-root") -> str:
+    """:data:`DATA_ROOTS_ENV` (or another folder option's variable) for ``folders``, each an existing folder
+    (resolved)."""
     missing = [str(folder) for folder in folders if not folder.expanduser().is_dir()]
     if missing:
-        raise DataError(f"--data-root {', '.join(missing)}: no such folder. Give folders that exist on this machine.")
+        raise DataError(f"{option} {', '.join(missing)}: no such folder. Give folders that exist on this machine.")
     return os.pathsep.join(str(folder.expanduser().resolve()) for folder in folders)
 
 
@@ -76,12 +83,17 @@ def reach(address: str) -> str | None:
 
 
 def run(args: argparse.Namespace, progress: object) -> int:
+    from fl_core.environment import check_operators
+
     require_extra("app", "the dashboard")
+    check_operators()
     if args.data_root:
         os.environ[DATA_ROOTS_ENV] = data_roots(args.data_root)
     os.environ[WARM_ENV] = "1" if args.warm else "0"
     if notice := reach(args.address):
         print(notice, file=sys.stderr)
+    if args.results:
+        os.environ[RESULTS_DIR_ENV] = data_roots([args.results], "--results")
     from fl_ui.serve import main
 
     return main(streamlit_arguments(args))

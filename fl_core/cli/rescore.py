@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, progress):
     from fl_core.io.images import open_images
     from fl_core.masterkeys.distributed import distributed_session, rank_device
-    from fl_core.masterkeys.rescore import check_resume, rescore
+    from fl_core.masterkeys.rescore import analyze_rescore, check_resume
 
     with distributed_session() as (rank, _world):
         if rank != 0:  # one report and one set of files, from rank 0
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace, progress):
             return _sweep(loaded, images, args, device, progress)
         settings = settings_from_args(RescoreSettings, args, replacements=_replacements(loaded, args),
                                       **_selection(args))
-        result = rescore(loaded, images, settings, resume=args.resume, device=device, progress=progress)
+        result = analyze_rescore(loaded, images, settings, resume=args.resume, device=device, progress=progress)
     if rank == 0:
         _print_summary(result)
     return result

@@ -471,7 +471,7 @@ def analyze_energy(models: ModelLike | Sequence[ModelLike], data: ImagesLike | N
     settings = as_settings(EnergySettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
     images = as_images(data)  # a missing folder is refused before any model loads
-    models = as_models(models)
+    models = as_models(models, progress=progress)
     layers = [check_layer(loaded, settings.layer) for loaded in models]
     inits = {spec: as_model(init, f"inits[{spec!r}]") for spec, init in (inits or {}).items()}
     for loaded, lay in zip(models, layers):

@@ -278,7 +278,7 @@ def analyze_whitening(models: ModelLike | Sequence[ModelLike], data: ImagesLike 
     settings = as_settings(WhiteningSettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
     images = as_images(data)  # a missing folder is refused before any model loads
-    models = as_models(models)
+    models = as_models(models, progress=progress)
     max_distance, seeds = settings.max_distance, range(settings.seeds)
     layers = [find_layer(m, None) for m in models]
     check_whitening_budget(models, layers, settings)

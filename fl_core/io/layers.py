@@ -29,10 +29,22 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ConvLayer:
-    """One convolution: its name (module name, or the weight key for weights-only files) and geometry.
+    """One convolution of a model (:func:`conv_inventory`): its name and geometry.
 
-    ``output_size`` is the side of its output feature map in the probe forward pass (``None`` for weights-only files
-    and convolutions the pass did not reach).
+    Attributes:
+        name: the module name (``features.16.conv.2``), or the weight key for weights-only files.
+        kind: ``first`` (the convolution that sees the image), ``regular``, ``pointwise`` (1×1), ``depthwise`` or
+            ``grouped``.
+        out_channels: output channels (filters).
+        in_channels: input channels.
+        kernel_size: (kh, kw).
+        stride: (sh, sw).
+        padding: (ph, pw).
+        dilation: (dh, dw).
+        groups: convolution groups (the input channels each filter reads: ``in_channels / groups``).
+        weight_key: its weight tensor's key in the state dict.
+        output_size: the side of its output feature map in the probe forward pass at the model's input size
+            (``None`` for weights-only files and convolutions the pass did not reach).
     """
 
     name: str

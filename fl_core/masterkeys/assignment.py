@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fl_core.arguments import ModelLike, as_model, as_settings, no_data
+from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings, weights_only_data
 from fl_core.backend import DeviceLike, Progress, ProgressLike, progress_callback, report, resolve_device
 from fl_core.errors import AnalysisError
 from fl_core.io.models import LoadedModel
@@ -193,7 +193,7 @@ def fit_model_master_keys(source: LoadedModel | DepthwiseBank, method: FitMethod
     return result
 
 
-def analyze_scale_space(model: ModelLike | DepthwiseBank | None = None, data: None = None,
+def analyze_scale_space(model: ModelLike | DepthwiseBank | None = None, data: ImagesLike | None = None,
                         settings: ScaleSpaceSettings | None = None, *, device: DeviceLike = None,
                         progress: ProgressLike = None,
                         **setting_overrides: Unpack[ScaleSpaceOverrides]) -> ScaleSpaceResult:
@@ -203,20 +203,21 @@ def analyze_scale_space(model: ModelLike | DepthwiseBank | None = None, data: No
     Args:
         model: none (the published filters), a model (spec string, :class:`LoadedModel` or ``nn.Module``) or its
             :class:`~fl_core.masterkeys.depthwise.DepthwiseBank`.
-        data: none: the filters are the data (the argument keeps the family's call shape).
+        data: not used: the filters are the data (images given as every family takes them are ignored
+            with a notice, so one loop can pass the same data to every family).
         settings: the fitting method and, for a model, which filters; ``setting_overrides`` replace fields
             (``method="D1"``).
         **setting_overrides: fields of ``settings`` to replace, by name.
         device: as every analysis takes it (the grid searches run in NumPy).
         progress: ``progress(fraction, message)``.
     """
-    no_data(data, "analyze_scale_space")
+    weights_only_data(data, "analyze_scale_space")
     s = as_settings(ScaleSpaceSettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
     if model is None:
         result = fit_published_filters(s.method)
         report(progress, 1.0, "scale-space fits done")
         return result
-    source = model if isinstance(model, DepthwiseBank) else as_model(model)
+    source = model if isinstance(model, DepthwiseBank) else as_model(model, progress=progress)
     return fit_model_master_keys(source, s.method, kernel_size=s.kernel_size, layers=s.layers, stages=s.stages,
                                  device=device, progress=progress)

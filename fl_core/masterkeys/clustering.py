@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import pandas as pd
 
-from fl_core.arguments import ModelLike, as_model, as_settings, no_data
+from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings, weights_only_data
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.compute.budgets import check_clustering
-from fl_core.errors import AnalysisError
+from fl_core.errors import ArgumentError, value_text
 from fl_core.masterkeys.assignment import (
     N_MASTER_KEYS,
     PublishedAssignment,
@@ -117,14 +117,15 @@ class MasterKeyResult(Result):
         "sweep": "fl_core.masterkeys.plots:sweep_figure",
     }
 
+    def missing_figure(self, kind: str) -> str | None:
+        if kind == "sweep" and self.sweep is None:
+            return "No sweep over k was run: analyse with sweep=(2, 4, 8, 12) to draw it."
+        return None
+
     def figure_inputs(self, kind: str) -> tuple:
         if kind in ("stages", "layers"):
             return (self.published_assignment,)
-        if kind == "sweep":
-            if self.sweep is None:
-                raise AnalysisError("No sweep over k was run: analyse with sweep=(2, 4, 8, 12) to draw it.")
-            return (self.sweep,)
-        return (self,)
+        return (self.sweep,) if kind == "sweep" else (self,)
 
     def cluster_frame(self) -> pd.DataFrame:
         """One row per cluster: the model's label and spec, size, share, tightness, nearest master key and its
@@ -141,12 +142,21 @@ class MasterKeyResult(Result):
                                     for i, c in enumerate(self.clusters) for j, n in enumerate(c.composition)])
         return self.cluster_frame().merge(composition, on="cluster")
 
+    def cluster_label(self, cluster: int) -> int:
+        """The internal label of cluster number ``cluster`` (1 … k, as :meth:`to_frame` numbers them)."""
+        if isinstance(cluster, bool) or not isinstance(cluster, int | np.integer) or not 1 <= cluster <= len(
+                self.clusters):
+            raise ArgumentError(f"cluster {value_text(cluster)}: the clusters are numbered 1 to {len(self.clusters)}, "
+                                "as in to_frame().")
+        return int(cluster) - 1
+
     def layer_frame(self) -> pd.DataFrame:
         return pd.DataFrame(list(self.layer_statistics))
 
-    def members(self, cluster: int, count: int = 32) -> np.ndarray:
-        """Up to ``count`` member filters of a cluster (0-based), the best fitting first, flipped to the centroid."""
-        index = np.flatnonzero(self.labels == cluster)
+    def members(self, cluster: int = 1, count: int = 32) -> np.ndarray:
+        """Up to ``count`` member filters of a cluster (numbered from 1, largest first, as in :meth:`to_frame`), the
+        best fitting first, flipped to the centroid."""
+        index = np.flatnonzero(self.labels == self.cluster_label(cluster))
         return self.filters[index[np.argsort(-self.cosine[index], kind="stable")[:count]]]
 
 
@@ -166,25 +176,27 @@ def _cluster_summaries(clustering: FilterClustering, assignment: np.ndarray, tem
     return tuple(summaries)
 
 
-def analyze_master_keys(model: ModelLike | DepthwiseBank, data: None = None, settings: MasterKeySettings | None = None,
-                        *, device: DeviceLike = None, progress: ProgressLike = None,
+def analyze_master_keys(model: ModelLike | DepthwiseBank, data: ImagesLike | None = None,
+                        settings: MasterKeySettings | None = None, *, device: DeviceLike = None,
+                        progress: ProgressLike = None,
                         **setting_overrides: Unpack[MasterKeyOverrides]) -> MasterKeyResult:
     """Extract, cluster and assign a model's depthwise filters of one kernel size.
 
     Args:
         model: a model (spec string, :class:`LoadedModel` or ``nn.Module``; full or weights-only) or its
             :class:`~fl_core.masterkeys.depthwise.DepthwiseBank`.
-        data: none: the filters are the data (the argument keeps the family's call shape).
+        data: not used: the filters are the data (images given as every family takes them are ignored
+            with a notice, so one loop can pass the same data to every family).
         settings: clusters, restarts, seed, which filters, the sweep and the templates' fitting method;
             ``setting_overrides`` replace fields (``k=8``, ``stages=(2, 3)``, ...).
         **setting_overrides: fields of ``settings`` to replace, by name.
         device: where to cluster.
         progress: ``progress(fraction, message)``.
     """
-    no_data(data, "analyze_master_keys")
+    weights_only_data(data, "analyze_master_keys")
     settings = as_settings(MasterKeySettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
-    source = model if isinstance(model, DepthwiseBank) else as_model(model)
+    source = model if isinstance(model, DepthwiseBank) else as_model(model, progress=progress)
     s = settings
     bank = source if isinstance(source, DepthwiseBank) else depthwise_bank(source)
     chosen = bank.select(s.kernel_size, s.layers, s.stages)

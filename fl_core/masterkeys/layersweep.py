@@ -23,7 +23,7 @@ from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_set
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, resolve_device
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.recovery import RecoveryInfo
-from fl_core.masterkeys.rescore import VariantScore, rescore
+from fl_core.masterkeys.rescore import VariantScore, analyze_rescore
 from fl_core.masterkeys.settings import LayerSweepOverrides, LayerSweepSettings, RescoreSettings, ScoringSettings
 from fl_core.masterkeys.swap import swap_filters
 from fl_core.results import Result, with_model_columns
@@ -117,20 +117,20 @@ def sweep_layers(model: ModelLike, data: ImagesLike | None = None, settings: Lay
         settings: the replacement, which layers / stages, recovery (twice as many recoveries as layers), k and seed
             of ``centroid`` / ``random`` replacements, batching; ``setting_overrides`` replace fields.
         **setting_overrides: fields of ``settings`` to replace, by name.
-        device: as in :func:`fl_core.masterkeys.rescore.rescore`.
+        device: as in :func:`fl_core.masterkeys.rescore.analyze_rescore`.
         progress: ``progress(fraction, message)`` (each layer's variants run from that layer's block on).
     """
     settings = as_settings(LayerSweepSettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
     images = as_images(data)  # a missing folder is refused before the model loads
-    loaded = as_model(model)
+    loaded = as_model(model, progress=progress)
     bank = depthwise_bank(loaded)
     chosen = bank.chosen(settings.layers, settings.stages)
     swaps = [swap for layer in chosen for swap in (
         swap_filters(bank, settings.replacement, layers=[layer.name], k=settings.k, seed=settings.seed, device=device),
         swap_filters(bank, ZERO, layers=[layer.name]))]
     scoring = {f.name: getattr(settings, f.name) for f in dataclasses.fields(ScoringSettings)}
-    result = rescore(loaded, images, RescoreSettings(**scoring), swaps=swaps, device=device, progress=progress)
+    result = analyze_rescore(loaded, images, RescoreSettings(**scoring), swaps=swaps, device=device, progress=progress)
     rows = []
     for i, layer in enumerate(chosen):
         swapped, zeroed = result.swaps[2 * i], result.swaps[2 * i + 1]

@@ -176,11 +176,13 @@ def sweep_figure(sweep: ClusterSweep, chosen_k: int | None = None) -> go.Figure:
     return readable(fig)
 
 
-def members_figure(result: MasterKeyResult, cluster: int, count: int = 48) -> go.Figure:
-    """Best-fitting members of one cluster (0-based), flipped to the centroid's sign."""
+def members_figure(result: MasterKeyResult, cluster: int = 1, count: int = 48) -> go.Figure:
+    """Best-fitting members of one cluster (numbered from 1, largest first, as in ``result.to_frame()``), flipped to
+    the centroid's sign."""
     members = result.members(cluster, count)
-    return tiles_figure(members[:, None], f"Cluster {cluster + 1}: {len(members)} of its "
-                        f"{result.clusters[cluster].size} filters (best fitting first, sign aligned)",
+    return tiles_figure(members[:, None], f"Cluster {cluster}: {len(members)} of its "
+                        f"{result.clusters[result.cluster_label(cluster)].size} filters (best fitting first, sign "
+                        "aligned)",
                         labels=[f"member {i + 1}" for i in range(len(members))])
 
 

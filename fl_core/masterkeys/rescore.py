@@ -431,10 +431,10 @@ def _variant(name: str, row: np.ndarray, original: np.ndarray, error: float | No
                         computed_from=computed_from, **_scores(row, original))
 
 
-def rescore(model: ModelLike, data: ImagesLike | None = None, settings: RescoreSettings | None = None, *,
-            swaps: Sequence[FilterSwap] | None = None, resume: str | Path | None = None,
-            device: DeviceLike = None, progress: ProgressLike = None,
-            **setting_overrides: Unpack[RescoreOverrides]) -> RescoreResult:
+def analyze_rescore(model: ModelLike, data: ImagesLike | None = None, settings: RescoreSettings | None = None, *,
+                    swaps: Sequence[FilterSwap] | None = None, resume: str | Path | None = None,
+                    device: DeviceLike = None, progress: ProgressLike = None,
+                    **setting_overrides: Unpack[RescoreOverrides]) -> RescoreResult:
     """Score the original model and every swap on the same decoded images (module docstring).
 
     Args:
@@ -465,7 +465,7 @@ def rescore(model: ModelLike, data: ImagesLike | None = None, settings: RescoreS
         check_resume(resume)
     device, progress = rank_device(device), progress_callback(progress)
     images = as_images(data)
-    loaded = as_model(model)
+    loaded = as_model(model, progress=progress)
     swaps = variant_swaps(loaded, settings, settings.replacements, device) if swaps is None else swaps
     recovery = settings.recovery
     classes = images.classes if images.labelled else ()
@@ -515,6 +515,10 @@ def checked_swaps(swaps: object) -> list[FilterSwap]:
         raise ArgumentError(f"swaps takes FilterSwap variants made by swap_filters(bank, 'B'), not "
                             f"{value_text(wrong[0])}; to score replacements by name, pass replacements=('B', ...).")
     return items
+
+
+rescore = analyze_rescore
+"""The earlier name of :func:`analyze_rescore`, kept as an alias."""
 
 
 def variant_swaps(loaded: LoadedModel, settings: ScoringSettings, replacements: Sequence[str],

@@ -154,8 +154,8 @@ class ScoringSettings(Settings):
 
 
 class ScoringOverrides(TypedDict, total=False):
-    """The keyword overrides of :class:`ScoringSettings`, e.g. ``rescore(model, images, batch_size=32)``: its fields
-    (nested ones by their own names; tuples also as lists), kept equal to the class by tests/test_contract.py."""
+    """The keyword overrides of :class:`ScoringSettings`, e.g. ``analyze_rescore(model, images, batch_size=32)``: its
+    fields (nested ones by their own names; tuples also as lists), kept equal to the class by tests/test_contract.py."""
 
     layers: tuple[str, ...] | list[str] | None
     stages: tuple[int, ...] | list[int] | None
@@ -191,7 +191,7 @@ class LayerSweepSettings(ScoringSettings):
 
 
 class RescoreOverrides(ScoringOverrides, total=False):
-    """The keyword overrides of :class:`RescoreSettings` (``rescore(model, images, replacements=["B"])``)."""
+    """The keyword overrides of :class:`RescoreSettings` (``analyze_rescore(model, images, replacements=["B"])``)."""
 
     replacements: tuple[str, ...] | list[str]
 

@@ -38,7 +38,7 @@ from fl_core.backend import (
     resolve_device,
     sub_progress,
 )
-from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_channels, default_channel_layer
+from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
 from fl_core.channelaxes.settings import ChannelSettings
 from fl_core.errors import AnalysisError, ArgumentError, FilterLensError
@@ -53,7 +53,7 @@ from fl_core.masterkeys.assignment import assign_to_master_keys, fit_model_maste
 from fl_core.masterkeys.clustering import MasterKeyResult, analyze_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.fitting import ScaleSpaceResult
-from fl_core.masterkeys.rescore import RescoreResult, rescore
+from fl_core.masterkeys.rescore import RescoreResult, analyze_rescore
 from fl_core.masterkeys.settings import MasterKeySettings
 from fl_core.report.settings import ReportOverrides, ReportSettings
 from fl_core.report.weightstats import WeightStatistics, weight_statistics
@@ -194,21 +194,26 @@ class Report(Result):
                                   how="left")
         return with_model_columns(layers, final["label"], final["spec"])
 
-    def plot_kinds(self) -> tuple[str, ...]:
-        """The parts whose result draws a figure, of those that ran (:data:`FIGURE_PARTS`)."""
-        return tuple(name for name in FIGURE_PARTS if getattr(self, name) is not None)
+    @classmethod
+    def figure_kinds(cls) -> tuple[str, ...]:
+        """The sections whose result draws a figure."""
+        return FIGURE_PARTS
+
+    def missing_figure(self, kind: str) -> str | None:
+        if getattr(self, kind) is None:
+            return f"The report skipped {kind}: {self.skipped.get(kind, 'it does not apply')}"
+        return None
 
     def plot(self, kind: str | None = None, **kwargs) -> go.Figure:
-        """The default figure of one section's result (``kind``: a name of :data:`FIGURE_PARTS`, default the first
-        that ran); ``report.energy.plot("spectrum")`` draws a section's other figures."""
-        ran = self.plot_kinds()
-        kind = kind or (ran[0] if ran else FIGURE_PARTS[0])
+        """The default figure of one section's result (``kind``: one of :meth:`plot_kinds`, the sections that ran,
+        default the first); ``report.energy.plot("spectrum")`` draws a section's other figures."""
+        kinds = self.plot_kinds()
+        kind = kind or (kinds[0] if kinds else FIGURE_PARTS[0])
         if kind not in FIGURE_PARTS:
             raise ArgumentError(f"kind {kind!r}: a report draws the figures of {', '.join(map(repr, FIGURE_PARTS))}.")
-        part = getattr(self, kind)
-        if part is None:
-            raise AnalysisError(f"The report skipped {kind}: {self.skipped.get(kind, 'it does not apply')}")
-        return part.plot(**kwargs)
+        if (missing := self.missing_figure(kind)) is not None:
+            raise AnalysisError(missing)
+        return getattr(self, kind).plot(**kwargs)
 
 
 _CLASHING = set(FAMILY_SECTIONS) & {f.name for f in dataclasses.fields(Report)}
@@ -374,14 +379,14 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
     Raises:
         FilterLensError: no model, or the image source cannot be opened; a section that does not apply is skipped.
     """
-    models = as_models(models)
+    device, progress = resolve_device(device), progress_callback(progress)
+    models = as_models(models, progress=progress)
     if data is not None:
         if not isinstance(data, str | Path):
             raise ArgumentError(f"data of a report is an image source string ('bundled', a folder or an ImageFolder "
                                 f"tree), not {type(data).__name__}: the report opens it for each section.")
         setting_overrides = {**setting_overrides, "images": str(data)}
     settings = as_settings(ReportSettings, settings, setting_overrides)
-    device, progress = resolve_device(device), progress_callback(progress)
     final = models[-1]
     images = open_images(settings.images, settings.max_images)
     sections = _Sections()
@@ -422,13 +427,13 @@ def build_report(models: ModelLike | Sequence[ModelLike], data: str | None = Non
         sections.skipped["accuracy"] = reason
     else:
         report(progress, 0.7, "accuracy")
-        accuracy = sections.run("accuracy", lambda: rescore(
+        accuracy = sections.run("accuracy", lambda: analyze_rescore(
             final, open_images(settings.images, settings.max_eval_images), replacements=(), device=device,
             progress=sub_progress(progress, 0.7, 0.8)))
-        layer = settings.channel_layer or default_channel_layer(conv_inventory(final))
         channels = sections.run("channels", lambda: analyze_channels(
             final, channel_data(final, settings.images, settings.n_calibration, settings.n_evaluation,
-                                seed=settings.seed), dataclasses.replace(SUMMARY_CHANNEL_SETTINGS, layer=layer),
+                                seed=settings.seed),
+            dataclasses.replace(SUMMARY_CHANNEL_SETTINGS, layer=settings.channel_layer),
             device=device, progress=sub_progress(progress, 0.8, 0.95)))
 
     trajectory = None

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 import pandas as pd
 import torch
 
-from fl_core.arguments import ModelLike, as_model, as_settings, no_data
+from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings, weights_only_data
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, statistics_dtype
 from fl_core.compute.budgets import check_filter_gram
 from fl_core.io.layers import ConvLayer, conv_inventory
@@ -169,20 +169,21 @@ class WeightStatistics(Result):
                 "non_finite": sum(lay.non_finite for lay in self.layers)}
 
 
-def weight_statistics(model: ModelLike, data: None = None, settings: WeightSettings | None = None, *,
+def weight_statistics(model: ModelLike, data: ImagesLike | None = None, settings: WeightSettings | None = None, *,
                       device: DeviceLike = None, progress: ProgressLike = None,
                       **setting_overrides: Unpack[WeightOverrides]) -> WeightStatistics:
     """:func:`layer_weight_statistics` of every convolution of a model (weights only: any architecture).
 
     Args:
         model: a spec string, a loaded model or an ``nn.Module``.
-        data: none: the weights are the data (the argument keeps the family's call shape).
+        data: not read: the weights are the data (given, it is ignored with a notice, as every weights-only family
+            does; the argument keeps the family's call shape).
         settings: the dead and duplicate thresholds; ``setting_overrides`` replace fields (``duplicate_r2=0.99``).
         **setting_overrides: fields of ``settings`` to replace, by name.
         device: where the norms and Gram matrices are computed (float64 where the device has it).
         progress: ``progress(fraction, message)``; ``None``: a bar where a person is watching; ``False``: none.
     """
-    no_data(data, "weight_statistics")
+    weights_only_data(data, "weight_statistics")
     settings = as_settings(WeightSettings, settings, setting_overrides)
     device, progress = resolve_device(device), progress_callback(progress)
     loaded = as_model(model)

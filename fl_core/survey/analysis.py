@@ -22,18 +22,20 @@ family's own settings as ``settings.family_settings`` (``None``: its defaults).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import numbers
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
-from fl_core.arguments import ModelLike, as_model, as_settings
+from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_settings, weights_only_data
 from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device
 from fl_core.errors import AnalysisError, ArgumentError, FilterLensError, ModelSpecError
 from fl_core.families import FAMILIES, resolve
@@ -143,21 +145,27 @@ def model_family(spec: str) -> str:
     return stem.group(0) if stem else parsed.name
 
 
-def _images(settings: SurveySettings) -> ImageSet:
-    return open_images(settings.images, settings.max_images)
+def survey_images(settings: SurveySettings, images: ImageSet | None = None) -> ImageSet:
+    """The images a row's patch statistics read: ``images`` (given as data by a script, at most ``max_images`` of them)
+    or the settings' image source."""
+    if images is None:
+        return open_images(settings.images, settings.max_images)
+    return images if settings.max_images is None else images.subset(range(min(settings.max_images, len(images))))
 
 
-def energy_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float | int]:
+def energy_values(loaded: LoadedModel, settings: SurveySettings, device, images: ImageSet | None = None
+                  ) -> dict[str, float | int]:
     from fl_core.firstlayer.energy import analyze_energy
     from fl_core.firstlayer.settings import EnergySettings
 
     energy = settings.family_settings or EnergySettings(seeds=settings.seeds)
-    model = analyze_energy([loaded], _images(settings), energy, device=device, progress=False).models[0]
+    model = analyze_energy([loaded], survey_images(settings, images), energy, device=device, progress=False).models[0]
     return {"theory_r": model.theory.r, "theory_r_log": model.theory.r_log, "eta_t": model.theory.eta_t,
             "random_init_r": model.random_init.mean, "filters": int(model.n_filters)}
 
 
-def whitening_values(loaded: LoadedModel, settings: SurveySettings, device) -> dict[str, float | int]:
+def whitening_values(loaded: LoadedModel, settings: SurveySettings, device, images: ImageSet | None = None
+                     ) -> dict[str, float | int]:
     from fl_core.firstlayer.settings import WhiteningSettings
     from fl_core.firstlayer.whitening import analyze_whitening
 
@@ -165,7 +173,7 @@ def whitening_values(loaded: LoadedModel, settings: SurveySettings, device) -> d
     if settings.distance > whitening.max_distance:
         raise ArgumentError(f"distance {settings.distance} is beyond the whitening settings' max_distance "
                             f"{whitening.max_distance}: raise max_distance or lower distance.")
-    result = analyze_whitening([loaded], _images(settings), whitening, device=device, progress=False)
+    result = analyze_whitening([loaded], survey_images(settings, images), whitening, device=device, progress=False)
     at = int(np.flatnonzero(np.asarray(result.distances) == settings.distance)[0])
     return {"whitening": float(result.curves[loaded.spec][at]),
             **{name: float(result.curves[name][at]) for name in ("rgb", "zca", "random")}}
@@ -221,16 +229,22 @@ def error_text(error: BaseException) -> str:
     return str(error) if isinstance(error, FilterLensError) else f"{type(error).__name__}: {error}"
 
 
+def reads_images(family: str) -> bool:
+    """Whether a family's survey measure reads images (its function takes ``images``); the others read weights."""
+    return "images" in inspect.signature(resolve(FAMILIES[family].survey.measure)).parameters
+
+
 def survey_row(spec: str, settings: SurveySettings | None = None, *, device=None,
-               load: Callable[[str], LoadedModel] = load_model) -> SurveyRow:
-    """The survey's numbers for one model (``settings``: default ``SurveySettings()``), or a row with the error (one bad
-    model never stops a survey)."""
+               load: Callable[[str], LoadedModel] = load_model, images: ImageSet | None = None) -> SurveyRow:
+    """The survey's numbers for one model (``settings``: default ``SurveySettings()``; ``images``: instead of the
+    settings' image source), or a row with the error (one bad model never stops a survey)."""
     settings = settings or SurveySettings()
     began = time.perf_counter()
     try:
         loaded = load(spec)
-        values = checked_values(settings.family, resolve(FAMILIES[settings.family].survey.measure)(loaded, settings,
-                                                                                                 device))
+        measure = resolve(FAMILIES[settings.family].survey.measure)
+        values = checked_values(settings.family, measure(loaded, settings, device,
+                                                         **({"images": images} if images is not None else {})))
     except Exception as err:  # every failure becomes the row's error
         if not isinstance(err, FilterLensError):
             log.exception("survey row %s failed", spec)
@@ -238,7 +252,7 @@ def survey_row(spec: str, settings: SurveySettings | None = None, *, device=None
     return SurveyRow(spec, loaded.label, model_family(spec), values, seconds=time.perf_counter() - began)
 
 
-def analyze_survey(models: ModelLike | Sequence[ModelLike], data: str | None = None,
+def analyze_survey(models: ModelLike | Sequence[ModelLike], data: ImagesLike | None = None,
                    settings: SurveySettings | None = None, *, device: DeviceLike = None,
                    progress: ProgressLike = None, **setting_overrides: Unpack[SurveyOverrides]) -> SurveyResult:
     """A survey computed here, one model after the other (``python -m fl_core survey`` spreads the rows over workers).
@@ -246,15 +260,22 @@ def analyze_survey(models: ModelLike | Sequence[ModelLike], data: str | None = N
     Args:
         models: specs or registry name patterns (:func:`fl_core.survey.models.survey_models`), loaded models or
             ``nn.Module`` objects, one or a list.
-        data: the image source of the patch statistics (default: ``settings.images``).
+        data: the images of the patch statistics (energy, whitening), as every family takes them: an image source
+            string, an ``ImageSet``, a tensor batch, a ``Dataset`` or a ``DataLoader`` (default: ``settings.images``);
+            the families of the weights alone (master keys, weights) ignore it with a notice.
         settings: what to measure (``None``: :class:`SurveySettings`'s defaults).
         device: where each row is computed (``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``).
         progress: ``progress(fraction, message)``; ``None``: a bar where a person is watching; ``False``: none.
         **setting_overrides: fields of ``settings`` replaced (``family="whitening"``, ``seeds=3``).
     """
-    if data is not None:
-        setting_overrides = {**setting_overrides, "images": data}
+    if isinstance(data, str | Path):
+        setting_overrides = {**setting_overrides, "images": str(data)}
     settings = as_settings(SurveySettings, settings, setting_overrides)
+    images = None
+    if data is not None and not reads_images(settings.family):
+        weights_only_data(data, f"a {settings.family} survey")
+    elif data is not None and not isinstance(data, str | Path):
+        images = as_images(data)
     device, progress = resolve_device(device), progress_callback(progress)
     given = list(models) if isinstance(models, Sequence) and not isinstance(models, str) else [models]
     objects: dict[str, LoadedModel] = {}
@@ -266,6 +287,7 @@ def analyze_survey(models: ModelLike | Sequence[ModelLike], data: str | None = N
     began, rows = time.perf_counter(), []
     for done, spec in enumerate(specs):
         report(progress, done / len(specs), f"{done}/{len(specs)} models: {spec}")
-        rows.append(survey_row(spec, settings, device=device, load=lambda s: objects.get(s) or load_model(s)))
+        rows.append(survey_row(spec, settings, device=device, load=lambda s: objects.get(s) or load_model(s),
+                               images=images))
     report(progress, 1.0, f"{len(specs)} models surveyed")
     return SurveyResult(settings, tuple(rows), time.perf_counter() - began)

@@ -238,7 +238,7 @@ with user_errors():
         "Colour: how much the loss rises when the channel is replaced by its average (**lesion**).\n\n"
         "If the two axes measured the same thing, the dots would line up. Hover over a dot to see its filter "
         "(spatial energy as blocks) and its numbers.",
-        f"channel_axes_{layer}", frame=result.to_frame(), data=result.to_dict())
+        f"channel_axes_{layer}", frame=result.to_frame(), result=result)
 
     f1, f2 = st.columns([1, 3])
     ranked = [int(c) for c in result.table.sort_values("lesion_dloss", ascending=False, na_position="last")["index"]]
@@ -313,4 +313,4 @@ with user_errors():
                "it. The CSV has every per-channel number (scores, synergies, filter norms).")
     table_with_download(result.to_frame(), f"channel_axes_channels_{layer}",
                         shown=screen_columns(result.to_frame(), CHANNEL_COLUMNS))
-    downloads(f"channel_axes_{layer}_result", data=result.to_dict())
+    downloads(f"channel_axes_{layer}_result", result=result)

@@ -104,7 +104,7 @@ with user_errors():
         "alike, so it tells how well the theory follows the small, high-frequency tail you see on the log plot.\n\n"
         "**The grey band** is random initialization: flat, because random filters respond equally to every "
         "direction. A trained first layer is far from it.",
-        "energy_profiles", frame=result.to_frame(), data=result.to_dict(),
+        "energy_profiles", frame=result.to_frame(), result=result,
         symbols=("e_i", "λ_i", "θ", "a + b·θ", "ηt", "r", "r on logs", "w_t − w_0"))
     st.subheader("Summary")
     for column, m in zip(card_rows(len(result.models)), result.models):

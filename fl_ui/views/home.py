@@ -85,7 +85,7 @@ with user_errors():
         "linear-systems theory θ, fitted with one parameter and drawn as a + b·θ." + story + "\n\n**Theory fit** "
         f"(Pearson r between each profile and its fitted theory): {fits}. The paper reports 0.90–0.96 for trained "
         "networks and 0.10 ± 0.15 for random initialization. → *Energy Profiles* page.",
-        "home_energy", frame=energy.to_frame(), data=energy.to_dict(),
+        "home_energy", frame=energy.to_frame(), result=energy,
         symbols=("e_i", "λ_i", "θ", "a + b·θ", "ηt", "r", "r on logs"))
     with progress_bar("Whitening") as progress:
         whitening = whitening_result(selection.model_keys(), selection.images, WhiteningSettings(), selection.device,
@@ -99,7 +99,7 @@ with user_errors():
         "**decorrelate** (whiten) the image: their curve drops below RGB and random filters, toward the ideal "
         f"whitening bank (the paper: ≈ 0.2 at 10 px vs > 0.5 for RGB). On these images the pixels' own "
         f"correlation at {WHITENING_DISTANCE} px is {rgb:.2f}." + verdicts + "\n\n→ *Whitening* page.",
-        "home_whitening", frame=whitening.to_frame(), data=whitening.to_dict(), symbols=("C(δ)/C(0)", "ZCA"))
+        "home_whitening", frame=whitening.to_frame(), result=whitening, symbols=("C(δ)/C(0)", "ZCA"))
 
     st.subheader("Selected models")  # below the figures: on a 1024×768 projector the first screen shows a figure
     summary = inspect_models(models).summary_frame()

@@ -151,7 +151,7 @@ with user_errors():
         "The clustering compares *shapes*: each filter has its mean removed and is scaled to length 1, and a filter "
         "counts as close to a centre when |cos| is large. For a 3×3 network the right-hand filters are the "
         "idealized models at 3×3 instead of the 7×7 published filters.",
-        "master_key_centroids", frame=result.to_frame(), data=result.to_dict(), symbols=("|cos|", "k"))
+        "master_key_centroids", frame=result.to_frame(), result=result, symbols=("|cos|", "k"))
     st.caption("Clusters: size, share, tightness (mean |cos| of the members to the centre), nearest master key with "
                "its cosine; how many members each key claims is in the CSV (columns key and key_filters) and the "
                "figure below.")
@@ -184,13 +184,13 @@ with user_errors():
             "nearest one (1 = well separated, 0 = on a border).", "cluster_sweep", frame=result.sweep.to_frame())
 
     st.subheader("Inside a cluster")
-    cluster = url_widget("Cluster", 0, key="cluster", choices=range(len(result.clusters)),
-                         format_func=lambda j: f"cluster {j + 1} ({result.clusters[j].size} filters)")
+    cluster = url_widget("Cluster", 1, key="cluster", choices=range(1, len(result.clusters) + 1),
+                         format_func=lambda j: f"cluster {j} ({result.clusters[j - 1].size} filters)")
     members = result.members(cluster, MEMBERS_SHOWN)
     zoomable_tiles(members_figure(result, cluster, MEMBERS_SHOWN), members[:, None],
                    [f"member {i + 1}" for i in range(len(members))],
                    "Its best-fitting filters, each flipped to the centroid's sign. Tight clusters look alike.",
-                   name=f"cluster_{cluster + 1}_members", key="member")
+                   name=f"cluster_{cluster}_members", key="member")
 
     st.subheader("Per-layer statistics")
     st.caption("mean norm = average L2 length of the filters; dc share = share of a filter's energy in its mean; "

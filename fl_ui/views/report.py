@@ -18,7 +18,15 @@ from fl_ui.forms import settings_widgets
 from fl_ui.messages import show
 from fl_ui.report import report_document, report_key, report_result, report_sources, shareable_json
 from fl_ui.state import current_selection, page_model, page_param, set_page_param
-from fl_ui.widgets import heavy_result, job_status_area, plot_with_explanation, preprocessing_caption, slug, user_errors
+from fl_ui.widgets import (
+    heavy_result,
+    job_status_area,
+    plot_with_explanation,
+    preprocessing_caption,
+    result_file,
+    slug,
+    user_errors,
+)
 
 
 def how_to_add(report, labelled: bool) -> list[str]:
@@ -73,13 +81,16 @@ with user_errors():
                                     url=True, options={"trajectory_distance": {"slider": True, "max_value": 40}})
     key = report_key(models, settings, selection.device)
     report = heavy_result("Checkpoint report", report_result, key, status=status)
-    left, right = st.columns(2)
-    # Both files are written only when their button is clicked: the HTML inlines plotly.js and every figure (MiBs).
+    left, right, whole = st.columns(3)
+    # The files are written only when their button is clicked: the HTML inlines plotly.js and every figure (MiBs).
     left.download_button("⬇ HTML report", functools.partial(report_document, key),
                          file_name=f"{slug(label)}_report.html", mime="text/html", key="report-html",
                          on_click="ignore", type="primary")
     right.download_button("⬇ JSON", functools.partial(shareable_json, report),
                           file_name=f"{slug(label)}_report.json", mime="application/json", key="report-json",
+                          on_click="ignore")
+    whole.download_button("⬇ Result (.flr)", functools.partial(result_file, report),
+                          file_name=f"{slug(label)}_report.flr", mime="application/zip", key="report-flr",
                           on_click="ignore")
     show(st.caption, "{} checkpoint(s), images: {}.", len(report.models), report.images)
     if chosen.startswith("model:"):

@@ -93,7 +93,7 @@ with user_errors():
         f"The idealized models at the σ of method {method}; the learned filters they model are below. Models "
         "follow the sign of Gaussian derivatives; the published keys 2 and 3 happen to have the opposite sign, "
         "which does not matter for swapping (the fitted amplitude may be negative).", f"models_{method}",
-        frame=fit.to_frame(), data=fit.to_dict())
+        frame=fit.to_frame(), result=fit)
     st.plotly_chart(key_filters_figure(learned, "Learned filters"), width="stretch", key="learned_filters")
 
     st.subheader("Spatial spread")

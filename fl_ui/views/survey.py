@@ -82,6 +82,6 @@ with user_errors():
     st.caption(f"{len(result.rows)} models in {result.seconds:.1f} s on {len(result.workers)} worker process(es); "
                f"{len(result.failed)} failed. Rows computed before with the same settings are kept.")
     plot_with_explanation(result.plot(), FAMILIES[settings.family].survey.explained(), "survey",
-                          frame=result.to_frame(), data=result.to_dict())
+                          frame=result.to_frame(), result=result)
     st.subheader("One row per model")
     table_with_download(result.to_frame(), "survey_table", shown=rows_for_screen(result))

@@ -224,7 +224,7 @@ with user_errors():
                 f"{how} Swapping every layer at once compounds the small errors of each layer (one layer at a time: "
                 f"the sweep below); {after}\n\n"
                 f"{result.images_per_second:.1f} images/s × {len(result.swaps) + 1} variants on {result.device}.",
-                "rescore_scores", frame=result.to_frame(), data=result.to_dict(),
+                "rescore_scores", frame=result.to_frame(), result=result,
                 symbols=("KL", "‖W − Ŵ‖/‖W‖", "a·x + b", "|cos|", "k"))
             if all(v.kl < 1e-9 for v in result.swaps):
                 st.warning("No swap changed the outputs: the depthwise filters of this network do not reach its output "
@@ -265,7 +265,7 @@ with user_errors():
             + ". The dotted line is the original network.\n\nThe table's *theory share* is 1 − KL(swapped) / "
             "KL(zeroed): the part of the layer's effect on the predictions that its idealized filters reproduce "
             "(1: all of it, 0: no better than deleting the layer).",
-            "layer_sweep", frame=sweep.to_frame(), data=sweep.to_dict())
+            "layer_sweep", frame=sweep.to_frame(), result=sweep)
         columns = SWEEP_COLUMNS if sweep.to_frame()["swapped_top1"].notna().any() else SWEEP_COLUMNS | SWEEP_AGREEMENT
         table_with_download(sweep.to_frame(), "layer_sweep_table", shown=screen_columns(sweep.to_frame(), columns))
         st.caption(COMPUTED_FROM)

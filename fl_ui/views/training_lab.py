@@ -98,7 +98,7 @@ def show_run(run: Run) -> None:
         "components saturate and the profile flattens towards **whitening** (∝ 1/λ).\n\n"
         "Press ▶ to animate, or drag the slider. The dotted grey curve is the random initialization: flat, "
         "because random filters respond equally to every direction.",
-        f"trajectory_{run.name}", frame=traj.to_frame(), data=traj.to_dict(),
+        f"trajectory_{run.name}", frame=traj.to_frame(), result=traj,
         symbols=("e_i", "λ_i", "θ", "ηt", "r", "w_t − w_0"))
     plot_with_explanation(
         fit_over_steps_figure(traj),
@@ -119,7 +119,7 @@ def show_run(run: Run) -> None:
                    **{f"provenance.{k}": v for k, v in run.provenance.items() if not isinstance(v, list)}}
         table_with_download(pd.DataFrame({"field": list(details), "value": [str(v) for v in details.values()]}),
                             f"run_{run.name}")
-        downloads(f"run_{run.name}", data=run.to_dict())
+        downloads(f"run_{run.name}", result=run)
         demo = demo_name_of(run)
         spec = run.weights_spec()
         if demo:
@@ -156,7 +156,7 @@ def show_claims(runs: list[Run]) -> None:
     st.caption("*verdict*: whether our value lies in the interval that agrees with the paper's claim (*agrees "
                "when*, our proposal). The pairs and runs behind each value are in the CSV and JSON.")
     table_with_download(frame, "training_lab_claims", shown=claims_for_screen(frame), wrap=True,
-                        data=summary.to_dict())
+                        result=summary)
     left_out = claims_left_out(summary)
     plot_with_explanation(
         claims_figure(summary),

@@ -56,7 +56,7 @@ with user_errors():
         "the Training Lab's runs) are still in the early regime of the theory, where the layer follows the patch "
         "spectrum and smooths rather than whitens; a fully trained ImageNet network such as the shipped SqueezeNet "
         "(the default model) falls below RGB.",
-        "whitening_curves", frame=result.to_frame(), data=result.to_dict(), symbols=("C(δ)/C(0)", "ZCA"))
+        "whitening_curves", frame=result.to_frame(), result=result, symbols=("C(δ)/C(0)", "ZCA"))
     at = min(10, settings.max_distance)
     table = pd.DataFrame([{"curve": result.labels.get(name) or REFERENCE_NAMES.get(name, name),
                            f"C({at})/C(0)": round(value, 3)}

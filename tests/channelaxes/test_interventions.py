@@ -84,14 +84,14 @@ def test_squeeze_site_of_a_fire_module_folds_into_both_expand_convs() -> None:
 
 
 def test_substitutions_write_the_planned_values() -> None:
-    from fl_core.channelaxes.interventions import _substituted
+    from fl_core.channelaxes.interventions import substituted
 
     a = torch.randn(3, 4, 2, 2, dtype=torch.float64)
     peers = torch.tensor([[1, 2], [0, 2], [0, 1], [0, 1]])
     beta = torch.tensor([[0.5, -1.0], [2.0, 0.0], [1.0, 1.0], [0.25, 0.25]], dtype=torch.float64)
     subs = Substitutions.concat([Substitutions.constant(torch.tensor([0.0, 1.0, 2.0, 3.0])),
                                  Substitutions.peer_replacement(peers, beta, torch.tensor([0.1, 0.2, 0.3, 0.4]))])
-    out = _substituted(a, subs, batch=3).view(8, 3, 4, 2, 2)
+    out = substituted(a, subs, batch=3).view(8, 3, 4, 2, 2)
     for g in range(8):
         channel = g % 4
         others = [c for c in range(4) if c != channel]

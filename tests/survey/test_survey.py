@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fl_core.errors import DataError, ModelSpecError
+from fl_core.errors import ArgumentError, DataError, ModelSpecError
 from fl_core.firstlayer.energy import EnergySettings, analyze_energy
 from fl_core.firstlayer.whitening import WhiteningSettings, analyze_whitening
 from fl_core.io.checkpoints import save_state_dict
@@ -208,3 +208,23 @@ def test_the_embedded_cluster_starts_under_a_main_script_that_cannot_run_again(t
     with survey_client(None, 1) as client:
         assert len(client.scheduler_info()["workers"]) == 1
     assert sys.modules["__main__"] is main
+
+
+@pytest.mark.slow
+def test_a_survey_takes_a_tensor_batch_as_every_family_takes_data() -> None:
+    torch.manual_seed(0)
+    batch = torch.rand(6, 3, 64, 64)
+    survey = analyze_survey(["demo:tiny_vgg", "demo:tiny_vgg_init"], batch, family="energy", seeds=2, progress=False)
+    direct = analyze_energy([load_model("demo:tiny_vgg")], batch, EnergySettings(seeds=2)).models[0]
+    assert [row.error for row in survey.rows] == [None, None]
+    assert survey.rows[0].values["theory_r"] == pytest.approx(direct.theory.r)
+    limited = analyze_survey("demo:tiny_vgg", batch, family="whitening", distance=4, seeds=2, max_images=2,
+                             progress=False)
+    reference = analyze_whitening([load_model("demo:tiny_vgg")], batch[:2], WhiteningSettings(max_distance=4, seeds=2))
+    at = list(reference.distances).index(4)
+    assert limited.rows[0].values["whitening"] == pytest.approx(reference.curves["demo:tiny_vgg"][at])
+    with pytest.warns(UserWarning, match="a masterkeys survey analyses the weights alone"):
+        keys = analyze_survey("demo:ppocrv6_det_small_dw7", batch, family="masterkeys", progress=False)
+    assert keys.rows[0].error is None
+    with pytest.raises(ArgumentError, match=r"data must be an image source .*not int"):
+        analyze_survey("demo:tiny_vgg", 42)
