@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from fl_core.channelaxes.analysis import ChannelAxesResult
 from fl_core.channelaxes.calibration import DECISION_LABELS
+from fl_core.channelaxes.claims import ClaimsTable
 from fl_core.channelaxes.pruning import CRITERIA, PruningResult
 from fl_core.channelaxes.site import ChannelSite
 from fl_core.figures import color, filter_zoom_figure, heatmap_figure, log_axis, readable, tiles_figure
@@ -256,3 +257,30 @@ def summary_table(result: ChannelAxesResult) -> pd.DataFrame:
     frame = result.summary_frame()
     return frame.assign(value=[MISSING if value != value else f"{value:.1%}" if quantity.startswith("pruning AUC")
                                else f"{value:.3f}" for quantity, value in zip(frame["quantity"], frame["value"])])
+
+
+VERDICT_COLORS = {"reproduced": "#2ca02c", "partly": "#ff7f0e", "not reproduced": "#d62728",
+                  "inconclusive": "#7f7f7f", "cannot be tested offline": "#bbbbbb"}
+
+
+def claims_figure(table: ClaimsTable) -> go.Figure:
+    """Each measured claim's value with its interval, coloured by its verdict (claims without a value are listed in
+    the table, not drawn)."""
+    rows = [row for row in table.claims if row.measured is not None]
+    fig = go.Figure()
+    for row in rows:
+        has_ci = row.ci_low is not None and row.ci_high is not None
+        fig.add_trace(go.Scatter(
+            x=[row.measured], y=[f"claim {row.number}"], mode="markers", name=f"{row.number}: {row.verdict}",
+            marker=dict(size=13, color=VERDICT_COLORS.get(row.verdict, "#444")),
+            error_x=dict(type="data", symmetric=False, array=[row.ci_high - row.measured],
+                         arrayminus=[row.measured - row.ci_low]) if has_ci else None,
+            hovertemplate=f"<b>claim {row.number}</b>: {row.claim}<br>{row.measure}<br>here %{{x:.3f}}"
+                          + (f" [{row.ci_low:.3f}, {row.ci_high:.3f}]" if has_ci else " (no interval)")
+                          + f"<br>paper: {row.paper}<br>verdict: {row.verdict}<extra></extra>"))
+    fig.add_vline(x=0, line=dict(color="#999", dash="dash"))
+    fig.update_layout(title="The paper's claims measured here (95 % bootstrap intervals over images)",
+                      xaxis_title="measured value (claims 1-3: ρ or ARI; claim 4: AUC gain in pp)",
+                      height=120 + 60 * max(len(rows), 1), showlegend=True, **LAYOUT)
+    fig.update_yaxes(autorange="reversed")
+    return readable(fig)
