@@ -3,8 +3,10 @@
 
 Each row gives the paper's number, the measurement on the layers analysed (averaged over the layers, its bootstrap
 interval from their resamples averaged resample by resample), the settings and the command that prints it, and a
-verdict with its reason. The paper's numbers come from its abstract and from secondary summaries (docs/methods.md,
-"The paper's claims"); the thresholds behind the verdicts are this project's [proposed]:
+verdict with its reason. The verdict weighs every layer's own checks (never the average alone): ``reproduced`` when
+all hold, ``not reproduced`` when none does, ``partly`` in between, ``inconclusive`` when no interval decides. The
+paper's numbers come from its abstract and secondary summaries (docs/methods.md, "The paper's claims"); the checks are
+this project's [proposed]:
 
 1. weakly aligned after training, strongly coupled at initialization: the trained ρ(I_X, I(ā;m)) interval inside
    (−0.3, 0.3), the initialization's above 0.3, and their paired difference above 0;
@@ -30,7 +32,7 @@ from fl_core.results import Result
 from fl_core.settings import settings_to_argv
 
 if TYPE_CHECKING:
-    from fl_core.channelaxes.analysis import AxesComparison, ChannelAxesResult
+    from fl_core.channelaxes.analysis import ChannelAxesResult
 
 WEAK = 0.3
 """|ρ| below this is a weak alignment, above it a strong coupling [proposed]."""
@@ -146,73 +148,86 @@ def _row(claim: PaperClaim, measured: float | None, interval: Bootstrap | None, 
                     settings=settings, command=command)
 
 
-def _verdict(checks: Sequence[bool | None]) -> str:
+def verdict(checks: Sequence[bool | None]) -> str:
+    """``reproduced`` when every check holds, ``not reproduced`` when none that could be decided does, ``partly``
+    in between, ``inconclusive`` when no interval decides any (``None``: undecided)."""
     known = [c for c in checks if c is not None]
     if not known:
         return "inconclusive"
-    return "reproduced" if all(known) and len(known) == len(checks) else "partly" if any(known) else "not reproduced"
+    if all(known):
+        return "reproduced" if len(known) == len(checks) else "partly"
+    return "partly" if any(known) else "not reproduced"
+
+
+def _bound(interval: Bootstrap | None, low: float = -np.inf, high: float = np.inf) -> bool | None:
+    """True when the interval lies inside (low, high), False when it lies wholly outside, ``None`` when it straddles
+    a bound or is missing."""
+    inside = _inside(interval, low, high)
+    if inside is None or inside:
+        return inside
+    return False if interval.high <= low or interval.low >= high else None
 
 
 def alignment_claim(results: Sequence[ChannelAxesResult]) -> tuple[float | None, Bootstrap | None, str, str]:
-    """Claim 1: the trained ρ, its interval, the verdict and why (with the initialization and the paired
-    difference when it was measured)."""
+    """Claim 1: the trained ρ (mean over the layers), its interval, the verdict over every layer's checks (a weak
+    trained ρ; with an initialization, a coupled one there and a positive paired difference) and why."""
     trained, trained_ci = _mean([r.axes.intervals.get("spearman") for r in results], [r.axes.spearman for r in results])
-    inits: list[AxesComparison | None] = [r.init_summary for r in results]
-    weak = _inside(trained_ci, -WEAK, WEAK)
-    if any(i is None for i in inits):
-        why = (f"trained ρ {_text(trained, trained_ci)} ({'inside' if weak else 'not inside'} ±{WEAK}); no "
-               "initialization compared (--init), so the coupling at initialization is not tested")
-        return trained, trained_ci, "partly" if weak else "inconclusive" if weak is None else "not reproduced", why
-    init, init_ci = _mean([i.intervals.get("spearman") for i in inits], [i.spearman for i in inits])
-    separation = None if init is None or trained is None else init - trained
-    separation_ci = None if init_ci is None else init_ci.minus(trained_ci)
-    coupled = _inside(init_ci, WEAK)
-    separated = _inside(separation_ci, 0.0)
-    per_layer = "; ".join(f"{r.layer}: trained {_text(r.axes.spearman, r.axes.intervals.get('spearman'))}, init "
-                          f"{_text(i.spearman, i.intervals.get('spearman'))}" for r, i in zip(results, inits))
-    why = (f"trained ρ {_text(trained, trained_ci)} ({'weak' if weak else 'not weak'}: |ρ| < {WEAK}), at "
-           f"initialization {_text(init, init_ci)} ({'coupled' if coupled else 'not coupled'}: ρ > {WEAK}), the "
-           f"difference {_text(separation, separation_ci)} ({'above' if separated else 'not above'} 0). {per_layer}")
-    return trained, trained_ci, _verdict([weak, coupled, separated]), why
+    checks, lines = [], []
+    for result in results:
+        ci = result.axes.intervals.get("spearman")
+        weak = _bound(ci, -WEAK, WEAK)
+        line = f"{result.layer}: trained {_text(result.axes.spearman, ci)}"
+        init = result.init_summary
+        if init is None:
+            checks += [weak, None, None]
+            lines.append(line)
+            continue
+        init_ci = init.intervals.get("spearman")
+        difference = None if init_ci is None else init_ci.minus(ci)
+        coupled, separated = _bound(init_ci, WEAK), _bound(difference, 0.0)
+        checks += [weak, coupled, separated]
+        lines.append(f"{line}, initialization {_text(init.spearman, init_ci)}, difference "
+                     f"{_text(init.spearman - result.axes.spearman, difference)}")
+    tests = (f"weak: the trained interval inside ±{WEAK}; coupled: the initialization's above {WEAK}; separated: the "
+             "paired difference above 0")
+    if all(r.init_summary is None for r in results):
+        tests += "; no initialization compared (--init), so the coupling is not tested"
+    return trained, trained_ci, verdict(checks), f"{tests}. {'; '.join(lines)}"
 
 
 def grouping_claim(results: Sequence[ChannelAxesResult]) -> tuple[float | None, Bootstrap | None, str, str]:
-    """Claim 2: the ARI, its interval, the verdict and why."""
+    """Claim 2: the ARI (mean over the layers), its interval, the verdict (each layer's interval below
+    :data:`CHANCE_ARI`) and why."""
     ari, ari_ci = _mean([r.axes.intervals.get("ari") for r in results], [r.axes.ari for r in results])
     if ari is None:
         return None, None, "inconclusive", "too few channels for k-means groupings"
-    below = _inside(ari_ci, high=CHANCE_ARI)
-    above = _inside(ari_ci, low=CHANCE_ARI)
-    verdict = ("reproduced" if below else "not reproduced" if above else "partly" if ari < CHANCE_ARI
-               else "inconclusive")
+    checks = [_bound(r.axes.intervals.get("ari"), high=CHANCE_ARI) for r in results]
     per_layer = "; ".join(f"{r.layer}: {_text(r.axes.ari, r.axes.intervals.get('ari'))} (permutation p = "
                           f"{r.axes.agreement.p_value:.2f})" for r in results if r.axes.agreement)
-    return ari, ari_ci, verdict, f"ARI {_text(ari, ari_ci)} against {CHANCE_ARI} (≈ 0: chance). {per_layer}"
+    return ari, ari_ci, verdict(checks), f"each layer's ARI interval against {CHANCE_ARI} (0: chance). {per_layer}"
 
 
 def relevance_claim(results: Sequence[ChannelAxesResult]) -> tuple[float | None, Bootstrap | None, str, str]:
-    """Claim 3: the within-bin ρ of peer R² with the lesion Δloss, its interval, the verdict and why."""
+    """Claim 3: the within-bin ρ of peer R² with the lesion Δloss (mean over the layers), its interval, the verdict
+    (each layer: peer R²'s interval below 0, task information's and input capture's straddling 0) and why."""
     bins = [r.removability.relevance for r in results]
     if any(b is None for b in bins):
         return None, None, "inconclusive", "no lesions ran (--lesions mean), so lesion damage is not measured"
-    combined = {}
-    for name in ("peer_r2", "task_info", "input_capture"):
-        combined[name] = _mean([r.axes.intervals.get(f"relevance_{name}") for r in results],
-                               [b.pooled[name] for b in bins])
-    peer, peer_ci = combined["peer_r2"]
-    predicts = _inside(peer_ci, high=0.0)
-    others = {name: _inside(ci, high=0.0) or _inside(ci, low=0.0) for name, (_, ci) in list(combined.items())[1:]}
-    if predicts is None:
-        verdict = "inconclusive"
-    elif not predicts:
-        verdict = "not reproduced"
-    else:
-        verdict = "partly" if any(others.values()) else "reproduced"
-    why = (f"within {bins[0].bins} task-relevance bins: ρ(peer R², Δloss) {_text(peer, peer_ci)} (a negative ρ: "
-           "well reconstructed channels cost less); ρ(task information, Δloss) "
-           f"{_text(*combined['task_info'])}, ρ(input capture, Δloss) {_text(*combined['input_capture'])}; "
-           f"{results[0].n_evaluation} evaluation images")
-    return peer, peer_ci, verdict, why
+    peer, peer_ci = _mean([r.axes.intervals.get("relevance_peer_r2") for r in results],
+                          [b.pooled["peer_r2"] for b in bins])
+    checks, lines = [], []
+    for result, relevance in zip(results, bins):
+        intervals = {name: result.axes.intervals.get(f"relevance_{name}") for name in relevance.pooled}
+        checks.append(_bound(intervals["peer_r2"], high=0.0))
+        for name in ("task_info", "input_capture"):
+            straddles = _inside(intervals[name], high=0.0) is False and _inside(intervals[name], low=0.0) is False
+            checks.append(straddles if intervals[name] is not None and np.isfinite(intervals[name].low) else None)
+        lines.append(f"{result.layer}: " + ", ".join(f"{name} {_text(relevance.pooled[name], intervals[name])}"
+                                                     for name in relevance.pooled))
+    why = (f"ρ(·, mean-ablation Δloss) within {bins[0].bins} task-relevance bins on {results[0].n_evaluation} "
+           "evaluation images; reproduced when peer R²'s is below 0 (well reconstructed channels cost less) while "
+           f"task information's and input capture's intervals include 0. {'; '.join(lines)}")
+    return peer, peer_ci, verdict(checks), why
 
 
 def pruning_claim(results: Sequence[ChannelAxesResult]) -> tuple[float | None, None, str, str]:

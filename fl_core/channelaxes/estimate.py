@@ -12,6 +12,7 @@ relative to a plain forward pass (:data:`STAGE_FACTORS`).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,8 @@ STAGE_FACTORS = {"labels": 1.0, "statistics": 1.0, "interventions": 1.0, "prunin
 """Seconds per MAC of each stage relative to one plain forward pass of the same model: 1, an upper bound; measured on
 2 CPU cores (``python bench/bench_channels.py --defaults SPEC``) the lesions ran at 0.4 (MobileNetV2's default layer)
 to 0.8 (SqueezeNet's features.3.expand3x3) of it and the other stages at 0.6-1.0, so the estimate errs long."""
+SHARED_STAGES = ("labels", "statistics", "initialization")
+"""Stages one pass does for every layer analysed together (:func:`layers_work`)."""
 PROBE_IMAGES = 8
 """Images of the timed forward pass (:func:`forward_rate`), after one untimed pass of the same shape."""
 
@@ -61,9 +64,18 @@ def stage_work(loaded: LoadedModel, layer: str, n_calibration: int, n_evaluation
         networks = len(settings.pruning.criteria) * len(settings.pruning.fractions)
         work["pruning"] = networks * (n_evaluation * sum(macs[start:]) + 3 * settings.pruning.finetune_steps
                                       * settings.pruning.finetune_batch * total)
-    if init:
-        work["initialization"] = n_calibration * total
+    if init:  # each seed's statistics pass, and its BatchNorm recalibration pass
+        work["initialization"] = settings.init_seeds * (1 + settings.init_recalibrate) * n_calibration * total
     return work
+
+
+def layers_work(loaded: LoadedModel, layers: Sequence[str], n_calibration: int, n_evaluation: int,
+                settings: ChannelSettings, init: bool = False, labels: bool = False) -> dict[str, float]:
+    """:func:`stage_work` of several layers analysed together: the passes they share (labels, statistics, the
+    initialization's) once, the per-layer stages (lesions, pruning) summed."""
+    parts = [stage_work(loaded, layer, n_calibration, n_evaluation, settings, init, labels) for layer in layers]
+    return {stage: (max if stage in SHARED_STAGES else sum)(part.get(stage, 0.0) for part in parts)
+            for stage in parts[0]}
 
 
 @torch.inference_mode()
@@ -146,10 +158,12 @@ def image_counts(data: object) -> tuple[int, int]:
             min(images - images // 2, ChannelDataSettings.n_evaluation))
 
 
-def channels_estimate(loaded: LoadedModel, layer: str, n_calibration: int, n_evaluation: int,
+def channels_estimate(loaded: LoadedModel, layer: str | Sequence[str], n_calibration: int, n_evaluation: int,
                       settings: ChannelSettings, init: bool, device=None, labels: bool = False) -> ChannelsEstimate:
-    """:func:`estimate_channels` of a resolved call: :func:`stage_work` at the :func:`forward_rate` of ``loaded``."""
+    """:func:`estimate_channels` of a resolved call (one layer, or several analysed together: :func:`layers_work`):
+    the work at the :func:`forward_rate` of ``loaded``."""
     rate = forward_rate(loaded, device)
-    work = stage_work(loaded, layer, n_calibration, n_evaluation, settings, init, labels)
+    work = layers_work(loaded, [layer] if isinstance(layer, str) else layer, n_calibration, n_evaluation, settings,
+                       init, labels)
     stages = {stage: amount * STAGE_FACTORS[stage] / rate for stage, amount in work.items()}
     return ChannelsEstimate(seconds=sum(stages.values()), stages=stages, macs_per_second=rate)

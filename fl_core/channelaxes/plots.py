@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -13,6 +14,9 @@ from fl_core.channelaxes.calibration import DECISION_LABELS
 from fl_core.channelaxes.claims import ClaimsTable
 from fl_core.channelaxes.pruning import CRITERIA, PruningResult
 from fl_core.channelaxes.site import ChannelSite
+
+if TYPE_CHECKING:
+    from fl_core.channelaxes.sweep import ChannelSweepResult
 from fl_core.figures import color, filter_zoom_figure, heatmap_figure, log_axis, readable, tiles_figure
 
 METRIC_LABELS = {
@@ -252,11 +256,33 @@ def pruning_verdict(result: ChannelAxesResult) -> PruningVerdict:
 
 
 def summary_table(result: ChannelAxesResult) -> pd.DataFrame:
-    """The per-layer summary with readable numbers: pruning AUCs as percentages (the average accuracy over the
-    pruning range, as the curves' legend and the verdict write them), the other quantities to 3 decimals."""
+    """The per-layer summary with readable numbers: pruning AUCs and shares as percentages (the average accuracy over
+    the pruning range, as the curves' legend and the verdict write them), the other quantities to 3 decimals, the
+    bootstrap interval beside each value that has one."""
     frame = result.summary_frame()
-    return frame.assign(value=[MISSING if value != value else f"{value:.1%}" if quantity.startswith("pruning AUC")
-                               else f"{value:.3f}" for quantity, value in zip(frame["quantity"], frame["value"])])
+
+    def text(quantity: str, value: float) -> str:
+        if value != value:
+            return MISSING
+        percent = quantity.startswith(("pruning AUC", "channels with", "shared mode")) and "correlation" not in quantity
+        return f"{value:.1%}" if percent else f"{value:.3f}"
+
+    interval = [MISSING if low != low else f"[{low:+.3f}, {high:+.3f}]" for low, high in zip(frame["low"],
+                                                                                              frame["high"])]
+    return pd.DataFrame({"quantity": frame["quantity"],
+                         "value": [text(q, v) for q, v in zip(frame["quantity"], frame["value"])],
+                         "95 % interval": interval})
+
+
+def claims_table(table: ClaimsTable) -> pd.DataFrame:
+    """The claims in five columns that wrap on a 1024-px projector: the claim, the verdict beside it, the
+    measurement with its interval, the paper's number and why (the CSV keeps every column)."""
+    measured = [MISSING if row.measured is None else f"{row.measured:+.3f}" + (
+        f" [{row.ci_low:+.3f}, {row.ci_high:+.3f}]" if row.ci_low is not None else " (no interval)")
+        for row in table.claims]
+    return pd.DataFrame({"claim": [f"{row.number}. {row.claim}" for row in table.claims],
+                         "verdict": [row.verdict for row in table.claims], "measured here": measured,
+                         "paper": [row.paper for row in table.claims], "why": [row.why for row in table.claims]})
 
 
 VERDICT_COLORS = {"reproduced": "#2ca02c", "partly": "#ff7f0e", "not reproduced": "#d62728",
@@ -283,4 +309,32 @@ def claims_figure(table: ClaimsTable) -> go.Figure:
                       xaxis_title="measured value (claims 1-3: ρ or ARI; claim 4: AUC gain in pp)",
                       height=120 + 60 * max(len(rows), 1), showlegend=True, **LAYOUT)
     fig.update_yaxes(autorange="reversed")
+    return readable(fig)
+
+
+def depth_figure(sweep: ChannelSweepResult) -> go.Figure:
+    """ρ(I_X, I(ā;m)) and the ARI of each layer against its depth, trained beside the initialization (mean over its
+    seeds), with their bootstrap intervals."""
+    from plotly.subplots import make_subplots
+
+    frame = sweep.depth_frame().sort_values("depth")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Spearman ρ(I_X, I(ā;m))", "ARI of the axes' groupings"))
+    for column, statistic in enumerate(("spearman", "ari"), start=1):
+        for prefix, name, colour in (("", "trained", color(0)), ("init_", "initialization", color(1))):
+            values = frame[f"{prefix}{statistic}"].to_numpy(float)
+            if not np.isfinite(values).any():
+                continue
+            low, high = frame[f"{prefix}{statistic}_low"].to_numpy(float), frame[f"{prefix}{statistic}_high"].to_numpy(
+                float)
+            fig.add_trace(go.Scatter(
+                x=frame["depth"], y=values, mode="lines+markers", name=name, legendgroup=name,
+                showlegend=column == 1, line=dict(color=colour), customdata=frame["layer"],
+                error_y=dict(type="data", symmetric=False, array=np.nan_to_num(high - values),
+                             arrayminus=np.nan_to_num(values - low)),
+                hovertemplate="%{customdata}<br>depth %{x}<br>" + name + " %{y:.3f}<extra></extra>"), row=1,
+                col=column)
+        fig.add_hline(y=0, line=dict(color="#999", dash="dash"), row=1, col=column)
+    fig.update_xaxes(title_text=f"convolution index (of {sweep.layers[0].n_layers})")
+    fig.update_layout(title=f"{sweep.label}: the axes against depth (95 % bootstrap intervals over images)",
+                      height=420, **LAYOUT)
     return readable(fig)

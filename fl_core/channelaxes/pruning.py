@@ -170,8 +170,9 @@ def removal_counts(n_channels: int, fractions: Sequence[float]) -> list[int]:
 
 
 def lowest_first(scores: np.ndarray, count: int) -> list[int]:
-    """The ``count`` channels of lowest importance (NaN counts as lowest; ties by index)."""
-    ranked = np.where(np.isfinite(scores), scores, -np.inf)
+    """The ``count`` channels of lowest importance (ties by index); an undefined (NaN) score is never taken first: it
+    ranks after every defined one."""
+    ranked = np.where(np.isnan(scores), np.inf, scores)
     return sorted(np.argsort(ranked, kind="stable")[:count].tolist())
 
 

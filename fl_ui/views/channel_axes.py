@@ -13,6 +13,8 @@ from fl_core.channelaxes.estimate import duration_text
 from fl_core.channelaxes.plots import (
     METRIC_LABELS,
     axes_scatter_figure,
+    claims_figure,
+    claims_table,
     filter_figure,
     label,
     labelled_by_decisions,
@@ -59,8 +61,8 @@ LESION_NAMES = {"mean": "mean-ablation", "zero": "zero-ablation", "replace": "pe
 APPLIED = "axes_applied"  # session key: the request whose result the page shows
 # The per-channel table's columns on the page, in words that fit a 1024-px projector (the CSV has them all).
 CHANNEL_COLUMNS = {"index": "channel", "input_capture": "I_X", "peer_overlap": "R̄_X", "peer_r2": "peer R²",
-                   "task_info": "I(ā;m)", "target_excess": "TE", "lesion_dloss": "Δloss, lesion",
-                   "replacement_dloss": "Δloss, peers"}
+                   "task_info": "I(ā;m)", "task_info_p": "p of I", "target_excess": "TE",
+                   "lesion_dloss": "Δloss, lesion", "replacement_dloss": "Δloss, peers"}
 
 
 def layer_choice(layers: list, default: str, ready: set[str]) -> str:
@@ -100,6 +102,11 @@ def settings_form(loaded) -> tuple[int, int, ChannelSettings, bool]:
         pruning = settings_widgets(PruningSettings, {"criteria": "Pruning criteria"}, key="axes", base=pruning,
                                    url=True, options={"criteria": {
                                        "format_func": lambda c: f"{CRITERIA[c].label} ({CRITERIA[c].axis})"}})
+        settings = settings_widgets(ChannelSettings, {"init_recalibrate": "Recalibrate the initialization's BatchNorm"},
+                                    key="axes", base=settings, url=True, options={"init_recalibrate": {"help": (
+                                        "A random init keeps BatchNorm statistics at mean 0, variance 1, so its "
+                                        "activations grow with depth. On: re-estimated on the calibration images "
+                                        "first, as training's first step sees the network.")}})
         baseline = ("its own initialization" if loaded.init_is_own else
                     f"a random init of the same architecture ({loaded.init_spec})")
         compare_init = st.checkbox(
@@ -198,11 +205,14 @@ with user_errors():
         show(st.warning, "{}", warning)
 
     m1, m2, m3, m4 = st.columns(4)
-    m1.metric("ρ between axes", f"{result.axes.spearman:+.2f}",
-              help="Spearman rank correlation of input capture I_X and task information I(ā;m) across the channels.")
+    interval = ("95 % interval over images {:+.2f} to {:+.2f} (bootstrap). ".format(*result.axes.spearman_ci)
+                if result.axes.spearman_ci else "")
+    m1.metric("ρ between axes", f"{result.axes.spearman:+.2f}", help=interval + "Spearman rank correlation of input "
+              "capture I_X and task information I(ā;m) across the channels.")
     agreement = result.axes.agreement
+    ari_interval = ("95 % interval {:+.2f} to {:+.2f}. ".format(*result.axes.ari_ci) if result.axes.ari_ci else "")
     m2.metric("ARI of groupings", f"{agreement.ari_median:+.2f}" if agreement else "–",
-              help="Agreement of k-means groupings on each axis (0 = chance, 1 = identical).")
+              help=ari_interval + "Agreement of k-means groupings on each axis (0 = chance, 1 = identical).")
     m3.metric("Predicts lesions", result.removability.better_axis_lesion or "–",
               help="The axis whose composite score has the larger Spearman ρ with the lesion's Δloss.")
     verdict = pruning_verdict(result)
@@ -214,6 +224,12 @@ with user_errors():
              "." if decisions else f"; intact network: {result.calibration_accuracy:.1%} calibration accuracy.")
          + (f" {verdict.sentence}" if verdict.sentence else ""))
     right_class = "its own top-1 class" if decisions else "the right class"
+    significance = result.axes.significance
+    if significance is not None:
+        floor = significance.noise_floor_share > 0.5
+        show(st.warning if floor else st.caption, "{}{} Each channel's p-value is in the table below (p of I).",
+             "**Most channels carry no measurable task information.** " if floor else "",
+             result.noise_floor_sentence())
 
     st.subheader("Both axes")
     metrics = [c for c in METRIC_LABELS if c in result.table and result.table[c].notna().any()]
@@ -303,12 +319,26 @@ with user_errors():
         "shipped MobileNetV2, gives every channel BN |γ| = 1).", f"metric_correlation_{layer}",
         frame=result.metric_correlations().reset_index(names="quantity"))
 
+    st.subheader("The paper's claims on this layer")
+    claims = result.claims()
+    plot_with_explanation(
+        claims_figure(claims),
+        "Safaai et al. make five claims; each row is one of them measured on this layer, with a 95 % interval from "
+        "resampling the images (bootstrap), and a verdict: **reproduced**, **partly**, **not reproduced**, "
+        "**inconclusive** (no interval decides it) or **cannot be tested offline**. One layer of one network is a "
+        "single data point: the command `python -m fl_core channels --layer A --layer B ...` measures several layers "
+        "together. The thresholds behind the verdicts are this project's (docs/methods.md, *The paper's claims*).",
+        f"claims_{layer}", frame=claims.to_frame(), data={"claims": claims.rows()})
+    st.dataframe(claims_table(claims), hide_index=True, width="stretch")
+
     st.subheader("Per-layer summary")
     table_with_download(result.summary_frame(), f"channel_axes_summary_{layer}", shown=summary_table(result))
     st.subheader("Every channel")
     st.caption("I_X: input capture; R̄_X: peer overlap; peer R²: how well its peers reconstruct it; I(ā;m): task "
-               "information and TE: target excess (nats); Δloss when it is mean-ablated and when its peers replace "
-               "it. The CSV has every per-channel number (scores, synergies, filter norms).")
+               "information and TE: target excess (nats); p of I: the chance of a task information this large if the "
+               "channel told nothing about the answer (a permutation test; below 0.05: measurable); Δloss when it is "
+               "mean-ablated and when its peers replace it. The CSV has every per-channel number (the noise-floor "
+               "corrected information, scores, synergies, filter norms).")
     table_with_download(result.to_frame(), f"channel_axes_channels_{layer}",
                         shown=screen_columns(result.to_frame(), CHANNEL_COLUMNS))
     downloads(f"channel_axes_{layer}_result", data=result.to_dict())

@@ -1,0 +1,147 @@
+"""Channel Axes over several layers of one network in one call, trained beside its initialization (several seeds):
+how ρ and the ARI change with depth, with their intervals, and the paper's claims over all the layers.
+
+:func:`sweep_channels` checks every layer before any image is read, then shares what can be shared
+(:func:`~fl_core.channelaxes.analysis.analyze_layers`): one statistics pass of the trained network for all layers,
+one per initialization seed; the lesions and pruning curves are per layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings
+from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device
+from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_layers, resolve_layers
+from fl_core.channelaxes.calibration import ChannelData, as_channel_data
+from fl_core.channelaxes.claims import ClaimsTable, channel_claims
+from fl_core.channelaxes.estimate import channels_estimate
+from fl_core.channelaxes.settings import ChannelOverrides, ChannelSettings
+from fl_core.results import Result, jsonable, with_model_columns
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+
+@dataclass(frozen=True)
+class ChannelSweepResult(Result):
+    """The channel axes of several layers of one network (:func:`sweep_channels`).
+
+    Attributes:
+        spec, label: the model.
+        layers: one :class:`~fl_core.channelaxes.analysis.ChannelAxesResult` per layer, in the order asked.
+        settings: the estimator choices (shared by the layers).
+        timings: seconds per stage, all layers together.
+    """
+
+    spec: str
+    label: str
+    layers: tuple[ChannelAxesResult, ...]
+    settings: ChannelSettings
+    timings: dict[str, float] = field(default_factory=dict)
+
+    _private_fields = ("layers",)
+
+    _figures: ClassVar[dict[str, str]] = {
+        "depth": "fl_core.channelaxes.plots:depth_figure",
+        "claims": "fl_core.channelaxes.plots:claims_figure",
+    }
+
+    def figure_inputs(self, kind: str) -> tuple:
+        return (self.claims(),) if kind == "claims" else (self,)
+
+    def claims(self) -> ClaimsTable:
+        """The paper's five claims measured over the layers (:func:`~fl_core.channelaxes.claims.channel_claims`)."""
+        return channel_claims(self.layers)
+
+    def depth_frame(self) -> pd.DataFrame:
+        """One row per layer: its depth, channels, ρ and ARI with their intervals, trained and at initialization
+        (over its seeds), the share of channels with measurable task information, and the shared mode."""
+        rows = []
+        for result in self.layers:
+            init = result.init_summary
+            significance = result.axes.significance
+            init_significance = None if result.init_axes is None else result.init_axes.significance
+            mode = None if result.init_axes is None else result.init_axes.shared_mode
+            rows.append({
+                "layer": result.layer, "depth": result.depth, "channels": result.site.n_channels,
+                "spearman": result.axes.spearman, "spearman_low": _low(result.axes.spearman_ci),
+                "spearman_high": _high(result.axes.spearman_ci), "ari": result.axes.ari,
+                "ari_low": _low(result.axes.ari_ci), "ari_high": _high(result.axes.ari_ci),
+                "init_spearman": np.nan if init is None else init.spearman,
+                "init_spearman_low": np.nan if init is None else _low(init.spearman_ci),
+                "init_spearman_high": np.nan if init is None else _high(init.spearman_ci),
+                "init_ari": np.nan if result.init_axes is None else float(np.nanmean(
+                    [s.ari for s in result.init_seeds_axes or (result.init_axes,)])),
+                "init_ari_low": np.nan if init is None else _low(init.ari_ci),
+                "init_ari_high": np.nan if init is None else _high(init.ari_ci),
+                "significant_share": np.nan if significance is None else significance.significant_share,
+                "init_significant_share": np.nan if init_significance is None
+                else init_significance.significant_share,
+                "init_shared_mode_share": np.nan if mode is None else mode.variance_share,
+                "init_shared_mode_margin": np.nan if mode is None else abs(mode.margin_correlation),
+            })
+        return pd.DataFrame(rows)
+
+    def to_frame(self) -> pd.DataFrame:
+        """:meth:`depth_frame` with the model's label and spec first."""
+        return with_model_columns(self.depth_frame(), self.label, self.spec)
+
+    def to_dict(self) -> dict:
+        """JSON-safe: ``layers`` (each layer's :meth:`ChannelAxesResult.to_dict`, the one-layer keys of docs/cli.md),
+        ``depth`` (:meth:`depth_frame` records) and ``claims`` (the paper's claims over all the layers)."""
+        out = super().to_dict()
+        out.update({"layers": [layer.to_dict() for layer in self.layers],
+                    "depth": self.depth_frame().to_dict(orient="records"), "claims": self.claims().rows()})
+        return jsonable(out)
+
+
+def _low(interval: list[float] | None) -> float:
+    return interval[0] if interval else np.nan
+
+
+def _high(interval: list[float] | None) -> float:
+    return interval[1] if interval else np.nan
+
+
+def sweep_channels(model: ModelLike, data: ImagesLike | ChannelData | None = None,
+                   settings: ChannelSettings | None = None, *, layers: Sequence[str] | str = "all",
+                   init: ModelLike | None = None, device: DeviceLike = None, progress: ProgressLike = None,
+                   **setting_overrides: Unpack[ChannelOverrides]) -> ChannelSweepResult:
+    """:func:`~fl_core.channelaxes.analysis.analyze_channels` of several layers in one call (module docstring).
+
+    Args:
+        model: the model (a spec string, :class:`~fl_core.io.models.LoadedModel` or ``nn.Module``).
+        data: as :func:`~fl_core.channelaxes.analysis.analyze_channels` takes it.
+        settings: the estimator choices, interventions and pruning protocol of every layer (its ``layer`` is
+            ignored: ``layers`` names them); ``setting_overrides`` replace fields (``init_seeds=3``, ...).
+        layers: convolution names, or ``"all"``: every convolution with at least two output channels. Each is
+            checked before any image is read.
+        init: the same architecture at initialization (a registry architecture at random init is drawn from
+            ``init_seed`` on, ``init_seeds`` times).
+        device: where to run.
+        progress: ``progress(fraction, message)``; its first message is the expected duration.
+        **setting_overrides: fields of ``settings`` to replace, by name.
+    """
+    settings = as_settings(ChannelSettings, settings, setting_overrides)
+    device, progress = resolve_device(device), progress_callback(progress)
+    loaded = as_model(model)
+    chosen = resolve_layers(loaded, layers)
+    data = as_channel_data(data, loaded, seed=settings.axes.seed)
+    init = None if init is None else as_model(init, "init")
+    if progress is not None:
+        estimate = channels_estimate(loaded, [lay.name for lay in chosen], len(data.calibration),
+                                     len(data.evaluation), settings, init is not None, device)
+        report(progress, 0.0, f"{len(chosen)} layers: {estimate.text()} expected")
+    results = analyze_layers(loaded, data, settings, chosen, init, device, progress)
+    timings: dict[str, float] = {}
+    for result in results:
+        for stage, seconds in result.timings.items():
+            timings[stage] = seconds if stage in ("statistics", "initialization") else timings.get(stage, 0) + seconds
+    return ChannelSweepResult(spec=loaded.spec, label=loaded.label, layers=tuple(results), settings=settings,
+                              timings=timings)
