@@ -215,8 +215,8 @@ class RelevanceBins(Result):
         bins: quantile bins of task information (equal numbers of channels).
         sizes: channels per bin.
         per_bin: ``{predictor: [ρ(predictor, mean-ablation Δloss) per bin]}``.
-        pooled: ``{predictor: Σ n_b ρ_b / Σ n_b}``; peer R² predicting damage means a negative ρ (a well reconstructed
-            channel costs little).
+        pooled: ``{predictor: Σ n_b ρ_b / Σ n_b}`` (the paper says peer R² predicts the damage, without a
+            direction).
         ci: ``{predictor: [low, high]}`` bootstrap intervals over images (calibration and evaluation images resampled
             independently; ``None`` without the per-image losses).
     """

@@ -11,8 +11,9 @@ this project's [proposed]:
 1. weakly aligned after training, strongly coupled at initialization: the trained ρ(I_X, I(ā;m)) interval inside
    (−0.3, 0.3), the initialization's above 0.3, and their paired difference above 0;
 2. different channel groupings: the ARI's interval below 0.1;
-3. peer support refines removability: within task-relevance bins, the ρ of peer R² with the lesion Δloss below 0
-   (interval), while the intervals of task information and input capture include 0;
+3. peer support refines removability: within task-relevance bins, the interval of the ρ of peer R² with the lesion
+   Δloss excludes 0 (the paper states no direction), while the intervals of task information and input capture
+   include 0;
 4. local-axis scores prune better than target-axis scores: one layer's curves without an interval cannot decide it
    (the paper prunes many layers of CIFAR-100 networks to FLOPs targets, with fine-tuning);
 5. the separation follows residualized gradient directions: needs the axes along a training run.
@@ -218,16 +219,24 @@ def relevance_claim(results: Sequence[ChannelAxesResult]) -> tuple[float | None,
     checks, lines = [], []
     for result, relevance in zip(results, bins):
         intervals = {name: result.axes.intervals.get(f"relevance_{name}") for name in relevance.pooled}
-        checks.append(_bound(intervals["peer_r2"], high=0.0))
-        for name in ("task_info", "input_capture"):
-            straddles = _inside(intervals[name], high=0.0) is False and _inside(intervals[name], low=0.0) is False
-            checks.append(straddles if intervals[name] is not None and np.isfinite(intervals[name].low) else None)
+        for name in relevance.pooled:  # peer R² predicts (its interval excludes 0); the others do not
+            excludes = _excludes_zero(intervals[name])
+            checks.append(excludes if name == "peer_r2" or excludes is None else not excludes)
         lines.append(f"{result.layer}: " + ", ".join(f"{name} {_text(relevance.pooled[name], intervals[name])}"
                                                      for name in relevance.pooled))
+    direction = ("a positive ρ: better reconstructed channels cost more when mean-ablated" if peer and peer > 0 else
+                 "a negative ρ: better reconstructed channels cost less")
     why = (f"ρ(·, mean-ablation Δloss) within {bins[0].bins} task-relevance bins on {results[0].n_evaluation} "
-           "evaluation images; reproduced when peer R²'s is below 0 (well reconstructed channels cost less) while "
-           f"task information's and input capture's intervals include 0. {'; '.join(lines)}")
+           "evaluation images; reproduced when peer R²'s interval excludes 0 (the paper gives no direction; here "
+           f"{direction}) while task information's and input capture's include 0. {'; '.join(lines)}")
     return peer, peer_ci, verdict(checks), why
+
+
+def _excludes_zero(interval: Bootstrap | None) -> bool | None:
+    """Whether the interval lies wholly on one side of 0 (``None``: no interval)."""
+    if interval is None or not np.isfinite([interval.low, interval.high]).all():
+        return None
+    return bool(interval.low > 0 or interval.high < 0)
 
 
 def pruning_claim(results: Sequence[ChannelAxesResult]) -> tuple[float | None, None, str, str]:

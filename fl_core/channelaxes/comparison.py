@@ -46,6 +46,22 @@ def spearman_matrix(table: pd.DataFrame) -> pd.DataFrame:
     return table.rank().corr()
 
 
+def _nearest_centres(points: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(index (R, n), squared distance (R, n))`` of the nearest of ``centres (R, k, F)`` to each of ``points
+    (R, F, n)``, one centre and one feature at a time (with k and F small, numpy's batched matmul and its argmin over
+    a short last axis are several times slower)."""
+    best = np.full(points[:, 0].shape, np.inf)
+    index = np.zeros(best.shape, dtype=np.intp)
+    for j in range(centres.shape[1]):
+        distance = np.zeros_like(best)
+        for feature in range(points.shape[1]):
+            distance += (points[:, feature] - centres[:, j, feature, None]) ** 2
+        closer = distance < best
+        best = np.where(closer, distance, best)
+        index[closer] = j
+    return index, best
+
+
 def kmeans_labels(points: np.ndarray, k: int, n_init: int = 20, seed: int = 0, max_iter: int = 300) -> np.ndarray:
     """k-means (Lloyd) labels ``(n,)`` of ``points (n, F)``: the best of ``n_init`` k-means++-seeded restarts; of a
     batch of point sets ``(R, n, F)`` (bootstrap resamples), labels ``(R, n)``, each set clustered on its own.
@@ -57,9 +73,9 @@ def kmeans_labels(points: np.ndarray, k: int, n_init: int = 20, seed: int = 0, m
     single = points.ndim == 2
     points = points[None] if single else points
     rng = np.random.default_rng(seed)
-    sets, n, _ = points.shape
+    sets, n, features = points.shape
     batch = np.arange(sets)[:, None]
-    centres = np.empty((sets, n_init, k, points.shape[2]))
+    centres = np.empty((sets, n_init, k, features))
     centres[:, :, 0] = points[batch, rng.integers(n, size=(sets, n_init))]
     nearest = ((points[:, None] - centres[:, :, :1]) ** 2).sum(-1)
     for j in range(1, k):  # k-means++: next centre drawn with probability ∝ squared distance to the nearest one
@@ -69,28 +85,25 @@ def kmeans_labels(points: np.ndarray, k: int, n_init: int = 20, seed: int = 0, m
         centres[:, :, j] = points[batch, picks]
         nearest = np.minimum(nearest, ((points[:, None] - centres[:, :, j:j + 1]) ** 2).sum(-1))
     # every (set, restart) as one run; only the runs whose assignment still changes are iterated
-    owner = np.repeat(np.arange(sets), n_init)
-    centres = centres.reshape(sets * n_init, k, -1)
-    squared = (points ** 2).sum(2)[:, :, None]
-    eye = np.eye(k)
-    labels = np.full((sets * n_init, n), -1)
-    inertia = np.zeros(sets * n_init)
-    active = np.arange(sets * n_init)
+    runs = sets * n_init
+    centres = centres.reshape(runs, k, features)
+    labels = np.full((runs, n), -1)
+    inertia = np.zeros(runs)
+    active = np.arange(runs)
+    own = np.ascontiguousarray(points.transpose(0, 2, 1)[np.repeat(np.arange(sets), n_init)])  # (runs, F, n)
     for _ in range(max_iter):
-        own = points[owner[active]]
-        distances = squared[owner[active]] - 2 * own @ centres[active].transpose(0, 2, 1) \
-            + (centres[active] ** 2).sum(2)[:, None]
-        assigned = distances.argmin(2)
-        inertia[active] = np.take_along_axis(distances, assigned[..., None], 2)[..., 0].sum(1)
+        assigned, distance = _nearest_centres(own, centres[active])
+        inertia[active] = distance.sum(1)
         changed = (assigned != labels[active]).any(1)
         labels[active] = assigned
         active, assigned, own = active[changed], assigned[changed], own[changed]
         if not len(active):
             break
-        members = eye[assigned]
-        counts = members.sum(1)[..., None]
-        centres[active] = np.where(counts > 0, members.transpose(0, 2, 1) @ own / np.maximum(counts, 1),
-                                   centres[active])
+        cells = (assigned + k * np.arange(len(active))[:, None]).ravel()
+        counts = np.bincount(cells, minlength=len(active) * k).reshape(-1, k)
+        sums = np.stack([np.bincount(cells, own[:, f].ravel(), len(active) * k) for f in range(features)], -1)
+        centres[active] = np.where(counts[..., None] > 0, sums.reshape(-1, k, features)
+                                   / np.maximum(counts, 1)[..., None], centres[active])
     best = inertia.reshape(sets, n_init).argmin(1)
     chosen = labels.reshape(sets, n_init, n)[np.arange(sets), best]
     return chosen[0] if single else chosen

@@ -18,6 +18,7 @@ full-sample values (a C × C moment per image would not fit in memory).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +29,7 @@ from fl_core.channelaxes.interventions import ChannelInterventions
 from fl_core.channelaxes.layerstats import LayerStatistics, LocalAxis
 
 PAIR_CHUNK = 4096
-"""Variable pairs whose per-image products are formed at once (bounds the memory of the target-excess moments)."""
+"""Variable pairs whose per-image products are formed at once."""
 RESAMPLE_VALUES = 1 << 22
 """Values of the largest array of one batch of resamples (resamples × channels × (k + 2)²): 32 MB of float64."""
 
@@ -100,33 +101,44 @@ class LayerSamples:
         norms = self.squared_norms
         return np.where(norms > 0, variance / np.where(norms > 0, norms, 1.0), 0.0)
 
-    def task_information(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(task information (R, C), target-excess (R, C))`` on the images as weighted, in nats."""
+    @functools.cached_property
+    def _pairs(self) -> tuple[np.ndarray, ...]:
+        """The variable pairs each channel's (k + 2)-variable correlation needs (itself, the margin, its peers):
+        ``(upper-triangle rows, columns, each channel's pair index (C, P), per-image products (N, Q), the pairs
+        (Q, 2))``, formed once for every batch of resamples."""
         n_channels, k = self.n_channels, self.peers.shape[1]
         channels = np.arange(n_channels)[:, None]
         sets = np.concatenate([channels, np.full_like(channels, n_channels), self.peers], axis=1)  # (C, k + 2)
         first, second = np.triu_indices(k + 2)
-        pairs = np.stack([sets[:, first], sets[:, second]], -1).reshape(-1, 2)
-        unique, where = np.unique(np.sort(pairs, axis=1), axis=0, return_inverse=True)
-        w = weights / weights.sum(1, keepdims=True)
-        means = w @ self.scores
-        products = np.empty((len(w), len(unique)))
+        pairs = np.sort(np.stack([sets[:, first], sets[:, second]], -1).reshape(-1, 2), axis=1)
+        unique, where = np.unique(pairs, axis=0, return_inverse=True)
+        products = np.empty((self.scores.shape[0], len(unique)))
         for start in range(0, len(unique), PAIR_CHUNK):
             a, b = unique[start: start + PAIR_CHUNK].T
-            products[:, start: start + PAIR_CHUNK] = w @ (self.scores[:, a] * self.scores[:, b])
-        covariance = products - means[:, unique[:, 0]] * means[:, unique[:, 1]]
-        blocks = np.zeros((len(w), n_channels, k + 2, k + 2))
-        blocks[:, :, first, second] = covariance[:, where.reshape(n_channels, -1)]
+            products[:, start: start + PAIR_CHUNK] = self.scores[:, a] * self.scores[:, b]
+        return first, second, where.reshape(n_channels, -1), products, unique
+
+    def task_information(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(task information (R, C), target-excess (R, C))`` on the images as weighted, in nats: from each
+        channel's shrunk correlation of itself (0), the margin (1) and its peers, the partial correlation of 0 and 1
+        given the peers from the Schur complement ``S = R_{01,01} − R_{01,P} R_PP⁻¹ R_{P,01}``."""
+        first, second, where, products, unique = self._pairs
+        k = self.peers.shape[1]
+        w = weights / weights.sum(1, keepdims=True)
+        means = w @ self.scores
+        covariance = w @ products - means[:, unique[:, 0]] * means[:, unique[:, 1]]
+        blocks = np.zeros((len(w), self.n_channels, k + 2, k + 2))
+        blocks[:, :, first, second] = covariance[:, where]
         blocks[:, :, second, first] = blocks[:, :, first, second]
         std = np.sqrt(np.clip(np.diagonal(blocks, axis1=2, axis2=3), 0, None))
         inv_std = np.where(std > 0, 1.0 / np.where(std > 0, std, 1.0), 0.0)
         corr = np.clip(blocks * inv_std[..., :, None] * inv_std[..., None, :], -1, 1)
         diagonal = np.arange(k + 2)
         corr[..., diagonal, diagonal] = 1.0
-        information = -0.5 * np.log1p(-np.clip(corr[..., 0, 1], -1, 1) ** 2)
+        information = -0.5 * np.log1p(-corr[..., 0, 1] ** 2)
         shrunk = (1 - self.shrinkage) * corr + self.shrinkage * np.eye(k + 2)
-        precision = np.linalg.inv(shrunk)
-        partial = -precision[..., 0, 1] / np.sqrt(precision[..., 0, 0] * precision[..., 1, 1])
+        schur = shrunk[..., :2, :2] - shrunk[..., :2, 2:] @ np.linalg.solve(shrunk[..., 2:, 2:], shrunk[..., 2:, :2])
+        partial = schur[..., 0, 1] / np.sqrt(schur[..., 0, 0] * schur[..., 1, 1])
         return information, -0.5 * np.log1p(-np.clip(partial, -1, 1) ** 2)
 
     def table(self, weights: np.ndarray, evaluation: np.ndarray | None = None) -> dict[str, np.ndarray]:

@@ -144,7 +144,8 @@ def print_summary(result: ChannelAxesResult) -> None:
     if init is not None:
         seeds = [s.seed for s in result.init_seeds_axes if s.seed is not None]
         mode = result.init_axes.shared_mode
-        print(f"at initialization ({result.init_spec}" + (f", seeds {', '.join(map(str, seeds))}" if seeds else "")
+        print(f"at initialization ({result.init_spec}"
+              + (f", seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}" if seeds else "")
               + f", BatchNorm {'recalibrated' if result.init_recalibrated else 'as initialized'}): rho = "
               f"{init.spearman:+.3f}{ci_text(init.spearman_ci)}, ARI = {result.init_axes.ari:+.3f}"
               f"{ci_text(result.init_axes.ari_ci)}")

@@ -3,12 +3,14 @@ counted on the running network, and its seconds known before a run."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
 from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
-from fl_core.channelaxes.estimate import conv_macs, estimate_channels, stage_work
+from fl_core.channelaxes.estimate import conv_macs, estimate_channels, layers_work, stage_work
 from fl_core.channelaxes.pruning import PruningSettings
 from fl_core.channelaxes.settings import ChannelDataSettings
 from fl_core.io.layers import conv_inventory
@@ -44,9 +46,21 @@ def test_stage_work_counts_the_macs_a_forward_pass_runs(demo) -> None:
     work = stage_work(loaded, layer, 40, 10, settings, init=True, labels=True)
     total = sum(counted.values())
     assert work == {"labels": 50 * total, "statistics": 40 * total, "interventions": channels * 10 * after,
-                    "pruning": 4 * (10 * pruned + 3 * 3 * 4 * total), "initialization": 40 * total}
+                    "pruning": 4 * (10 * pruned + 3 * 3 * 4 * total),
+                    "initialization": 2 * 40 * total}  # the BatchNorm recalibration pass, then the statistics pass
+    seeds = replace(settings, init_seeds=3, init_recalibrate=False)
+    assert stage_work(loaded, layer, 40, 10, seeds, init=True)["initialization"] == 3 * 40 * total
     assert set(stage_work(loaded, layer, 40, 10, ChannelSettings(layer=layer, lesion_kinds=(), pruning=None))) == {
         "statistics", "interventions"}
+
+    # several layers analysed together: the shared passes once, each layer's lesions and pruning curves summed
+    late = "features.14"
+    both = layers_work(loaded, [layer, late], 40, 10, settings, init=True, labels=True)
+    alone = [stage_work(loaded, name, 40, 10, settings, init=True, labels=True) for name in (layer, late)]
+    assert {stage: both[stage] for stage in ("labels", "statistics", "initialization")} == {
+        stage: alone[0][stage] for stage in ("labels", "statistics", "initialization")}
+    assert both["interventions"] == alone[0]["interventions"] + alone[1]["interventions"]
+    assert both["pruning"] == alone[0]["pruning"] + alone[1]["pruning"]
 
 
 def test_the_estimate_is_known_before_the_run_and_reported_first(demo) -> None:
