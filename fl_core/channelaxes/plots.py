@@ -290,9 +290,9 @@ VERDICT_COLORS = {"reproduced": "#2ca02c", "partly": "#ff7f0e", "not reproduced"
 
 
 def claims_figure(table: ClaimsTable) -> go.Figure:
-    """Each measured claim's value with its interval, coloured by its verdict (claims without a value are listed in
-    the table, not drawn)."""
-    rows = [row for row in table.claims if row.measured is not None]
+    """Each measured claim on a correlation scale (ρ or ARI: claims 1-3) with its interval, coloured by its verdict
+    (the others, an AUC gain in points or nothing measured, are in the table)."""
+    rows = [row for row in table.claims if row.measured is not None and row.number <= 3]
     fig = go.Figure()
     for row in rows:
         has_ci = row.ci_low is not None and row.ci_high is not None
@@ -306,7 +306,7 @@ def claims_figure(table: ClaimsTable) -> go.Figure:
                           + f"<br>paper: {row.paper}<br>verdict: {row.verdict}<extra></extra>"))
     fig.add_vline(x=0, line=dict(color="#999", dash="dash"))
     fig.update_layout(title="The paper's claims measured here (95 % bootstrap intervals over images)",
-                      xaxis_title="measured value (claims 1-3: ρ or ARI; claim 4: AUC gain in pp)",
+                      xaxis_title="measured here: ρ (claims 1 and 3) or ARI (claim 2)",
                       height=120 + 60 * max(len(rows), 1), showlegend=True, **LAYOUT)
     fig.update_yaxes(autorange="reversed")
     return readable(fig)

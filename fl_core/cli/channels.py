@@ -139,6 +139,9 @@ def print_summary(result: ChannelAxesResult) -> None:
     if agreement:
         print(f"ARI (k={agreement.k}, median of {len(agreement.ari)} seeds) = {agreement.ari_median:+.3f}"
               f"{ci_text(axes.ari_ci)} (permutation null {agreement.null_median:+.3f}, p = {agreement.p_value:.3f})")
+    if axes.significance is not None and axes.significance.noise_floor_share > 0.5:
+        print("note: most channels carry no measurable task information on these images, so a rho near 0 is partly "
+              "the estimator's noise")
     print(result.noise_floor_sentence())
     init = result.init_summary
     if init is not None:
