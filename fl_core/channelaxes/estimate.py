@@ -4,7 +4,9 @@ Each stage's work is counted in multiply-accumulates (MACs) of the network's con
 bundled crops' labels, when they are the network's decisions, and the statistics run the whole network on the images;
 every lesion kind runs one copy per channel from after the layer on (the layer's own output is computed once), on the
 evaluation images; every pruned network (criterion × fraction) runs from the layer on, plus the fine-tune's forward
-and backward passes. The seconds are that work divided by the rate this device runs the model at
+and backward passes; the initialization runs the whole network once per seed, twice with its BatchNorm recalibration.
+Several layers analysed together share the labels, statistics and initialization passes and add up their lesions and
+pruning curves (:func:`layers_work`). The seconds are that work divided by the rate this device runs the model at
 (:func:`forward_rate`: one timed forward pass of a few images) and multiplied by each stage's measured cost per MAC
 relative to a plain forward pass (:data:`STAGE_FACTORS`).
 """

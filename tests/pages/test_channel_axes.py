@@ -55,7 +55,12 @@ def test_an_added_model_is_analysed_with_both_axes_lesions_and_pruning() -> None
     # the conv and where its channels are read are both named (not "features.14 … observed at features.16")
     assert "128 channels of **features.14**, observed after features.15 → features.16" in texts(app)
     shown = " ".join(titles(app))
-    assert all(t in shown for t in ("local axis vs target axis", "Lesion and peer replacement", "Pruning features.14"))
+    assert all(t in shown for t in ("local axis vs target axis", "Lesion and peer replacement", "Pruning features.14",
+                                    "The paper's claims measured here"))
+    assert "task information is at the noise floor for" in texts(app) and "on 64 images" in texts(app)
+    claims = app.dataframe[-3].value  # the paper's claims on this layer, each with its verdict
+    assert len(claims) == 5 and set(claims["verdict"]) <= {"reproduced", "partly", "not reproduced", "inconclusive",
+                                                           "cannot be tested offline"}
     channels_table = app.dataframe[-1].value
     assert len(channels_table) == 128 and {"I_X", "I(ā;m)", "Δloss, lesion"} <= set(channels_table.columns)
     assert not channels_table.isin(["None"]).any().any()
