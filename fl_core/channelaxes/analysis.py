@@ -341,7 +341,9 @@ class ChannelAxesResult(Result):
                 rows.append((f"within task-relevance bins: ρ({name.replace('_', ' ')}, lesion Δloss)", value,
                              removable.relevance.ci.get(name)))
         for key, value in removable.pruning_auc.items():
-            rows.append((f"pruning AUC, {key.replace('_', ' ')}", value, None))
+            curve = self.pruning.curves[key.removesuffix("_finetuned")]
+            ci = curve.auc_finetuned_ci if key.endswith("_finetuned") else curve.auc_ci
+            rows.append((f"pruning AUC, {key.replace('_', ' ')} (n = {self.pruning.n_images})", value, ci))
         for key, value in removable.refinement.items():
             rows.append((f"lesion rank-R², {key.replace('_', ' ')} (the project's own test)", value, None))
         return pd.DataFrame([(q, v, ci[0] if ci else np.nan, ci[1] if ci else np.nan) for q, v, ci in rows],
@@ -503,6 +505,7 @@ def _layer_result(model: torch.nn.Module, axes: LayerAxes, data: ChannelData, ev
                                       settings.pruning, device=device, means=local.post_means.cpu().numpy(),
                                       readers=axes.site.consumers if axes.site.foldable else (),
                                       batch_size=settings.batch_size, memory_bytes=settings.memory_bytes,
+                                      resamples=settings.axes.bootstrap, seed=settings.axes.seed,
                                       progress=sub_progress(progress, 0.65, 1))
         timings["pruning"] = time.perf_counter() - start
         for name, scores in pruning_result.scores.items():

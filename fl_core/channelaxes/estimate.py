@@ -31,7 +31,8 @@ from fl_core.results import Result
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-STAGE_FACTORS = {"labels": 1.0, "statistics": 1.0, "interventions": 1.0, "pruning": 1.0, "initialization": 1.0}
+STAGE_FACTORS = {"labels": 1.0, "statistics": 1.0, "interventions": 1.0, "pruning": 1.0, "initialization": 1.0,
+                 "network pruning": 1.0}
 """Seconds per MAC of each stage relative to one plain forward pass of the same model: 1, an upper bound; measured on
 2 CPU cores (``python bench/bench_channels.py --defaults SPEC``) the lesions ran at 0.4 (MobileNetV2's default layer)
 to 0.8 (SqueezeNet's features.3.expand3x3) of it and the other stages at 0.6-1.0, so the estimate errs long."""
@@ -76,8 +77,15 @@ def layers_work(loaded: LoadedModel, layers: Sequence[str], n_calibration: int, 
     """:func:`stage_work` of several layers analysed together: the passes they share (labels, statistics, the
     initialization's) once, the per-layer stages (lesions, pruning) summed."""
     parts = [stage_work(loaded, layer, n_calibration, n_evaluation, settings, init, labels) for layer in layers]
-    return {stage: (max if stage in SHARED_STAGES else sum)(part.get(stage, 0.0) for part in parts)
+    work = {stage: (max if stage in SHARED_STAGES else sum)(part.get(stage, 0.0) for part in parts)
             for stage in parts[0]}
+    pruning = settings.pruning
+    if pruning is not None and pruning.flops_targets:  # the layers pruned together: whole networks, each recovered
+        networks = len(pruning.criteria) * len(pruning.flops_targets)
+        total = float(sum(conv_macs(lay) for lay in conv_inventory(loaded)))
+        work["network pruning"] = networks * (2 * n_evaluation + 3 * pruning.recovery_steps * pruning.finetune_batch
+                                              ) * total
+    return work
 
 
 @torch.inference_mode()

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from fl_core.channelaxes.analysis import ChannelAxesResult
 from fl_core.channelaxes.calibration import DECISION_LABELS
 from fl_core.channelaxes.claims import ClaimsTable
-from fl_core.channelaxes.pruning import CRITERIA, PruningResult
+from fl_core.channelaxes.pruning import CRITERIA, NetworkPruningResult, PruningResult, auc_text, curve_auc_text
 from fl_core.channelaxes.site import ChannelSite
 
 if TYPE_CHECKING:
@@ -175,19 +175,45 @@ def pruning_curves_figure(pruning: PruningResult, finetuned: bool = False,
     fig = go.Figure()
     counters: dict[str, int] = {}
     for name, curve in pruning.curves.items():
-        accuracy, auc = (curve.accuracy_finetuned, curve.auc_finetuned) if finetuned else (curve.accuracy, curve.auc)
+        accuracy = curve.accuracy_finetuned if finetuned else curve.accuracy
         if accuracy is None:
             continue
         dash = "solid" if CRITERIA[name].axis in ("local", "target") else "dot"
         fig.add_trace(go.Scatter(
             x=np.asarray(curve.flops_removed) * 100, y=np.asarray(accuracy) * 100, mode="lines+markers",
-            name=f"{curve.label} (AUC {auc:.1%})", line=dict(color=_criterion_color(name, counters), dash=dash),
+            name=f"{curve.label} (AUC {curve_auc_text(curve, pruning.n_images, finetuned)})",
+            line=dict(color=_criterion_color(name, counters), dash=dash),
             customdata=pruning.channels_removed,
             hovertemplate="%{customdata} channels removed<br>MACs removed %{x:.2f}%<br>top-1 %{y:.1f}%<extra>"
                           + curve.label + "</extra>"))
     state = f"after a {pruning.settings.finetune_steps}-step recovery fine-tune" if finetuned else "no fine-tune"
     fig.update_layout(title=f"Pruning {pruning.layer}: accuracy vs FLOPs removed ({state})",
                       xaxis_title="MACs removed (% of the whole network)", yaxis_title=accuracy_label,
+                      height=440, **LAYOUT)
+    return readable(fig)
+
+
+def network_pruning_figure(pruning: NetworkPruningResult, recovered: bool = False) -> go.Figure:
+    """Top-1 accuracy of the layers pruned together against the MACs removed, one curve per criterion, each AUC in
+    percentage points with its interval and the evaluation set's size in the legend."""
+    fig = go.Figure()
+    counters: dict[str, int] = {}
+    layers = [", ".join(f"{layer} −{n}" for layer, n in point.items()) for point in pruning.channels_removed]
+    for name, curve in pruning.curves.items():
+        accuracy, auc, ci = ((curve.accuracy_recovered, curve.auc_recovered_pp, curve.auc_recovered_pp_ci)
+                             if recovered else (curve.accuracy, curve.auc_pp, curve.auc_pp_ci))
+        if accuracy is None:
+            continue
+        dash = "solid" if CRITERIA[name].axis in ("local", "target") else "dot"
+        fig.add_trace(go.Scatter(
+            x=np.asarray(pruning.flops_removed) * 100, y=np.asarray(accuracy) * 100, mode="lines+markers",
+            name=f"{curve.label} (AUC {auc_text(auc, ci, pruning.n_images)})",
+            line=dict(color=_criterion_color(name, counters), dash=dash), customdata=layers,
+            hovertemplate="channels removed: %{customdata}<br>MACs removed %{x:.1f}%<br>top-1 %{y:.1f}%<extra>"
+                          + curve.label + "</extra>"))
+    state = (f"after the {pruning.recovery_steps}-step recovery fine-tune" if recovered else "before recovery")
+    fig.update_layout(title=f"{len(pruning.layers)} layers pruned together ({state})",
+                      xaxis_title="MACs removed (% of the whole network)", yaxis_title="top-1 accuracy (%)",
                       height=440, **LAYOUT)
     return readable(fig)
 
@@ -244,15 +270,18 @@ def pruning_verdict(result: ChannelAxesResult) -> PruningVerdict:
         return PruningVerdict("–", "")
     baselines = [c for name, c in curves.items() if CRITERIA[name].axis == "baseline"]
     best = max(baselines, key=lambda c: c.auc, default=None)
-    aucs = f"AUC local axis {curves['local'].auc:.1%}, target axis {curves['target'].auc:.1%}"
+    n = result.pruning.n_images
+    aucs = (f"AUC local axis {curve_auc_text(curves['local'], n)}, target axis "
+            f"{curve_auc_text(curves['target'], n)}")
     if best is not None and best.auc > max(curves["local"].auc, curves["target"].auc):
         return PruningVerdict("neither", f"The {best.label} baseline pruned best ({aucs}, {best.label} "
-                                         f"{best.auc:.1%}): on this layer neither axis chose safer channels.")
+                                         f"{curve_auc_text(best, n)}): on this layer neither axis chose safer "
+                                         "channels.")
     winner = result.removability.better_axis_pruning
     if winner is None:
         return PruningVerdict("tie", f"The two axes pruned alike ({aucs}).")
     return PruningVerdict(winner, f"The {winner} axis pruned best ({aucs}" + (
-        f", best baseline {best.label} {best.auc:.1%})." if best is not None else ")."))
+        f", best baseline {best.label} {curve_auc_text(best, n)})." if best is not None else ")."))
 
 
 def summary_table(result: ChannelAxesResult) -> pd.DataFrame:
@@ -261,14 +290,16 @@ def summary_table(result: ChannelAxesResult) -> pd.DataFrame:
     bootstrap interval beside each value that has one."""
     frame = result.summary_frame()
 
+    def percent(quantity: str) -> bool:
+        return quantity.startswith(("pruning AUC", "channels with", "shared mode")) and "correlation" not in quantity
+
     def text(quantity: str, value: float) -> str:
         if value != value:
             return MISSING
-        percent = quantity.startswith(("pruning AUC", "channels with", "shared mode")) and "correlation" not in quantity
-        return f"{value:.1%}" if percent else f"{value:.3f}"
+        return f"{value:.1%}" if percent(quantity) else f"{value:.3f}"
 
-    interval = [MISSING if low != low else f"[{low:+.3f}, {high:+.3f}]" for low, high in zip(frame["low"],
-                                                                                              frame["high"])]
+    interval = [MISSING if low != low else f"[{low:.1%}, {high:.1%}]" if percent(q) else f"[{low:+.3f}, {high:+.3f}]"
+                for q, low, high in zip(frame["quantity"], frame["low"], frame["high"])]
     return pd.DataFrame({"quantity": frame["quantity"],
                          "value": [text(q, v) for q, v in zip(frame["quantity"], frame["value"])],
                          "95 % interval": interval})

@@ -77,6 +77,11 @@ class PruningSettings(Settings):
         compensate_mean: fold the removed channels' calibration means into the biases of the layers that read them
             directly (removal then acts like mean-ablation rather than zero-ablation; [proposed]).
         seed: seeds the random criterion and the fine-tune's batch order.
+        flops_targets: fractions of the whole network's MACs removed by pruning the analysed layers together (the
+            several-layer protocol of :func:`~fl_core.channelaxes.pruning.prune_network`; none: one layer at a time
+            only).
+        recovery_steps: the several-layer protocol's fixed recovery fine-tune: steps per pruned network (with
+            ``finetune_lr`` and ``finetune_batch``; 0: none).
     """
 
     criteria: tuple[str, ...] = setting(DEFAULT_CRITERIA, choices=tuple(CRITERIA))
@@ -87,6 +92,8 @@ class PruningSettings(Settings):
     gradient_images: int = setting(64, minimum=1, maximum=10_000)
     compensate_mean: bool = setting(True, flag="mean-compensation")
     seed: int = setting(0, minimum=0, maximum=MAX_SEED)
+    flops_targets: tuple[float, ...] = setting((), minimum=0.0, maximum=0.95)
+    recovery_steps: int = setting(20, minimum=0, maximum=10_000)
 
 
 

@@ -8,20 +8,35 @@ one per initialization seed; the lesions and pruning curves are per layer.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
+import torch
 
 from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings
-from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device
+from fl_core.backend import (
+    DeviceLike,
+    Progress,
+    ProgressLike,
+    cpu_layout,
+    progress_callback,
+    report,
+    resolve_device,
+    sub_progress,
+)
 from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_layers, resolve_layers
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.claims import ClaimsTable, channel_claims
+from fl_core.channelaxes.comparison import importance_scores
 from fl_core.channelaxes.estimate import channels_estimate
+from fl_core.channelaxes.pruning import NetworkPruningResult, prune_network
 from fl_core.channelaxes.settings import ChannelOverrides, ChannelSettings
+from fl_core.errors import AnalysisError
+from fl_core.io.models import LoadedModel
 from fl_core.results import Result, jsonable, with_model_columns
 
 if TYPE_CHECKING:
@@ -37,6 +52,8 @@ class ChannelSweepResult(Result):
         layers: one :class:`~fl_core.channelaxes.analysis.ChannelAxesResult` per layer, in the order asked.
         settings: the estimator choices (shared by the layers).
         timings: seconds per stage, all layers together.
+        network_pruning: the layers pruned together to the FLOPs targets of ``settings.pruning.flops_targets``
+            (:func:`~fl_core.channelaxes.pruning.prune_network`; ``None``: not asked).
     """
 
     spec: str
@@ -44,20 +61,27 @@ class ChannelSweepResult(Result):
     layers: tuple[ChannelAxesResult, ...]
     settings: ChannelSettings
     timings: dict[str, float] = field(default_factory=dict)
+    network_pruning: NetworkPruningResult | None = None
 
-    _private_fields = ("layers",)
+    _private_fields = ("layers", "network_pruning")
 
     _figures: ClassVar[dict[str, str]] = {
         "depth": "fl_core.channelaxes.plots:depth_figure",
         "claims": "fl_core.channelaxes.plots:claims_figure",
+        "network_pruning": "fl_core.channelaxes.plots:network_pruning_figure",
     }
 
     def figure_inputs(self, kind: str) -> tuple:
+        if kind == "network_pruning":
+            if self.network_pruning is None:
+                raise AnalysisError("No layers were pruned together: give the pruning settings flops_targets.")
+            return (self.network_pruning,)
         return (self.claims(),) if kind == "claims" else (self,)
 
     def claims(self) -> ClaimsTable:
-        """The paper's five claims measured over the layers (:func:`~fl_core.channelaxes.claims.channel_claims`)."""
-        return channel_claims(self.layers)
+        """The paper's five claims measured over the layers (:func:`~fl_core.channelaxes.claims.channel_claims`),
+        claim 4 on the layers pruned together when they were."""
+        return channel_claims(self.layers, self.network_pruning)
 
     def depth_frame(self) -> pd.DataFrame:
         """One row per layer: its depth, channels, ρ and ARI with their intervals, trained and at initialization
@@ -94,10 +118,12 @@ class ChannelSweepResult(Result):
 
     def to_dict(self) -> dict:
         """JSON-safe: ``layers`` (each layer's :meth:`ChannelAxesResult.to_dict`, the one-layer keys of docs/cli.md),
-        ``depth`` (:meth:`depth_frame` records) and ``claims`` (the paper's claims over all the layers)."""
+        ``depth`` (:meth:`depth_frame` records), ``claims`` (the paper's claims over all the layers) and
+        ``network_pruning`` (the layers pruned together, or ``None``)."""
         out = super().to_dict()
         out.update({"layers": [layer.to_dict() for layer in self.layers],
-                    "depth": self.depth_frame().to_dict(orient="records"), "claims": self.claims().rows()})
+                    "depth": self.depth_frame().to_dict(orient="records"), "claims": self.claims().rows(),
+                    "network_pruning": None if self.network_pruning is None else self.network_pruning.to_dict()})
         return jsonable(out)
 
 
@@ -138,10 +164,33 @@ def sweep_channels(model: ModelLike, data: ImagesLike | ChannelData | None = Non
         estimate = channels_estimate(loaded, [lay.name for lay in chosen], len(data.calibration),
                                      len(data.evaluation), settings, init is not None, device)
         report(progress, 0.0, f"{len(chosen)} layers: {estimate.text()} expected")
-    results = analyze_layers(loaded, data, settings, chosen, init, device, progress)
+    together = settings.pruning is not None and bool(settings.pruning.flops_targets)
+    results = analyze_layers(loaded, data, settings, chosen, init, device, sub_progress(progress, 0, 0.7 if together
+                                                                                          else 1))
     timings: dict[str, float] = {}
     for result in results:
         for stage, seconds in result.timings.items():
             timings[stage] = seconds if stage in ("statistics", "initialization") else timings.get(stage, 0) + seconds
+    network = None
+    if together:
+        start = time.perf_counter()
+        network = prune_layers_together(loaded, data, settings, results, device, sub_progress(progress, 0.7, 1))
+        timings["network pruning"] = time.perf_counter() - start
     return ChannelSweepResult(spec=loaded.spec, label=loaded.label, layers=tuple(results), settings=settings,
-                              timings=timings)
+                              timings=timings, network_pruning=network)
+
+
+def prune_layers_together(loaded: LoadedModel, data: ChannelData, settings: ChannelSettings,
+                          results: Sequence[ChannelAxesResult], device: torch.device, progress: Progress | None
+                          ) -> NetworkPruningResult:
+    """The analysed layers pruned together to ``settings.pruning.flops_targets``, each ranked by its own two-axis
+    scores (:func:`~fl_core.channelaxes.analysis.importance_scores`) and the baselines, its removed channels'
+    calibration means folded into its direct readers."""
+    model = cpu_layout(loaded.copy_model().to(device).eval(), device)
+    return prune_network(
+        model, [r.layer for r in results], data.calibration, data.evaluation,
+        {r.layer: importance_scores(r.table) for r in results}, settings.pruning, device=device,
+        means={r.layer: r.table["activation_mean"].to_numpy() for r in results},
+        readers={r.layer: r.site.consumers if r.site.foldable else () for r in results},
+        batch_size=settings.batch_size, memory_bytes=settings.memory_bytes, resamples=settings.axes.bootstrap,
+        seed=settings.axes.seed, progress=progress)

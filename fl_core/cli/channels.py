@@ -5,7 +5,8 @@ removability better).
 
 Several ``--layer`` options (or ``--layer all``) analyse the layers in one call, sharing the statistics passes; the
 JSON then holds ``layers`` (one object per layer, each with the one-layer keys) and the paper's ``claims`` over all
-of them.
+of them. ``--flops-targets`` then prunes the layers together to those fractions of the network's MACs, each pruned
+network recovered by the fixed ``--recovery-steps`` fine-tune (JSON ``network_pruning``).
 
 Examples:
     python -m fl_core channels --model demo:tiny_vgg --layer features.14 --compare-init --json axes.json
@@ -13,6 +14,9 @@ Examples:
         --data /data/imagenet/val --calibration 512 --evaluation 256 --finetune-steps 20 --csv channels.csv
     python -m fl_core channels --model demo:mobilenet_v2 --layer features.10.conv.2 --layer features.16.conv.2 \\
         --init torchvision:mobilenet_v2 --init-seeds 3 --data imagenet-sample --calibration 384 --json axes.json
+    python -m fl_core channels --model demo:mobilenet_v2 --layer features.10.conv.2 --layer features.13.conv.2 \
+        --layer features.16.conv.2 --data imagenet-sample --lesions --criteria local target l1 random \
+        --flops-targets 0.1 0.2 0.3 --json pruned.json
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from fl_core.settings import add_settings_arguments, settings_from_args
 if TYPE_CHECKING:
     from fl_core.channelaxes.analysis import ChannelAxesResult
     from fl_core.channelaxes.claims import ClaimsTable
+    from fl_core.channelaxes.pruning import NetworkPruningResult
     from fl_core.channelaxes.sweep import ChannelSweepResult
 
 
@@ -47,16 +52,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def channel_settings(args: argparse.Namespace) -> ChannelSettings:
-    """The analysis the options ask for (``--criteria`` without criteria: no pruning curves; one ``--layer``: that
-    layer)."""
-    pruning = settings_from_args(PruningSettings, args) if args.criteria else None
+    """The analysis the options ask for (``--criteria`` without criteria: no pruning curves, unless
+    ``--flops-targets`` asks to prune the layers together; one ``--layer``: that layer)."""
+    pruning = settings_from_args(PruningSettings, args) if args.criteria or args.flops_targets else None
     layer = args.layer[0] if len(args.layer) == 1 and args.layer != ["all"] else None
     return settings_from_args(ChannelSettings, args, pruning=pruning, layer=layer)
 
 
 def several_layers(args: argparse.Namespace) -> bool:
-    """Several ``--layer`` options, or ``--layer all``: a sweep over the layers."""
-    return len(args.layer) > 1 or args.layer == ["all"]
+    """Several ``--layer`` options, ``--layer all``, or layers pruned together (``--flops-targets``): a sweep over
+    the layers."""
+    return len(args.layer) > 1 or args.layer == ["all"] or bool(args.flops_targets)
 
 
 def run(args: argparse.Namespace, progress) -> ChannelAxesResult | ChannelSweepResult:
@@ -71,7 +77,7 @@ def run(args: argparse.Namespace, progress) -> ChannelAxesResult | ChannelSweepR
         raise ModelSpecError("channels analyses one model: give one --model (and --init for its initialization).")
     loaded = models[0]
     settings = channel_settings(args)
-    layers = ("all" if args.layer == ["all"] else args.layer) if several_layers(args) else None
+    layers = ("all" if args.layer == ["all"] else args.layer or [None]) if several_layers(args) else None
     if layers is not None:
         layers = [lay.name for lay in resolve_layers(loaded, layers)]  # every layer checked before any image is read
     init_spec = args.init or (loaded.init_spec if args.compare_init else None)
@@ -93,8 +99,34 @@ def run(args: argparse.Namespace, progress) -> ChannelAxesResult | ChannelSweepR
         print_summary(result)
         print()
     print_depth(sweep)
+    if sweep.network_pruning is not None:
+        print_network_pruning(sweep.network_pruning)
     print_claims(sweep.claims())
     return sweep
+
+
+def print_network_pruning(pruning: NetworkPruningResult) -> None:
+    """The layers pruned together: MACs removed at each target, each criterion's AUC (percentage points, interval,
+    evaluation images) before and after the recovery fine-tune, and the paired local − target difference."""
+    from fl_core.channelaxes.pruning import auc_text
+
+    print(f"{len(pruning.layers)} layers pruned together ({', '.join(pruning.layers)}): MACs removed "
+          f"{', '.join(f'{f:.1%}' for f in pruning.flops_removed[1:])} for targets "
+          f"{', '.join(f'{t:.0%}' for t in pruning.targets)}; recovery: {pruning.recovery_steps} fine-tune steps on "
+          f"{pruning.recovery_images} calibration images")
+    for name, curve in pruning.curves.items():
+        recovered = "" if curve.auc_recovered_pp is None else \
+            f"; recovered {auc_text(curve.auc_recovered_pp, curve.auc_recovered_pp_ci, pruning.n_images)}"
+        print(f"  AUC {name:14s} {auc_text(curve.auc_pp, curve.auc_pp_ci, pruning.n_images)}{recovered}")
+    for key, difference in pruning.differences.items():
+        print(f"  local - target ({'before recovery' if key == 'auc' else 'recovered'}): "
+              f"{auc_text(difference['local_minus_target_pp'], difference['ci'], pruning.n_images)}")
+    for target in pruning.unreachable:
+        print(f"  target {target:.0%}: not reachable, the layers hold less of the network's MACs")
+    for note in pruning.notes:
+        print(f"  note: {note}")
+    for name, reason in pruning.skipped.items():
+        print(f"  {name}: skipped ({reason})")
 
 
 def print_depth(sweep: ChannelSweepResult) -> None:
@@ -175,12 +207,15 @@ def print_summary(result: ChannelAxesResult) -> None:
         print(f"lesion rank-R2 on [I_X, task info] {r['r2_base']:.3f} -> {r['r2_with_peers']:.3f} with peer overlap "
               f"and peer R2 (gain {r['gain']:+.3f}; the project's own test, in-sample)")
     if result.pruning is not None:
+        from fl_core.channelaxes.pruning import curve_auc_text
+
         pruning = result.pruning
         print(f"pruning {pruning.layer}: channels removed {pruning.channels_removed}, MACs removed "
               f"{', '.join(f'{f:.2%}' for f in pruning.flops_removed)} of {pruning.macs[0] / 1e6:,.1f}M")
         for name, curve in pruning.curves.items():
-            tuned = f", fine-tuned {curve.auc_finetuned:.3f}" if curve.auc_finetuned is not None else ""
-            print(f"  AUC {name:14s} {curve.auc:.3f}{tuned}")
+            tuned = f", fine-tuned {curve_auc_text(curve, pruning.n_images, True)}" \
+                if curve.auc_finetuned is not None else ""
+            print(f"  AUC {name:14s} {curve_auc_text(curve, pruning.n_images)}{tuned}")
         for note in pruning.notes:
             print(f"  note: {note}")
         for name, reason in pruning.skipped.items():
