@@ -285,24 +285,32 @@ def pruning_verdict(result: ChannelAxesResult) -> PruningVerdict:
 
 
 def summary_table(result: ChannelAxesResult) -> pd.DataFrame:
-    """The per-layer summary with readable numbers: pruning AUCs and shares as percentages (the average accuracy over
-    the pruning range, as the curves' legend and the verdict write them), the other quantities to 3 decimals, the
-    bootstrap interval beside each value that has one."""
+    """The per-layer summary with readable numbers: pruning AUCs in percentage points (the average accuracy over the
+    pruning range, as the curves' legend and the verdict write them), shares as percentages, the other quantities to
+    3 decimals, the bootstrap interval beside each value that has one."""
     frame = result.summary_frame()
 
     def percent(quantity: str) -> bool:
-        return quantity.startswith(("pruning AUC", "channels with", "shared mode")) and "correlation" not in quantity
+        return quantity.startswith(("channels with", "shared mode")) and "correlation" not in quantity
 
     def text(quantity: str, value: float) -> str:
         if value != value:
             return MISSING
+        if quantity.startswith("pruning AUC"):
+            return f"{100 * value:.1f} pp"
         return f"{value:.1%}" if percent(quantity) else f"{value:.3f}"
 
-    interval = [MISSING if low != low else f"[{low:.1%}, {high:.1%}]" if percent(q) else f"[{low:+.3f}, {high:+.3f}]"
-                for q, low, high in zip(frame["quantity"], frame["low"], frame["high"])]
+    def interval(quantity: str, low: float, high: float) -> str:
+        if low != low:
+            return MISSING
+        if quantity.startswith("pruning AUC"):
+            return f"[{100 * low:.1f}, {100 * high:.1f}] pp"
+        return f"[{low:.1%}, {high:.1%}]" if percent(quantity) else f"[{low:+.3f}, {high:+.3f}]"
+
     return pd.DataFrame({"quantity": frame["quantity"],
                          "value": [text(q, v) for q, v in zip(frame["quantity"], frame["value"])],
-                         "95 % interval": interval})
+                         "95 % interval": [interval(q, low, high) for q, low, high in zip(
+                             frame["quantity"], frame["low"], frame["high"])]})
 
 
 def claims_table(table: ClaimsTable) -> pd.DataFrame:

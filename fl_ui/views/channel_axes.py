@@ -27,7 +27,7 @@ from fl_core.channelaxes.plots import (
     short_label,
     summary_table,
 )
-from fl_core.channelaxes.pruning import CRITERIA, PruningSettings
+from fl_core.channelaxes.pruning import CRITERIA, PruningSettings, curve_auc_text
 from fl_ui.cache import get_model
 from fl_ui.channels import (
     DEFAULT_CALIBRATION,
@@ -293,7 +293,9 @@ with user_errors():
                                          value=url_param("axes_tuned", False))
         if tuned:
             set_url_param("axes_tuned", show_tuned)
-        auc = pd.DataFrame([{"criterion": c.label, "axis": c.axis, "AUC": c.auc, "AUC fine-tuned": c.auc_finetuned}
+        n = result.pruning.n_images
+        auc = pd.DataFrame([{"criterion": c.label, "axis": c.axis, "AUC": curve_auc_text(c, n),
+                             "AUC fine-tuned": curve_auc_text(c, n, True) if c.auc_finetuned is not None else "–"}
                             for c in result.pruning.curves.values()])
         plot_with_explanation(
             pruning_curves_figure(result.pruning, finetuned=show_tuned, accuracy_label=(
@@ -302,8 +304,10 @@ with user_errors():
             "score first, and the accuracy is measured on held-out images. Where a convolution reads the channels "
             "directly, it absorbs their average (so removal does not also shift the next layer's input). Every "
             "criterion removes the same number of channels at each point, so the FLOPs match. The **AUC** is the "
-            "average accuracy over the range: higher = the criterion picked channels that were safer to remove. Blue "
-            "curves use the local axis, red the target axis, dotted ones classic baselines." + (
+            "average accuracy over the range, in percentage points with its 95 % interval over the evaluation "
+            f"images and their number (one image moves an accuracy by {100 / n:.1f} points): higher = the criterion "
+            "picked channels that were safer to remove. Blue curves use the local axis, red the target axis, dotted "
+            "ones classic baselines." + (
                 f" {verdict.sentence}" if verdict.sentence else "") + (
                 "" if tuned else " Set fine-tune steps in the settings to see how much a short retraining recovers."),
             f"pruning_{layer}", frame=auc, data=result.to_dict()["pruning"])

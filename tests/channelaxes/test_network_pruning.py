@@ -3,6 +3,8 @@ the whole pruned network, the AUCs' bootstrap against resamples drawn by hand, c
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -99,6 +101,7 @@ def test_layers_pruned_together_reach_each_flops_target_alike_for_every_criterio
     assert result.n_images == 24 and result.recovery_images == 24
 
 
+@pytest.mark.slow
 def test_folded_batchnorm_is_refused_with_the_reason_and_coupled_layers_pruned_once(images) -> None:
     """The shipped MobileNetV2's BatchNorms are identities (TFLite folded them into the convolutions): BN |γ| ranks
     no channel, so it is skipped, naming the layer and why. A depthwise conv loses its channels with the expansion
@@ -119,3 +122,24 @@ def test_folded_batchnorm_is_refused_with_the_reason_and_coupled_layers_pruned_o
     assert result.curves["l1"].accuracy_recovered is None and result.recovery_steps == 0
     with pytest.raises(AnalysisError, match="FLOPs target"):
         prune_network(model, layers, data, data, {}, PruningSettings(), device=CPU)
+
+
+def test_the_command_prunes_its_layers_together_and_claim_4_reads_the_paired_difference(tmp_path) -> None:
+    from fl_core.cli import main
+
+    out = tmp_path / "pruned.json"
+    assert main(["channels", "--model", "demo:tiny_vgg", "--layer", "features.4", "--layer", "features.7",
+                 "--calibration", "32", "--evaluation", "16", "--lesions", "--criteria", "local", "target", "l1",
+                 "--fractions", "0.5", "--flops-targets", "0.1", "0.3", "--recovery-steps", "1", "--cluster-seeds",
+                 "2", "--bootstrap", "40", "--permutations", "99", "--json", str(out), "--quiet"]) == 0
+    payload = json.loads(out.read_text())
+    network = payload["network_pruning"]
+    assert network["layers"] == ["features.4", "features.7"] and network["n_images"] == 16
+    assert network["targets"] == [0.1, 0.3] and all(f >= t for f, t in zip(network["flops_removed"][1:], [0.1, 0.3]))
+    assert set(network["curves"]) == {"local", "target", "l1"} and network["recovery_steps"] == 1
+    recovered = network["differences"]["recovered"]
+    claim = payload["claims"][3]
+    assert claim["measured"] == pytest.approx(recovered["local_minus_target_pp"])
+    assert [claim["ci_low"], claim["ci_high"]] == pytest.approx(recovered["ci"])
+    assert "2 layers pruned together to 10%, 30%" in claim["why"] and "--flops-targets 0.1 0.3" in claim["command"]
+    assert "n = 16" in claim["why"] or "16 evaluation images" in claim["why"]
