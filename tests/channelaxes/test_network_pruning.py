@@ -143,3 +143,22 @@ def test_the_command_prunes_its_layers_together_and_claim_4_reads_the_paired_dif
     assert [claim["ci_low"], claim["ci_high"]] == pytest.approx(recovered["ci"])
     assert "2 layers pruned together to 10%, 30%" in claim["why"] and "--flops-targets 0.1 0.3" in claim["command"]
     assert "n = 16" in claim["why"] or "16 evaluation images" in claim["why"]
+
+
+def test_a_sweep_with_its_layers_pruned_together_saves_loads_and_plots_whole(tmp_path) -> None:
+    import fl_core
+    from fl_core.channelaxes.calibration import channel_data
+    from fl_core.channelaxes.sweep import sweep_channels
+
+    data = channel_data("demo:tiny_vgg", "crops", 32, 16)
+    settings = PruningSettings(criteria=("local", "target"), fractions=(0.5,), flops_targets=(0.1, 0.3),
+                               recovery_steps=0)
+    result = sweep_channels("demo:tiny_vgg", data, layers=["features.4", "features.7"], lesion_kinds=(),
+                            cluster_seeds=2, bootstrap=20, permutations=19, pruning=settings)
+    back = fl_core.load_result(result.save(tmp_path / "sweep.zip"))
+    assert back.network_pruning.curves["local"].auc_pp == result.network_pruning.curves["local"].auc_pp
+    figure = back.plot("network_pruning")
+    curve = result.network_pruning.curves["local"]
+    assert figure.data[0].name == f"local axis (AUC {auc_text(curve.auc_pp, curve.auc_pp_ci, 16)})"
+    assert list(figure.data[0].x) == pytest.approx([100 * f for f in result.network_pruning.flops_removed])
+    assert "network pruning" in result.timings
