@@ -68,7 +68,7 @@ def test_an_added_model_is_analysed_with_both_axes_lesions_and_pruning() -> None
     assert summary["quantity"].str.contains("at initialization").any()  # the demo knows its initialization
     auc = summary.set_index("quantity")["value"].filter(like="pruning AUC")
     assert len(auc) and auc.str.endswith(" pp").all()  # as the curves' legend and the verdict write it
-    assert auc.index.str.contains("n = 64").all()  # the evaluation set's size beside every AUC
+    assert auc.index.str.endswith(f"(n = {SMALL['axes_neval']})").all()  # the evaluation set's size beside each AUC
     assert len(app.get("download_button")) >= 8
     assert channel_axes_result.cached(demo_request("features.14"))
     kernels = json.loads(app.get("plotly_chart")[1].proto.spec)
