@@ -84,3 +84,17 @@ def test_crops_labelled_by_the_networks_decisions_count_that_pass() -> None:
     assert "labels" in estimate.stages and estimate.stages["labels"] > estimate.stages["statistics"]
     data = channel_data(load_model("demo:tiny_vgg"), "crops", n_calibration=16, n_evaluation=8)
     assert "labels" not in estimate_channels("demo:tiny_vgg", data, layer="features.7").stages
+
+
+def test_layers_pruned_together_add_whole_networks_evaluated_and_recovered(demo) -> None:
+    loaded = demo[0]
+    pruning = PruningSettings(criteria=("local", "l1"), fractions=(0.5,), flops_targets=(0.1, 0.2, 0.3),
+                              recovery_steps=7, finetune_batch=4)
+    settings = ChannelSettings(lesion_kinds=(), pruning=pruning)
+    layers = ["features.4", "features.7"]
+    work = layers_work(loaded, layers, 32, 16, settings)
+    total = 9 * 32 * 32 * 32 * 3 + 9 * 32 * 64 * 16 * 16 + 9 * 64 * 64 * 16 * 16 + 9 * 64 * 128 * 8 * 8 \
+        + 9 * 128 * 128 * 8 * 8  # the small VGG's five convolutions, by hand
+    assert work["network pruning"] == 2 * 3 * (2 * 16 + 3 * 7 * 4) * total  # criteria × targets × (eval + recovery)
+    assert "network pruning" not in layers_work(loaded, layers, 32, 16, replace(settings, pruning=replace(
+        pruning, flops_targets=())))
