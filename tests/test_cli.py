@@ -133,7 +133,7 @@ def test_channels_options_give_the_settings_class_defaults_and_read_every_docume
     from fl_core.channelaxes.layerstats import AxisSettings
     from fl_core.channelaxes.pruning import PruningSettings
     from fl_core.cli import build_parser
-    from fl_core.cli.channels import channel_settings
+    from fl_core.cli.channels import channel_settings, several_layers
 
     parser = build_parser()
     assert channel_settings(parser.parse_args(["channels", "--model", "demo:tiny_vgg"])) == ChannelSettings(
@@ -142,12 +142,14 @@ def test_channels_options_give_the_settings_class_defaults_and_read_every_docume
         "channels", "--model", "demo:tiny_vgg", "--layer", "features.7", "--seed", "3", "--k", "4", "--shrinkage",
         "0.01", "--ridge", "0.1", "--cluster-k", "3", "--cluster-seeds", "2", "--lesions", "mean", "replace",
         "--criteria", "l1", "random", "--fractions", "0.5", "--finetune-steps", "0", "--finetune-lr", "0.01",
-        "--no-mean-compensation", "--batch-size", "8", "--memory-mb", "64"])
+        "--no-mean-compensation", "--batch-size", "8", "--memory-mb", "64", "--flops-targets", "0.1", "0.3",
+        "--recovery-steps", "5"])
     assert channel_settings(args) == ChannelSettings(
         layer="features.7", axes=AxisSettings(k=4, shrinkage=0.01, ridge=0.1, seed=3), lesion_kinds=("mean", "replace"),
         cluster_k=3, cluster_seeds=2, batch_size=8, memory_mb=64,
         pruning=PruningSettings(criteria=("l1", "random"), fractions=(0.5,), finetune_steps=0, finetune_lr=0.01,
-                                compensate_mean=False, seed=3))
+                                compensate_mean=False, seed=3, flops_targets=(0.1, 0.3), recovery_steps=5))
+    assert several_layers(args)  # layers pruned together run as a sweep (its JSON's network_pruning)
     no_pruning = parser.parse_args(["channels", "--model", "demo:tiny_vgg", "--criteria", "--lesions"])
     assert channel_settings(no_pruning).pruning is None and channel_settings(no_pruning).lesion_kinds == ()
     with pytest.raises(SystemExit):

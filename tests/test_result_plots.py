@@ -63,8 +63,8 @@ def test_master_keys_draw_every_listed_figure_with_no_argument_and_refuse_unknow
 @pytest.mark.slow
 def test_clusters_are_numbered_from_1_in_the_table_the_figures_and_members():
     result = analyze_master_keys(BANK, k=4, restarts=1)
-    table = result.to_frame()
-    assert table["cluster"].tolist() == [1, 2, 3, 4]
+    table = result.cluster_frame()
+    assert table["cluster"].tolist() == [1, 2, 3, 4] and set(result.to_frame()["cluster"]) == {1, 2, 3, 4}
     first, last = result.plot("members"), result.plot("members", cluster=4)
     assert first.layout.title.text.startswith("Cluster 1: ") and f"of its {table['size'][0]} filters" in (
         first.layout.title.text)

@@ -20,6 +20,7 @@ classes the head cannot score is refused.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -107,6 +108,7 @@ class ChannelData:
         description: where the data came from.
         seed: seed of the split / subsampling.
         warnings: class-mapping notes for the user.
+        source: the source as :func:`channel_data` was given it (a path, ``crops``; ``None``: images a script holds).
     """
 
     calibration: LabelledInputs
@@ -115,6 +117,7 @@ class ChannelData:
     description: str
     seed: int
     warnings: tuple[str, ...] = ()
+    source: str | None = None
 
 
 def class_mapping(classes: Sequence[str], loaded: LoadedModel, labels: Sequence[int] | None = None,
@@ -157,6 +160,10 @@ def image_channel_data(images: ImageSet, loaded: LoadedModel, n_calibration: int
         return LabelledInputs(images=chosen, labels=mapping[np.asarray(chosen.labels, dtype=int)].tolist(),
                               config=loaded.input_config)
 
+    if len(cal_index) < n_calibration or len(eval_index) < n_evaluation:
+        warnings += (f"Asked for {n_calibration} calibration + {n_evaluation} evaluation images; {images.description} "
+                     f"has {len(images)}, split into disjoint halves, so {len(cal_index)} + {len(eval_index)} are "
+                     "used.",)
     return ChannelData(calibration=inputs(cal_index), evaluation=inputs(eval_index), classes=tuple(images.classes),
                        description=f"{len(cal_index)} + {len(eval_index)} images of {images.description}",
                        seed=seed, warnings=warnings)
@@ -257,9 +264,11 @@ def channel_data(model: ModelLike, source: object = ChannelDataSettings.source,
     named = isinstance(source, str | Path)
     asked = ChannelDataSettings(str(source) if named else CROPS, n_calibration, n_evaluation, seed)
     if is_crops(source):
-        return crop_channel_data(loaded, asked.n_calibration, asked.n_evaluation, asked.seed)
-    return image_channel_data(as_images(asked.source if named else source, "source"), loaded, asked.n_calibration,
-                              asked.n_evaluation, asked.seed)
+        data = crop_channel_data(loaded, asked.n_calibration, asked.n_evaluation, asked.seed)
+    else:
+        data = image_channel_data(as_images(asked.source if named else source, "source"), loaded,
+                                  asked.n_calibration, asked.n_evaluation, asked.seed)
+    return dataclasses.replace(data, source=asked.source if named else None)
 
 
 def as_channel_data(data: object, loaded: LoadedModel, seed: int = 0) -> ChannelData:

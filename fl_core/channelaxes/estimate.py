@@ -26,6 +26,11 @@ together agree, then taken again.
 the share of a core the timed passes got (their CPU time over their wall-clock time). The estimate **assumes the
 machine stays as busy as it is when asked** (:attr:`ChannelsEstimate.basis` says how busy that was): a run that starts
 while others start theirs takes longer.
+
+**Several layers, seeds, networks.** Layers analysed together share the labels, statistics and initialization passes
+and add up their lesions and pruning curves (:func:`layers_work`); the initialization runs the statistics pass once
+per seed, twice with its BatchNorm recalibration; pruning the layers together to FLOPs targets runs whole networks,
+each recovered (the ``network pruning`` stage).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -69,14 +74,16 @@ if TYPE_CHECKING:
     import pandas as pd
     from typing_extensions import Unpack
 
-STAGE_FACTORS = {"labels": 2.8, "statistics": 1.1, "interventions": 0.73, "pruning": 1.2, "initialization": 1.1}
+STAGE_FACTORS = {"labels": 2.8, "statistics": 1.1, "interventions": 0.73, "pruning": 1.2, "initialization": 1.1,
+                 "network pruning": 1.2}
 """One thread's CPU seconds of each stage per CPU second of the same work in the timed passes (:func:`forward_profile`):
 the labels' pass runs the shared model as it is (not channels-last) after the crops are cut and resized to the input
 (1.9 CPU-s of MobileNetV2's 320); the lesioned copies run with their BatchNorms folded and the first reader adding one
 channel's term; each pruned network is traced and checked against its own full pass before it is scored. Fitted on
 MobileNetV2's default layer and the two-convolution module ``module:two_convolutions``, analysed in one thread on 2
 CPU cores at a load average of 13–15 (``python bench/bench_channels.py --defaults SPEC``; docs/results.md, issue
-43)."""
+43). ``network pruning`` (whole pruned networks scored and recovered) is not fitted: it takes the one-layer
+pruning's."""
 COPIES_PASS_SECONDS = 0.006
 """One thread's CPU seconds of the lesion engine's own work in each batched pass of lesioned copies (its hooks, the
 copies' bookkeeping, their losses), beyond the modules it runs: fitted with the interventions' factor of
@@ -88,6 +95,8 @@ PROBE_REPEATS = 3
 """Timed forward passes, after an untimed one; each module's time is their median."""
 PROFILE_SECONDS = 60.0
 """How long a profile serves estimates of the same model on the same device before it is timed again."""
+SHARED_STAGES = ("labels", "statistics", "initialization")
+"""Stages one pass does for every layer analysed together (:func:`layers_work`)."""
 
 
 def conv_macs(layer: ConvLayer) -> int:
@@ -171,8 +180,32 @@ def stage_work(loaded: LoadedModel, layer: str, n_calibration: int, n_evaluation
         networks = len(settings.pruning.criteria) * len(settings.pruning.fractions)
         finetune = 3 * settings.pruning.finetune_steps * settings.pruning.finetune_batch * whole[0]
         work["pruning"] = networks * (n_evaluation * after[0] + finetune) + passes["pruning"] * after[1]
-    if init:
-        work["initialization"] = work["statistics"]
+    if init:  # each seed's statistics pass, and its BatchNorm recalibration pass
+        work["initialization"] = settings.init_seeds * (1 + settings.init_recalibrate) * work["statistics"]
+    return work
+
+
+def layers_work(loaded: LoadedModel, layers: Sequence[str], n_calibration: int, n_evaluation: int,
+                settings: ChannelSettings, init: bool = False, labels: bool = False, costs: LayerCosts | None = None,
+                timed: dict[str, tuple[float, tuple[float, float]]] | None = None, device: DeviceLike = "cpu"
+                ) -> dict[str, float]:
+    """:func:`stage_work` of several layers analysed together: the passes they share (labels, statistics, the
+    initialization's) once, the per-layer stages (lesions, pruning) summed, and the layers pruned together to each
+    FLOPs target (``network pruning``: every criterion's whole network scored twice and recovered). ``timed``: each
+    layer's ``(moments, substitution)`` in the unit of ``costs`` (:func:`layer_seconds`; default their MACs)."""
+    timed = timed or {}
+    parts = [stage_work(loaded, layer, n_calibration, n_evaluation, settings, init, labels, costs=costs,
+                        moments=timed[layer][0] if layer in timed else None,
+                        substitution=timed[layer][1] if layer in timed else (0.0, 0.0), device=device)
+             for layer in layers]
+    work = {stage: (max if stage in SHARED_STAGES else sum)(part.get(stage, 0.0) for part in parts)
+            for stage in parts[0]}
+    pruning = settings.pruning
+    if pruning is not None and pruning.flops_targets:
+        networks = len(pruning.criteria) * len(pruning.flops_targets)
+        total = (costs or layer_macs(loaded)).total
+        work["network pruning"] = networks * (2 * n_evaluation + 3 * pruning.recovery_steps * pruning.finetune_batch
+                                              ) * total
     return work
 
 
@@ -495,29 +528,30 @@ def image_counts(data: object) -> tuple[int, int]:
             min(images - images // 2, ChannelDataSettings.n_evaluation))
 
 
-def channels_estimate(loaded: LoadedModel, layer: str, n_calibration: int, n_evaluation: int,
+def channels_estimate(loaded: LoadedModel, layer: str | Sequence[str], n_calibration: int, n_evaluation: int,
                       settings: ChannelSettings, init: bool, device: DeviceLike = None, labels: bool = False,
                       reading: float = 0.0) -> ChannelsEstimate:
-    """:func:`estimate_channels` of a resolved call: :func:`stage_work` in the costs of :func:`forward_profile` and
-    :func:`layer_seconds` (and ``reading``, the seconds per image of reading images not held in memory:
-    :func:`input_seconds`), times :data:`STAGE_FACTORS`, the lesion engine's own work per pass added
-    (:data:`COPIES_PASS_SECONDS`); on a CPU, one thread's CPU seconds divided by the speed the analysis will get in
-    the threads the load leaves it (:func:`cpu_speed`)."""
+    """:func:`estimate_channels` of a resolved call (one layer, or several analysed together: :func:`layers_work`):
+    the work in the costs of :func:`forward_profile` and :func:`layer_seconds` (and ``reading``, the seconds per image
+    of reading images not held in memory: :func:`input_seconds`), times :data:`STAGE_FACTORS`, the lesion engine's own
+    work per pass added (:data:`COPIES_PASS_SECONDS`); on a CPU, one thread's CPU seconds divided by the speed the
+    analysis will get in the threads the load leaves it (:func:`cpu_speed`)."""
     device = resolve_device(device)
     profile = forward_profile(loaded, device)
     layers = conv_inventory(loaded)
-    start = [lay.name for lay in layers].index(layer)
-    moments, substitution = layer_seconds(layers[start], device)
-    work = stage_work(loaded, layer, n_calibration, n_evaluation, settings, init, labels, costs=profile.costs,
-                      moments=moments, substitution=substitution, device=device)
+    index = [lay.name for lay in layers]
+    names = [layer] if isinstance(layer, str) else list(layer)
+    timed = {name: layer_seconds(layers[index.index(name)], device) for name in names}
+    work = layers_work(loaded, names, n_calibration, n_evaluation, settings, init, labels, costs=profile.costs,
+                       timed=timed, device=device)
     work["statistics"] += (n_calibration + n_evaluation) * reading  # the evaluation set is read into memory once
     if init:
-        work["initialization"] += n_calibration * reading
+        work["initialization"] += settings.init_seeds * n_calibration * reading
     stages = {stage: amount * STAGE_FACTORS[stage] for stage, amount in work.items()}
     if device.type == "cpu" and "interventions" in stages:
-        stages["interventions"] += COPIES_PASS_SECONDS * stage_passes(
-            layers, start, loaded.input_config.input_size, n_calibration, n_evaluation, settings, device)[
-            "interventions"]
+        stages["interventions"] += COPIES_PASS_SECONDS * sum(stage_passes(
+            layers, index.index(name), loaded.input_config.input_size, n_calibration, n_evaluation, settings,
+            device)["interventions"] for name in names)
     load, threads = load_average(), analysis_threads(device)
     speed = cpu_speed(threads, profile.share) if device.type == "cpu" else 1.0
     stages = {stage: seconds / speed for stage, seconds in stages.items()}

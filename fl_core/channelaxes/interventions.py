@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -212,13 +212,15 @@ def first_reader(model: nn.Module, later: list[str]) -> str | None:
                  and conv.groups == 1 and conv.padding_mode == "zeros"), None)
 
 
-def folded_around(model: nn.Module, site: ChannelSite, x: torch.Tensor) -> nn.Module:
+def folded_around(model: nn.Module, site: ChannelSite | Sequence[ChannelSite], x: torch.Tensor) -> nn.Module:
     """A copy of ``model`` with every foldable BatchNorm folded into its convolution
-    (:func:`~fl_core.networks.batchnorm.folded_copy`) except the site chain's, whose layer input, pre-BatchNorm
+    (:func:`~fl_core.networks.batchnorm.folded_copy`) except the site chains', whose layer input, pre-BatchNorm
     output and activation stay observable, when its output on ``x`` is the original's (``model`` itself otherwise):
-    the network the statistics pass and the lesion passes run."""
+    the network the statistics pass (of one site or several) and the lesion passes run."""
+    sites = [site] if isinstance(site, ChannelSite) else site
+    kept = {name for s in sites for name in (s.layer, *s.chain)}
     pairs, output = conv_batchnorm_pairs(model, x)
-    pairs = [(conv, norm) for conv, norm in pairs if not {conv, norm} & {site.layer, *site.chain}]
+    pairs = [(conv, norm) for conv, norm in pairs if not {conv, norm} & kept]
     if not pairs:
         return model
     folded = folded_copy(model, pairs)
@@ -393,6 +395,9 @@ class SubstitutionEffects(Result):
         reader: the convolution after the site that added each copy's changed channel's term to the original's
             output (:func:`first_reader`) rather than running whole; ``None``: none did.
         passes: batched runs of copies; copies_per_pass: lesioned copies per run; n_images: evaluation images.
+        image_loss: ``(G, N)`` cross-entropy of every copy on every evaluation image (float32; ``None`` above
+            :data:`IMAGE_LOSS_VALUES` values), for intervals over images; base_image_loss: ``(N,)`` the intact
+            model's.
     """
 
     loss: np.ndarray
@@ -405,8 +410,14 @@ class SubstitutionEffects(Result):
     n_images: int
     computed_from: str | None = None
     reader: str | None = None
+    image_loss: np.ndarray | None = None
+    base_image_loss: np.ndarray | None = None
+
+    _private_fields = ("image_loss", "base_image_loss")
 
 
+IMAGE_LOSS_VALUES = 1 << 24
+"""The most per-image losses (copies × evaluation images) kept for intervals over images (64 MB of float32)."""
 CPU_PASS_BYTES = 16 << 20
 """On a CPU the largest activation of one batched pass (copies × images × its bytes per image) stays under this: glibc
 serves larger blocks as fresh pages that the kernel zero-fills on every pass, at a cost above the convolutions'
@@ -460,6 +471,9 @@ def substitution_effects(model: nn.Module, site: ChannelSite, inputs: LabelledIn
     passes = PrefixPasses(model, chain, {copies.start}, lambda: inputs.batches(images_per_pass), device, 0)
     loss = torch.zeros(n, dtype=torch.float64)
     correct = torch.zeros(n, dtype=torch.float64)
+    keep_images = n * len(inputs) <= IMAGE_LOSS_VALUES
+    image_loss: list[torch.Tensor] = []
+    base_image_loss: list[torch.Tensor] = []
     base_loss = base_correct = 0.0
     runs = seen = 0
     checked = False
@@ -472,15 +486,23 @@ def substitution_effects(model: nn.Module, site: ChannelSite, inputs: LabelledIn
                                        probe, {name: t[:PROBE_IMAGES] for name, t in recorded.items()}):
                     copies.fall_back()
                 checked = True
-            base_loss += float(F.cross_entropy(batch.output.float(), y, reduction="sum"))
+            base_losses = F.cross_entropy(batch.output.float(), y, reduction="none")
+            base_loss += float(base_losses.sum())
             base_correct += float((batch.output.argmax(1) == y).sum())
+            batch_losses = torch.empty(n, len(y)) if keep_images else None
             for first in range(0, n, per_pass):
                 part = subs[first: first + per_pass]
                 logits = copies.logits(x, activation, part, recorded)
                 losses = F.cross_entropy(logits.flatten(0, 1), y.repeat(len(part)), reduction="none")
-                loss[first: first + len(part)] += losses.view(len(part), -1).sum(1).double().cpu()
+                losses = losses.view(len(part), -1)
+                loss[first: first + len(part)] += losses.sum(1).double().cpu()
                 correct[first: first + len(part)] += (logits.argmax(2) == y).sum(1).double().cpu()
+                if batch_losses is not None:
+                    batch_losses[first: first + len(part)] = losses.float().cpu()
                 runs += 1
+            if batch_losses is not None:
+                image_loss.append(batch_losses)
+                base_image_loss.append(base_losses.float().cpu())
             seen += len(y)
             report(progress, seen / len(inputs), f"lesions: {seen}/{len(inputs)} images")
     if seen == 0:
@@ -489,7 +511,9 @@ def substitution_effects(model: nn.Module, site: ChannelSite, inputs: LabelledIn
                                base_loss=base_loss / seen, base_accuracy=base_correct / seen,
                                mode="suffix" if copies.start else "full", passes=runs,
                                copies_per_pass=min(per_pass, n), n_images=seen, computed_from=copies.computed_from,
-                               reader=copies.reader if copies.start else None)
+                               reader=copies.reader if copies.start else None,
+                               image_loss=torch.cat(image_loss, 1).numpy() if keep_images else None,
+                               base_image_loss=torch.cat(base_image_loss).numpy() if keep_images else None)
 
 
 # ---------------------------------------------------------------------------------------- per-channel effects
@@ -507,6 +531,8 @@ class ChannelInterventions(Result):
         base_loss, base_accuracy: the intact model.
         effects: the batched run (mode, passes).
         replacement_peers, replacement_beta, replacement_intercept: the ridge reconstruction used.
+        image_dloss: ``{kind: (C, N)}`` Δloss of every channel on every evaluation image (empty when not kept:
+            :data:`IMAGE_LOSS_VALUES`), whose mean over the images is ``dloss``.
     """
 
     dloss: dict[str, np.ndarray]
@@ -518,8 +544,9 @@ class ChannelInterventions(Result):
     replacement_peers: np.ndarray
     replacement_beta: np.ndarray
     replacement_intercept: np.ndarray
+    image_dloss: dict[str, np.ndarray] = field(default_factory=dict)
 
-    _private_fields = ("replacement_peers", "replacement_beta", "replacement_intercept")
+    _private_fields = ("replacement_peers", "replacement_beta", "replacement_intercept", "image_dloss")
 
 
 def channel_interventions(model: nn.Module, site: ChannelSite, inputs: LabelledInputs, means: torch.Tensor,
@@ -550,10 +577,12 @@ def channel_interventions(model: nn.Module, site: ChannelSite, inputs: LabelledI
     dloss = {k: effects.loss[i * n:(i + 1) * n] - effects.base_loss for i, k in enumerate(kinds)}
     daccuracy = {k: effects.accuracy[i * n:(i + 1) * n] - effects.base_accuracy for i, k in enumerate(kinds)}
     support = dloss["mean"] - dloss["replace"] if {"mean", "replace"} <= set(kinds) else None
+    image_dloss = {} if effects.image_loss is None else {
+        k: effects.image_loss[i * n:(i + 1) * n] - effects.base_image_loss for i, k in enumerate(kinds)}
     return ChannelInterventions(dloss=dloss, daccuracy=daccuracy, peer_support=support,
                                 base_loss=effects.base_loss, base_accuracy=effects.base_accuracy, effects=effects,
                                 replacement_peers=peers.cpu().numpy(), replacement_beta=beta.cpu().numpy(),
-                                replacement_intercept=intercept.cpu().numpy())
+                                replacement_intercept=intercept.cpu().numpy(), image_dloss=image_dloss)
 
 
 # ------------------------------------------------------------------------------------------------- folding

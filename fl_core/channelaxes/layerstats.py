@@ -15,6 +15,7 @@ memory independent of the number of images except the per-image values the copul
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -47,6 +48,7 @@ from fl_core.channelaxes.moments import (
     top_peers,
 )
 from fl_core.channelaxes.settings import AxisSettings
+from fl_core.channelaxes.significance import TaskInformation, task_information
 from fl_core.channelaxes.site import ChannelSite, on_call
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
@@ -66,6 +68,10 @@ class LayerStatistics:
         input_trace: ``tr Σ_X`` per group of the conv.
         loss, accuracy: of the network on the calibration images.
         positions: spatial positions of ``a`` per image.
+        capture_sums, capture_squares: ``(N, C)`` per-image sums of ``u − s`` and ``(u − s)²`` over positions (``s``:
+            the first batch's channel means), from which Var(u_i) = w_iᵀΣ_X w_i of any resample of the images follows
+            (:func:`resampled_output_variance`).
+        pre_positions: spatial positions of ``u`` per image.
     """
 
     site: ChannelSite
@@ -79,6 +85,9 @@ class LayerStatistics:
     loss: float
     accuracy: float
     positions: int
+    capture_sums: torch.Tensor
+    capture_squares: torch.Tensor
+    pre_positions: int
 
     @property
     def n_images(self) -> int:
@@ -122,56 +131,107 @@ def patch_column_sums(x: torch.Tensor, conv: nn.Conv2d, dtype: torch.dtype) -> t
     return n * rows * columns, total, squares
 
 
-def collect_layer_statistics(model: nn.Module, site: ChannelSite, inputs: LabelledInputs, *,
-                             device: torch.device, batch_size: int = 32,
-                             progress: Progress | None = None) -> LayerStatistics:
-    """One streaming pass of the calibration set through ``model`` (module docstring).
+@dataclass
+class _SiteAccumulators:
+    """The running sums of one layer during the shared pass (:func:`collect_statistics`)."""
+
+    site: ChannelSite
+    conv: nn.Conv2d
+    pre: ChannelMoments
+    halves: tuple[ChannelMoments, ChannelMoments]
+    patches: FeatureVariance
+    pooled: list[torch.Tensor]
+    capture_sums: list[torch.Tensor]
+    capture_squares: list[torch.Tensor]
+    shift: torch.Tensor | None = None
+    positions: int = 0
+    pre_positions: int = 0
+
+    def add_output(self, u: torch.Tensor, dtype: torch.dtype) -> None:
+        """Moments of ``u`` and its per-image sums around a fixed shift (the first batch's channel means)."""
+        self.pre.update(u)
+        values = u.detach().to(self.pre.device, dtype).flatten(2)
+        if self.shift is None:
+            self.shift = values.mean(dim=(0, 2))
+        centred = values - self.shift[:, None]
+        self.pre_positions = values.shape[2]
+        self.capture_sums.append(centred.sum(2))
+        self.capture_squares.append(centred.square().sum(2))
+
+    def add_site(self, a: torch.Tensor, first: int, dtype: torch.dtype) -> None:
+        self.positions = int(a[0, 0].numel())
+        self.pooled.append(a.detach().flatten(2).mean(2).to(dtype))
+        parity = (first + torch.arange(a.shape[0], device=a.device)) % 2
+        for half, moments in enumerate(self.halves):
+            moments.update(a[parity == half])
+
+    def statistics(self, margin: torch.Tensor, loss: float, accuracy: float, dtype: torch.dtype) -> LayerStatistics:
+        if not self.pooled:
+            raise AnalysisError(f"{self.site.activation} was not reached: the layer's channels could not be observed.")
+        conv = self.conv
+        return LayerStatistics(site=self.site, weight=conv.weight.detach().to(dtype), pre=self.pre,
+                               post_fit=self.halves[0], post_test=self.halves[1], pooled=torch.cat(self.pooled),
+                               margin=margin, input_trace=self.patches.variance().view(conv.groups, -1).sum(1),
+                               loss=loss, accuracy=accuracy, positions=self.positions,
+                               capture_sums=torch.cat(self.capture_sums),
+                               capture_squares=torch.cat(self.capture_squares), pre_positions=self.pre_positions)
+
+
+def collect_statistics(model: nn.Module, sites: list[ChannelSite], inputs: LabelledInputs, *,
+                       device: torch.device, batch_size: int = 32,
+                       progress: Progress | None = None) -> list[LayerStatistics]:
+    """One streaming pass of the calibration set through ``model`` for every layer of ``sites`` at once (module
+    docstring): the margin, loss and accuracy are shared.
 
     Args:
         model: a private copy of the network on ``device``, in eval mode (hooks are added and removed).
-        site: from :func:`fl_core.channelaxes.site.locate_site`.
+        sites: from :func:`fl_core.channelaxes.site.locate_site`, one per layer.
         inputs: the labelled calibration set.
         device: where to run and accumulate.
         batch_size: images per forward pass.
         progress: ``progress(fraction, message)``.
     """
-    conv = model.get_submodule(site.layer)
-    n_channels = conv.out_channels
     dtype = statistics_dtype(device)
-    pre = ChannelMoments(n_channels, device)
-    halves = (ChannelMoments(n_channels, device), ChannelMoments(n_channels, device))
-    patches = FeatureVariance(conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1], device)
-    pooled, margins = [], []
-    state = {"first": 0, "positions": 0}
-
-    def on_input(module: nn.Module, args: tuple) -> None:
-        patches.add(*patch_column_sums(args[0].detach(), conv, dtype))
-
-    def on_output(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-        pre.update(output)
-
-    def on_site(module: nn.Module, args: tuple, a: torch.Tensor) -> None:
-        state["positions"] = int(a[0, 0].numel())
-        pooled.append(a.detach().flatten(2).mean(2).to(dtype))
-        parity = (state["first"] + torch.arange(a.shape[0], device=a.device)) % 2
-        for half, moments in enumerate(halves):
-            moments.update(a[parity == half])
+    accumulators = []
+    for site in sites:
+        conv = model.get_submodule(site.layer)
+        n = conv.out_channels
+        accumulators.append(_SiteAccumulators(
+            site, conv, ChannelMoments(n, device), (ChannelMoments(n, device), ChannelMoments(n, device)),
+            FeatureVariance(conv.in_channels * conv.kernel_size[0] * conv.kernel_size[1], device), [], [], []))
+    margins = []
+    state = {"first": 0}
 
     def on_logits(logits: torch.Tensor, y: torch.Tensor) -> None:
         margins.append(logit_margin(logits, y).to(dtype))
         state["first"] += len(y)
         report(progress, state["first"] / len(inputs), f"statistics: {state['first']}/{len(inputs)} images")
 
-    site_module = model.get_submodule(site.activation)
-    with on_call(model, conv, 0, on_input, pre=True), on_call(model, conv, 0, on_output), \
-            on_call(model, site_module, site.activation_call, on_site):
+    with contextlib.ExitStack() as hooks:
+        for acc in accumulators:
+            def on_input(module, args, acc=acc):
+                acc.patches.add(*patch_column_sums(args[0].detach(), acc.conv, dtype))
+
+            def on_output(module, args, output, acc=acc):
+                acc.add_output(output, dtype)
+
+            def on_site(module, args, a, acc=acc):
+                acc.add_site(a, state["first"], dtype)
+
+            hooks.enter_context(on_call(model, acc.conv, 0, on_input, pre=True))
+            hooks.enter_context(on_call(model, acc.conv, 0, on_output))
+            hooks.enter_context(on_call(model, model.get_submodule(acc.site.activation), acc.site.activation_call,
+                                        on_site))
         loss, accuracy = evaluate_classifier(model, inputs.batches(batch_size), device, on_logits=on_logits)
-    if not pooled:
-        raise AnalysisError(f"{site.activation} was not reached: the layer's channels could not be observed.")
-    return LayerStatistics(site=site, weight=conv.weight.detach().to(dtype), pre=pre, post_fit=halves[0],
-                           post_test=halves[1], pooled=torch.cat(pooled), margin=torch.cat(margins),
-                           input_trace=patches.variance().view(conv.groups, -1).sum(1), loss=loss,
-                           accuracy=accuracy, positions=state["positions"])
+    margin = torch.cat(margins) if margins else torch.zeros(0, dtype=dtype)
+    return [acc.statistics(margin, loss, accuracy, dtype) for acc in accumulators]
+
+
+def collect_layer_statistics(model: nn.Module, site: ChannelSite, inputs: LabelledInputs, *,
+                             device: torch.device, batch_size: int = 32,
+                             progress: Progress | None = None) -> LayerStatistics:
+    """:func:`collect_statistics` of one layer."""
+    return collect_statistics(model, [site], inputs, device=device, batch_size=batch_size, progress=progress)[0]
 
 
 # ---------------------------------------------------------------------------------------------------- axes
@@ -190,6 +250,7 @@ class LocalAxis(Result):
         replacement_peers, replacement_beta, replacement_intercept: ridge reconstruction of each channel from its
             top-k peers on ``a``, fitted on all calibration images (peer replacement, §5).
         post_means: ``(C,)`` calibration means of ``a`` (mean-ablation values).
+        dead: ``(C,)`` channels whose ``a`` is constant on every calibration image (peer R² 1, task information 0).
     """
 
     capture: InputCapture
@@ -202,12 +263,20 @@ class LocalAxis(Result):
     replacement_beta: torch.Tensor
     replacement_intercept: torch.Tensor
     post_means: torch.Tensor
+    dead: torch.Tensor
+
+
+def reconstructed_when_constant(r2: torch.Tensor, variance: torch.Tensor) -> torch.Tensor:
+    """All-peer R² with channels of zero variance set to 1: the intercept alone reconstructs a constant channel (its
+    correlations are 0, which would give 0)."""
+    return torch.where(variance.to(r2.device) > 0, r2, 1.0)
 
 
 def local_axis(stats: LayerStatistics, settings: AxisSettings | None = None) -> LocalAxis:
     """Input capture, peer overlap and peer reconstruction from the layer's statistics."""
     settings = settings or AxisSettings()
-    capture = input_capture(stats.weight, stats.pre.variance(ddof=0), stats.input_trace)
+    pre_variance = stats.pre.variance(ddof=0)
+    capture = input_capture(stats.weight, pre_variance, stats.input_trace)
     corr_pre = stats.pre.correlation()
     post = stats.post
     corr_post = post.correlation()
@@ -215,11 +284,12 @@ def local_axis(stats: LayerStatistics, settings: AxisSettings | None = None) -> 
     beta, intercept = ridge_peer_coefficients(post.covariance(ddof=0), post.mean(), replacement_peers,
                                               settings.ridge)
     return LocalAxis(capture=capture, overlap=peer_overlap(corr_pre, settings.k), peers=top_peers(corr_pre, settings.k),
-                     r2_all_pre=peer_r2_all(corr_pre, settings.shrinkage),
-                     r2_all_post=peer_r2_all(corr_post, settings.shrinkage),
+                     r2_all_pre=reconstructed_when_constant(peer_r2_all(corr_pre, settings.shrinkage), pre_variance),
+                     r2_all_post=reconstructed_when_constant(peer_r2_all(corr_post, settings.shrinkage),
+                                                             post.variance(ddof=0)),
                      reconstruction=peer_r2_topk_heldout(stats.post_fit, stats.post_test, settings.k, settings.ridge),
                      replacement_peers=replacement_peers, replacement_beta=beta, replacement_intercept=intercept,
-                     post_means=post.mean())
+                     post_means=post.mean(), dead=post.variance(ddof=0) <= 0)
 
 
 @dataclass(frozen=True)
@@ -232,6 +302,7 @@ class TargetAxis(Result):
         target_excess: TE(i) = I(ā_i; m | ā_P(i)) over the top-k peers (copula).
         pairwise: mean MMI redundancy / synergy / net synergy with the top-k peers (copula).
         triplets: mean triplet synergy over sampled peer pairs (copula), or ``None`` with fewer than 2 peers.
+        significance: the task information's noise floor and per-channel permutation p-values.
     """
 
     task_info: torch.Tensor
@@ -239,6 +310,7 @@ class TargetAxis(Result):
     target_excess: torch.Tensor
     pairwise: PairwiseInformation
     triplets: TripletSynergy | None
+    significance: TaskInformation
 
 
 def target_axis(stats: LayerStatistics, peers: torch.Tensor, settings: AxisSettings | None = None) -> TargetAxis:
@@ -255,4 +327,5 @@ def target_axis(stats: LayerStatistics, peers: torch.Tensor, settings: AxisSetti
         target_excess=target_excess(xc, mc, peers, shrinkage=alpha),
         pairwise=pairwise_information(xc, mc, peers, shrinkage=alpha),
         triplets=triplet_synergy(xc, mc, peers, settings.n_triplets, settings.seed, shrinkage=alpha)
-        if peers.shape[1] >= 2 else None)
+        if peers.shape[1] >= 2 else None,
+        significance=task_information(x, m, copula=True, n_permutations=settings.permutations, seed=settings.seed))

@@ -191,13 +191,24 @@ class InputCapture(Result):
 
     Attributes:
         raw: ``w_iᵀ Σ_X w_i`` = variance of the pre-bias conv output.
-        rayleigh: ``w_iᵀ Σ_X w_i / ‖w_i‖²`` (primary; NaN for an all-zero filter).
-        normalized: ``rayleigh / (tr Σ_X / D)``; 1 for an isotropic direction, > 1 for high-variance ones.
+        rayleigh: ``w_iᵀ Σ_X w_i / ‖w_i‖²`` (0 for an all-zero filter, which captures nothing).
+        normalized: ``rayleigh / (tr Σ_X / D)`` with the layer's average trace (the mean over groups of a grouped or
+            depthwise conv): 1 for an isotropic direction, > 1 for high-variance ones; a layer constant, so it ranks
+            the channels as ``rayleigh`` does.
+        group_normalized: ``rayleigh / (tr Σ_X^(g) / D)`` with the trace of the channel's own group (equal to
+            ``normalized`` for a groups-1 conv): how well a depthwise filter aligns with its own input channel's
+            high-variance directions, whatever that channel's variance.
     """
 
     raw: torch.Tensor
     rayleigh: torch.Tensor
     normalized: torch.Tensor
+    group_normalized: torch.Tensor
+
+
+def rayleigh_quotient(output_variance: torch.Tensor, squared_norms: torch.Tensor) -> torch.Tensor:
+    """``w_iᵀ Σ_X w_i / ‖w_i‖²`` from the output variances and the filters' squared norms; 0 for an all-zero filter."""
+    return torch.where(squared_norms > 0, output_variance / torch.where(squared_norms > 0, squared_norms, 1.0), 0.0)
 
 
 def input_capture(
@@ -214,18 +225,19 @@ def input_capture(
         input_trace: ``tr Σ_X``; for grouped/depthwise convs a ``(groups,)`` tensor with one trace per group.
 
     Returns:
-        Raw, Rayleigh-quotient and layer-normalized I_X, float64 on the weight's device.
+        Raw, Rayleigh-quotient, layer-normalized and group-normalized I_X, float64 on the weight's device.
     """
     dtype = statistics_dtype(weight.device)
     w = weight.detach().to(dtype).flatten(1)
     n_channels, dim = w.shape
     raw = output_variance.detach().to(weight.device, dtype)
-    rayleigh = raw / w.square().sum(dim=1)
+    rayleigh = rayleigh_quotient(raw, w.square().sum(dim=1))
     trace = torch.as_tensor(input_trace, dtype=dtype, device=weight.device).reshape(-1)
     if n_channels % trace.numel():
         raise ValueError(f"{trace.numel()} group traces do not divide {n_channels} output channels")
     per_channel_trace = trace.repeat_interleave(n_channels // trace.numel())
-    return InputCapture(raw=raw, rayleigh=rayleigh, normalized=rayleigh * dim / per_channel_trace)
+    return InputCapture(raw=raw, rayleigh=rayleigh, normalized=rayleigh * dim / trace.mean(),
+                        group_normalized=rayleigh * dim / per_channel_trace)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -330,7 +342,9 @@ class PeerReconstruction(Result):
     """Held-out top-k peer reconstruction (proposed, docs/methods.md §4).
 
     Attributes:
-        r2: held-out R² per channel (NaN for a channel constant on the test half).
+        r2: held-out R² per channel, ``1 − SSE/(n·Var)`` with the test half's variance (the variance over both halves
+            for a channel constant on the test half); a channel constant on every image (dead) is reconstructed
+            exactly by its intercept: 1.
         peers: ``(C, k)`` top-|ρ| peers chosen on the fit half.
         coefficients: ``(C, k)`` ridge β on those peers.
         intercepts: ``(C,)`` b₀.
@@ -381,7 +395,12 @@ def peer_r2_topk_heldout(
         + torch.einsum("ck,ckl,cl->c", beta, cov[peers_test[:, :, None], peers_test[:, None, :]], beta)
     )
     residual_mean = mean - intercept - (beta * mean[peers_test]).sum(dim=1)
-    r2 = 1.0 - (residual_variance + residual_mean.square()) / variance
+    error = (residual_variance + residual_mean.square()).clamp_min(0)
+    both = ChannelMoments(fit_moments.n_channels, fit_moments.device, fit_moments.dtype).merge(fit_moments)
+    reference = torch.where(variance > 0, variance, both.merge(test_moments).variance(ddof=0).to(variance.device))
+    exact = error <= 1e-12 * (1.0 + mean.square())
+    r2 = torch.where(reference > 0, 1.0 - error / torch.where(reference > 0, reference, 1.0),
+                     torch.where(exact, 1.0, 0.0))
     return PeerReconstruction(
         r2=r2, peers=peers, coefficients=beta, intercepts=intercept, k=peers.shape[1], ridge=float(ridge)
     )

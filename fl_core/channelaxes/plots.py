@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -10,10 +11,14 @@ import plotly.graph_objects as go
 
 from fl_core.channelaxes.analysis import ChannelAxesResult
 from fl_core.channelaxes.calibration import DECISION_LABELS
-from fl_core.channelaxes.pruning import PruningResult
+from fl_core.channelaxes.claims import ClaimsTable
+from fl_core.channelaxes.pruning import NetworkPruningResult, PruningResult, auc_text, curve_auc_text
 from fl_core.channelaxes.settings import CRITERIA
 from fl_core.channelaxes.site import ChannelSite
 from fl_core.errors import ArgumentError, value_text
+
+if TYPE_CHECKING:
+    from fl_core.channelaxes.sweep import ChannelSweepResult
 from fl_core.figures import color, filter_zoom_figure, heatmap_figure, log_axis, readable, tiles_figure
 
 METRIC_LABELS = {
@@ -172,19 +177,45 @@ def pruning_curves_figure(pruning: PruningResult, finetuned: bool = False,
     fig = go.Figure()
     counters: dict[str, int] = {}
     for name, curve in pruning.curves.items():
-        accuracy, auc = (curve.accuracy_finetuned, curve.auc_finetuned) if finetuned else (curve.accuracy, curve.auc)
+        accuracy = curve.accuracy_finetuned if finetuned else curve.accuracy
         if accuracy is None:
             continue
         dash = "solid" if CRITERIA[name].axis in ("local", "target") else "dot"
         fig.add_trace(go.Scatter(
             x=np.asarray(curve.flops_removed) * 100, y=np.asarray(accuracy) * 100, mode="lines+markers",
-            name=f"{curve.label} (AUC {auc:.1%})", line=dict(color=_criterion_color(name, counters), dash=dash),
+            name=f"{curve.label} (AUC {curve_auc_text(curve, pruning.n_images, finetuned)})",
+            line=dict(color=_criterion_color(name, counters), dash=dash),
             customdata=pruning.channels_removed,
             hovertemplate="%{customdata} channels removed<br>MACs removed %{x:.2f}%<br>top-1 %{y:.1f}%<extra>"
                           + curve.label + "</extra>"))
     state = f"after a {pruning.settings.finetune_steps}-step recovery fine-tune" if finetuned else "no fine-tune"
     fig.update_layout(title=f"Pruning {pruning.layer}: accuracy vs FLOPs removed ({state})",
                       xaxis_title="MACs removed (% of the whole network)", yaxis_title=accuracy_label,
+                      height=440, **LAYOUT)
+    return readable(fig)
+
+
+def network_pruning_figure(pruning: NetworkPruningResult, recovered: bool = False) -> go.Figure:
+    """Top-1 accuracy of the layers pruned together against the MACs removed, one curve per criterion, each AUC in
+    percentage points with its interval and the evaluation set's size in the legend."""
+    fig = go.Figure()
+    counters: dict[str, int] = {}
+    layers = [", ".join(f"{layer} −{n}" for layer, n in point.items()) for point in pruning.channels_removed]
+    for name, curve in pruning.curves.items():
+        accuracy, auc, ci = ((curve.accuracy_recovered, curve.auc_recovered_pp, curve.auc_recovered_pp_ci)
+                             if recovered else (curve.accuracy, curve.auc_pp, curve.auc_pp_ci))
+        if accuracy is None:
+            continue
+        dash = "solid" if CRITERIA[name].axis in ("local", "target") else "dot"
+        fig.add_trace(go.Scatter(
+            x=np.asarray(pruning.flops_removed) * 100, y=np.asarray(accuracy) * 100, mode="lines+markers",
+            name=f"{curve.label} (AUC {auc_text(auc, ci, pruning.n_images)})",
+            line=dict(color=_criterion_color(name, counters), dash=dash), customdata=layers,
+            hovertemplate="channels removed: %{customdata}<br>MACs removed %{x:.1f}%<br>top-1 %{y:.1f}%<extra>"
+                          + curve.label + "</extra>"))
+    state = (f"after the {pruning.recovery_steps}-step recovery fine-tune" if recovered else "before recovery")
+    fig.update_layout(title=f"{len(pruning.layers)} layers pruned together ({state})",
+                      xaxis_title="MACs removed (% of the whole network)", yaxis_title="top-1 accuracy (%)",
                       height=440, **LAYOUT)
     return readable(fig)
 
@@ -245,20 +276,110 @@ def pruning_verdict(result: ChannelAxesResult) -> PruningVerdict:
         return PruningVerdict("–", "")
     baselines = [c for name, c in curves.items() if CRITERIA[name].axis == "baseline"]
     best = max(baselines, key=lambda c: c.auc, default=None)
-    aucs = f"AUC local axis {curves['local'].auc:.1%}, target axis {curves['target'].auc:.1%}"
+    n = result.pruning.n_images
+    aucs = (f"AUC local axis {curve_auc_text(curves['local'], n)}, target axis "
+            f"{curve_auc_text(curves['target'], n)}")
     if best is not None and best.auc > max(curves["local"].auc, curves["target"].auc):
         return PruningVerdict("neither", f"The {best.label} baseline pruned best ({aucs}, {best.label} "
-                                         f"{best.auc:.1%}): on this layer neither axis chose safer channels.")
+                                         f"{curve_auc_text(best, n)}): on this layer neither axis chose safer "
+                                         "channels.")
     winner = result.removability.better_axis_pruning
     if winner is None:
         return PruningVerdict("tie", f"The two axes pruned alike ({aucs}).")
     return PruningVerdict(winner, f"The {winner} axis pruned best ({aucs}" + (
-        f", best baseline {best.label} {best.auc:.1%})." if best is not None else ")."))
+        f", best baseline {best.label} {curve_auc_text(best, n)})." if best is not None else ")."))
 
 
 def summary_table(result: ChannelAxesResult) -> pd.DataFrame:
-    """The per-layer summary with readable numbers: pruning AUCs as percentages (the average accuracy over the
-    pruning range, as the curves' legend and the verdict write them), the other quantities to 3 decimals."""
+    """The per-layer summary with readable numbers: pruning AUCs in percentage points (the average accuracy over the
+    pruning range, as the curves' legend and the verdict write them), shares as percentages, the other quantities to
+    3 decimals, the bootstrap interval beside each value that has one."""
     frame = result.summary_frame()
-    return frame.assign(value=[MISSING if value != value else f"{value:.1%}" if quantity.startswith("pruning AUC")
-                               else f"{value:.3f}" for quantity, value in zip(frame["quantity"], frame["value"])])
+
+    def percent(quantity: str) -> bool:
+        return quantity.startswith(("channels with", "shared mode")) and "correlation" not in quantity
+
+    def text(quantity: str, value: float) -> str:
+        if value != value:
+            return MISSING
+        if quantity.startswith("pruning AUC"):
+            return f"{100 * value:.1f} pp"
+        return f"{value:.1%}" if percent(quantity) else f"{value:.3f}"
+
+    def interval(quantity: str, low: float, high: float) -> str:
+        if low != low:
+            return MISSING
+        if quantity.startswith("pruning AUC"):
+            return f"[{100 * low:.1f}, {100 * high:.1f}] pp"
+        return f"[{low:.1%}, {high:.1%}]" if percent(quantity) else f"[{low:+.3f}, {high:+.3f}]"
+
+    return pd.DataFrame({"quantity": frame["quantity"],
+                         "value": [text(q, v) for q, v in zip(frame["quantity"], frame["value"])],
+                         "95 % interval": [interval(q, low, high) for q, low, high in zip(
+                             frame["quantity"], frame["low"], frame["high"])]})
+
+
+def claims_table(table: ClaimsTable) -> pd.DataFrame:
+    """The claims in five columns that wrap on a 1024-px projector: the claim, the verdict beside it, the
+    measurement with its interval, the paper's number and why (the CSV keeps every column)."""
+    measured = [MISSING if row.measured is None else f"{row.measured:+.3f}" + (
+        f" [{row.ci_low:+.3f}, {row.ci_high:+.3f}]" if row.ci_low is not None else " (no interval)")
+        for row in table.claims]
+    return pd.DataFrame({"claim": [f"{row.number}. {row.claim}" for row in table.claims],
+                         "verdict": [row.verdict for row in table.claims], "measured here": measured,
+                         "paper": [row.paper for row in table.claims], "why": [row.why for row in table.claims]})
+
+
+VERDICT_COLORS = {"reproduced": "#2ca02c", "partly": "#ff7f0e", "not reproduced": "#d62728",
+                  "inconclusive": "#7f7f7f", "cannot be tested offline": "#bbbbbb"}
+
+
+def claims_figure(table: ClaimsTable) -> go.Figure:
+    """Each measured claim on a correlation scale (ρ or ARI: claims 1-3) with its interval, coloured by its verdict
+    (the others, an AUC gain in points or nothing measured, are in the table)."""
+    rows = [row for row in table.claims if row.measured is not None and row.number <= 3]
+    fig = go.Figure()
+    for row in rows:
+        has_ci = row.ci_low is not None and row.ci_high is not None
+        fig.add_trace(go.Scatter(
+            x=[row.measured], y=[f"claim {row.number}"], mode="markers", name=f"{row.number}: {row.verdict}",
+            marker=dict(size=13, color=VERDICT_COLORS.get(row.verdict, "#444")),
+            error_x=dict(type="data", symmetric=False, array=[row.ci_high - row.measured],
+                         arrayminus=[row.measured - row.ci_low]) if has_ci else None,
+            hovertemplate=f"<b>claim {row.number}</b>: {row.claim}<br>{row.measure}<br>here %{{x:.3f}}"
+                          + (f" [{row.ci_low:.3f}, {row.ci_high:.3f}]" if has_ci else " (no interval)")
+                          + f"<br>paper: {row.paper}<br>verdict: {row.verdict}<extra></extra>"))
+    fig.add_vline(x=0, line=dict(color="#999", dash="dash"))
+    fig.update_layout(title="The paper's claims measured here (95 % bootstrap intervals over images)",
+                      xaxis_title="measured here: ρ (claims 1 and 3) or ARI (claim 2)",
+                      height=120 + 60 * max(len(rows), 1), showlegend=True, **LAYOUT)
+    fig.update_yaxes(autorange="reversed")
+    return readable(fig)
+
+
+def depth_figure(sweep: ChannelSweepResult) -> go.Figure:
+    """ρ(I_X, I(ā;m)) and the ARI of each layer against its depth, trained beside the initialization (mean over its
+    seeds), with their bootstrap intervals."""
+    from plotly.subplots import make_subplots
+
+    frame = sweep.depth_frame().sort_values("depth")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Spearman ρ(I_X, I(ā;m))", "ARI of the axes' groupings"))
+    for column, statistic in enumerate(("spearman", "ari"), start=1):
+        for prefix, name, colour in (("", "trained", color(0)), ("init_", "initialization", color(1))):
+            values = frame[f"{prefix}{statistic}"].to_numpy(float)
+            if not np.isfinite(values).any():
+                continue
+            low, high = frame[f"{prefix}{statistic}_low"].to_numpy(float), frame[f"{prefix}{statistic}_high"].to_numpy(
+                float)
+            fig.add_trace(go.Scatter(
+                x=frame["depth"], y=values, mode="lines+markers", name=name, legendgroup=name,
+                showlegend=column == 1, line=dict(color=colour), customdata=frame["layer"],
+                error_y=dict(type="data", symmetric=False, array=np.nan_to_num(high - values),
+                             arrayminus=np.nan_to_num(values - low)),
+                hovertemplate="%{customdata}<br>depth %{x}<br>" + name + " %{y:.3f}<extra></extra>"), row=1,
+                col=column)
+        fig.add_hline(y=0, line=dict(color="#999", dash="dash"), row=1, col=column)
+    fig.update_xaxes(title_text=f"convolution index (of {sweep.layers[0].n_layers})")
+    fig.update_layout(title=f"{sweep.label}: the axes against depth (95 % bootstrap intervals over images)",
+                      height=420, **LAYOUT)
+    return readable(fig)

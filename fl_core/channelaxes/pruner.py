@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -114,15 +114,14 @@ class LayerPruner:
         example: an example input batch.
     """
 
-    def __init__(self, model: nn.Module, layer: str, example: torch.Tensor) -> None:
+    def __init__(self, model: nn.Module, layer: str, example: torch.Tensor, graph: tp.DependencyGraph | None = None,
+                 positions: dict[str, int] | None = None) -> None:
         self.template = model
         self.conv = model.get_submodule(layer)
         self.layer = layer
-        with _gradients(model):
-            self.graph = tp.DependencyGraph().build_dependency(model, example_inputs=example,
-                                                               customized_pruners=CUSTOM_PRUNERS)
+        self.graph = graph or dependency_graph(model, example)
         self.n_channels = self.conv.out_channels
-        self.positions = output_positions(model, example[:1])
+        self.positions = positions or output_positions(model, example[:1])
 
     def cost(self, model: nn.Module) -> tuple[int, int]:
         """``(MACs per image, parameters)`` of the template or a pruned copy: Σ weight size × output positions over
@@ -175,24 +174,34 @@ class LayerPruner:
         mean-ablated (exactly for unpadded readers) instead of zeroed.
         """
         group = self.removals(channels)
-        pruned = copy_modules(self.template, {self._owner(item.dep) for item in group} - {""})
+        pruned = PrunedNetwork(copy_modules(self.template, self.owners(group)), {})
+        self.apply(pruned, group, means, readers)
+        return pruned
+
+    def owners(self, group: Sequence[Removal]) -> set[str]:
+        """The modules a removal changes (copied for a pruned copy)."""
+        return {self._owner(item.dep) for item in group} - {""}
+
+    def apply(self, pruned: PrunedNetwork, group: Sequence[Removal], means: np.ndarray | None = None,
+              readers: Sequence[str] = ()) -> None:
+        """Carry out ``group`` (:meth:`removals`) on ``pruned``, whose changed modules are its own (:meth:`pruned_copy`;
+        the input channels dropped are added to its ``removed_inputs``)."""
         names = self.graph._module2name
-        removed_inputs = {}
+        removed_inputs = pruned.removed_inputs
         for item in group:
             dep, idxs, target = item.dep, item.idxs, item.dep.target.module
             if dep.target.type == OPTYPE.PARAMETER:
                 path = self.graph._param_to_name[target].split(".")
-                parent = pruned.get_submodule(".".join(path[:-1]))
+                parent = pruned.model.get_submodule(".".join(path[:-1]))
                 setattr(parent, path[-1], dep.handler(getattr(parent, path[-1]), idxs))
             elif target in names:
-                module = pruned.get_submodule(names[target])
+                module = pruned.model.get_submodule(names[target])
                 if self._reads(dep):
                     removed_inputs[names[target]] = sorted(int(i) for i in idxs)
                 if means is not None and names[target] in readers and not self.graph.is_out_channel_pruning_fn(
                         dep.handler):
                     _absorb_mean_inputs(module, idxs, np.asarray(means)[item.root_idxs])
                 dep.handler(module, idxs)
-        return PrunedNetwork(pruned, removed_inputs)
 
     def _name(self, dep) -> str:
         target = dep.target.module
@@ -239,6 +248,90 @@ class LayerPruner:
             F.cross_entropy(model(x.to(device)), y.to(device)).backward()
             scores = tp.importance.GroupTaylorImportance(normalizer=None, group_reduction="first")(self.group)
         return scores.detach().cpu().double().numpy()
+
+
+def dependency_graph(model: nn.Module, example: torch.Tensor) -> tp.DependencyGraph:
+    """Torch-Pruning's dependency graph of ``model`` traced on ``example`` (gradients on while tracing)."""
+    with _gradients(model):
+        return tp.DependencyGraph().build_dependency(model, example_inputs=example, customized_pruners=CUSTOM_PRUNERS)
+
+
+class NetworkPruner:
+    """Several convolutions' output channels removed together on fresh copies of one template: one dependency graph,
+    one :class:`LayerPruner` per layer sharing it.
+
+    A layer whose channels are removed with an earlier one's (one DepGraph group: a depthwise conv and the expansion
+    feeding it, residual partners) is pruned through the earlier layer and left out of :attr:`layers`, with a note.
+
+    Args:
+        model: a private copy of the network.
+        layers: the convolutions to prune, in the network's order.
+        example: an example input batch.
+    """
+
+    def __init__(self, model: nn.Module, layers: Sequence[str], example: torch.Tensor) -> None:
+        self.template = model
+        graph, positions = dependency_graph(model, example), output_positions(model, example[:1])
+        self.pruners: dict[str, LayerPruner] = {}
+        self.notes: list[str] = []
+        for layer in layers:
+            pruner = LayerPruner(model, layer, example, graph, positions)
+            owner = next((name for name, other in self.pruners.items() if pruner.conv in {
+                dep.target.module for dep, _ in other.group if graph.is_out_channel_pruning_fn(dep.handler)}), None)
+            if owner is None:
+                self.pruners[layer] = pruner
+            else:
+                self.notes.append(f"{layer} loses its channels with {owner} (one dependency group): pruned through "
+                                  f"{owner}")
+        self.cost = next(iter(self.pruners.values())).cost
+
+    @property
+    def layers(self) -> list[str]:
+        """The layers pruned (one per dependency group)."""
+        return list(self.pruners)
+
+    def pruned_copy(self, channels: Mapping[str, Sequence[int]], means: Mapping[str, np.ndarray] | None = None,
+                    readers: Mapping[str, Sequence[str]] | None = None) -> PrunedNetwork:
+        """A copy of the template with ``channels[layer]`` removed from each layer (:meth:`LayerPruner.pruned_copy`;
+        ``means`` and ``readers`` per layer: the mean compensation)."""
+        groups = {layer: self.pruners[layer].removals(idx) for layer, idx in channels.items() if len(idx)}
+        owners = set().union(*(self.pruners[layer].owners(group) for layer, group in groups.items()))
+        pruned = PrunedNetwork(copy_modules(self.template, owners), {})
+        for layer, group in groups.items():
+            self.pruners[layer].apply(pruned, group, None if means is None else means.get(layer),
+                                      () if readers is None else readers.get(layer, ()))
+        return pruned
+
+    def changed_modules(self) -> list[str]:
+        """The modules and parameters some layer's removal changes."""
+        return list(dict.fromkeys(name for pruner in self.pruners.values() for name in pruner.changed_modules()))
+
+    def readers(self) -> list[str]:
+        """The channel-mixing modules whose input channels some layer's removal drops."""
+        return list(dict.fromkeys(name for pruner in self.pruners.values() for name in pruner.readers()))
+
+
+def loss_and_correct(batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, np.ndarray]:
+    """Mean cross-entropy and each image's top-1 correctness (1.0 or 0.0) over ``(logits, labels)`` batches
+    (:func:`fl_core.backend.evaluate_logits`; the accuracy is the mean of the second)."""
+    correct: list[torch.Tensor] = []
+
+    def recorded() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for logits, y in batches:
+            correct.append((logits.argmax(1) == y).cpu())
+            yield logits, y
+
+    loss, _ = evaluate_logits(recorded())
+    return loss, torch.cat(correct).double().numpy()
+
+
+def model_loss_and_correct(model: nn.Module, inputs: LabelledInputs, device: torch.device, batch_size: int
+                           ) -> tuple[float, np.ndarray]:
+    """:func:`loss_and_correct` of ``model`` (eval mode, autocast) on labelled inputs."""
+    correct: list[torch.Tensor] = []
+    loss, _ = evaluate_classifier(model, inputs.batches(batch_size), device, autocast=True,
+                                  on_logits=lambda logits, y: correct.append((logits.argmax(1) == y).cpu()))
+    return loss, torch.cat(correct).double().numpy()
 
 
 def output_positions(model: nn.Module, example: torch.Tensor) -> dict[str, int]:
@@ -333,26 +426,26 @@ class PrunedEvaluation:
         """The module every pruned copy so far ran from (``None``: the whole network, or not the same for all)."""
         return self.chain.name(next(iter(self.starts_used))) if len(self.starts_used) == 1 else None
 
-    def template_scores(self) -> tuple[float, float]:
-        """The intact network's loss and accuracy (from the kept passes)."""
+    def template_scores(self) -> tuple[float, np.ndarray]:
+        """The intact network's loss and each image's top-1 correctness (from the kept passes)."""
         with inference_autocast(self.device):
-            return evaluate_logits((p.output.float(), p.y) for p in self.passes)
+            return loss_and_correct((p.output.float(), p.y) for p in self.passes)
 
-    def scores(self, pruned: PrunedNetwork, label: str, check: bool = True) -> tuple[float, float]:
-        """Loss and accuracy of one pruned copy (``label`` names it in a note if it runs whole). ``check``: find its
+    def scores(self, pruned: PrunedNetwork, label: str, check: bool = True) -> tuple[float, np.ndarray]:
+        """Loss and each image's top-1 correctness of one pruned copy (:func:`loss_and_correct`; ``label`` names it in
+        a note if it runs whole). ``check``: find its
         route by checking it on the probe images; otherwise take the route of the last checked copy (copies that
         remove as many channels have the same structure)."""
         if check:
             self.route = self._checked_route(pruned, label)
         if self.route is None:
             self.starts_used.add(0)
-            return evaluate_classifier(pruned.model, self.evaluation.batches(self.batch_size), self.device,
-                                       autocast=True)
+            return model_loss_and_correct(pruned.model, self.evaluation, self.device, self.batch_size)
         start, reader, in_place = self.route
         self.starts_used.add(start)
         keep = None if reader is None else self._kept(pruned, reader, start)
         with inference_autocast(self.device):
-            return evaluate_logits((suffix_forward(pruned.model, self.chain, start, self._input(
+            return loss_and_correct((suffix_forward(pruned.model, self.chain, start, self._input(
                 p.activations[start], keep, in_place), p.x).float(), p.y) for p in self.passes)
 
     def _kept(self, pruned: PrunedNetwork, reader: str, start: int) -> torch.Tensor:

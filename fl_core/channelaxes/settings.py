@@ -77,6 +77,11 @@ class PruningSettings(Settings):
         compensate_mean: fold the removed channels' calibration means into the biases of the layers that read them
             directly (removal then acts like mean-ablation rather than zero-ablation; [proposed]).
         seed: seeds the random criterion and the fine-tune's batch order.
+        flops_targets: fractions of the whole network's MACs removed by pruning the analysed layers together (the
+            several-layer protocol of :func:`~fl_core.channelaxes.pruning.prune_network`; none: one layer at a time
+            only).
+        recovery_steps: the several-layer protocol's fixed recovery fine-tune: steps per pruned network (with
+            ``finetune_lr`` and ``finetune_batch``; 0: none).
     """
 
     criteria: tuple[str, ...] = setting(DEFAULT_CRITERIA, choices=tuple(CRITERIA))
@@ -87,6 +92,8 @@ class PruningSettings(Settings):
     gradient_images: int = setting(64, minimum=1, maximum=10_000)
     compensate_mean: bool = setting(True, flag="mean-compensation")
     seed: int = setting(0, minimum=0, maximum=MAX_SEED)
+    flops_targets: tuple[float, ...] = setting((), minimum=0.0, maximum=0.95)
+    recovery_steps: int = setting(20, minimum=0, maximum=10_000)
 
 
 
@@ -100,13 +107,19 @@ class AxisSettings(Settings):
         shrinkage: α of the shrunk correlation ``(1−α)C + αI`` (all-peer R², target-axis estimators).
         ridge: relative ridge strength λ = ridge·tr Σ / C of the top-k regressions.
         n_triplets: sampled peer pairs per channel for the triplet synergy.
-        seed: seeds the triplet sampling (and, in the analysis, everything else random).
+        permutations: shuffles of the margin for each channel's task-information p-value (the smallest p-value is
+            1/(permutations + 1)).
+        bootstrap: resamples of the images for the confidence intervals of ρ, the ARI and the claims (0: none).
+        seed: seeds the triplet sampling, the permutations and the bootstrap (and, in the analysis, everything else
+            random).
     """
 
     k: int = setting(8, minimum=1, maximum=256)
     shrinkage: float = setting(1e-3, minimum=0.0, maximum=1.0)
     ridge: float = setting(1e-3, minimum=0.0, maximum=100.0)
     n_triplets: int = setting(64, minimum=1, maximum=4096)
+    permutations: int = setting(999, minimum=19, maximum=100_000)
+    bootstrap: int = setting(500, minimum=0, maximum=100_000)
     seed: int = setting(0, minimum=0, maximum=MAX_SEED)
 
 
@@ -124,6 +137,13 @@ class ChannelSettings(Settings):
             peer replacement (zero-ablation removes the channel's mean too, §5).
         cluster_k: k-means clusters per axis (ARI).
         cluster_seeds: k-means / permutation seeds (ARI).
+        relevance_bins: quantile bins of task information within which lesion damage is compared with peer R², task
+            information and input capture (the paper's claim 3).
+        init_seed: seed of the random initialization compared (a registry architecture without weights; seed 0 is the
+            network its spec loads).
+        init_seeds: random initializations compared, seeds ``init_seed``, ``init_seed + 1``, ...
+        init_recalibrate: re-estimate the BatchNorm running statistics of the initialization on the calibration images
+            before measuring it (a random init keeps mean 0 and variance 1, so its activations grow with depth).
         pruning: the pruning protocol (default: :class:`PruningSettings`' defaults; ``None``: no pruning curves).
         batch_size: images per forward pass.
         memory_mb: activation memory for the batched lesions and the in-memory evaluation set.
@@ -134,6 +154,10 @@ class ChannelSettings(Settings):
     lesion_kinds: tuple[str, ...] = setting(("mean", "replace"), choices=LESION_KINDS, flag="lesions")
     cluster_k: int = setting(4, minimum=2, maximum=64)
     cluster_seeds: int = setting(10, minimum=1, maximum=1000)
+    relevance_bins: int = setting(4, minimum=1, maximum=64)
+    init_seed: int = setting(0, minimum=0, maximum=MAX_SEED)
+    init_seeds: int = setting(1, minimum=1, maximum=100)
+    init_recalibrate: bool = setting(True)
     pruning: PruningSettings | None = field(default_factory=PruningSettings)
     batch_size: int = setting(32, minimum=1, maximum=1024)
     memory_mb: int = setting(1024, minimum=1, maximum=65_536)
@@ -153,10 +177,16 @@ class ChannelOverrides(TypedDict, total=False):
     shrinkage: float
     ridge: float
     n_triplets: int
+    permutations: int
+    bootstrap: int
     seed: int
     lesion_kinds: tuple[str, ...] | list[str]
     cluster_k: int
     cluster_seeds: int
+    relevance_bins: int
+    init_seed: int
+    init_seeds: int
+    init_recalibrate: bool
     pruning: PruningSettings | None
     batch_size: int
     memory_mb: int

@@ -3,10 +3,20 @@ overlap, peer R²), the target axis (task and target-excess information), lesion
 pruning curves with and without a recovery fine-tune, and how the axes relate (Spearman ρ, ARI, which predicts
 removability better).
 
+Several ``--layer`` options (or ``--layer all``) analyse the layers in one call, sharing the statistics passes; the
+JSON then holds ``layers`` (one object per layer, each with the one-layer keys) and the paper's ``claims`` over all
+of them. ``--flops-targets`` then prunes the layers together to those fractions of the network's MACs, each pruned
+network recovered by the fixed ``--recovery-steps`` fine-tune (JSON ``network_pruning``).
+
 Examples:
     python -m fl_core channels --model demo:tiny_vgg --layer features.14 --compare-init --json axes.json
     python -m fl_core channels --model torchvision:squeezenet1_0=squeezenet.pt --layer features.12.squeeze \\
         --data /data/imagenet/val --calibration 512 --evaluation 256 --finetune-steps 20 --csv channels.csv
+    python -m fl_core channels --model demo:mobilenet_v2 --layer features.10.conv.2 --layer features.16.conv.2 \\
+        --init torchvision:mobilenet_v2 --init-seeds 3 --data imagenet-sample --calibration 384 --json axes.json
+    python -m fl_core channels --model demo:mobilenet_v2 --layer features.10.conv.2 --layer features.13.conv.2 \
+        --layer features.16.conv.2 --data imagenet-sample --lesions --criteria local target l1 random \
+        --flops-targets 0.1 0.2 0.3 --json pruned.json
 """
 
 from __future__ import annotations
@@ -22,12 +32,19 @@ from fl_core.settings import add_settings_arguments, settings_from_args
 
 if TYPE_CHECKING:
     from fl_core.channelaxes.analysis import ChannelAxesResult
+    from fl_core.channelaxes.claims import ClaimsTable
+    from fl_core.channelaxes.pruning import NetworkPruningResult
+    from fl_core.channelaxes.sweep import ChannelSweepResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     add_settings_arguments(parser, ChannelDataSettings)
-    add_settings_arguments(parser.add_argument_group("analysis"), ChannelSettings, exclude=("pruning",))
+    analysis = parser.add_argument_group("analysis")
+    analysis.add_argument("--layer", action="append", default=[], metavar="NAME",
+                          help="the convolution analysed (default: the model's default layer); repeat it for several "
+                               "layers in one run, or 'all' for every convolution")
+    add_settings_arguments(analysis, ChannelSettings, exclude=("pruning", "layer"))
     add_settings_arguments(parser.add_argument_group("pruning"), PruningSettings)
     group = parser.add_argument_group("initialization")
     group.add_argument("--init", metavar="SPEC", help="the same architecture at initialization, to compare the axes")
@@ -35,35 +52,108 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def channel_settings(args: argparse.Namespace) -> ChannelSettings:
-    """The analysis the options ask for (``--criteria`` without criteria: no pruning curves)."""
-    pruning = settings_from_args(PruningSettings, args) if args.criteria else None
-    return settings_from_args(ChannelSettings, args, pruning=pruning)
+    """The analysis the options ask for (``--criteria`` without criteria: no pruning curves, unless
+    ``--flops-targets`` asks to prune the layers together; one ``--layer``: that layer)."""
+    pruning = settings_from_args(PruningSettings, args) if args.criteria or args.flops_targets else None
+    layer = args.layer[0] if len(args.layer) == 1 and args.layer != ["all"] else None
+    return settings_from_args(ChannelSettings, args, pruning=pruning, layer=layer)
 
 
-def run(args: argparse.Namespace, progress) -> ChannelAxesResult:
-    import torch
+def several_layers(args: argparse.Namespace) -> bool:
+    """Several ``--layer`` options, ``--layer all``, or layers pruned together (``--flops-targets``): a sweep over
+    the layers."""
+    return len(args.layer) > 1 or args.layer == ["all"] or bool(args.flops_targets)
 
-    from fl_core.channelaxes.analysis import analyze_channels
+
+def run(args: argparse.Namespace, progress) -> ChannelAxesResult | ChannelSweepResult:
+    from fl_core.channelaxes.analysis import analyze_channels, resolve_layers
     from fl_core.channelaxes.calibration import channel_data
-    from fl_core.channelaxes.estimate import estimate_channels
+    from fl_core.channelaxes.estimate import channels_estimate, estimate_channels
+    from fl_core.channelaxes.sweep import sweep_channels
     from fl_core.io.models import load_model
 
-    torch.manual_seed(args.seed)  # random-init registry models (e.g. an --init baseline) are drawn reproducibly
     models = load_models(args)
     if len(models) != 1:
         raise ModelSpecError("channels analyses one model: give one --model (and --init for its initialization).")
     loaded = models[0]
+    settings = channel_settings(args)
+    layers = ("all" if args.layer == ["all"] else args.layer or [None]) if several_layers(args) else None
+    if layers is not None:
+        layers = [lay.name for lay in resolve_layers(loaded, layers)]  # every layer checked before any image is read
     init_spec = args.init or (loaded.init_spec if args.compare_init else None)
     init = load_model(init_spec) if init_spec else None
     asked = settings_from_args(ChannelDataSettings, args)
     data = channel_data(loaded, asked.source, asked.n_calibration, asked.n_evaluation, asked.seed)
-    settings = channel_settings(args)
-    estimate = estimate_channels(loaded, data, settings, init=init, device=args.device)
+    estimate = (estimate_channels(loaded, data, settings, init=init, device=args.device) if layers is None else
+                channels_estimate(loaded, layers, len(data.calibration), len(data.evaluation), settings,
+                                  init is not None, args.device))
     print(f"expected: {estimate.text()} ({', '.join(f'{k} {v:.0f} s' for k, v in estimate.stages.items())})",
           file=sys.stderr)
-    result = analyze_channels(loaded, data, settings, init=init, device=args.device, progress=progress)
-    print_summary(result)
-    return result
+    if layers is None:
+        result = analyze_channels(loaded, data, settings, init=init, device=args.device, progress=progress)
+        print_summary(result)
+        print_claims(result.claims())
+        return result
+    sweep = sweep_channels(loaded, data, settings, layers=layers, init=init, device=args.device, progress=progress)
+    for result in sweep.layers:
+        print_summary(result)
+        print()
+    print_depth(sweep)
+    if sweep.network_pruning is not None:
+        print_network_pruning(sweep.network_pruning)
+    print_claims(sweep.claims())
+    return sweep
+
+
+def print_network_pruning(pruning: NetworkPruningResult) -> None:
+    """The layers pruned together: MACs removed at each target, each criterion's AUC (percentage points, interval,
+    evaluation images) before and after the recovery fine-tune, and the paired local − target difference."""
+    from fl_core.channelaxes.pruning import auc_text
+
+    print(f"{len(pruning.layers)} layers pruned together ({', '.join(pruning.layers)}): MACs removed "
+          f"{', '.join(f'{f:.1%}' for f in pruning.flops_removed[1:])} for targets "
+          f"{', '.join(f'{t:.0%}' for t in pruning.targets)}; recovery: {pruning.recovery_steps} fine-tune steps on "
+          f"{pruning.recovery_images} calibration images")
+    for name, curve in pruning.curves.items():
+        recovered = "" if curve.auc_recovered_pp is None else \
+            f"; recovered {auc_text(curve.auc_recovered_pp, curve.auc_recovered_pp_ci, pruning.n_images)}"
+        print(f"  AUC {name:14s} {auc_text(curve.auc_pp, curve.auc_pp_ci, pruning.n_images)}{recovered}")
+    for key, difference in pruning.differences.items():
+        print(f"  local - target ({'before recovery' if key == 'auc' else 'recovered'}): "
+              f"{auc_text(difference['local_minus_target_pp'], difference['ci'], pruning.n_images)}")
+    for target in pruning.unreachable:
+        print(f"  target {target:.0%}: not reachable, the layers hold less of the network's MACs")
+    for note in pruning.notes:
+        print(f"  note: {note}")
+    for name, reason in pruning.skipped.items():
+        print(f"  {name}: skipped ({reason})")
+
+
+def print_depth(sweep: ChannelSweepResult) -> None:
+    """ρ and ARI per layer against depth, trained and at initialization, with their intervals."""
+
+    def interval(value: float, low: float, high: float) -> str:
+        return f"{value:+.3f} [{low:+.2f}, {high:+.2f}]" if value == value else "–"
+
+    print("layer                      depth  rho trained             rho init                ARI trained  "
+          "measurable I (trained / init)")
+    for row in sweep.depth_frame().itertuples():
+        print(f"{row.layer:26s} {row.depth:5d}  {interval(row.spearman, row.spearman_low, row.spearman_high):22s}  "
+              f"{interval(row.init_spearman, row.init_spearman_low, row.init_spearman_high):22s}  {row.ari:+.3f}"
+              f"       {row.significant_share:.0%} / {row.init_significant_share:.0%}")
+
+
+def print_claims(table: ClaimsTable) -> None:
+    """The paper's claims, one line each with the measurement, its interval and the verdict."""
+    print("the paper's claims (Safaai et al. 2026), measured here:")
+    for row in table.claims:
+        measured = "not measured" if row.measured is None else f"{row.measured:+.3f}" + (
+            f" [{row.ci_low:+.3f}, {row.ci_high:+.3f}]" if row.ci_low is not None else " (no interval)")
+        print(f"  {row.number}. {row.claim}: {measured} -> {row.verdict.upper()}")
+        print(f"     paper: {row.paper}")
+        print(f"     why: {row.why}")
+    if table.claims:
+        print(f"  settings: {table.claims[0].settings}")
 
 
 def print_summary(result: ChannelAxesResult) -> None:
@@ -75,15 +165,29 @@ def print_summary(result: ChannelAxesResult) -> None:
         print(f"note: {warning}")
     print(f"calibration accuracy {result.calibration_accuracy:.1%}, loss {result.calibration_loss:.3f}")
     axes = result.axes
-    print(f"Spearman rho(I_X, task info) = {axes.spearman:+.3f}; rho(local, target composite) = "
-          f"{axes.spearman_composite:+.3f}")
+    print(f"Spearman rho(I_X, task info) = {axes.spearman:+.3f}{ci_text(axes.spearman_ci)}; rho(local, target "
+          f"composite) = {axes.spearman_composite:+.3f}{ci_text(axes.spearman_composite_ci)}")
     agreement = axes.agreement
     if agreement:
-        print(f"ARI (k={agreement.k}, median of {len(agreement.ari)} seeds) = {agreement.ari_median:+.3f} "
-              f"(permutation null {agreement.null_median:+.3f}, p = {agreement.p_value:.3f})")
-    if result.init_axes is not None:
-        ari = result.init_axes.agreement.ari_median if result.init_axes.agreement else float("nan")
-        print(f"at initialization ({result.init_spec}): rho = {result.init_axes.spearman:+.3f}, ARI = {ari:+.3f}")
+        print(f"ARI (k={agreement.k}, median of {len(agreement.ari)} seeds) = {agreement.ari_median:+.3f}"
+              f"{ci_text(axes.ari_ci)} (permutation null {agreement.null_median:+.3f}, p = {agreement.p_value:.3f})")
+    if axes.significance is not None and axes.significance.noise_floor_share > 0.5:
+        print("note: most channels carry no measurable task information on these images, so a rho near 0 is partly "
+              "the estimator's noise")
+    print(result.noise_floor_sentence())
+    init = result.init_summary
+    if init is not None:
+        seeds = [s.seed for s in result.init_seeds_axes if s.seed is not None]
+        mode = result.init_axes.shared_mode
+        print(f"at initialization ({result.init_spec}"
+              + (f", seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}" if seeds else "")
+              + f", BatchNorm {'recalibrated' if result.init_recalibrated else 'as initialized'}): rho = "
+              f"{init.spearman:+.3f}{ci_text(init.spearman_ci)}, ARI = {result.init_axes.ari:+.3f}"
+              f"{ci_text(result.init_axes.ari_ci)}")
+        if mode is not None:
+            print(f"  shared mode at initialization: first principal component {mode.variance_share:.0%} of the "
+                  f"pooled variance, |corr with the margin| {abs(mode.margin_correlation):.2f}; rho without it "
+                  f"{mode.spearman_without:+.3f}")
     if result.interventions is not None:
         effects = result.interventions.effects
         print(f"lesions: intact top-1 {result.interventions.base_accuracy:.1%}, loss "
@@ -94,17 +198,24 @@ def print_summary(result: ChannelAxesResult) -> None:
         print(f"removability by lesion: rho(local score, dloss) = {removability.lesion_spearman['local']:+.3f}, "
               f"rho(target score, dloss) = {removability.lesion_spearman['target']:+.3f} -> better axis: "
               f"{removability.better_axis_lesion or 'neither (a tie, or no lesion changed the loss)'}")
+    if removability.relevance is not None:
+        relevance = removability.relevance
+        print(f"within {relevance.bins} task-relevance bins, rho(., lesion dloss): " + ", ".join(
+            f"{name} {value:+.3f}{ci_text(relevance.ci.get(name))}" for name, value in relevance.pooled.items()))
     if removability.refinement:
         r = removability.refinement
-        print(f"peer support refines removability: lesion rank-R2 {r['r2_base']:.3f} -> {r['r2_with_peers']:.3f} "
-              f"(gain {r['gain']:+.3f})")
+        print(f"lesion rank-R2 on [I_X, task info] {r['r2_base']:.3f} -> {r['r2_with_peers']:.3f} with peer overlap "
+              f"and peer R2 (gain {r['gain']:+.3f}; the project's own test, in-sample)")
     if result.pruning is not None:
+        from fl_core.channelaxes.pruning import curve_auc_text
+
         pruning = result.pruning
         print(f"pruning {pruning.layer}: channels removed {pruning.channels_removed}, MACs removed "
               f"{', '.join(f'{f:.2%}' for f in pruning.flops_removed)} of {pruning.macs[0] / 1e6:,.1f}M")
         for name, curve in pruning.curves.items():
-            tuned = f", fine-tuned {curve.auc_finetuned:.3f}" if curve.auc_finetuned is not None else ""
-            print(f"  AUC {name:14s} {curve.auc:.3f}{tuned}")
+            tuned = f", fine-tuned {curve_auc_text(curve, pruning.n_images, True)}" \
+                if curve.auc_finetuned is not None else ""
+            print(f"  AUC {name:14s} {curve_auc_text(curve, pruning.n_images)}{tuned}")
         for note in pruning.notes:
             print(f"  note: {note}")
         for name, reason in pruning.skipped.items():
@@ -112,3 +223,8 @@ def print_summary(result: ChannelAxesResult) -> None:
         if {"local", "target"} <= set(removability.pruning_auc):
             print(f"better axis by pruning AUC: {removability.better_axis_pruning or 'neither (a tie)'}")
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in result.timings.items()))
+
+
+def ci_text(interval: list[float] | None) -> str:
+    """`` [low, high]`` of a bootstrap interval, or nothing."""
+    return f" [{interval[0]:+.3f}, {interval[1]:+.3f}]" if interval and interval[0] == interval[0] else ""

@@ -18,6 +18,7 @@ Spec forms (README.md, "Models"):
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import dataclasses
 import json
@@ -326,14 +327,46 @@ def _load_onnx(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
 
 
 RANDOM_INIT_SEED = 0  # registry architectures without weights: one reproducible network, not a new one per process
+_INIT_SEED: contextvars.ContextVar[int] = contextvars.ContextVar("random_init_seed", default=RANDOM_INIT_SEED)
 
 
 @contextlib.contextmanager
 def _random_init_seed() -> Iterator[None]:
-    """Build a network's random init from :data:`RANDOM_INIT_SEED`, leaving the caller's random state as it was."""
+    """Build a network's random init from :data:`RANDOM_INIT_SEED` (or :func:`load_random_init`'s seed), leaving the
+    caller's random state as it was."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(RANDOM_INIT_SEED)
+        torch.manual_seed(_INIT_SEED.get())
         yield
+
+
+def is_random_init_spec(spec: str) -> bool:
+    """Whether ``spec`` names a registry architecture at random init (no weights file, not ``@pretrained``), whose
+    weights :func:`load_random_init` can draw from any seed."""
+    try:
+        parsed = ModelSpec.parse(spec)
+    except ModelSpecError:
+        return False
+    return parsed.source in ("timm", "torchvision", "cifar") and parsed.path is None and not parsed.pretrained
+
+
+def load_random_init(spec: str, seed: int) -> LoadedModel:
+    """The random init of a registry architecture drawn from ``seed`` (:func:`load_model` draws it from
+    :data:`RANDOM_INIT_SEED`); its label names the seed.
+
+    Raises:
+        ModelSpecError: ``spec`` has weights (a file or ``@pretrained``): there is no seed to draw.
+    """
+    if not is_random_init_spec(spec):
+        raise ModelSpecError(f"{spec} is not a random initialization of a registry architecture (it has weights), so "
+                             "it cannot be drawn from another seed: give torchvision:NAME, timm:NAME or cifar:NAME.")
+    if seed == RANDOM_INIT_SEED:
+        return load_model(spec)
+    token = _INIT_SEED.set(seed)
+    try:
+        loaded = load_model(spec)
+    finally:
+        _INIT_SEED.reset(token)
+    return dataclasses.replace(loaded, label=loaded.label.replace("random init", f"random init, seed {seed}"))
 
 
 def _load_registry(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:

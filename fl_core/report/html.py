@@ -201,8 +201,13 @@ def accuracy_section(report: Report) -> str:
                                  "top-1": acc.top1, "top-5": acc.top5, "loss (nats)": acc.loss, "classes": acc.classes})
         out += "".join(paragraph(warning, "skipped") for warning in acc.warnings)
     if report.channels is not None:
-        out += (paragraph(f"Channel axes of {report.channels.layer} ({report.channels.data}).")
-                + table_html(report.channels.summary_frame()) + figure_fragment(report.channels.plot("axes")))
+        channels = report.channels
+        claims = channels.claims().to_frame()[["claim", "verdict", "measured", "ci_low", "ci_high", "paper", "why"]]
+        out += (paragraph(f"Channel axes of {channels.layer} ({channels.data}).")
+                + paragraph(channels.noise_floor_sentence()) + table_html(channels.summary_frame())
+                + figure_fragment(channels.plot("axes"))
+                + paragraph("The two-axis paper's claims measured on this one layer (95 % bootstrap intervals over "
+                            "images; one layer of one network is a single data point):") + table_html(claims))
     return out
 
 

@@ -232,7 +232,9 @@ def test_figures_show_every_channel_with_its_filter_and_every_curve_with_its_auc
     curves = plots.pruning_curves_figure(result.pruning)
     assert [t.name.split(" (AUC")[0] for t in curves.data] == ["local axis", "peer R²", "L1 norm"]
     for name, trace in zip(result.pruning.curves, curves.data):
-        assert f"AUC {result.pruning.curves[name].auc:.1%}" in trace.name  # as the verdict writes it
+        curve = result.pruning.curves[name]  # in percentage points with the interval and n, as the verdict writes it
+        assert f"AUC {100 * curve.auc:.1f} pp [{100 * curve.auc_ci[0]:.1f}, {100 * curve.auc_ci[1]:.1f}], n = 100" \
+            in trace.name
     correlations = result.metric_correlations()
     constant = replace(result, table=result.table.assign(score_bn_gamma=1.0))  # a folded BatchNorm: every |γ| = 1
     assert list(constant.metric_correlations().columns) == list(correlations.columns)  # no blank row for it

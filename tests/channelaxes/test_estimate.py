@@ -6,6 +6,7 @@ analysis's time on a small module (the MobileNetV2 bar is tests/test_notebook3.p
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from fl_core.channelaxes.estimate import (
     estimate_channels,
     forward_profile,
     layer_macs,
+    layers_work,
     moments_macs,
     stage_passes,
     stage_work,
@@ -60,9 +62,21 @@ def test_stage_work_counts_the_macs_a_forward_pass_runs(demo) -> None:
     moments = 2 * conv.output_size ** 2 * channels ** 2  # two C×C Gram matrices over the layer's positions per image
     assert moments_macs(conv) == moments
     assert work == {"labels": 50 * total, "statistics": 40 * (total + moments), "interventions": channels * 10 * after,
-                    "pruning": 4 * (10 * after + 3 * 3 * 4 * total), "initialization": 40 * (total + moments)}
+                    "pruning": 4 * (10 * after + 3 * 3 * 4 * total),
+                    "initialization": 2 * 40 * (total + moments)}  # the BatchNorm recalibration pass, then statistics
+    seeds = replace(settings, init_seeds=3, init_recalibrate=False)
+    assert stage_work(loaded, layer, 40, 10, seeds, init=True)["initialization"] == 3 * 40 * (total + moments)
     assert set(stage_work(loaded, layer, 40, 10, ChannelSettings(layer=layer, lesion_kinds=(), pruning=None))) == {
         "statistics", "interventions"}
+
+    # several layers analysed together: the shared passes once, each layer's lesions and pruning curves summed
+    late = "features.14"
+    both = layers_work(loaded, [layer, late], 40, 10, settings, init=True, labels=True)
+    alone = [stage_work(loaded, name, 40, 10, settings, init=True, labels=True) for name in (layer, late)]
+    assert {stage: both[stage] for stage in ("labels", "statistics", "initialization")} == {
+        stage: alone[0][stage] for stage in ("labels", "statistics", "initialization")}
+    assert both["interventions"] == alone[0]["interventions"] + alone[1]["interventions"]
+    assert both["pruning"] == alone[0]["pruning"] + alone[1]["pruning"]
 
 
 @pytest.mark.slow
@@ -143,3 +157,17 @@ def test_a_small_modules_estimate_is_quick_steady_and_within_2x_of_its_analysis(
     analyze_channels(net, data, progress=False)
     actual = time.perf_counter() - start
     assert actual / 2 <= first.seconds <= 2 * actual, (first.stages, actual)
+
+
+def test_layers_pruned_together_add_whole_networks_evaluated_and_recovered(demo) -> None:
+    loaded = demo[0]
+    pruning = PruningSettings(criteria=("local", "l1"), fractions=(0.5,), flops_targets=(0.1, 0.2, 0.3),
+                              recovery_steps=7, finetune_batch=4)
+    settings = ChannelSettings(lesion_kinds=(), pruning=pruning)
+    layers = ["features.4", "features.7"]
+    work = layers_work(loaded, layers, 32, 16, settings)
+    total = 9 * 32 * 32 * 32 * 3 + 9 * 32 * 64 * 16 * 16 + 9 * 64 * 64 * 16 * 16 + 9 * 64 * 128 * 8 * 8 \
+        + 9 * 128 * 128 * 8 * 8  # the small VGG's five convolutions, by hand
+    assert work["network pruning"] == 2 * 3 * (2 * 16 + 3 * 7 * 4) * total  # criteria × targets × (eval + recovery)
+    assert "network pruning" not in layers_work(loaded, layers, 32, 16, replace(settings, pruning=replace(
+        pruning, flops_targets=())))

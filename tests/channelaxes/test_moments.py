@@ -129,12 +129,22 @@ def test_input_capture_identity_with_im2col(groups: int, stride: int, padding: i
     np.testing.assert_allclose(capture.raw.numpy(), raw, rtol=1e-10)
     np.testing.assert_allclose(capture.rayleigh.numpy(), raw / norms, rtol=1e-10)
     group_of = np.repeat(np.arange(groups), per_channel)
+    # normalized by the layer's average trace (a layer constant: the reference's tr Σ_X / D), and by each group's
+    np.testing.assert_allclose(capture.normalized.numpy(), raw / norms / (np.mean(traces) / dim), rtol=1e-10)
     np.testing.assert_allclose(
-        capture.normalized.numpy(), raw / norms / (np.asarray(traces)[group_of] / dim), rtol=1e-10
+        capture.group_normalized.numpy(), raw / norms / (np.asarray(traces)[group_of] / dim), rtol=1e-10
     )
     low, high = np.asarray(eigen_ranges)[group_of].T
     rayleigh = capture.rayleigh.numpy()
     assert np.all(rayleigh >= low - 1e-12) and np.all(rayleigh <= high + 1e-12)
+
+
+def test_an_all_zero_filter_captures_nothing_rather_than_nan() -> None:
+    weight = torch.randn(3, 2, 3, 3, dtype=torch.float64)
+    weight[1] = 0
+    capture = input_capture(weight, torch.tensor([2.0, 0.0, 1.5], dtype=torch.float64), torch.tensor(4.0))
+    assert capture.rayleigh[1] == 0 and capture.normalized[1] == 0 and capture.group_normalized[1] == 0
+    assert torch.isfinite(capture.normalized).all()
 
 
 # --- §2 peer overlap ----------------------------------------------------------------------------------------

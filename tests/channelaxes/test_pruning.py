@@ -133,7 +133,8 @@ def test_removal_grid_and_ranking() -> None:
     assert removal_counts(10, (0.0, 0.125, 0.25, 0.26, 1.0)) == [1, 2, 3, 9]
     with pytest.raises(AnalysisError):
         removal_counts(1, (0.5,))
-    assert lowest_first(np.array([0.3, np.nan, 0.1, 0.1, 2.0]), 3) == [1, 2, 3]
+    assert lowest_first(np.array([0.3, np.nan, 0.1, 0.1, 2.0]), 3) == [0, 2, 3]  # NaN is never pruned first
+    assert lowest_first(np.array([0.3, np.nan, 0.1, 0.1, 2.0]), 5) == [0, 1, 2, 3, 4]
 
 
 def test_a_criterion_that_scores_every_channel_the_same_is_refused_with_the_reason() -> None:

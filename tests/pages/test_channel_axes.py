@@ -55,14 +55,20 @@ def test_an_added_model_is_analysed_with_both_axes_lesions_and_pruning() -> None
     # the conv and where its channels are read are both named (not "features.14 … observed at features.16")
     assert "128 channels of **features.14**, observed after features.15 → features.16" in texts(app)
     shown = " ".join(titles(app))
-    assert all(t in shown for t in ("local axis vs target axis", "Lesion and peer replacement", "Pruning features.14"))
+    assert all(t in shown for t in ("local axis vs target axis", "Lesion and peer replacement", "Pruning features.14",
+                                    "The paper's claims measured here"))
+    assert "task information is at the noise floor for" in texts(app) and "on 64 images" in texts(app)
+    claims = app.dataframe[-3].value  # the paper's claims on this layer, each with its verdict
+    assert len(claims) == 5 and set(claims["verdict"]) <= {"reproduced", "partly", "not reproduced", "inconclusive",
+                                                           "cannot be tested offline"}
     channels_table = app.dataframe[-1].value
     assert len(channels_table) == 128 and {"I_X", "I(ā;m)", "Δloss, lesion"} <= set(channels_table.columns)
     assert not channels_table.isin(["None"]).any().any()
     summary = app.dataframe[-2].value
     assert summary["quantity"].str.contains("at initialization").any()  # the demo knows its initialization
     auc = summary.set_index("quantity")["value"].filter(like="pruning AUC")
-    assert len(auc) and auc.str.endswith("%").all()  # as the curves' legend and the verdict write it
+    assert len(auc) and auc.str.endswith(" pp").all()  # as the curves' legend and the verdict write it
+    assert auc.index.str.endswith(f"(n = {SMALL['axes_neval']})").all()  # the evaluation set's size beside each AUC
     assert len(app.get("download_button")) >= 8
     assert channel_axes_result.cached(demo_request("features.14"))
     kernels = json.loads(app.get("plotly_chart")[1].proto.spec)

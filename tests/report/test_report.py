@@ -227,6 +227,8 @@ def test_a_runnable_model_on_labelled_images_gets_accuracy_and_channel_axes(tmp_
     (tmp_path / "report.html").write_text(report_html(report), encoding="utf-8")
     text = parse(tmp_path / "report.html").text("accuracy")
     assert number(report.accuracy.top1) in text and "features.14" in text and "Skipped" not in text
+    assert "task information is at the noise floor for" in text and "on 16 images" in text
+    assert "The axes are weakly aligned after training" in text and "cannot be tested offline" in text  # the claims
 
 
 @pytest.mark.slow

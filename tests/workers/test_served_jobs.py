@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fl_core.channelaxes.analysis import ChannelSettings, default_channel_layer
+from fl_core.channelaxes.settings import ChannelSettings
+from fl_core.channelaxes.site import default_channel_layer
 from fl_core.firstlayer.energy import EnergySettings
 from fl_core.firstlayer.whitening import WhiteningSettings
 from fl_core.io.layers import conv_inventory
