@@ -75,11 +75,11 @@ def run_one(channels: int, images: int, repeats: int) -> dict:
     """One configuration, in this process."""
     import torch
 
-    from fl_core.backend import inference_autocast, resolve_device
     from fl_core.channelaxes.analysis import ChannelSettings, add_intervention_columns, importance_scores, layer_axes
     from fl_core.channelaxes.calibration import ChannelData, LabelledInputs
     from fl_core.channelaxes.interventions import channel_interventions
     from fl_core.channelaxes.pruning import PruningSettings, prune_curves
+    from fl_core.compute.device import inference_autocast, resolve_device
     from fl_core.io.models import LoadedModel
     from fl_core.io.nets import SmallVGG
     from fl_core.io.preprocessing import InputConfig
@@ -145,10 +145,10 @@ def page_job(spec: str, source: str) -> None:
 
     import torch
 
-    from fl_core.backend import inference_autocast, resolve_device
     from fl_core.channelaxes.analysis import analyze_channels
     from fl_core.channelaxes.calibration import channel_data
     from fl_core.compute import allocator
+    from fl_core.compute.device import inference_autocast, resolve_device
     from fl_core.io.models import load_model
     from fl_ui.channels import default_request
 

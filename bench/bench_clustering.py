@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from _scaling import Column, best_time, scaling_note, scaling_table
 
-from fl_core.backend import resolve_device
+from fl_core.compute.device import resolve_device
 from fl_core.masterkeys.kmeans import cluster_filters
 from fl_core.masterkeys.scalespace import load_published_filters
 

@@ -28,7 +28,7 @@ from _scaling import Column, best_time, scaling_note, scaling_table
 from torch.utils.data import DataLoader, Subset
 from torchvision import transforms
 
-from fl_core.backend import resolve_device
+from fl_core.compute.device import resolve_device
 from fl_core.io.images import folder_images
 from fl_core.io.models import load_model
 from fl_core.masterkeys.depthwise import depthwise_bank

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fl_core.backend import resolve_device
+from fl_core.compute.device import resolve_device
 from fl_core.firstlayer.energy import fit_linear_theory, pearson, theory_profile
 from fl_core.lab.claims import run_trajectory, summarize_runs
 from fl_core.lab.experiments import load_runs

@@ -39,11 +39,11 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from fl_core.backend import product_dtype  # noqa: E402
 from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels  # noqa: E402
 from fl_core.channelaxes.calibration import channel_data  # noqa: E402
 from fl_core.channelaxes.interventions import LESION_KINDS  # noqa: E402
 from fl_core.channelaxes.pruning import PruningSettings  # noqa: E402
+from fl_core.compute.device import product_dtype  # noqa: E402
 from fl_core.firstlayer.energy import EnergySettings, analyze_energy  # noqa: E402
 from fl_core.firstlayer.whitening import WhiteningSettings, analyze_whitening  # noqa: E402
 from fl_core.io.images import bundled_images, folder_images  # noqa: E402
@@ -157,7 +157,8 @@ def rescore_values(inputs: Inputs, device: str) -> dict[str, np.ndarray]:
 
 def energy_tolerances(device: str | None) -> tuple[float, float, str]:
     """(λ relative, e_i) tolerances and why: float64 Gram products where the device has fast float64, else float32
-    products summed in float64 (:func:`fl_core.backend.product_dtype`; λ within ~2e-3 measured in test_patches)."""
+    products summed in float64 (:func:`fl_core.compute.device.product_dtype`; λ within ~2e-3 measured in
+    test_patches)."""
     if device is None or product_dtype(torch.device(device)) == torch.float64:
         return 1e-8, 1e-8, FLOAT64
     return 5e-3, 0.05, "float32 Gram products summed in float64 on this GPU (backend.product_dtype)"

@@ -122,13 +122,13 @@ __all__ = ["__version__", *_HOME]
 
 def __getattr__(name: str) -> Any:
     """Import a public name's module on first use (PEP 562); a torch and torchvision that do not work together fail
-    there in one line that says what to install (:mod:`fl_core.environment`), not in their own error."""
+    there in one line that says what to install (:mod:`fl_core.compute.environment`), not in their own error."""
     if name not in _HOME:
         raise AttributeError(f"module 'fl_core' has no attribute {name!r}")
     try:
         value = getattr(importlib.import_module(_HOME[name]), name)
     except (ImportError, RuntimeError, OSError) as err:
-        from fl_core.environment import explained_import_error
+        from fl_core.compute.environment import explained_import_error
         from fl_core.errors import InstallError
 
         message = explained_import_error(err)
@@ -137,7 +137,7 @@ def __getattr__(name: str) -> Any:
         raise InstallError(message) from err
     if not _PAIR_CHECKED:
         _PAIR_CHECKED.append(name)
-        from fl_core.environment import text_progress_bars, warn_pair
+        from fl_core.compute.environment import text_progress_bars, warn_pair
 
         warn_pair()
         text_progress_bars()

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from fl_core.backend import Progress, report
+from fl_core.compute.progress import Progress, report
 from fl_core.errors import ArgumentError, value_text
 from fl_core.io.datasets import DatasetImages, loader_images, tensor_images
 from fl_core.io.images import BUNDLED, ImageSet, open_images

@@ -1,267 +1,31 @@
-"""Device choice, autocast, progress reporting and the classifier evaluation loop shared by every analysis.
+"""The earlier home of the device, progress and evaluation helpers, kept importable (a family written for it keeps
+working): :mod:`fl_core.compute.device`, :mod:`fl_core.compute.progress`, :mod:`fl_core.networks.evaluation`."""
 
-``FL_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``) overrides the automatic choice.
-"""
-
-from __future__ import annotations
-
-import contextlib
-import importlib.util
-import math
-import os
-import sys
-import threading
-from collections.abc import Callable, Iterable, Iterator
-
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-from fl_core.errors import AnalysisError, ArgumentError, value_text
-from fl_core.settings import device_name
-
-Progress = Callable[[float, str], None]
-"""``progress(fraction_done, message)``: pages map it to ``st.progress``; the default is a tqdm bar
-(:func:`progress_callback`)."""
-ProgressLike = Progress | bool | None
-"""What an analysis's ``progress=`` takes: a callback, ``None`` (a bar where a person is watching), ``False`` (none) or
-``True`` (a bar)."""
-DeviceLike = str | torch.device | None
-"""What an analysis's ``device=`` takes: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``, a ``torch.device``, or
-``None``/``"auto"`` (``FL_DEVICE``, else the best available)."""
-
-
-def default_device() -> torch.device:
-    """The device named by ``FL_DEVICE``, else CUDA, else MPS, else CPU."""
-    requested = os.environ.get("FL_DEVICE", "").strip()
-    if requested and requested != "auto":
-        return resolve_device(requested, argument="FL_DEVICE")
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if _mps_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def _mps_available() -> bool:
-    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-
-
-def resolve_device(device: DeviceLike, argument: str = "device") -> torch.device:
-    """``None``/``"auto"``: :func:`default_device`; a name or ``torch.device`` that this machine has, as a
-    ``torch.device``.
-
-    Raises:
-        ArgumentError: an unknown device (:func:`fl_core.settings.device_name`), or an accelerator this machine does
-            not have: never a silent run on the CPU.
-    """
-    if device is None or str(device) == "auto":
-        return default_device()
-    if not isinstance(device, torch.device):
-        device = device_name(device, argument)
-    dev = torch.device(device)
-    if dev.type == "cpu" or (dev.type == "mps" and _mps_available()) or (
-            dev.type == "cuda" and torch.cuda.is_available() and (dev.index or 0) < torch.cuda.device_count()):
-        return dev
-    raise ArgumentError(f"{argument} {str(dev)!r} is not available on this machine, which has "
-                        f"{', '.join(available_devices())}: pick one of those, or 'auto'.")
-
-
-def available_devices() -> list[str]:
-    """Device names a user may pick in the sidebar or pass as ``--device``."""
-    names = ["cpu"]
-    if torch.cuda.is_available():
-        names += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    if _mps_available():
-        names.append("mps")
-    return names
-
-
-def statistics_dtype(device: torch.device) -> torch.dtype:
-    """float64 for accumulators where the device supports it (MPS has no float64)."""
-    return torch.float32 if device.type == "mps" else torch.float64
-
-
-FAST_FLOAT64_CUDA = frozenset({(6, 0), (7, 0), (8, 0), (9, 0), (10, 0)})
-"""CUDA compute capabilities whose float64 runs at half the float32 rate or better (P100, V100, A100, H100/H200,
-B200). Other GPUs (GeForce, RTX workstation, L4/L40, T4) run float64 at 1/32-1/64 of float32."""
-
-
-def product_dtype(device: torch.device) -> torch.dtype:
-    """dtype of the large products (patch Gram matrices) that are then accumulated in :func:`statistics_dtype`.
-
-    The rule: float64 on the CPU and on GPUs with fast float64 (:data:`FAST_FLOAT64_CUDA`); float32 on every
-    other accelerator, each band's product accumulated into the float64 total. With operands centred by a
-    per-channel shift, float32 products keep the patch-PCA λ of natural 7×7×3 patches within ~2e-3 relative of
-    float64 at the smallest λ and ~1e-5 at the median (tests/firstlayer/test_patches.py measures it).
-    """
-    if device.type == "cuda" and torch.cuda.get_device_capability(device) in FAST_FLOAT64_CUDA:
-        return torch.float64
-    return torch.float64 if device.type == "cpu" else torch.float32
-
-
-def cpu_layout(model: nn.Module, device: torch.device) -> nn.Module:
-    """``model`` (a private copy) with its 4-D weights channels-last on a CPU, so its convolutions run in oneDNN's
-    native layout instead of reordering every activation (docs/results.md, "Measurements behind design choices");
-    as it is on other devices."""
-    return model.to(memory_format=torch.channels_last) if device.type == "cpu" else model
-
-
-def load_average() -> float | None:
-    """The machine's 1-minute load average (runnable tasks), ``None`` where the system has none (Windows)."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-
-
-def analysis_threads(device: torch.device, load: float | None = None) -> int:
-    """The CPU threads an analysis runs with on ``device``: torch's, at most as many as the cores the load average
-    ``load`` (default: now) leaves idle, rounded up, and at least one. On a machine busy with other work, threads that
-    cannot all run at once wait for each other at every operation's barrier: MobileNetV2's passes of 8 images at a
-    load of 14 on 2 cores took 0.20 CPU-s and 0.5 s in one thread, 0.6–1.7 CPU-s and 1.7–5.2 s in two."""
-    threads = torch.get_num_threads()
-    load = load_average() if load is None else load
-    if device.type != "cpu" or load is None:
-        return threads
-    return max(1, min(threads, math.ceil((os.cpu_count() or 1) - load)))
-
-
-_THREAD_LIMITS: list[int] = []
-_THREADS_BEFORE: list[int] = []
-_THREADS_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def cpu_threads(count: int) -> Iterator[None]:
-    """torch's CPU threads at most ``count`` inside the block (the smallest of the limits active and the threads
-    before the first), restored when the last ends (as threadpoolctl's ``threadpool_limits``)."""
-    with _THREADS_LOCK:
-        if not _THREAD_LIMITS:
-            _THREADS_BEFORE[:] = [torch.get_num_threads()]
-        _THREAD_LIMITS.append(count)
-        torch.set_num_threads(min(_THREAD_LIMITS + _THREADS_BEFORE))
-    try:
-        yield
-    finally:
-        with _THREADS_LOCK:
-            _THREAD_LIMITS.remove(count)
-            torch.set_num_threads(min(_THREAD_LIMITS + _THREADS_BEFORE))
-
-
-@contextlib.contextmanager
-def inference_autocast(device: torch.device, enabled: bool = True) -> Iterator[None]:
-    """``torch.inference_mode`` plus bf16/fp16 autocast on accelerators (never on CPU: it is slower there)."""
-    with torch.inference_mode():
-        if enabled and device.type == "cuda":
-            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-            with torch.autocast("cuda", dtype=dtype):
-                yield
-        else:
-            yield
-
-
-def report(progress: Progress | None, fraction: float, message: str) -> None:
-    """Call ``progress`` if given, clamping the fraction to [0, 1]."""
-    if progress is not None:
-        progress(min(max(float(fraction), 0.0), 1.0), message)
-
-
-def sub_progress(progress: Progress | None, start: float, stop: float) -> Progress | None:
-    """A progress callback that maps [0, 1] onto [start, stop] of ``progress`` (for nested steps)."""
-    if progress is None:
-        return None
-
-    def scaled(fraction: float, message: str) -> None:
-        report(progress, start + (stop - start) * fraction, message)
-
-    return scaled
-
-
-def progress_callback(progress: ProgressLike) -> Progress:
-    """What an analysis reports its progress to, the one rule of every entry point: a callable as it is; ``None`` (the
-    default) a tqdm bar where a person is watching (:func:`watched`), else nothing; ``False`` nothing; ``True`` a
-    bar. Nested analyses get a callable (:func:`sub_progress`), so they never draw a bar of their own."""
-    if callable(progress):
-        return progress
-    if progress is True or (progress is None and watched()):
-        return progress_bar()
-    if progress is None or progress is False:
-        return silent
-    raise ArgumentError(f"progress must be a callable progress(fraction, message), True, False or None, not "
-                        f"{value_text(progress)}.")
-
-
-def silent(fraction: float, message: str) -> None:
-    """A progress callback that shows nothing."""
-
-
-def watched() -> bool:
-    """A person is watching this call: it runs in the main thread of a Jupyter kernel, or of a process whose standard
-    error is a terminal (not in a dashboard's or a worker's thread, not with output redirected to a file)."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    return "ipykernel" in sys.modules or sys.stderr.isatty()
-
-
-def progress_bar() -> Progress:
-    """A ``progress(fraction, message)`` drawing a tqdm bar: a widget in a notebook with ipywidgets, text on standard
-    error otherwise; it closes when the fraction reaches 1."""
-    if "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets") is not None:
-        from tqdm.notebook import tqdm
-    else:  # a terminal, or a notebook without ipywidgets (tqdm.auto would warn there): text on standard error
-        from tqdm import tqdm
-    bars: list = []
-
-    def progress(fraction: float, message: str) -> None:
-        if not bars:
-            bars.append(tqdm(total=1000, file=sys.stderr, leave=False,
-                             bar_format="{l_bar}{bar}| {elapsed}<{remaining}"))
-        bar = bars[0]
-        bar.n = int(fraction * 1000)
-        bar.set_description(message[:60], refresh=False)
-        bar.refresh()
-        if fraction >= 1.0:
-            bar.close()
-            bars.clear()
-
-    return progress
-
-
-def evaluate_logits(batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
-    """Mean cross-entropy and top-1 accuracy over ``(logits, labels)`` batches (float32 logits, labels on their
-    device)."""
-    loss, correct, count = 0.0, 0, 0
-    for logits, y in batches:
-        if len(y) and int(y.max()) >= logits.shape[1]:
-            raise AnalysisError(f"Labels go up to {int(y.max())} but the model has {logits.shape[1]} outputs.")
-        loss += float(F.cross_entropy(logits, y, reduction="sum"))
-        correct += int((logits.argmax(1) == y).sum())
-        count += len(y)
-    if not count:
-        raise AnalysisError("There are no images to evaluate the model on: give more images.")
-    return loss / count, correct / count
-
-
-def evaluate_classifier(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], device: torch.device,
-                        *, autocast: bool = False,
-                        on_logits: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> tuple[float, float]:
-    """Mean cross-entropy and top-1 accuracy of ``model`` over labelled ``(x, y)`` batches (:func:`evaluate_logits`).
-
-    Runs in eval mode (the model's mode is restored after) under :func:`inference_autocast` (``autocast``: bf16/fp16 on
-    CUDA), on float32 logits. ``on_logits(logits, y)`` sees each batch on ``device`` after its forward pass.
-    """
-    def logits() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for x, y in batches:
-            out, y = model(x.to(device)).float(), y.to(device)
-            yield out, y
-            if on_logits is not None:
-                on_logits(out, y)
-
-    was_training = model.training
-    model.eval()
-    try:
-        with inference_autocast(device, enabled=autocast):
-            return evaluate_logits(logits())
-    finally:
-        model.train(was_training)
+from fl_core.compute.device import (  # noqa: F401
+    FAST_FLOAT64_CUDA,
+    DeviceLike,
+    analysis_threads,
+    available_devices,
+    cpu_layout,
+    cpu_threads,
+    default_device,
+    inference_autocast,
+    load_average,
+    product_dtype,
+    resolve_device,
+    statistics_dtype,
+)
+from fl_core.compute.progress import (  # noqa: F401
+    Progress,
+    ProgressLike,
+    progress_bar,
+    progress_callback,
+    report,
+    silent,
+    sub_progress,
+    watched,
+)
+from fl_core.networks.evaluation import (  # noqa: F401
+    evaluate_classifier,
+    evaluate_logits,
+)

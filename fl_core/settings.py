@@ -177,7 +177,8 @@ DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,3})?")
 
 def device_name(value: Any, argument: str = "device") -> str:
     """``value`` if it names a device (:data:`DEVICE_NAME`): checked without torch, so the command line refuses an
-    unknown one before any analysis loads (whether this machine has it, :func:`fl_core.backend.resolve_device` says).
+    unknown one before any analysis loads (whether this machine has it, :func:`fl_core.compute.device.resolve_device`
+    says).
 
     Raises:
         ArgumentError: not a device name.

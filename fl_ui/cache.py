@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from fl_core.backend import Progress, report
 from fl_core.compute.budgets import analysis_budget, patch_work
+from fl_core.compute.progress import Progress, report
 from fl_core.errors import FilterLensError
 from fl_core.extras import require_extra
 from fl_core.firstlayer.energy import EnergyResult, patch_geometry

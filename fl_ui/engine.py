@@ -61,7 +61,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fl_core.backend import Progress, report
+from fl_core.compute.progress import Progress, report
 from fl_core.errors import FilterLensError
 from fl_ui import internals, sessions
 from fl_ui.worker import JobCancelled, exit_worker, job_payload, progress_name, published_name, run_job, stop_name

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fl_core.backend import Progress, report
 from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
 from fl_core.channelaxes.settings import ChannelSettings
+from fl_core.compute.progress import Progress, report
 from fl_core.firstlayer.energy import EnergyResult, analyze_energy
 from fl_core.firstlayer.patches import PatchPCA
 from fl_core.firstlayer.settings import EnergySettings, WhiteningSettings

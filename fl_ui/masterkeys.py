@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import streamlit as st
 
-from fl_core.backend import Progress
+from fl_core.compute.progress import Progress
 from fl_core.errors import FilterLensError
 from fl_core.io.images import BUNDLED
 from fl_core.io.models import demo_manifest

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from fl_core.backend import available_devices
+from fl_core.compute.device import available_devices
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
 from fl_core.io.image_archives import MAX_MEMBERS

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
-from fl_core.backend import available_devices
+from fl_core.compute.device import available_devices
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.images import BUNDLED
 from fl_core.io.models import ModelSpec

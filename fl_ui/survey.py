@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from fl_core.backend import Progress, report
+from fl_core.compute.progress import Progress, report
 from fl_core.errors import FilterLensError
 from fl_core.survey.analysis import SurveyResult, SurveyRow, model_family
 from fl_core.survey.settings import SurveySettings

@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from fl_core.backend import Progress
+from fl_core.compute.progress import Progress
 from fl_core.errors import FilterLensError
 from fl_core.figures import figure_html, filter_zoom_figure
 from fl_core.io.models import LoadedModel

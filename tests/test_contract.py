@@ -229,7 +229,7 @@ def test_keyword_overrides_are_typed_like_the_settings(name: str) -> None:
 def test_an_unknown_or_missing_device_is_refused(name: str) -> None:
     if not FAMILIES[name].takes("device"):
         pytest.skip(f"{name} runs on the CPU only")
-    missing = [device for device in ("cuda", "mps") if device not in fl_core.backend.available_devices()]
+    missing = [device for device in ("cuda", "mps") if device not in fl_core.compute.device.available_devices()]
     for device in ("bogus", *missing):
         with pytest.raises(ArgumentError, match=r"^device .*cpu") as refused:
             example(name)(device=device, progress=False)

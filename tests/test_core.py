@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 import torch
 
-from fl_core import backend
-from fl_core.backend import (
+from fl_core.compute import device as compute_device
+from fl_core.compute import progress as compute_progress
+from fl_core.compute.device import (
     available_devices,
     inference_autocast,
     product_dtype,
-    report,
     resolve_device,
     statistics_dtype,
-    sub_progress,
 )
+from fl_core.compute.progress import report, sub_progress
 from fl_core.errors import ArgumentError
 from fl_core.results import Result, jsonable
 
@@ -49,7 +49,7 @@ def test_statistics_are_float64_except_on_mps_and_products_follow_the_documented
     for capability, expected in (((9, 0), torch.float64), ((8, 9), torch.float32), ((7, 5), torch.float32)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, c=capability: c)
         assert product_dtype(torch.device("cuda")) is expected, capability
-    assert (8, 0) in backend.FAST_FLOAT64_CUDA and (8, 6) not in backend.FAST_FLOAT64_CUDA
+    assert (8, 0) in compute_device.FAST_FLOAT64_CUDA and (8, 6) not in compute_device.FAST_FLOAT64_CUDA
 
 
 def test_cpu_inference_never_autocasts_and_records_no_gradients():
@@ -61,17 +61,17 @@ def test_cpu_inference_never_autocasts_and_records_no_gradients():
 
 def test_an_analysis_takes_the_cores_the_load_leaves_idle_and_gives_its_threads_back(monkeypatch):
     cpu = torch.device("cpu")
-    monkeypatch.setattr(backend.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(compute_device.os, "cpu_count", lambda: 4)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(4)
-        assert backend.analysis_threads(cpu, load=0.2) == 4  # an idle machine: every thread
-        assert backend.analysis_threads(cpu, load=1.5) == 3  # the idle cores, rounded up
-        assert backend.analysis_threads(cpu, load=14.0) == 1  # beside other work: one thread, never none
-        assert backend.analysis_threads(torch.device("meta"), load=14.0) == 4  # not a CPU: as it is
-        with backend.cpu_threads(2):
+        assert compute_device.analysis_threads(cpu, load=0.2) == 4  # an idle machine: every thread
+        assert compute_device.analysis_threads(cpu, load=1.5) == 3  # the idle cores, rounded up
+        assert compute_device.analysis_threads(cpu, load=14.0) == 1  # beside other work: one thread, never none
+        assert compute_device.analysis_threads(torch.device("meta"), load=14.0) == 4  # not a CPU: as it is
+        with compute_device.cpu_threads(2):
             assert torch.get_num_threads() == 2
-            with backend.cpu_threads(3):  # a limit inside another never raises it
+            with compute_device.cpu_threads(3):  # a limit inside another never raises it
                 assert torch.get_num_threads() == 2
             assert torch.get_num_threads() == 2
         assert torch.get_num_threads() == 4
@@ -96,7 +96,7 @@ def test_progress_is_clamped_and_nested_steps_map_onto_their_share():
 
 
 def test_progress_is_a_bar_where_a_person_watches_and_nothing_elsewhere(monkeypatch, capsys):
-    """One rule for every entry point (backend.progress_callback): a callable as it is, False silent, None a bar in the
+    """One rule for every entry point (progress_callback): a callable as it is, False silent, None a bar in the
     main thread of a terminal or a notebook, nothing in a dashboard's or a worker's thread."""
     import sys
     import threading
@@ -104,21 +104,21 @@ def test_progress_is_a_bar_where_a_person_watches_and_nothing_elsewhere(monkeypa
     def record(fraction: float, message: str) -> None:
         pass
 
-    assert backend.progress_callback(record) is record
-    assert backend.progress_callback(False) is backend.silent
+    assert compute_progress.progress_callback(record) is record
+    assert compute_progress.progress_callback(False) is compute_progress.silent
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     in_thread = []
-    worker = threading.Thread(target=lambda: in_thread.append(backend.progress_callback(None)))
+    worker = threading.Thread(target=lambda: in_thread.append(compute_progress.progress_callback(None)))
     worker.start()
     worker.join()
-    assert in_thread == [backend.silent]
-    bar = backend.progress_callback(None)
-    assert bar is not backend.silent
+    assert in_thread == [compute_progress.silent]
+    bar = compute_progress.progress_callback(None)
+    assert bar is not compute_progress.silent
     bar(0.5, "halfway there")
     bar(1.0, "done")
     assert "halfway there" in capsys.readouterr().err
     with pytest.raises(ArgumentError, match="progress must be a callable"):
-        backend.progress_callback("yes")
+        compute_progress.progress_callback("yes")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_core.environment import explained_import_error, pair_problem
+from fl_core.compute.environment import explained_import_error, pair_problem
 
 from .conftest import REPO
 

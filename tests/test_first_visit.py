@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fl_core.backend import evaluate_classifier
 from fl_core.firstlayer.energy import EnergySettings, analyze_energy
 from fl_core.firstlayer.whitening import WhiteningSettings, analyze_whitening
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.images import BUNDLED, folder_images, iter_input_batches, open_images
 from fl_core.io.models import load_model
+from fl_core.networks.evaluation import evaluate_classifier
 from fl_ui.state import DEFAULT_MODELS
 
 SAMPLE_IMAGES = 200

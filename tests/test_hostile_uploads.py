@@ -477,7 +477,7 @@ def test_a_shared_computation_shows_who_waits_and_a_waiter_can_leave() -> None:
     progress update) is no longer counted, and the others still get the value."""
     import threading
 
-    from fl_core.backend import report
+    from fl_core.compute.progress import report
     from fl_ui.cache import memoize
 
     gate, started = threading.Event(), threading.Event()

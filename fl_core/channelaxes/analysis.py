@@ -32,19 +32,6 @@ import pandas as pd
 import torch
 
 from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings
-from fl_core.backend import (
-    DeviceLike,
-    Progress,
-    ProgressLike,
-    analysis_threads,
-    cpu_layout,
-    cpu_threads,
-    progress_callback,
-    report,
-    resolve_device,
-    silent,
-    sub_progress,
-)
 from fl_core.channelaxes.axes import (
     AxesComparison,
     Removability,
@@ -72,6 +59,8 @@ from fl_core.channelaxes.settings import ChannelOverrides, ChannelSettings
 from fl_core.channelaxes.significance import Bootstrap
 from fl_core.channelaxes.site import ChannelSite, channel_layer, locate_site
 from fl_core.compute.budgets import check_channel_statistics
+from fl_core.compute.device import DeviceLike, analysis_threads, cpu_layout, cpu_threads, resolve_device
+from fl_core.compute.progress import Progress, ProgressLike, progress_callback, report, silent, sub_progress
 from fl_core.errors import AnalysisError, ArgumentError
 from fl_core.io.layers import ConvLayer, conv_inventory
 from fl_core.io.models import LoadedModel

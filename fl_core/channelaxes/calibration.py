@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from fl_core.arguments import ModelLike, as_images, as_model
-from fl_core.backend import analysis_threads, cpu_threads
 from fl_core.channelaxes.settings import CROPS, ChannelDataSettings
+from fl_core.compute.device import analysis_threads, cpu_threads
 from fl_core.errors import DataError
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.crops import CropData, CropSettings, photo_crops
@@ -187,7 +187,7 @@ def crop_settings_for(loaded: LoadedModel) -> CropSettings:
 def decision_labels(loaded: LoadedModel, x: torch.Tensor, batch_size: int = 64) -> torch.Tensor:
     """The intact network's top-1 class of each model input ``x (N, 3, S, S)``: the labels of crops whose classes
     are not the model's (a forward pass on the shared model, which it does not change; in the threads the load leaves
-    it: :func:`~fl_core.backend.analysis_threads`)."""
+    it: :func:`~fl_core.compute.device.analysis_threads`)."""
     cpu = torch.device("cpu")
     model = loaded.forward_copy(cpu)
     with cpu_threads(analysis_threads(cpu)):

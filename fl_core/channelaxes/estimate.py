@@ -20,12 +20,11 @@ cores: 0.20–0.24 CPU-s in one thread, 0.55–1.7 in two). Each stage is its co
 (:data:`STAGE_FACTORS`). Timings are kept for :data:`PROFILE_SECONDS` per architecture and device, so estimates asked
 together agree, then taken again.
 
-**Seconds.** On a CPU the CPU seconds become wall-clock seconds at the speed the analysis will get
-(:func:`cpu_speed`): it runs in as many threads as the load average leaves idle cores
-(:func:`~fl_core.backend.analysis_threads`), all of them on an idle machine, one beside other work, which then gets
-the share of a core the timed passes got (their CPU time over their wall-clock time). The estimate **assumes the
-machine stays as busy as it is when asked** (:attr:`ChannelsEstimate.basis` says how busy that was): a run that starts
-while others start theirs takes longer.
+**Seconds.** On a CPU the CPU seconds become wall-clock seconds at the speed the analysis will get (:func:`cpu_speed`):
+it runs in as many threads as the load average leaves idle cores (:func:`~fl_core.compute.device.analysis_threads`), all
+of them on an idle machine, one beside other work, which then gets the share of a core the timed passes got (their CPU
+time over their wall-clock time). The estimate **assumes the machine stays as busy as it is when asked**
+(:attr:`ChannelsEstimate.basis` says how busy that was): a run that starts while others start theirs takes longer.
 
 **Several layers, seeds, networks.** Layers analysed together share the labels, statistics and initialization passes
 and add up their lesions and pruning curves (:func:`layers_work`); the initialization runs the statistics pass once
@@ -48,7 +47,13 @@ import torch
 from torch import nn
 
 from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_settings
-from fl_core.backend import (
+from fl_core.channelaxes.calibration import ChannelData, is_crops, photo_class_mapping
+from fl_core.channelaxes.interventions import CPU_PASS_BYTES, Substitutions, plan_passes, substituted
+from fl_core.channelaxes.layerstats import patch_column_sums
+from fl_core.channelaxes.moments import ChannelMoments
+from fl_core.channelaxes.settings import ChannelDataSettings, ChannelOverrides, ChannelSettings
+from fl_core.channelaxes.site import channel_layer
+from fl_core.compute.device import (
     DeviceLike,
     analysis_threads,
     cpu_layout,
@@ -58,12 +63,6 @@ from fl_core.backend import (
     resolve_device,
     statistics_dtype,
 )
-from fl_core.channelaxes.calibration import ChannelData, is_crops, photo_class_mapping
-from fl_core.channelaxes.interventions import CPU_PASS_BYTES, Substitutions, plan_passes, substituted
-from fl_core.channelaxes.layerstats import patch_column_sums
-from fl_core.channelaxes.moments import ChannelMoments
-from fl_core.channelaxes.settings import ChannelDataSettings, ChannelOverrides, ChannelSettings
-from fl_core.channelaxes.site import channel_layer
 from fl_core.io.layers import ConvLayer, conv_inventory
 from fl_core.io.models import LoadedModel
 from fl_core.results import Result
@@ -258,7 +257,7 @@ default layer with the library's defaults on 2 idle cores: 38.5 CPU-s in 21.8 s)
 
 def cpu_speed(threads: int, share: float) -> float:
     """Seconds of one thread's CPU work done per second of wall-clock time by an analysis in ``threads`` threads
-    (:func:`~fl_core.backend.analysis_threads`) where one thread gets ``share`` of a core: ``threads ·``
+    (:func:`~fl_core.compute.device.analysis_threads`) where one thread gets ``share`` of a core: ``threads ·``
     :data:`QUIET_EFFICIENCY` (several threads run only where the load leaves them idle cores), else ``share``."""
     return threads * QUIET_EFFICIENCY * min(share, 1.0) if threads > 1 else share
 
@@ -287,7 +286,7 @@ def forward_profile(loaded: LoadedModel, device: DeviceLike = None) -> ForwardPr
     """The seconds per image of each convolution of ``loaded`` and of the modules after it on ``device``
     (module docstring): the one timed within the last :data:`PROFILE_SECONDS` for the same architecture (class,
     convolutions, input size) and device, else timed now on a private copy laid out as the analysis runs it
-    (:func:`~fl_core.backend.cpu_layout`)."""
+    (:func:`~fl_core.compute.device.cpu_layout`)."""
     device = resolve_device(device)
     key = ("forward", type(loaded._require_model()).__name__, loaded.conv_layers, loaded.input_config.input_size,
            str(device))

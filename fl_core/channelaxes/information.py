@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fl_core.backend import statistics_dtype
 from fl_core.channelaxes.moments import ChannelMoments
+from fl_core.compute.device import statistics_dtype
 from fl_core.results import Result
 
 

@@ -49,10 +49,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fl_core.backend import Progress, inference_autocast, report
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.settings import LESION_KINDS
 from fl_core.channelaxes.site import ChannelSite, is_container, on_call
+from fl_core.compute.device import inference_autocast
+from fl_core.compute.progress import Progress, report
 from fl_core.errors import AnalysisError
 from fl_core.networks.batchnorm import conv_batchnorm_pairs, folded_copy
 from fl_core.networks.partial_forward import (

@@ -22,7 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fl_core.backend import Progress, evaluate_classifier, report, statistics_dtype
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.information import (
     PairwiseInformation,
@@ -50,7 +49,10 @@ from fl_core.channelaxes.moments import (
 from fl_core.channelaxes.settings import AxisSettings
 from fl_core.channelaxes.significance import TaskInformation, task_information
 from fl_core.channelaxes.site import ChannelSite, on_call
+from fl_core.compute.device import statistics_dtype
+from fl_core.compute.progress import Progress, report
 from fl_core.errors import AnalysisError
+from fl_core.networks.evaluation import evaluate_classifier
 from fl_core.results import Result
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fl_core.backend import statistics_dtype
+from fl_core.compute.device import statistics_dtype
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
 

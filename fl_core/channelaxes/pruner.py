@@ -27,10 +27,11 @@ import torch_pruning as tp
 from torch import nn
 from torch_pruning.ops import OPTYPE
 
-from fl_core.backend import evaluate_classifier, evaluate_logits, inference_autocast
 from fl_core.channelaxes.calibration import LabelledInputs
+from fl_core.compute.device import inference_autocast
 from fl_core.errors import AnalysisError
 from fl_core.io.cifar import ZeroPadShortcut
+from fl_core.networks.evaluation import evaluate_classifier, evaluate_logits
 from fl_core.networks.partial_forward import (
     PROBE_IMAGES,
     PrefixPasses,
@@ -313,7 +314,7 @@ class NetworkPruner:
 
 def loss_and_correct(batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, np.ndarray]:
     """Mean cross-entropy and each image's top-1 correctness (1.0 or 0.0) over ``(logits, labels)`` batches
-    (:func:`fl_core.backend.evaluate_logits`; the accuracy is the mean of the second)."""
+    (:func:`fl_core.networks.evaluation.evaluate_logits`; the accuracy is the mean of the second)."""
     correct: list[torch.Tensor] = []
 
     def recorded() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -33,12 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fl_core.backend import Progress, evaluate_classifier, report
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.pruner import LayerPruner, NetworkPruner, PrunedEvaluation, model_loss_and_correct
 from fl_core.channelaxes.settings import CRITERIA, Criterion, PruningSettings
 from fl_core.channelaxes.significance import Bootstrap, bootstrap
+from fl_core.compute.progress import Progress, report
 from fl_core.errors import AnalysisError
+from fl_core.networks.evaluation import evaluate_classifier
 from fl_core.results import Result
 
 TP_CRITERIA = ("l1", "l2", "bn_gamma", "fpgm", "taylor", "random")

@@ -18,19 +18,6 @@ import pandas as pd
 import torch
 
 from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings
-from fl_core.backend import (
-    DeviceLike,
-    Progress,
-    ProgressLike,
-    analysis_threads,
-    cpu_layout,
-    cpu_threads,
-    progress_callback,
-    report,
-    resolve_device,
-    silent,
-    sub_progress,
-)
 from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_layers, resolve_layers
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.claims import ClaimsTable, channel_claims
@@ -38,6 +25,8 @@ from fl_core.channelaxes.comparison import importance_scores
 from fl_core.channelaxes.estimate import channels_estimate
 from fl_core.channelaxes.pruning import NetworkPruningResult, prune_network
 from fl_core.channelaxes.settings import ChannelOverrides, ChannelSettings
+from fl_core.compute.device import DeviceLike, analysis_threads, cpu_layout, cpu_threads, resolve_device
+from fl_core.compute.progress import Progress, ProgressLike, progress_callback, report, silent, sub_progress
 from fl_core.errors import AnalysisError
 from fl_core.io.models import LoadedModel
 from fl_core.results import Result, jsonable, with_model_columns

@@ -207,7 +207,7 @@ def report_error(err: Exception) -> int:
     """Print ``err`` as one line on stderr and return the exit status: 2 for what the user can fix (a refused input,
     a file that cannot be written, running out of memory), 1 for anything else, whose traceback ``FL_TRACEBACK=1``
     shows."""
-    from fl_core.environment import explained_import_error
+    from fl_core.compute.environment import explained_import_error
 
     if isinstance(err, FilterLensError):
         message, status = str(err), 2

@@ -83,7 +83,7 @@ def reach(address: str) -> str | None:
 
 
 def run(args: argparse.Namespace, progress: object) -> int:
-    from fl_core.environment import check_operators
+    from fl_core.compute.environment import check_operators
 
     require_extra("app", "the dashboard")
     check_operators()

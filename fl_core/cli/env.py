@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, progress: object) -> int:
-    from fl_core.environment import environment_report
+    from fl_core.compute.environment import environment_report
 
     versions, checks = environment_report()
     width = max(len(name) for name, _ in versions)

@@ -25,8 +25,9 @@ import pandas as pd
 import torch
 
 from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_models, as_settings
-from fl_core.backend import DeviceLike, Progress, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.compute.budgets import SCALED_BATCH, check_patch_statistics, check_random_banks
+from fl_core.compute.device import DeviceLike, resolve_device
+from fl_core.compute.progress import Progress, ProgressLike, progress_callback, report, sub_progress
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.patches import PatchPCA, patch_pca
 from fl_core.firstlayer.settings import EnergyOverrides, EnergySettings

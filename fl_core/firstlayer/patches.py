@@ -17,15 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fl_core.backend import (
-    DeviceLike,
-    ProgressLike,
-    product_dtype,
-    progress_callback,
-    report,
-    resolve_device,
-    statistics_dtype,
-)
+from fl_core.compute.device import DeviceLike, product_dtype, resolve_device, statistics_dtype
+from fl_core.compute.progress import ProgressLike, progress_callback, report
 from fl_core.errors import AnalysisError
 from fl_core.results import Result
 
@@ -79,9 +72,9 @@ class PatchStatistics:
 
     Args:
         kernel_size: (kh, kw) patch size.
-        device: where the GEMMs run (``None``: automatic, see :mod:`fl_core.backend`).
+        device: where the GEMMs run (``None``: automatic, see :mod:`fl_core.compute.device`).
         dtype: accumulation dtype (float64 unless the device has none).
-        products: dtype of each band's Gram product (:func:`fl_core.backend.product_dtype` by default: float64 on
+        products: dtype of each band's Gram product (:func:`fl_core.compute.device.product_dtype` by default: float64 on
             the CPU and on GPUs with fast float64, float32 elsewhere), accumulated in ``dtype``.
         chunk_elements: bound on patches × D held at once (default: :data:`CHUNK_ELEMENTS` of the device).
         groups: pool the statistics of this many channel groups.

@@ -24,17 +24,9 @@ import torch.nn.functional as F
 from PIL import Image
 
 from fl_core.arguments import ImagesLike, ModelLike, as_images, as_models, as_settings
-from fl_core.backend import (
-    DeviceLike,
-    Progress,
-    ProgressLike,
-    progress_callback,
-    report,
-    resolve_device,
-    statistics_dtype,
-    sub_progress,
-)
 from fl_core.compute.budgets import check_activation_maps, check_patch_statistics, check_random_banks, check_whitening
+from fl_core.compute.device import DeviceLike, resolve_device, statistics_dtype
+from fl_core.compute.progress import Progress, ProgressLike, progress_callback, report, sub_progress
 from fl_core.errors import AnalysisError
 from fl_core.firstlayer.energy import random_init_banks
 from fl_core.firstlayer.patches import PatchPCA, patch_pca

@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, sub_progress
+from fl_core.compute.device import DeviceLike
+from fl_core.compute.progress import ProgressLike, progress_callback, report, sub_progress
 from fl_core.errors import DataError
 from fl_core.io.images import BUNDLED
 from fl_core.io.paths import check_writable

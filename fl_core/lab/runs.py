@@ -33,8 +33,9 @@ import torch
 from torch import nn
 from torchvision.transforms import v2 as T
 
-from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.compute.budgets import check_training
+from fl_core.compute.device import DeviceLike, resolve_device
+from fl_core.compute.progress import ProgressLike, progress_callback, report, sub_progress
 from fl_core.errors import DataError, FilterLensError, ModelSpecError
 from fl_core.firstlayer.patches import PatchPCA
 from fl_core.io import ASSETS_DIR, DEMO_DIR

@@ -16,8 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fl_core.backend import Progress, evaluate_classifier, report, resolve_device
+from fl_core.compute.device import resolve_device
+from fl_core.compute.progress import Progress, report
 from fl_core.lab.settings import TrainSettings
+from fl_core.networks.evaluation import evaluate_classifier
 from fl_core.results import Result
 
 LOG_SECONDS = 1.0
@@ -72,7 +74,8 @@ class TrainHistory(Result):
 
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, prepare: Callable[[torch.Tensor], torch.Tensor],
              device: torch.device, batch_size: int = 512) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy of ``model`` on (x, y) (:func:`fl_core.backend.evaluate_classifier`)."""
+    """Mean cross-entropy and accuracy of ``model`` on (x, y)
+    (:func:`fl_core.networks.evaluation.evaluate_classifier`)."""
     batches = ((prepare(x[start: start + batch_size].to(device)), y[start: start + batch_size])
                for start in range(0, len(x), batch_size))
     return evaluate_classifier(model, batches, device)

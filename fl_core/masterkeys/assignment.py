@@ -19,7 +19,8 @@ import pandas as pd
 import torch
 
 from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings, weights_only_data
-from fl_core.backend import DeviceLike, Progress, ProgressLike, progress_callback, report, resolve_device
+from fl_core.compute.device import DeviceLike, resolve_device
+from fl_core.compute.progress import Progress, ProgressLike, progress_callback, report
 from fl_core.errors import AnalysisError
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters, depthwise_bank

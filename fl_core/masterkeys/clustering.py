@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 
 from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings, weights_only_data
-from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, sub_progress
 from fl_core.compute.budgets import check_clustering
+from fl_core.compute.device import DeviceLike, resolve_device
+from fl_core.compute.progress import ProgressLike, progress_callback, report, sub_progress
 from fl_core.errors import ArgumentError, value_text
 from fl_core.masterkeys.assignment import (
     N_MASTER_KEYS,

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from fl_core.backend import resolve_device
+from fl_core.compute.device import resolve_device
 
 
 def distributed_rank() -> tuple[int, int]:

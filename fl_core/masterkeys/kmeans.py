@@ -23,7 +23,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from fl_core.backend import Progress, report, resolve_device
+from fl_core.compute.device import resolve_device
+from fl_core.compute.progress import Progress, report
 from fl_core.errors import AnalysisError
 from fl_core.masterkeys.depthwise import constant_filters
 from fl_core.masterkeys.settings import DEFAULT_K, DEFAULT_RESTARTS, MAX_ITERATIONS

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, ClassVar
 import pandas as pd
 
 from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_settings
-from fl_core.backend import DeviceLike, ProgressLike, progress_callback, resolve_device
+from fl_core.compute.device import DeviceLike, resolve_device
+from fl_core.compute.progress import ProgressLike, progress_callback
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.recovery import RecoveryInfo
 from fl_core.masterkeys.rescore import VariantScore, analyze_rescore

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from fl_core.backend import Progress, report, sub_progress
 from fl_core.channelaxes.pruning import batched_logits, recovery_finetune
 from fl_core.channelaxes.settings import PruningSettings
+from fl_core.compute.progress import Progress, report, sub_progress
 from fl_core.errors import AnalysisError, DataError
 from fl_core.io.images import ImageSet, iter_input_batches
 from fl_core.io.models import LoadedModel

@@ -4,7 +4,7 @@
   tree, with the model's own preprocessing (:func:`fl_core.io.images.input_transform`), batched by a ``DataLoader`` with
   worker processes (threads inside a daemonic process, such as a Dask worker, which may not start processes); forward
   passes run in channels-last memory layout (faster on the CPU, the layout tensor cores want on GPU) under
-  :func:`fl_core.backend.inference_autocast` (bf16/fp16 on GPU).
+  :func:`fl_core.compute.device.inference_autocast` (bf16/fp16 on GPU).
 * Classes: each tree folder is mapped onto a model output by ImageNet-1k wnid, by the model's class name (ignoring
   case, spaces, underscores and hyphens) or by index; accuracy is on the images of the folders that map (the others
   count for agreement only, and the result's warnings say how many); when no folder maps, by sorted position if the
@@ -51,16 +51,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_settings
-from fl_core.backend import (
-    DeviceLike,
-    Progress,
-    ProgressLike,
-    inference_autocast,
-    progress_callback,
-    report,
-    statistics_dtype,
-    sub_progress,
-)
+from fl_core.compute.device import DeviceLike, inference_autocast, statistics_dtype
+from fl_core.compute.progress import Progress, ProgressLike, progress_callback, report, sub_progress
 from fl_core.errors import AnalysisError, ArgumentError, DataError, value_text
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.images import ImageSet, TransformedImages, input_transform, threaded_batches

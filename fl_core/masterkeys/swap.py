@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from fl_core.arguments import ModelLike
-from fl_core.backend import DeviceLike
+from fl_core.compute.device import DeviceLike
 from fl_core.io.models import LoadedModel
 from fl_core.masterkeys.depthwise import DepthwiseBank, DepthwiseLayer, constant_filters, depthwise_bank
 from fl_core.masterkeys.fitting import idealized_templates

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from fl_core.backend import Progress, report
+from fl_core.compute.progress import Progress, report
 from fl_core.networks.partial_forward import copy_modules
 
 log = logging.getLogger(__name__)

@@ -29,18 +29,11 @@ import pandas as pd
 import torch
 
 from fl_core.arguments import ModelLike, as_models, as_settings
-from fl_core.backend import (
-    DeviceLike,
-    Progress,
-    ProgressLike,
-    progress_callback,
-    report,
-    resolve_device,
-    sub_progress,
-)
 from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
 from fl_core.channelaxes.settings import ChannelSettings
+from fl_core.compute.device import DeviceLike, resolve_device
+from fl_core.compute.progress import Progress, ProgressLike, progress_callback, report, sub_progress
 from fl_core.errors import AnalysisError, ArgumentError, FilterLensError
 from fl_core.families import Family, report_sections
 from fl_core.firstlayer.energy import EnergyResult, analyze_energy, pearson

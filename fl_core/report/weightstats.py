@@ -24,8 +24,9 @@ import pandas as pd
 import torch
 
 from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings, weights_only_data
-from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device, statistics_dtype
 from fl_core.compute.budgets import check_filter_gram
+from fl_core.compute.device import DeviceLike, resolve_device, statistics_dtype
+from fl_core.compute.progress import ProgressLike, progress_callback, report
 from fl_core.io.layers import ConvLayer, conv_inventory
 from fl_core.report.settings import WeightOverrides, WeightSettings
 from fl_core.results import Result, with_model_columns

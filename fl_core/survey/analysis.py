@@ -36,7 +36,8 @@ import numpy as np
 import pandas as pd
 
 from fl_core.arguments import ImagesLike, ModelLike, as_images, as_model, as_settings, weights_only_data
-from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device
+from fl_core.compute.device import DeviceLike, resolve_device
+from fl_core.compute.progress import ProgressLike, progress_callback, report
 from fl_core.errors import AnalysisError, ArgumentError, FilterLensError, ModelSpecError
 from fl_core.families import FAMILIES, resolve
 from fl_core.io.images import ImageSet, open_images

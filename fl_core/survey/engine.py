@@ -99,7 +99,7 @@ def map_survey(client, specs: Sequence[str], settings, *, device=None, progress=
     """Every row of a survey computed on ``client``'s workers; the rows in the order of ``specs``."""
     from distributed import as_completed
 
-    from fl_core.backend import progress_callback, report
+    from fl_core.compute.progress import progress_callback, report
     from fl_core.survey.analysis import SurveyResult, SurveyRow, error_text, model_family
 
     progress = progress_callback(progress)

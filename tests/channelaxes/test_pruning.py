@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from fl_core.backend import evaluate_classifier
 from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.comparison import auc_accuracy_vs_flops
 from fl_core.channelaxes.pruner import LayerPruner
@@ -27,6 +26,7 @@ from fl_core.channelaxes.site import locate_site
 from fl_core.errors import AnalysisError, ArgumentError
 from fl_core.io.cifar import cifar_resnet
 from fl_core.io.models import load_model
+from fl_core.networks.evaluation import evaluate_classifier
 
 from .planted_nets import duplicate_world
 

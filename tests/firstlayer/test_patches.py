@@ -74,9 +74,9 @@ def test_images_smaller_than_the_filter_give_a_clear_error() -> None:
 
 @pytest.mark.slow
 def test_float32_band_products_stay_within_the_stated_accuracy_of_float64(monkeypatch) -> None:
-    """The rule of :func:`fl_core.backend.product_dtype` (float32 products on GPUs without fast float64) keeps the
-    PCA of natural-photo 7×7×3 patches within its documented accuracy."""
-    from fl_core.backend import product_dtype
+    """The rule of :func:`fl_core.compute.device.product_dtype` (float32 products on GPUs without fast float64) keeps
+    the PCA of natural-photo 7×7×3 patches within its documented accuracy."""
+    from fl_core.compute.device import product_dtype
     from fl_core.io.images import bundled_images, scaled_input
     from fl_core.io.preprocessing import InputConfig
 

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from fl_core.backend import report
+from fl_core.compute.progress import report
 from fl_core.errors import DataError
 from fl_ui.worker import publish, stop_requested
 

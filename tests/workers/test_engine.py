@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_core.backend import report
+from fl_core.compute.progress import report
 from fl_core.errors import DataError, FilterLensError
 from fl_ui import cache as cache_module
 from fl_ui.cache import memoize, pooled

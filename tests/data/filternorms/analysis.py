@@ -11,7 +11,8 @@ import pandas as pd
 import torch
 
 from fl_core.arguments import ModelLike, as_model, as_settings, no_data
-from fl_core.backend import DeviceLike, ProgressLike, progress_callback, report, resolve_device
+from fl_core.compute.device import DeviceLike, resolve_device
+from fl_core.compute.progress import ProgressLike, progress_callback, report
 from fl_core.filternorms.settings import FilterNormsOverrides, FilterNormsSettings
 from fl_core.io.layers import ConvLayer, conv_inventory
 from fl_core.results import Result, with_model_columns

@@ -106,7 +106,7 @@ def warn_pair() -> None:
 def text_progress_bars() -> None:
     """In a Jupyter kernel without ipywidgets, import ``tqdm.auto`` once with its ``IProgress not found`` warning
     silenced: huggingface_hub (which timm loads) imports it and would print that warning into the notebook; its bars
-    then draw as text, as FilterLens's own do there (:func:`fl_core.backend.progress_bar`)."""
+    then draw as text, as FilterLens's own do there (:func:`fl_core.compute.progress.progress_bar`)."""
     if "ipykernel" not in sys.modules or importlib.util.find_spec("ipywidgets") is not None:
         return
     import warnings
