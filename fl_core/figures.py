@@ -216,7 +216,8 @@ def projector_theme(fig: go.Figure) -> go.Figure:
     bar = dict(tickfont=dict(size=TICK_FONT_PX, **text), title_font=dict(size=AXIS_TITLE_PX, **text))
     fig.for_each_trace(lambda trace: trace.update(colorbar=bar), selector=lambda trace: "colorbar" in trace)
     fig.for_each_trace(lambda trace: trace.update(marker_colorbar=bar),
-                       selector=lambda trace: "marker" in trace and bool(trace.marker["showscale"]))
+                       selector=lambda trace: "marker" in trace and "showscale" in trace.marker
+                       and bool(trace.marker.showscale))  # a box's or a violin's marker has no colour scale
     return fig
 
 

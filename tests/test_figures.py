@@ -17,6 +17,7 @@ from fl_core.figures import (
     MAX_ZOOM_ROWS,
     MIN_TILE_PX,
     NARROW_FIGURE_PX,
+    TICK_FONT_PX,
     TILE_GAP,
     TITLE_CHARS,
     TOOLBAR_PX,
@@ -448,3 +449,11 @@ def test_every_figure_of_every_family_sets_projector_fonts() -> None:
                       (f"{axis_name} title", axis.title.font.size, axis.title.font.color)]
         texts += [(f"annotation {a.text[:20]!r}", a.font.size, a.font.color) for a in fig.layout.annotations]
         assert_projector_text(texts, fig.layout.paper_bgcolor, name)
+
+
+def test_the_theme_takes_traces_without_a_colour_scale_and_styles_those_with_one() -> None:
+    """A box or violin marker has no colour bar (the theme once asked it for one and every such figure failed)."""
+    for trace in (go.Box(x=[1.0, 2.0, 3.0]), go.Violin(x=[1.0, 2.0]), go.Bar(x=[1], y=[2])):
+        assert readable(go.Figure(trace)).data[0].type == trace.type
+    scaled = readable(go.Figure(go.Scatter(x=[1], y=[1], marker=dict(color=[1.0], showscale=True))))
+    assert scaled.data[0].marker.colorbar.tickfont.size == TICK_FONT_PX

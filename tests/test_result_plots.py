@@ -84,7 +84,7 @@ def test_a_channel_analysis_lists_only_the_figures_its_settings_computed(demo):
     data = channel_data(loaded, "crops", n_calibration=24, n_evaluation=8)
     bare = analyze_channels(loaded, data, layer="features.7", lesion_kinds=(), pruning=None, cluster_seeds=2,
                             device="cpu", progress=False)
-    assert bare.plot_kinds() == ("axes", "correlations", "filter")
+    assert bare.plot_kinds() == ("axes", "correlations", "filter", "claims")
     for kind in bare.plot_kinds():
         assert isinstance(bare.plot(kind), go.Figure), kind
     assert bare.plot("filter").layout.title.text.startswith("Channel 0")  # the index column of to_frame() counts from 0
