@@ -97,13 +97,12 @@ class GradientPieces:
         total = weights.sum(1)
         count = total * self.positions
         channels_per_group = self.weight.shape[0] // self.groups
-        group_means = np.einsum("rn,ngd->rgd", weights, self.patch_sums) / count[:, None, None]
-        trace = (np.einsum("rn,ngd->rgd", weights, self.patch_squares) / count[:, None, None]
+        group_means = _weighted_sum(weights, self.patch_sums) / count[:, None, None]
+        trace = (_weighted_sum(weights, self.patch_squares) / count[:, None, None]
                  - group_means ** 2).sum((1, 2)) / self.groups
         mean_patch = np.repeat(group_means, channels_per_group, axis=1)
         mean_output = weights @ self.output_sums / count[:, None]
-        flat = self.patch_output.reshape(self.n_images, -1)
-        covariance = (weights @ flat).reshape(len(weights), *self.weight.shape) / count[:, None, None]
+        covariance = _weighted_sum(weights, self.patch_output) / count[:, None, None]
         covariance -= mean_patch * mean_output[..., None]  # Σ_X w_i = Cov(x, u_i)
         variance = weights @ self.output_squares / count[:, None] - mean_output ** 2  # w_iᵀ Σ_X w_i
         norms = np.square(self.weight).sum(1)
@@ -112,7 +111,7 @@ class GradientPieces:
         scale = (self.weight.shape[1] / trace)[:, None, None]
         capture = scale * 2 * (covariance - rayleigh[..., None] * self.weight) / safe[:, None]
         capture[:, norms <= 0] = 0.0
-        loss = (weights @ self.loss.reshape(self.n_images, -1)).reshape(covariance.shape) / total[:, None, None]
+        loss = _weighted_sum(weights, self.loss) / total[:, None, None]
         return {"update": -loss, "capture": capture, "information": self._information_gradient(weights)}
 
     def _information_gradient(self, weights: np.ndarray) -> np.ndarray:
@@ -129,7 +128,7 @@ class GradientPieces:
         slope = np.where(defined, r / (1 - r ** 2), 0.0)
         per_image = w[..., None] * slope[:, None] * (margin[..., None] / (sd * sd_m)[:, None]
                                                      - r[:, None] * centred / (sd ** 2)[:, None])
-        return np.einsum("rnc,ncd->rcd", per_image, self.jacobian)
+        return np.matmul(per_image.transpose(2, 0, 1), self.jacobian.transpose(1, 0, 2)).transpose(1, 0, 2)
 
     def cosines(self, weights: np.ndarray) -> dict[str, np.ndarray]:
         """``{cosine name: (R,)}`` of :data:`COSINES` over the whole layer's filters (NaN where a gradient is 0)."""
@@ -143,6 +142,11 @@ class GradientPieces:
         return out
 
 
+def _weighted_sum(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``(R, ...)``: ``Σ_n weights[r, n] · values[n]`` (one matrix product)."""
+    return (weights @ values.reshape(len(values), -1)).reshape(len(weights), *values.shape[1:])
+
+
 def gradient_pieces(model: nn.Module, site: ChannelSite, inputs: LabelledInputs, *, device: torch.device,
                     batch_size: int = 64) -> GradientPieces:
     """One pass of ``inputs`` through ``model`` (a private copy in eval mode: its parameters' ``requires_grad`` are
@@ -153,8 +157,9 @@ def gradient_pieces(model: nn.Module, site: ChannelSite, inputs: LabelledInputs,
     conv.weight.requires_grad_(True)
     dtype = conv.weight.dtype
     captured: dict[str, torch.Tensor] = {}
-    parts: dict[str, list[torch.Tensor]] = {k: [] for k in ("loss", "patch_output", "patch_sums", "patch_squares",
-                                                            "output_sums", "output_squares", "pooled", "margin", "jacobian")}
+    names = ("loss", "patch_output", "patch_sums", "patch_squares", "output_sums", "output_squares", "pooled",
+             "margin", "jacobian")
+    parts: dict[str, list[torch.Tensor]] = {name: [] for name in names}
 
     def keep_input(module, args):
         captured["x"] = args[0].detach()

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -37,6 +38,7 @@ from fl_core.channelaxes.gradients import COSINES, gradient_pieces
 from fl_core.channelaxes.initialization import recalibrate_batchnorm
 from fl_core.channelaxes.settings import AxisSettings, ChannelSettings
 from fl_core.channelaxes.significance import bootstrap
+from fl_core.io.checkpoints import save_state_dict
 from fl_core.results import Result, jsonable
 
 
@@ -193,14 +195,17 @@ def snapshot_axes(model: nn.Module, layer: str, data: ChannelData, settings: Cha
 
 @dataclass
 class AxesFollower:
-    """Measures one layer's axes at each snapshot of a training run (``train_run``'s ``at_snapshot``), collecting
-    the :class:`AxesTrajectory` and handing each new snapshot to ``on_axes`` (live views)."""
+    """Measures one layer's axes at each snapshot of a training run (``train_classifier``'s ``at_snapshot``),
+    collecting the :class:`AxesTrajectory` and handing it to ``on_axes`` after each snapshot (live views); with
+    ``checkpoints``, the full network is saved there first (``step_000000.safetensors`` …, the step in the file's
+    metadata), so the ``channels`` command measures the same rows again from the folder."""
 
     layer: str
     data: ChannelData
     settings: ChannelSettings
     device: torch.device
-    on_axes: object = None
+    on_axes: Callable[[AxesTrajectory], None] | None = None
+    checkpoints: Path | None = None
     trajectory: AxesTrajectory = field(init=False)
 
     def __post_init__(self) -> None:
@@ -208,7 +213,9 @@ class AxesFollower:
                                          self.settings.axes.seed)
 
     def __call__(self, step: int, model: nn.Module) -> None:
+        if self.checkpoints is not None:
+            save_state_dict(model.state_dict(), self.checkpoints / f"step_{step:06d}.safetensors", {"step": str(step)})
         snapshot = snapshot_axes(model, self.layer, self.data, self.settings, step=step, device=self.device)
         self.trajectory = self.trajectory.with_snapshot(snapshot)
-        if callable(self.on_axes):
+        if self.on_axes is not None:
             self.on_axes(self.trajectory)

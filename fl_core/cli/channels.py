@@ -7,18 +7,24 @@ Several ``--layer`` options (or ``--layer all``) analyse the layers in one call,
 JSON then holds ``layers`` (one object per layer, each with the one-layer keys) and the paper's ``claims`` over all
 of them.
 
+On a Training Lab run folder (``--model weights:RUN_DIR``) it measures the run's followed layer (or ``--layer``) at
+every checkpoint the run kept, on the run's validation crops with the run's settings: the rows ``train
+--channel-axes`` stored (JSON: ``layer``, ``snapshots``).
+
 Examples:
     python -m fl_core channels --model demo:tiny_vgg --layer features.14 --compare-init --json axes.json
     python -m fl_core channels --model torchvision:squeezenet1_0=squeezenet.pt --layer features.12.squeeze \\
         --data /data/imagenet/val --calibration 512 --evaluation 256 --finetune-steps 20 --csv channels.csv
     python -m fl_core channels --model demo:mobilenet_v2 --layer features.10.conv.2 --layer features.16.conv.2 \\
         --init torchvision:mobilenet_v2 --init-seeds 3 --data imagenet-sample --calibration 384 --json axes.json
+    python -m fl_core channels --model weights:runs/vgg --json axes_over_training.json
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fl_core.channelaxes.settings import ChannelDataSettings, ChannelSettings, PruningSettings
@@ -30,6 +36,7 @@ if TYPE_CHECKING:
     from fl_core.channelaxes.analysis import ChannelAxesResult
     from fl_core.channelaxes.claims import ClaimsTable
     from fl_core.channelaxes.sweep import ChannelSweepResult
+    from fl_core.channelaxes.training import AxesTrajectory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,13 +66,24 @@ def several_layers(args: argparse.Namespace) -> bool:
     return len(args.layer) > 1 or args.layer == ["all"]
 
 
-def run(args: argparse.Namespace, progress) -> ChannelAxesResult | ChannelSweepResult:
+def run(args: argparse.Namespace, progress) -> ChannelAxesResult | ChannelSweepResult | AxesTrajectory:
     from fl_core.channelaxes.analysis import analyze_channels, resolve_layers
     from fl_core.channelaxes.calibration import channel_data
     from fl_core.channelaxes.estimate import channels_estimate, estimate_channels
     from fl_core.channelaxes.sweep import sweep_channels
     from fl_core.io.models import load_model
 
+    run_folder = training_run(args.model)
+    if run_folder is not None:
+        from fl_core.lab.axes import run_axes
+
+        if len(args.layer) > 1:
+            raise ModelSpecError("On a Training Lab run folder give at most one --layer (default: the one it "
+                                 "followed).")
+        trajectory = run_axes(run_folder, args.layer[0] if args.layer else None, device=args.device,
+                              progress=progress)
+        print_trajectory(trajectory)
+        return trajectory
     models = load_models(args)
     if len(models) != 1:
         raise ModelSpecError("channels analyses one model: give one --model (and --init for its initialization).")
@@ -95,6 +113,39 @@ def run(args: argparse.Namespace, progress) -> ChannelAxesResult | ChannelSweepR
     print_depth(sweep)
     print_claims(sweep.claims())
     return sweep
+
+
+def training_run(specs: list[str]) -> Path | None:
+    """The folder of a single ``weights:DIR`` spec that is a Training Lab run folder (``None`` otherwise)."""
+    from fl_core.lab.axes import is_run_folder
+    from fl_core.report.series import folder_of
+
+    folder = folder_of(specs[0]) if len(specs) == 1 else None
+    return folder if folder is not None and is_run_folder(folder) else None
+
+
+def print_trajectory(trajectory: AxesTrajectory) -> None:
+    """A layer's axes at every snapshot: ρ, ARI, measurable task information and the claim-5 cosines, intervals in
+    brackets."""
+
+    def value(number: float, interval: list[float] | None) -> str:
+        if number != number:
+            return "–"
+        return f"{number:+.2f}" + (f" [{interval[0]:+.2f}, {interval[1]:+.2f}]" if interval and
+                                   interval[0] is not None else "")
+
+    first = trajectory.snapshots[0] if trajectory.snapshots else None
+    print(f"{trajectory.layer} over training, on {trajectory.data}; intervals: {trajectory.bootstrap} bootstrap "
+          f"resamples of the images (seed {trajectory.seed})" + (f", noise floor {first.noise_floor:.4f} nats"
+                                                                  if first else ""))
+    print(f"{'step':>6}  {'rho(I_X, I(a;m))':22s} {'ARI':22s} {'measurable I':>12}  {'cos(update, grad I_X)':22s} "
+          f"{'cos(update, grad I)':22s} accuracy")
+    for s in trajectory.snapshots:
+        print(f"{s.step:6d}  {value(s.spearman, s.spearman_ci):22s} {value(s.ari, s.ari_ci):22s} "
+              f"{s.significant_share:12.0%}  "
+              f"{value(s.cosines['cos_update_capture'], s.cosines_ci.get('cos_update_capture')):22s} "
+              f"{value(s.cosines['cos_update_information'], s.cosines_ci.get('cos_update_information')):22s} "
+              f"{s.accuracy:.1%}")
 
 
 def print_depth(sweep: ChannelSweepResult) -> None:

@@ -82,6 +82,10 @@ class RunSettings(Settings):
             ``seed``, which also initializes the network and permutes the labels. Its ``eval_every`` (about 20
             evaluations, at least 10 steps apart) and ``snapshot_steps`` are set from ``steps`` and ``snapshots``.
         snapshots: number of first-layer snapshots, log-spaced over the steps (step 0 and the last included).
+        channel_axes: a convolution whose channel axes are followed at every snapshot (ρ, ARI, measurable task
+            information, the claim-5 cosines: :mod:`fl_core.channelaxes.training`), on the validation crops; none: not
+            followed.
+        axes_bootstrap: resamples of the validation crops behind the intervals of the followed axes.
     """
 
     images: str = BUNDLED
@@ -97,6 +101,8 @@ class RunSettings(Settings):
     alpha_component: int = setting(4, minimum=1, maximum=3 * max(KERNELS) ** 2)
     train: TrainSettings = field(default_factory=TrainSettings)
     snapshots: int = setting(13, minimum=2, maximum=100)
+    channel_axes: str | None = None
+    axes_bootstrap: int = setting(200, minimum=0, maximum=10_000)
 
     def __post_init__(self) -> None:
         super().__post_init__()
