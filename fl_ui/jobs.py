@@ -19,6 +19,7 @@ import numpy as np
 from fl_core.backend import Progress, report
 from fl_core.channelaxes.analysis import ChannelAxesResult, ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
+from fl_core.channelaxes.training import AxesTrajectory
 from fl_core.firstlayer.energy import EnergyResult, EnergySettings, analyze_energy
 from fl_core.firstlayer.patches import PatchPCA
 from fl_core.firstlayer.whitening import WhiteningResult, WhiteningSettings, analyze_whitening
@@ -184,7 +185,8 @@ def survey_row_job(request: SurveyRowRequest, progress: Progress | None = None) 
 
 
 def training_job(request: TrainingRequest, progress: Progress | None = None) -> Run:
-    """Train one run into its folder, publishing its patch PCAs and every snapshot as it is taken."""
+    """Train one run into its folder, publishing its patch PCAs, every snapshot as it is taken and, when the run
+    follows a layer's channel axes, the axes measured so far."""
     report(progress, 0.0, "cutting crops and computing the patch PCA")
     inputs = run_inputs(resolve_config(request.config))  # cached: train_run below reuses it
     publish("pca", (inputs.pca, inputs.reference_pca))
@@ -194,8 +196,11 @@ def training_job(request: TrainingRequest, progress: Progress | None = None) -> 
         snapshots[step] = weights
         publish("snapshots", snapshots)
 
+    def on_axes(trajectory: AxesTrajectory) -> None:
+        publish("axes", trajectory)
+
     return train_run(request.config, request.folder, device=request.device, progress=progress,
-                     should_stop=stop_requested, on_snapshot=on_snapshot)
+                     should_stop=stop_requested, on_snapshot=on_snapshot, on_axes=on_axes)
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,7 @@ class JobStatus:
         snapshots: step -> first-layer weights taken so far (step 0 = init).
         pca: the patch PCA of the run's inputs, once known (for live profiles).
         reference_pca: App. D.2: the unmodified PCA.
+        axes: the followed layer's channel axes at the snapshots measured so far (``None``: none yet, or not followed).
         state: ``queued``, ``running``, ``done``, ``cancelled`` or ``failed``.
         run: the saved run when done (or cancelled after it started).
         error: the message for the user when failed.
@@ -217,6 +223,7 @@ class JobStatus:
     snapshots: dict[int, np.ndarray] = field(default_factory=dict)
     pca: PatchPCA | None = None
     reference_pca: PatchPCA | None = None
+    axes: AxesTrajectory | None = None
     state: str = "queued"
     run: Run | None = None
     error: str | None = None
@@ -257,9 +264,10 @@ class TrainingJob:
         if state.state != "done":
             pca, reference = self._job.published("pca", (None, None))
             return JobStatus(state.fraction, state.message, self._job.published("snapshots", {}), pca, reference,
-                             state.state if state.finished else "running", error=state.error)
+                             self._job.published("axes", None), state.state if state.finished else "running",
+                             error=state.error)
         if self._run is None:
             self._run = self._job.result()
         run = self._run
         return JobStatus(1.0, f"saved to {run.path}", dict(run.snapshots), run.pca, run.reference_pca,
-                         state="cancelled" if run.history.stopped_early else "done", run=run)
+                         run.channel_axes, state="cancelled" if run.history.stopped_early else "done", run=run)
