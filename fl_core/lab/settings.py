@@ -32,6 +32,8 @@ MAX_FIRST_KERNEL = 32
 """The largest first-layer kernel a run records (the crops are 32×32)."""
 DERIVED_TRAIN_FIELDS = ("eval_every", "snapshot_steps")
 """The :class:`TrainSettings` fields a run sets from its steps and snapshots (not options of a run)."""
+AXES_FIELDS = ("channel_axes", "axes_bootstrap")
+"""The :class:`RunSettings` fields of a layer's channel axes followed over training."""
 
 
 @dataclass(frozen=True)
@@ -155,9 +157,11 @@ class RunSettings(Settings):
 
     def to_dict(self) -> dict:
         """The fields, ``train``'s flattened beside the others (the ``config`` of ``run.json``) without the two it
-        derives."""
+        derives, and without the axes' fields when no layer is followed (run folders written before them read
+        alike)."""
+        unused = () if self.channel_axes else AXES_FIELDS
         return {f.name: setting_value(self, f.name) for f in settings_fields(RunSettings)
-                if f.name not in DERIVED_TRAIN_FIELDS}
+                if f.name not in DERIVED_TRAIN_FIELDS + unused}
 
     @classmethod
     def from_dict(cls, data: dict) -> RunSettings:
