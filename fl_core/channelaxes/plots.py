@@ -344,9 +344,9 @@ def depth_figure(sweep: ChannelSweepResult) -> go.Figure:
 AXES_OVER_TRAINING = {
     "spearman": ("ρ(I_X, I(ā;m))", 0), "ari": ("ARI of the groupings", 2), "significant_share":
         ("share with measurable I(ā;m)", 7),
-    "cos_update_capture": ("cos(update, ∇ input capture)", 0),
+    "cos_update_capture": ("cos(update, ∇ input capture)", 3),
     "cos_update_information": ("cos(update, ∇ task information)", 1),
-    "cos_capture_information": ("cos(∇ input capture, ∇ task information)", 7),
+    "cos_capture_information": ("cos(∇ input capture, ∇ task information)", 4),
 }
 """What the axes-over-training figure draws: column -> (legend name, palette index)."""
 
