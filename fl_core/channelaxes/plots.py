@@ -360,7 +360,7 @@ def axes_over_training_figure(trajectory: AxesTrajectory) -> go.Figure:
 
     frame = trajectory.to_frame()
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
-                        subplot_titles=("The two axes", "Claim 5: the update and the information gradients"))
+                        subplot_titles=("Claims 1 and 2: the two axes", "Claim 5: the cosines"))
     x = frame["step"].to_numpy(float) + 1 if len(frame) else np.zeros(0)
     for name, (label, palette) in AXES_OVER_TRAINING.items():
         if name not in frame or not np.isfinite(frame[name].to_numpy(float)).any():
