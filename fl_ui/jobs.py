@@ -19,6 +19,7 @@ import numpy as np
 from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
 from fl_core.channelaxes.settings import ChannelSettings
+from fl_core.channelaxes.training import AxesTrajectory
 from fl_core.compute.progress import Progress, report
 from fl_core.firstlayer.energy import EnergyResult, analyze_energy
 from fl_core.firstlayer.patches import PatchPCA
@@ -191,7 +192,8 @@ def survey_row_job(request: SurveyRowRequest, progress: Progress | None = None) 
 
 
 def training_job(request: TrainingRequest, progress: Progress | None = None) -> Run:
-    """Train one run into its folder, publishing its patch PCAs and every snapshot as it is taken."""
+    """Train one run into its folder, publishing its patch PCAs, every snapshot as it is taken and, when the run
+    follows a layer's channel axes, the axes measured so far."""
     report(progress, 0.0, "cutting crops and computing the patch PCA")
     inputs = run_inputs(resolve_config(request.config))  # cached: train_run below reuses it
     publish("pca", (inputs.pca, inputs.reference_pca))
@@ -201,8 +203,11 @@ def training_job(request: TrainingRequest, progress: Progress | None = None) -> 
         snapshots[step] = weights
         publish("snapshots", snapshots)
 
+    def on_axes(trajectory: AxesTrajectory) -> None:
+        publish("axes", trajectory)
+
     return train_run(request.config, request.folder, device=request.device, progress=progress,
-                     should_stop=stop_requested, on_snapshot=on_snapshot)
+                     should_stop=stop_requested, on_snapshot=on_snapshot, on_axes=on_axes)
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,7 @@ class JobStatus:
         snapshots: step -> first-layer weights taken so far (step 0 = init).
         pca: the patch PCA of the run's inputs, once known (for live profiles).
         reference_pca: App. D.2: the unmodified PCA.
+        axes: the followed layer's channel axes at the snapshots measured so far (``None``: none yet, or not followed).
         state: ``queued``, ``running``, ``done``, ``cancelled`` or ``failed``.
         run: the saved run when done (or cancelled after it started).
         error: the message for the user when failed.
@@ -224,6 +230,7 @@ class JobStatus:
     snapshots: dict[int, np.ndarray] = field(default_factory=dict)
     pca: PatchPCA | None = None
     reference_pca: PatchPCA | None = None
+    axes: AxesTrajectory | None = None
     state: str = "queued"
     run: Run | None = None
     error: str | None = None
@@ -264,7 +271,8 @@ class TrainingJob:
         if state.state != "done":
             pca, reference = self._job.published("pca", (None, None))
             return JobStatus(state.fraction, state.message, self._job.published("snapshots", {}), pca, reference,
-                             state.state if state.finished else "running", error=state.error)
+                             self._job.published("axes", None), state.state if state.finished else "running",
+                             error=state.error)
         if self._run is None:
             self._run = self._job.result()
         run = self._run
@@ -272,4 +280,4 @@ class TrainingJob:
         stopped = run.history.stopped_early
         message = f"stopped at step {steps} of {planned}, saved" if stopped else f"{planned} steps, saved"
         return JobStatus(steps / planned if stopped else 1.0, message, dict(run.snapshots), run.pca,
-                         run.reference_pca, state="cancelled" if stopped else "done", run=run)
+                         run.reference_pca, run.channel_axes, state="cancelled" if stopped else "done", run=run)

@@ -16,7 +16,8 @@ this project's [proposed]:
    include 0;
 4. local-axis scores prune better than target-axis scores: one layer's curves without an interval cannot decide it
    (the paper prunes many layers of CIFAR-100 networks to FLOPs targets, with fine-tuning);
-5. the separation follows residualized gradient directions: needs the axes along a training run.
+5. the separation follows residualized gradient directions: needs the axes along a training run (the Training Lab's
+   ``--channel-axes``, :mod:`fl_core.channelaxes.training`), not one network beside its initialization.
 """
 
 from __future__ import annotations
@@ -316,5 +317,6 @@ def channel_claims(results: Sequence[ChannelAxesResult], network: NetworkPruning
     measured = [alignment_claim(results), grouping_claim(results), relevance_claim(results),
                 pruning_claim(results, network),
                 (None, None, "cannot be tested offline", "needs the layer's axes and its SGD updates along a training "
-                 "run (the Training Lab's axes over training), not a trained network beside one initialization")]
+                 "run: the Training Lab's axes over training measure them (python -m fl_core train --channel-axes "
+                 "LAYER), not a trained network beside one initialization")]
     return ClaimsTable(tuple(_row(claim, *values, settings, command) for claim, values in zip(PAPER_CLAIMS, measured)))

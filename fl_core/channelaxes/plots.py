@@ -19,6 +19,7 @@ from fl_core.errors import ArgumentError, value_text
 
 if TYPE_CHECKING:
     from fl_core.channelaxes.sweep import ChannelSweepResult
+    from fl_core.channelaxes.training import AxesTrajectory
 from fl_core.figures import color, filter_zoom_figure, heatmap_figure, log_axis, readable, tiles_figure
 
 METRIC_LABELS = {
@@ -382,4 +383,50 @@ def depth_figure(sweep: ChannelSweepResult) -> go.Figure:
     fig.update_xaxes(title_text=f"convolution index (of {sweep.layers[0].n_layers})")
     fig.update_layout(title=f"{sweep.label}: the axes against depth (95 % bootstrap intervals over images)",
                       height=420, **LAYOUT)
+    return readable(fig)
+
+
+AXES_OVER_TRAINING = {
+    "spearman": ("ρ(I_X, I(ā;m))", 0), "ari": ("ARI of the groupings", 2), "significant_share":
+        ("share with measurable I(ā;m)", 7),
+    "cos_update_capture": ("cos(update, ∇ input capture)", 3),
+    "cos_update_information": ("cos(update, ∇ task information)", 1),
+    "cos_capture_information": ("cos(∇ input capture, ∇ task information)", 4),
+}
+"""What the axes-over-training figure draws: column -> (legend name, palette index)."""
+
+
+def axes_over_training_figure(trajectory: AxesTrajectory) -> go.Figure:
+    """One layer's axes at every snapshot (left: ρ and the ARI with their bootstrap intervals, and the share of
+    channels with measurable task information) and the paper's claim 5 (right: the cosines of the update of the
+    layer's filters with the gradients of total input capture and of total task information), against the step + 1
+    on a log axis (1 = the initialization)."""
+    from plotly.subplots import make_subplots
+
+    frame = trajectory.to_frame()
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=("Claims 1 and 2: the two axes", "Claim 5: the cosines"))
+    x = frame["step"].to_numpy(float) + 1 if len(frame) else np.zeros(0)
+    for name, (label, palette) in AXES_OVER_TRAINING.items():
+        if name not in frame or not np.isfinite(frame[name].to_numpy(float)).any():
+            continue
+        values = frame[name].to_numpy(float)
+        error = None
+        if f"{name}_low" in frame:
+            low, high = frame[f"{name}_low"].to_numpy(float), frame[f"{name}_high"].to_numpy(float)
+            error = dict(type="data", symmetric=False, array=np.nan_to_num(high - values),
+                         arrayminus=np.nan_to_num(values - low))
+        column = 2 if name.startswith("cos_") else 1
+        dash = "dot" if name in ("significant_share", "cos_capture_information") else "solid"
+        fig.add_trace(go.Scatter(x=x, y=values, mode="lines+markers", name=label, error_y=error,
+                                 line=dict(color=color(palette), dash=dash), customdata=frame["step"],
+                                 hovertemplate="step %{customdata}<br>" + label + " %{y:.3f}<extra></extra>"),
+                      row=1, col=column)
+    for column in (1, 2):
+        fig.add_hline(y=0, line=dict(color="#999", dash="dash"), row=1, col=column)
+    fig.update_xaxes(title_text="SGD step + 1 (1 = initialization)", **log_axis(x))
+    fig.update_yaxes(range=[-1.05, 1.05])
+    n = int(frame["n_images"].iloc[0]) if len(frame) else 0
+    fig.update_layout(title=f"{trajectory.layer} over training ({n} images, 95 % bootstrap intervals)", height=460,
+                      **LAYOUT)
     return readable(fig)

@@ -8,6 +8,10 @@ JSON then holds ``layers`` (one object per layer, each with the one-layer keys) 
 of them. ``--flops-targets`` then prunes the layers together to those fractions of the network's MACs, each pruned
 network recovered by the fixed ``--recovery-steps`` fine-tune (JSON ``network_pruning``).
 
+On a Training Lab run folder (``--model weights:RUN_DIR``) it measures the run's followed layer (or ``--layer``) at
+every checkpoint the run kept, on the run's validation crops with the run's settings: the rows ``train
+--channel-axes`` stored (JSON: ``layer``, ``snapshots``).
+
 Examples:
     python -m fl_core channels --model demo:tiny_vgg --layer features.14 --compare-init --json axes.json
     python -m fl_core channels --model torchvision:squeezenet1_0=squeezenet.pt --layer features.12.squeeze \\
@@ -17,12 +21,14 @@ Examples:
     python -m fl_core channels --model demo:mobilenet_v2 --layer features.10.conv.2 --layer features.13.conv.2 \
         --layer features.16.conv.2 --data imagenet-sample --lesions --criteria local target l1 random \
         --flops-targets 0.1 0.2 0.3 --json pruned.json
+    python -m fl_core channels --model weights:runs/vgg --json axes_over_training.json
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fl_core.channelaxes.settings import ChannelDataSettings, ChannelSettings, PruningSettings
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
     from fl_core.channelaxes.claims import ClaimsTable
     from fl_core.channelaxes.pruning import NetworkPruningResult
     from fl_core.channelaxes.sweep import ChannelSweepResult
+    from fl_core.channelaxes.training import AxesTrajectory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,13 +72,24 @@ def several_layers(args: argparse.Namespace) -> bool:
     return len(args.layer) > 1 or args.layer == ["all"] or bool(args.flops_targets)
 
 
-def run(args: argparse.Namespace, progress) -> ChannelAxesResult | ChannelSweepResult:
+def run(args: argparse.Namespace, progress) -> ChannelAxesResult | ChannelSweepResult | AxesTrajectory:
     from fl_core.channelaxes.analysis import analyze_channels, resolve_layers
     from fl_core.channelaxes.calibration import channel_data
     from fl_core.channelaxes.estimate import channels_estimate, estimate_channels
     from fl_core.channelaxes.sweep import sweep_channels
     from fl_core.io.models import load_model
 
+    run_folder = training_run(args.model)
+    if run_folder is not None:
+        from fl_core.lab.axes import run_axes
+
+        if len(args.layer) > 1:
+            raise ModelSpecError("On a Training Lab run folder give at most one --layer (default: the one it "
+                                 "followed).")
+        trajectory = run_axes(run_folder, args.layer[0] if args.layer else None, device=args.device,
+                              progress=progress)
+        print_trajectory(trajectory)
+        return trajectory
     models = load_models(args)
     if len(models) != 1:
         raise ModelSpecError("channels analyses one model: give one --model (and --init for its initialization).")
@@ -127,6 +145,39 @@ def print_network_pruning(pruning: NetworkPruningResult) -> None:
         print(f"  note: {note}")
     for name, reason in pruning.skipped.items():
         print(f"  {name}: skipped ({reason})")
+
+
+def training_run(specs: list[str]) -> Path | None:
+    """The folder of a single ``weights:DIR`` spec that is a Training Lab run folder (``None`` otherwise)."""
+    from fl_core.lab.axes import is_run_folder
+    from fl_core.report.series import folder_of
+
+    folder = folder_of(specs[0]) if len(specs) == 1 else None
+    return folder if folder is not None and is_run_folder(folder) else None
+
+
+def print_trajectory(trajectory: AxesTrajectory) -> None:
+    """A layer's axes at every snapshot: ρ, ARI, measurable task information and the claim-5 cosines, intervals in
+    brackets."""
+
+    def value(number: float, interval: list[float] | None) -> str:
+        if number != number:
+            return "–"
+        return f"{number:+.2f}" + (f" [{interval[0]:+.2f}, {interval[1]:+.2f}]" if interval and
+                                   interval[0] is not None else "")
+
+    first = trajectory.snapshots[0] if trajectory.snapshots else None
+    print(f"{trajectory.layer} over training, on {trajectory.data}; intervals: {trajectory.bootstrap} bootstrap "
+          f"resamples of the images (seed {trajectory.seed})" + (f", noise floor {first.noise_floor:.4f} nats"
+                                                                  if first else ""))
+    print(f"{'step':>6}  {'rho(I_X, I(a;m))':22s} {'ARI':22s} {'measurable I':>12}  {'cos(update, grad I_X)':22s} "
+          f"{'cos(update, grad I)':22s} accuracy")
+    for s in trajectory.snapshots:
+        print(f"{s.step:6d}  {value(s.spearman, s.spearman_ci):22s} {value(s.ari, s.ari_ci):22s} "
+              f"{s.significant_share:12.0%}  "
+              f"{value(s.cosines['cos_update_capture'], s.cosines_ci.get('cos_update_capture')):22s} "
+              f"{value(s.cosines['cos_update_information'], s.cosines_ci.get('cos_update_information')):22s} "
+              f"{s.accuracy:.1%}")
 
 
 def print_depth(sweep: ChannelSweepResult) -> None:

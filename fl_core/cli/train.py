@@ -6,6 +6,7 @@ Examples:
     python -m fl_core train --out runs/vgg --json vgg.json
     python -m fl_core train --labels random --steps 1200 --out runs/vgg_random
     python -m fl_core train --alpha 4 --alpha-component 15 --out runs/d2
+    python -m fl_core train --steps 200 --channel-axes features.7 --out runs/vgg_axes --json t.json
     python -m fl_core train --suite quick --images /data/imagenet/val --max-images 100 --out runs/inet --json s.json
 """
 
@@ -29,6 +30,8 @@ OPTION_GROUPS = {
     "label and input variants (App. D)": ("labels", "label_component", "alpha", "alpha_component"),
     "optimizer (plain SGD with cross-entropy, as the authors)": ("seed", "steps", "batch_size", "lr", "momentum",
                                                                  "weight_decay", "snapshots"),
+    "a layer's channel axes over training (Safaai et al. 2026, claims 1, 2 and 5)": ("channel_axes",
+                                                                                     "axes_bootstrap"),
 }
 """Help sections of the :class:`RunSettings` options (the others, ``--crops-per-image``, stand with the data
 options)."""
@@ -61,6 +64,7 @@ def cli_flags(config: RunSettings) -> str:
 
 
 def run(args: argparse.Namespace, progress) -> TrainReport:
+    from fl_core.cli.channels import print_trajectory
     from fl_core.lab.experiments import run_suite, suite_runs
     from fl_core.lab.runs import train_run, user_runs_dir
     from fl_core.lab.summary import train_report
@@ -75,6 +79,9 @@ def run(args: argparse.Namespace, progress) -> TrainReport:
         runs = [train_run(config, args.out or user_runs_dir() / config.slug(), device=args.device,
                           save_checkpoints=not args.no_checkpoints, progress=progress)]
     report = train_report(runs)
+    for run_ in runs:
+        if run_.channel_axes is not None:
+            print_trajectory(run_.channel_axes)
     for entry in report.runs:
         print(f"{entry['name']}: validation accuracy {entry['val_accuracy']:.1%}, theory fit r = "
               f"{entry['theory_r']:.3f} (ηt = {entry['eta_t']:.3g}), vs init {entry['vs_init']:+.3f}, "

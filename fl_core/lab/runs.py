@@ -7,6 +7,12 @@ A run folder holds::
     pca.safetensors     the patch PCA of the inputs the first layer saw (plus, for App. D.2, the unmodified one)
     init.safetensors    full state dict at initialization   } optional; loadable anywhere as ``weights:PATH``,
     final.safetensors   full state dict after training      } and shipped runs as ``demo:NAME`` entries
+    checkpoints/        with ``channel_axes``: the full state dict at every snapshot (``step_000000.safetensors`` …,
+                        the step in its metadata), from which ``channels --model weights:RUN`` measures the axes again
+
+With ``channel_axes`` (a convolution's name) ``run.json`` also holds that layer's axes at every snapshot
+(:class:`~fl_core.channelaxes.training.AxesTrajectory`: ρ, ARI, measurable task information and the claim-5 cosines
+with their intervals), measured on the validation crops.
 
 Defaults follow the authors' optimizer (plain SGD, cross-entropy, no augmentation) with a larger step and fewer
 steps so a run finishes in CPU minutes (Chowers & Weiss use lr 0.01, batch 256, 30 epochs of CIFAR10).
@@ -33,6 +39,7 @@ import torch
 from torch import nn
 from torchvision.transforms import v2 as T
 
+from fl_core.channelaxes.training import AxesFollower, AxesTrajectory, analysis_data, training_axes_settings
 from fl_core.compute.budgets import check_training
 from fl_core.compute.device import DeviceLike, resolve_device
 from fl_core.compute.progress import ProgressLike, progress_callback, report, sub_progress
@@ -102,6 +109,7 @@ class Run(Result):
         reference_pca: App. D.2 only: the PCA of the unmodified input (same components).
         provenance: timings, machine, data and label details.
         path: the run folder, when saved.
+        channel_axes: the axes of ``config.channel_axes`` at every snapshot (``None``: not followed).
     """
 
     name: str
@@ -115,6 +123,7 @@ class Run(Result):
     reference_pca: PatchPCA | None = None
     provenance: dict = field(default_factory=dict)
     path: str | None = None
+    channel_axes: AxesTrajectory | None = None
 
     _private_fields = ("reference_pca",)
 
@@ -322,7 +331,8 @@ def _data_pca(images: str, max_images: int | None, crops_per_image: int | None, 
 def train_run(config: RunSettings, out: str | Path | None = None, *, name: str | None = None,
               device: DeviceLike = None, save_checkpoints: bool = True, progress: ProgressLike = None,
               should_stop: Callable[[], bool] | None = None,
-              on_snapshot: Callable[[int, np.ndarray], None] | None = None) -> Run:
+              on_snapshot: Callable[[int, np.ndarray], None] | None = None,
+              on_axes: Callable[[AxesTrajectory], None] | None = None) -> Run:
     """Train one run; with ``out``, save it as a run folder ``out`` (see the module docstring).
 
     Args:
@@ -334,10 +344,11 @@ def train_run(config: RunSettings, out: str | Path | None = None, *, name: str |
         progress: ``progress(fraction, message)``.
         should_stop: polled at every logging interval (cancel); a cancelled run keeps what it has done so far.
         on_snapshot: ``(step, first-layer weights)`` as snapshots are taken (live views).
+        on_axes: with ``config.channel_axes``: the layer's axes so far, after each snapshot (live views).
 
     Raises:
         AnalysisError, ModelSpecError: the run is over a budget (:func:`check_run_budget`), before anything is
-            allocated.
+            allocated; ``config.channel_axes`` is not a convolution of the network (before training).
         DataError: ``out`` is outside the folders the library may write (:func:`fl_core.io.paths.check_writable`),
             checked before training.
     """
@@ -352,18 +363,54 @@ def train_run(config: RunSettings, out: str | Path | None = None, *, name: str |
     data, labels = inputs.data, inputs.labels
     model, first_name, kwargs = build_run_model(config, len(labels.classes))
     init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    follower = None
+    if config.channel_axes:
+        follower = axes_follower(config, model, inputs, device, on_axes,
+                                 Path(out) / CHECKPOINTS if out is not None and save_checkpoints else None)
     history = train_classifier(model, data.train_x, labels.train_y, data.val_x, labels.val_y, inputs.prepare,
                                model.get_submodule(first_name), config.train, device=device,
                                progress=sub_progress(progress, 0.05, 0.98), should_stop=should_stop,
-                               on_snapshot=on_snapshot)
+                               on_snapshot=on_snapshot, at_snapshot=follower)
     run = Run(name=name or (Path(out).name if out else config.slug()), config=config, history=history,
               classes=labels.classes, input_config=data.input_config(), arch_kwargs=kwargs, first_layer=first_name,
               pca=inputs.pca, reference_pca=inputs.reference_pca,
-              provenance=_provenance(config, data, labels, history, device, time.perf_counter() - started))
+              provenance=_provenance(config, data, labels, history, device, time.perf_counter() - started),
+              channel_axes=None if follower is None else follower.trajectory)
     if out is not None:
         run = save_run(run, out, (init_state, model.state_dict()) if save_checkpoints else None)
     report(progress, 1.0, "done")
     return run
+
+
+CHECKPOINTS = "checkpoints"
+"""The folder of a run's full checkpoints at every snapshot (runs that follow a layer's channel axes)."""
+
+
+def axes_data(config: RunSettings, inputs: RunInputs):
+    """The images the axes over training are measured on: the run's validation crops, as the network sees them."""
+    labels = inputs.labels
+    x = inputs.prepare(inputs.data.val_x)
+    return analysis_data(x, labels.val_y, labels.classes, f"{len(x)} validation crops of {config.images} "
+                         f"({config.labels} labels)", seed=config.train.seed)
+
+
+def check_axes_layer(model: nn.Module, layer: str) -> None:
+    """Refuse a followed layer that is not a convolution of the run's network, naming the ones it has."""
+    convs = [name for name, module in model.named_modules() if isinstance(module, nn.Conv2d)]
+    if layer not in convs:
+        raise ModelSpecError(f"channel_axes: the network has no convolution '{layer}'; its convolutions: "
+                             f"{', '.join(convs)}.")
+
+
+def axes_follower(config: RunSettings, model: nn.Module, inputs: RunInputs, device: torch.device,
+                  on_axes: Callable[[AxesTrajectory], None] | None, checkpoints: Path | None) -> AxesFollower:
+    """What measures ``config.channel_axes`` at every snapshot (and, with ``checkpoints``, saves the full network
+    there first, so the ``channels`` command can measure the same rows again)."""
+    check_axes_layer(model, config.channel_axes)
+    if checkpoints is not None:
+        checkpoints.mkdir(parents=True, exist_ok=True)
+    return AxesFollower(config.channel_axes, axes_data(config, inputs),
+                        training_axes_settings(config.axes_bootstrap, config.train.seed), device, on_axes, checkpoints)
 
 
 def _provenance(config: RunSettings, data, labels, history: TrainHistory, device: torch.device,
@@ -446,7 +493,9 @@ def load_run(folder: str | Path) -> Run:
                classes=tuple(document["classes"]), input_config=InputConfig(**document["input_config"]),
                arch_kwargs=document.get("arch_kwargs", {}), first_layer=document["first_layer"],
                pca=_pca_from(pcas, "pca"), reference_pca=_pca_from(pcas, "reference_pca"),
-               provenance=document.get("provenance", {}), path=str(folder))
+               provenance=document.get("provenance", {}), path=str(folder),
+               channel_axes=AxesTrajectory.from_dict(document["channel_axes"]) if document.get("channel_axes")
+               else None)
 
 
 def list_runs(root: str | Path) -> list[Path]:

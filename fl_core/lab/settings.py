@@ -32,6 +32,8 @@ MAX_FIRST_KERNEL = 32
 """The largest first-layer kernel a run records (the crops are 32×32)."""
 DERIVED_TRAIN_FIELDS = ("eval_every", "snapshot_steps")
 """The :class:`TrainSettings` fields a run sets from its steps and snapshots (not options of a run)."""
+AXES_FIELDS = ("channel_axes", "axes_bootstrap")
+"""The :class:`RunSettings` fields of a layer's channel axes followed over training."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,10 @@ class RunSettings(Settings):
             ``seed``, which also initializes the network and permutes the labels. Its ``eval_every`` (about 20
             evaluations, at least 10 steps apart) and ``snapshot_steps`` are set from ``steps`` and ``snapshots``.
         snapshots: number of first-layer snapshots, log-spaced over the steps (step 0 and the last included).
+        channel_axes: a convolution whose channel axes are followed at every snapshot (ρ, ARI, measurable task
+            information, the claim-5 cosines: :mod:`fl_core.channelaxes.training`), on the validation crops; none: not
+            followed.
+        axes_bootstrap: resamples of the validation crops behind the intervals of the followed axes.
     """
 
     images: str = BUNDLED
@@ -97,6 +103,8 @@ class RunSettings(Settings):
     alpha_component: int = setting(4, minimum=1, maximum=3 * max(KERNELS) ** 2)
     train: TrainSettings = field(default_factory=TrainSettings)
     snapshots: int = setting(13, minimum=2, maximum=100)
+    channel_axes: str | None = None
+    axes_bootstrap: int = setting(200, minimum=0, maximum=10_000)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -149,9 +157,11 @@ class RunSettings(Settings):
 
     def to_dict(self) -> dict:
         """The fields, ``train``'s flattened beside the others (the ``config`` of ``run.json``) without the two it
-        derives."""
+        derives, and without the axes' fields when no layer is followed (run folders written before them read
+        alike)."""
+        unused = () if self.channel_axes else AXES_FIELDS
         return {f.name: setting_value(self, f.name) for f in settings_fields(RunSettings)
-                if f.name not in DERIVED_TRAIN_FIELDS}
+                if f.name not in DERIVED_TRAIN_FIELDS + unused}
 
     @classmethod
     def from_dict(cls, data: dict) -> RunSettings:

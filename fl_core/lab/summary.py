@@ -20,7 +20,9 @@ class TrainReport(Result):
     Attributes:
         runs: per run: ``name``, ``path``, ``config``, ``val_accuracy``, ``train_accuracy``, ``training_seconds``,
             and at the last snapshot ``theory_r`` (w−w₀), ``eta_t``, ``vs_init``; ``eta_t_trend``; ``trajectory``
-            (one entry per snapshot step).
+            (one entry per snapshot step); ``channel_axes``: the followed layer's axes at every snapshot (``layer``,
+            ``snapshots``: ``step``, ``spearman`` with ``spearman_ci``, ``ari`` with ``ari_ci``,
+            ``significant_share``, ``cosines`` with ``cosines_ci``, ...; ``None``: not followed).
         claims: the paper's claims measured on these runs (see :class:`fl_core.lab.claims.ClaimSummary`).
     """
 
@@ -39,7 +41,8 @@ def run_summary(run: Run) -> dict:
             "val_accuracy": run.history.final_val_accuracy, "train_accuracy": run.history.final_train_accuracy,
             "training_seconds": run.provenance.get("training_seconds"), "theory_r": traj.r[-1],
             "eta_t": traj.eta_t[-1], "vs_init": traj.vs_init[-1], "eta_t_trend": traj.eta_t_trend,
-            "trajectory": traj.steps_frame().to_dict(orient="records")}
+            "trajectory": traj.steps_frame().to_dict(orient="records"),
+            "channel_axes": None if run.channel_axes is None else run.channel_axes.to_dict()}
 
 
 def train_report(runs: Sequence[Run]) -> TrainReport:

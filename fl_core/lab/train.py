@@ -85,7 +85,8 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
                      val_y: torch.Tensor, prepare: Callable[[torch.Tensor], torch.Tensor], first_layer: nn.Conv2d,
                      config: TrainSettings | None = None, *, device=None, progress: Progress | None = None,
                      should_stop: Callable[[], bool] | None = None,
-                     on_snapshot: Callable[[int, np.ndarray], None] | None = None) -> TrainHistory:
+                     on_snapshot: Callable[[int, np.ndarray], None] | None = None,
+                     at_snapshot: Callable[[int, nn.Module], None] | None = None) -> TrainHistory:
     """Train ``model`` in place with SGD + cross-entropy on mini-batches drawn without replacement per epoch.
 
     Args:
@@ -104,6 +105,8 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
     The steps between logging intervals never wait for the device: the running loss and accuracy stay on it and
     are read once per interval.
         on_snapshot: called with ``(step, weights)`` whenever a first-layer snapshot is taken (live views).
+        at_snapshot: called with ``(step, model)`` after each snapshot (e.g. a layer's channel axes measured on a copy;
+            it must leave the model, its mode and the random state of training as they are).
     """
     config = config or TrainSettings()
     device = resolve_device(device)
@@ -121,6 +124,8 @@ def train_classifier(model: nn.Module, train_x: torch.Tensor, train_y: torch.Ten
         snapshots[step] = first_layer.weight.detach().cpu().numpy().copy()
         if on_snapshot is not None:
             on_snapshot(step, snapshots[step])
+        if at_snapshot is not None:
+            at_snapshot(step, model)
 
     if 0 in config.snapshot_steps:
         snapshot(0)

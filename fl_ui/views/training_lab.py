@@ -10,6 +10,7 @@ from urllib.parse import quote
 import pandas as pd
 import streamlit as st
 
+from fl_core.channelaxes.plots import axes_over_training_figure
 from fl_core.cli.train import cli_flags
 from fl_core.io.images import BUNDLED
 from fl_core.io.sources import is_bundled
@@ -114,6 +115,8 @@ def show_run(run: Run) -> None:
         "validation crops, cut from a strip of each photo the training crops never touch). Random labels can only "
         "be memorized, so their validation accuracy stays at chance.",
         f"curves_{run.name}", frame=history)
+    if run.channel_axes is not None:
+        show_axes(run)
     with st.expander("Configuration, provenance and how to open this network elsewhere"):
         details = {**{f"config.{k}": v for k, v in run.config.to_dict().items()},
                    **{f"provenance.{k}": v for k, v in run.provenance.items() if not isinstance(v, list)}}
@@ -133,6 +136,28 @@ def show_run(run: Run) -> None:
         else:
             st.caption("This run kept only its first-layer snapshots (no full checkpoints).")
         st.code(f"python -m fl_core train {cli_flags(run.config)} --out runs/{run.name}", language="bash")
+
+
+AXES_EXPLANATION = (
+    "**The two-axis paper's claims, live** (Safaai et al. 2026; the project's proposed definitions). At every "
+    "snapshot the layer's channels are measured on the {n} validation crops: **input capture** I_X (how much input "
+    "variance a filter passes) against **task information** I(ā;m) (how much its pooled activation tells about the "
+    "logit margin). Left: their Spearman ρ (claim 1: strongly coupled at initialization, weakly aligned after "
+    "training), the ARI of the groupings they induce (claim 2: near 0) and the share of channels whose task "
+    "information beats its noise floor (permutation p < 0.05; when it is low, a ρ near 0 is partly noise). Right, "
+    "claim 5: the cosine of the update of the layer's filters (−∇ loss) with the gradient of the total input capture "
+    "and of the total task information; near 0 means training moves the filters in a direction that changes "
+    "neither. Bars: 95 % bootstrap intervals over the images.")
+
+
+def show_axes(run: Run) -> None:
+    """The followed layer's axes over training, with their table."""
+    trajectory = run.channel_axes
+    n = trajectory.snapshots[0].n_images if trajectory.snapshots else 0
+    plot_with_explanation(axes_over_training_figure(trajectory), AXES_EXPLANATION.format(n=n),
+                          f"channel_axes_{run.name}", frame=trajectory.to_frame(), data=trajectory.to_dict())
+    st.caption(f"The same rows from the run's checkpoints: `python -m fl_core channels --model weights:RUN_DIR` "
+               f"({trajectory.bootstrap} bootstrap resamples, seed {trajectory.seed}).")
 
 
 def claims_for_screen(claims: pd.DataFrame) -> pd.DataFrame:
@@ -261,6 +286,15 @@ def config_form() -> RunSettings | None:
         field("batch_size", "Batch size", o3, "lab_batch", max_value=4096)
         field("lr", "Learning rate", o4, "lab_lr", min_value=1e-4, max_value=10.0, format="%.4f")
         field("momentum", "Momentum (0 = plain SGD)", o5, "lab_momentum", max_value=0.99)
+        st.markdown("**A layer's channel axes over training (Safaai et al. 2026, claims 1, 2 and 5)**")
+        a1, a2 = st.columns([2, 1])
+        values["channel_axes"] = a1.text_input(
+            "Follow the axes of this convolution (empty = none)", url_param("lab_axes", ""), key="lab_axes",
+            help="A convolution of the network, e.g. features.7 (the small VGG's third): its ρ(I_X, I(ā;m)), ARI, "
+                 "measurable task information and the claim-5 cosines are measured at every snapshot, on the "
+                 "validation crops (a few seconds per snapshot).").strip() or None
+        set_url_param("lab_axes", values["channel_axes"] or "")
+        field("axes_bootstrap", "Bootstrap resamples of the axes", a2, "lab_axes_bootstrap", max_value=2000)
         if not st.form_submit_button("▶ Start training", type="primary", key="lab_start"):
             return None
     values["arch"] = f"timm:{timm_name.strip()}" if arch == "timm" else arch
@@ -283,6 +317,8 @@ def show_job(job: TrainingJob) -> None:
             traj = snapshot_trajectory(job.folder.name, status.snapshots, status.pca, status.reference_pca)
             st.plotly_chart(trajectory_figure(traj, not job.config.train.freeze_first), width="stretch",
                             key="lab_live_profile")
+        if not status.finished and status.axes is not None and status.axes.snapshots:
+            st.plotly_chart(axes_over_training_figure(status.axes), width="stretch", key="lab_live_axes")
         if status.state == "failed":
             show(st.error, "{}", status.error)
         elif status.finished and status.run is not None:

@@ -3,6 +3,7 @@ form, can be cancelled, and is then listed under "Your runs"."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -211,7 +212,8 @@ def test_the_run_form_does_not_submit_on_enter_and_every_field_comes_back_from_t
     query = {"lab": "train", "lab_images": "bundled", "lab_max_images": "5", "lab_crops": "20", "lab_arch": "timm",
              "lab_timm": "resnet10t", "lab_width": "8", "lab_kernel": "5", "lab_freeze": "1", "lab_labels": "energy",
              "lab_component": "3", "lab_alpha": "2.5", "lab_alpha_component": "4", "lab_seed": "7", "lab_steps": "6",
-             "lab_batch": "16", "lab_lr": "0.05", "lab_momentum": "0.9"}
+             "lab_batch": "16", "lab_lr": "0.05", "lab_momentum": "0.9", "lab_axes": "features.7",
+             "lab_axes_bootstrap": "50"}
     app = page_app(PAGE, **query)
     app.run()
     assert_clean(app)
@@ -222,7 +224,8 @@ def test_the_run_form_does_not_submit_on_enter_and_every_field_comes_back_from_t
     assert widgets == {"lab_images": "bundled", "lab_max_images": 5, "lab_crops": 20, "lab_arch": "timm",
                        "lab_timm": "resnet10t", "lab_width": 8, "lab_kernel": 5, "lab_freeze": True,
                        "lab_labels": "energy", "lab_component": 3, "lab_alpha": 2.5, "lab_alpha_component": 4,
-                       "lab_seed": 7, "lab_steps": 6, "lab_batch": 16, "lab_lr": 0.05, "lab_momentum": 0.9}
+                       "lab_seed": 7, "lab_steps": 6, "lab_batch": 16, "lab_lr": 0.05, "lab_momentum": 0.9,
+                       "lab_axes": "features.7", "lab_axes_bootstrap": 50}
     for key, value in query.items():
         assert app.query_params[key] == value, key
 
@@ -246,3 +249,22 @@ def test_a_link_restores_every_widget_of_a_shipped_run() -> None:
     again = assert_round_trip(PAGE, {"lab_run": "lab_vgg_random_s0", "lab_step_lab_vgg_random_s0": 129,
                                      "lab_sub_lab_vgg_random_s0": False}, fixed=frozenset({"lab_mode"}))
     assert again.query_params["run"] == "lab_vgg_random_s0" and again.query_params["step"] == "129"
+
+
+@pytest.mark.slow
+def test_a_run_that_followed_a_layer_trains_live_with_its_axes_and_shows_them(runs_dir) -> None:
+    app = page_app(PAGE, lab="train")
+    app.run()
+    for key, value in (("lab_crops", 20), ("lab_width", 8), ("lab_steps", 4), ("lab_batch", 16),
+                       ("lab_axes_bootstrap", 20)):
+        app.number_input(key=key).set_value(value)
+    app.text_input(key="lab_axes").input("features.7")
+    app.button(key="lab_start").click().run()
+    status = app.session_state["lab_job"].wait(timeout=600)
+    assert status.state == "done", status.error
+    assert status.axes is not None and status.axes.steps == status.run.steps
+    app.run()
+    assert_clean(app)
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in app.get("plotly_chart")]
+    assert any("features.7 over training" in title for title in titles)
+    assert any("claims, live" in shown(m) for m in app.markdown)
