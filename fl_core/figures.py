@@ -431,13 +431,16 @@ def heatmap_figure(matrix: np.ndarray, labels: Sequence[str], title: str, zmin: 
     it at :data:`CELL_TEXT_PX` when the cells, beside the row labels and the colour bar, are wide enough to hold it
     (else on hover only); NaN cells are left blank."""
     text = np.array([["" if not np.isfinite(v) else f"{v:.2f}" for v in row] for row in matrix], dtype=object)
-    cell_px = (width - TICK_CHAR_PX * max(map(len, labels), default=0) - COLORBAR_PX) / max(len(labels), 1)
+    label_px = TICK_CHAR_PX * max(map(len, labels), default=0)
+    cell_px = (width - label_px - COLORBAR_PX) / max(len(labels), 1)
     write = cell_px >= cell_text_px(text)
+    turned = label_px if label_px > cell_px else 0  # x labels wider than their cells turn and take their length below
     fig = go.Figure(go.Heatmap(z=matrix, x=list(labels), y=list(labels), zmin=zmin, zmax=zmax,
                                colorscale=colorscale, text=text.tolist() if write else None,
                                texttemplate="%{text}" if write else None, textfont=dict(size=CELL_TEXT_PX),
                                hovertemplate="%{y}<br>%{x}<br>r = %{z:.3f}<extra></extra>"))
-    fig.update_layout(title=title, height=max(300, 80 + 60 * len(labels)), margin=dict(l=10, r=10, t=40, b=10))
+    fig.update_layout(title=title, height=max(300, 80 + 60 * len(labels)) + turned,
+                      margin=dict(l=10, r=10, t=40, b=10))
     fig.update_yaxes(autorange="reversed")
     return readable(fig, width)
 

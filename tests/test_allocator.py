@@ -5,6 +5,7 @@ start."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -35,7 +36,13 @@ print(json.dumps({"tuned": tuned, "kept": kept, "released": rss_mib() - before})
 
 
 def rss_after_free(mode: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", RSS_AFTER_FREE, mode], check=True, capture_output=True, text=True)
+    """The MiB a fresh process keeps after freeing 100 MiB, ``mode`` "tuned" or "default". Its environment is this
+    one without glibc's settings (:data:`allocator.ENVIRONMENT`): a Dask nanny started earlier in this process (a
+    survey's LocalCluster) writes its ``pre-spawn-environ`` into ``os.environ`` and leaves it there, and a "default"
+    process that inherited them would be tuned from its start (it kept 101 MiB in a full run)."""
+    environment = {key: value for key, value in os.environ.items() if key not in allocator.ENVIRONMENT}
+    out = subprocess.run([sys.executable, "-c", RSS_AFTER_FREE, mode], check=True, capture_output=True, text=True,
+                         env=environment)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

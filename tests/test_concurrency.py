@@ -28,7 +28,7 @@ from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.rescore import rescore
 from fl_core.masterkeys.swap import swap_filters, swapped_model
 from fl_ui.cache import get_model
-from fl_ui.testing import page_app
+from fl_ui.testing import page_app, shown
 
 from .app_pages import app_pages
 from .conftest import CHECKPOINTS, MOBILENET_OVERRIDES, MOBILENET_SPEC, REPO, TINY_MODELS, require_fixture
@@ -153,6 +153,9 @@ def _session(**query: str) -> AppTest:
     return app
 
 
+CIFAR_UPLOAD = "cifar:resnet20="  # how an uploaded resnet20_cifar10.th is added (fl_core.io.models.recognised_spec)
+
+
 @pytest.mark.slow
 def test_sessions_keep_their_own_selection_and_uploads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two browser sessions: one user's upload and model choice never appear in the other's sidebar."""
@@ -163,18 +166,22 @@ def test_sessions_keep_their_own_selection_and_uploads(tmp_path: Path, monkeypat
     alice.file_uploader(key="ckpt_upload").set_value((checkpoint.name, checkpoint.read_bytes(), "application/x"))
     alice.button(key="ckpt_add").click().run()
     bob.run()
-    uploaded = [s for s in alice.session_state["model_picker"] if s.startswith("weights:")]
+    # a CIFAR checkpoint uploaded without an architecture is recognised as one (cifar:resnet20=PATH), and said so
+    # in the uploader's sidebar only
+    uploaded = [s for s in alice.session_state["model_picker"] if s.startswith(CIFAR_UPLOAD)]
     assert len(uploaded) == 1 and not alice.sidebar.error
+    assert any("cifar:resnet20" in shown(info) for info in alice.sidebar.info)
+    assert not any("cifar:resnet20" in shown(info) for info in bob.sidebar.info)
     assert alice.session_state["selection"].specs == ("demo:tiny_vgg", uploaded[0])
     assert bob.session_state["selection"].specs == ("demo:tiny_vgg", "demo:tiny_vgg_init")
     assert uploaded[0] not in bob.multiselect(key="model_picker").options
-    assert "weights:" not in bob.query_params["models"]
+    assert "cifar:" not in str(bob.query_params["models"])
     # the same bytes uploaded by Bob under another name: his name, beside Alice's file in the folder of their content
     bob.file_uploader(key="ckpt_upload").set_value(("renamed.th", checkpoint.read_bytes(), "application/x"))
     bob.button(key="ckpt_add").click().run()
-    renamed = [s for s in bob.session_state["model_picker"] if s.startswith("weights:")]
+    renamed = [s for s in bob.session_state["model_picker"] if s.startswith(CIFAR_UPLOAD)]
     assert len(renamed) == 1 and not bob.sidebar.error
-    alices, bobs = Path(uploaded[0].removeprefix("weights:")), Path(renamed[0].removeprefix("weights:"))
+    alices, bobs = Path(uploaded[0].removeprefix(CIFAR_UPLOAD)), Path(renamed[0].removeprefix(CIFAR_UPLOAD))
     assert bobs.name == "renamed.th" and bobs.parent == alices.parent and alices.exists()
     assert renamed[0] not in alice.run().multiselect(key="model_picker").options
     assert get_model(renamed[0]).sha256 == get_model(uploaded[0]).sha256

@@ -4,6 +4,7 @@ longer computes fails (its structure and text are compared, numbers to their pri
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import re
 from pathlib import Path
@@ -75,8 +76,9 @@ def test_the_stored_outputs_are_what_the_notebook_computes(path: Path, chromium:
     pytest.importorskip("nbclient")
     pytest.importorskip("kaleido")
     stored = code_cells(path)
-    with script_module("scripts/execute_notebooks.py") as script:
-        fresh = [cell for cell in script.execute(path).cells if cell.cell_type == "code"]
+    # in a thread of its own: the kernel client's event loop stays there, not in the tests' main thread
+    with script_module("scripts/execute_notebooks.py") as script, concurrent.futures.ThreadPoolExecutor(1) as thread:
+        fresh = [cell for cell in thread.submit(script.execute, path).result().cells if cell.cell_type == "code"]
     assert outline(fresh) == outline(stored), f"stale outputs: run python scripts/execute_notebooks.py {path.name}"
     for old, new in zip(stored, fresh):
         for a, b in zip(old.outputs, new.outputs):

@@ -3,7 +3,8 @@
 Hooks belong to a module, not to a thread: a hook registered on the cached model by one session fires inside every
 other session's forward pass. These tests prove that no analysis registers a hook (or sets a flag) on a shared
 model, that the layer inventory is taken once when the model is loaded, that hook-based analyses run from several
-threads at once give exactly the single-threaded numbers, and that the hub-offline decision is made once.
+threads at once give the single-threaded numbers (to float rounding: torch's thread count is one per process), and
+that the hub-offline decision is made once.
 """
 
 from __future__ import annotations
@@ -134,7 +135,12 @@ def test_hook_based_analyses_from_several_threads_match_single_threaded(shared, 
     for i, result in enumerate(together):
         expected = alone[i % 3]
         if isinstance(expected, np.ndarray):
-            np.testing.assert_array_equal(result, expected, err_msg=f"job {i} was disturbed")
+            # torch's CPU threads are one setting per process: a channel analysis beside the others lowers them for
+            # every job while it runs (fl_core.compute.device.cpu_threads, by the load average), and a reduction
+            # split over fewer threads adds in another order: the same numbers to float32's rounding (energy profiles
+            # differ by 3e-8 relative between 1 and 2 threads), while a hook or flag leaking from another session
+            # would move them by far more than this tolerance.
+            np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-6, err_msg=f"job {i} was disturbed")
         else:
             assert result == expected, f"job {i} was disturbed"
 

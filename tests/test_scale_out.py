@@ -105,8 +105,8 @@ def test_two_app_servers_share_the_workers_and_keep_a_job_whose_session_ended(cl
     with contextlib.ExitStack() as stack:
         servers = []
         for number, port in enumerate(ports):
-            env = server_env(port, **{k: v for k, v in cluster.env.items() if k.startswith(("FL_", "DASK_"))},
-                             FL_SCHEDULER=cluster.address, FL_WARM_WORKER_VIEWS="0", HOME=str(tmp_path))
+            env = server_env(port, **{k: v for k, v in cluster.env.items() if k.startswith(("FL_", "DASK_"))}
+                             | {"FL_SCHEDULER": cluster.address, "FL_WARM_WORKER_VIEWS": "0", "HOME": str(tmp_path)})
             command = [sys.executable, "-m", "fl_ui.serve", "--server.address=127.0.0.1", "--server.headless=true"]
             stack.enter_context(running_server(command, port, env, tmp_path / f"server{number}.log",
                                                timeout=STARTUP_S))

@@ -72,7 +72,7 @@ def survey_client(scheduler: str | None, workers: int) -> Iterator:
         with Client(scheduler, timeout=60) as client:
             yield client
         return
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0} | WORKER_PROCESS_CONFIG):
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0} | WORKER_PROCESS_CONFIG), _environment_kept():
         with _bare_main():
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                                    scheduler_kwargs={"dashboard": False}, memory_limit=0,
@@ -80,6 +80,19 @@ def survey_client(scheduler: str | None, workers: int) -> Iterator:
         with cluster, Client(cluster) as client:
             client.run(_use_cores, max(1, (os.cpu_count() or 1) // workers))
             yield client
+
+
+@contextlib.contextmanager
+def _environment_kept() -> Iterator[None]:
+    """This process's environment as it was, once the cluster has closed: Dask's nannies write their workers'
+    environment (:data:`WORKER_PROCESS_CONFIG`: glibc's malloc settings) into the parent's ``os.environ`` and leave
+    it, so every process started afterwards would inherit them."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 @contextlib.contextmanager

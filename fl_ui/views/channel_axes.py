@@ -62,7 +62,7 @@ LESION_NAMES = {"mean": "mean-ablation", "zero": "zero-ablation", "replace": "pe
 APPLIED = "axes_applied"  # session key: the request whose result the page shows
 # The per-channel table's columns on the page, in words that fit a 1024-px projector (the CSV has them all).
 CHANNEL_COLUMNS = {"index": "channel", "input_capture": "I_X", "peer_overlap": "R̄_X", "peer_r2": "peer R²",
-                   "task_info": "I(ā;m)", "task_info_p": "p of I", "target_excess": "TE",
+                   "task_info": "I(ā;m)", "task_info_p": "p",
                    "lesion_dloss": "Δloss, lesion", "replacement_dloss": "Δloss, peers"}
 
 
@@ -229,7 +229,7 @@ with user_errors():
     significance = result.axes.significance
     if significance is not None:
         floor = significance.noise_floor_share > 0.5
-        show(st.warning if floor else st.caption, "{}{} Each channel's p-value is in the table below (p of I).",
+        show(st.warning if floor else st.caption, "{}{} Each channel's p-value is in the table below (p).",
              "**Most channels carry no measurable task information.** " if floor else "",
              result.noise_floor_sentence())
     explain_symbols(("ρ", "ARI", "I_X", "R̄_X", "peer R²", "I(ā;m)", "TE", "nats", "Δloss", "AUC", "fold"))
@@ -336,16 +336,16 @@ with user_errors():
         "single data point: the command `python -m fl_core channels --layer A --layer B ...` measures several layers "
         "together. The thresholds behind the verdicts are this project's (docs/methods.md, *The paper's claims*).",
         f"claims_{layer}", frame=claims.to_frame(), data={"claims": claims.rows()})
-    st.dataframe(claims_table(claims), hide_index=True, width="stretch")
+    st.table(claims_table(claims), hide_index=True)  # static: its sentences wrap on a projector
 
     st.subheader("Per-layer summary")
     table_with_download(result.summary_frame(), f"channel_axes_summary_{layer}", shown=summary_table(result))
     st.subheader("Every channel")
     st.caption("I_X: input capture; R̄_X: peer overlap; peer R²: how well its peers reconstruct it; I(ā;m): task "
-               "information and TE: target excess (nats); p of I: the chance of a task information this large if the "
+               "information (nats); p: the chance of a task information this large if the "
                "channel told nothing about the answer (a permutation test; below 0.05: measurable); Δloss when it is "
-               "mean-ablated and when its peers replace it. The CSV has every per-channel number (the noise-floor "
-               "corrected information, scores, synergies, filter norms).")
+               "mean-ablated and when its peers replace it. The CSV has every per-channel number (the target "
+               "excess TE, the noise-floor corrected information, scores, synergies, filter norms).")
     table_with_download(result.to_frame(), f"channel_axes_channels_{layer}",
                         shown=screen_columns(result.to_frame(), CHANNEL_COLUMNS))
     downloads(f"channel_axes_{layer}_result", result=result)

@@ -8,7 +8,7 @@ import streamlit as st
 from fl_ui.messages import show
 from fl_ui.paths import saved_results_folder
 from fl_ui.savedresults import SUFFIX, family_of, figure_explanation, files_frame, models_of, saved_files, saved_result
-from fl_ui.widgets import plot_with_explanation, slug, table_with_download, url_widget, user_errors
+from fl_ui.widgets import plot_with_explanation, screen_columns, slug, table_with_download, url_widget, user_errors
 
 st.title("💾 Saved results")
 st.markdown(
@@ -42,4 +42,7 @@ else:
                 with user_errors():
                     plot_with_explanation(result.plot(kind), figure_explanation(result, kind), f"{stem}_{kind}")
             st.subheader("Table")
-            table_with_download(result.to_frame(), f"{stem}_table", result=result)
+            frame = result.to_frame()
+            shown = screen_columns(frame, {column: column.replace("_", " ") for column in frame.columns
+                                           if column != "spec"})  # the spec is named above; headers wrap
+            table_with_download(frame, f"{stem}_table", shown=shown, wrap=True, result=result)

@@ -28,9 +28,15 @@ def upload_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def app_url(chromium: Path, artifacts: Path, upload_dir: Path, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[str]:
     """The image's server (``python -m fl_ui.serve``: ``streamlit run app.py`` warmed, computing the heavy pages'
-    default views as soon as it listens) on a free localhost port, shared by every browser test."""
+    default views as soon as it listens) on a free localhost port, shared by every browser test; its Saved results
+    page shows a folder holding one saved energy result."""
+    import fl_core
+
+    results = tmp_path_factory.mktemp("results")
+    fl_core.analyze_energy("demo:tiny_vgg", seeds=2, progress=False).save(results / "tiny_vgg_energy.flr")
     port = free_port()
-    env = server_env(port, FL_UPLOAD_DIR=str(upload_dir), HOME=str(tmp_path_factory.mktemp("home")))
+    env = server_env(port, FL_UPLOAD_DIR=str(upload_dir), HOME=str(tmp_path_factory.mktemp("home")),
+                     FL_RESULTS_DIR=str(results))
     command = ["python", "-m", "fl_ui.serve", "--server.address=127.0.0.1", "--server.headless=true"]
     with running_server(command, port, env, artifacts / "server.log"):
         yield f"http://127.0.0.1:{port}"

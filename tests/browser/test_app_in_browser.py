@@ -147,9 +147,10 @@ def test_upload_checkpoints_through_the_file_chooser(page, app_url: str, artifac
     page.screenshot(path=str(artifacts / "upload-refused.png"), full_page=True)
 
     choose_file(page, real)
-    assert sidebar(page).locator('[data-testid="stAlert"]').count() == 0
+    notices = sidebar(page).locator('[data-testid="stAlert"]')  # one: how the upload was recognised
+    assert notices.count() == 1 and "holds a CIFAR resnet20" in notices.first.inner_text(), notices.all_inner_texts()
     tags = sidebar(page).locator('[data-testid="stMultiSelect"]').first.inner_text()
-    assert "weights: resnet20_cifar10.th" in tags  # the file's own name, not its content hash
+    assert "resnet20_cifar10.th" in tags and "weights:" not in tags  # a runnable cifar:resnet20, by its file's name
     assert "12fca82f0bebc4135bf1f32f/resnet20_cifar10.th" in [  # kept in its SHA-256's folder under its name
         p.relative_to(upload_dir).as_posix() for p in upload_dir.glob("*/*")]
     main = page.locator('[data-testid="stMain"]')

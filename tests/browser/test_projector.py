@@ -139,7 +139,9 @@ def test_every_page_reads_well_with_an_uploaded_checkpoint(browser, app_url: str
     page.goto(app_url)
     settle(page)
     choose_file(page, path)
-    assert sidebar(page).locator('[data-testid="stAlert"]').count() == 0
+    alerts = sidebar(page).locator('[data-testid="stAlert"]')  # one notice: how the upload was recognised
+    assert alerts.count() == 1 and any(words in alerts.first.inner_text() for words in (
+        "holds a CIFAR resnet20", "is added as weights only")), alerts.all_inner_texts()
     chips = sidebar(page).locator('[data-testid="stMultiSelect"]').first.inner_text()
     assert path.name in chips, chips  # the file's own name, not its content hash
     problems = visit_every_page(page, folder, f"upload-{path.stem}")

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from fl_core.channelaxes.site import default_channel_layer
 from fl_core.errors import CheckpointError, ModelSpecError
 from fl_core.io.cifar import CIFAR10_CLASSES, cifar_resnet, read_cifar_layout
 from fl_core.io.classes import map_tree_classes
 from fl_core.io.images import folder_images, iter_input_batches
+from fl_core.io.layers import conv_inventory
 from fl_core.io.models import load_model
 from fl_core.io.preprocessing import IMAGENET_MEAN
 from tests.conftest import CHECKPOINTS, REPO, require_fixture
@@ -134,7 +136,8 @@ def test_channels_command_runs_on_a_resnet56_checkpoint(tmp_path: Path) -> None:
         assert run.returncode == 0, run.stderr
         assert run.stderr.startswith("expected: about ")  # the estimate, before the run
     defaults = json.loads(runs["defaults"][0].read_text())
-    assert defaults["layer"] == "conv1" and len(defaults["channels"]) == 16
+    default = default_channel_layer(conv_inventory(load_model(f"cifar:resnet56={path}")))  # the documented rule
+    assert defaults["layer"] == default == "layer3.8.conv2" and len(defaults["channels"]) == 64
     assert (defaults["n_calibration"], defaults["n_evaluation"]) == (256, 64)
     assert set(defaults["pruning"]) == {"local", "target", "l1", "random"}
     result = json.loads(runs["every criterion"][0].read_text())

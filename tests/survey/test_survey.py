@@ -195,6 +195,7 @@ def test_the_command_on_its_embedded_cluster_prints_its_rows_not_dasks_log(tmp_p
 @pytest.mark.slow
 def test_the_embedded_cluster_starts_under_a_main_script_that_cannot_run_again(tmp_path, monkeypatch) -> None:
     """A Streamlit page run in this process leaves itself as ``__main__``; spawned workers must not run it."""
+    import os
     import sys
     import types
 
@@ -205,9 +206,11 @@ def test_the_embedded_cluster_starts_under_a_main_script_that_cannot_run_again(t
     main = types.ModuleType("__main__")
     main.__file__ = str(page)
     monkeypatch.setitem(sys.modules, "__main__", main)
+    environment = dict(os.environ)
     with survey_client(None, 1) as client:
         assert len(client.scheduler_info()["workers"]) == 1
     assert sys.modules["__main__"] is main
+    assert dict(os.environ) == environment  # the nannies' malloc settings for the workers do not stay behind
 
 
 @pytest.mark.slow

@@ -62,8 +62,9 @@ def test_the_engine_and_the_app_recover_by_themselves_when_their_scheduler_resta
         processes = [stack.enter_context(scheduler(0))]
         wait_for(scheduler_up, STARTUP_S, "scheduler")
         processes.append(stack.enter_context(worker(0)))
-        app_env = server_env(app_port, **{key: value for key, value in env.items() if key.startswith(("FL_", "DASK_"))},
-                             FL_SCHEDULER=address, FL_WARM_WORKER_VIEWS="0", HOME=str(tmp_path), PYTHONPATH=str(REPO))
+        app_env = server_env(app_port, **{key: value for key, value in env.items() if key.startswith(("FL_", "DASK_"))}
+                             | {"FL_SCHEDULER": address, "FL_WARM_WORKER_VIEWS": "0", "HOME": str(tmp_path),
+                                "PYTHONPATH": str(REPO)})
         stack.enter_context(running_server([sys.executable, "-m", "fl_ui.serve", "--server.address=127.0.0.1"],
                                            app_port, app_env, tmp_path / "app.log", timeout=STARTUP_S))
         engine = Engine(address)
