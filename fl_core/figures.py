@@ -122,6 +122,8 @@ def log_ticks(low: float, high: float) -> list[float]:
         ticks = [float(f"{m * 10.0 ** e:.1g}") for e in decades for m in mantissas]
         if sum(low <= t <= high for t in ticks) >= MIN_LOG_TICKS:
             return ticks
+    if not high > low:  # one value (a run cancelled after its first snapshot): a tick on it
+        return [low]
     step = _nice_step(high - low, MIN_LOG_TICKS)
     return [float(f"{k * step:.12g}") for k in range(int(np.floor(low / step)), int(np.ceil(high / step)) + 1)
             if k > 0]

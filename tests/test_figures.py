@@ -457,3 +457,9 @@ def test_the_theme_takes_traces_without_a_colour_scale_and_styles_those_with_one
         assert readable(go.Figure(trace)).data[0].type == trace.type
     scaled = readable(go.Figure(go.Scatter(x=[1], y=[1], marker=dict(color=[1.0], showscale=True))))
     assert scaled.data[0].marker.colorbar.tickfont.size == TICK_FONT_PX
+
+
+def test_a_log_axis_of_one_value_has_a_tick_on_it() -> None:
+    """A trajectory of one snapshot put all its values at one point: the ticks divided a span of 0 (OverflowError)."""
+    assert log_ticks(0.5, 0.5) == [0.5]
+    assert 0.5 in log_axis(np.array([0.5, 0.5]))["tickvals"]

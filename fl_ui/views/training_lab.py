@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from datetime import datetime
-from urllib.parse import quote
 
 import pandas as pd
 import streamlit as st
@@ -55,6 +54,16 @@ st.markdown(
     "gradient descent, not by the task: different seeds, widths, architectures and even **random labels** end up "
     "with nearly the same energy profile, which follows a closed-form linear-systems formula. Here you can watch it "
     "happen: browse the shipped runs (instant), or train your own on the bundled photos or an ImageFolder tree.")
+
+
+ENERGY_PAGE = "views/energy_profiles.py"  # relative to the dashboard's main script (fl_ui/dashboard.py)
+
+
+def select_only(token: str) -> None:
+    """Before the rerun that opens Energy Profiles: the selection becomes this one model token (spec and its
+    preprocessing), as a link with ``models=token`` opened it; the sidebar's picker is rebuilt from it."""
+    st.session_state.pop("model_picker", None)
+    st.query_params["models"] = token
 
 
 def show_run(run: Run) -> None:
@@ -127,12 +136,13 @@ def show_run(run: Run) -> None:
         spec = run.weights_spec()
         if demo:
             st.markdown(f"Shipped as **`demo:{demo}`** (and `demo:{demo}_init`): pick it in the sidebar's model list.")
-        elif spec is not None:  # the checkpoint's server path stays in the link: the page names no folder
+        elif spec is not None:  # a button, not a link: the checkpoint's server path is nowhere in the page's text
             token = encode_token(*spec)
-            show(st.markdown, "Open it in [Energy Profiles]({}), or download its checkpoint from *Your runs* and "
-                 "upload it with input size {}, crop {}, mean {} and std {}.", f"energy?models={quote(token)}",
-                 run.input_config.input_size, f"{run.input_config.crop_pct:g}", run.input_config.mean,
-                 run.input_config.std)
+            if st.button("Open it in Energy Profiles", key=f"lab_open_{run.name}", on_click=select_only, args=(token,)):
+                st.switch_page(ENERGY_PAGE, query_params={"models": token})
+            show(st.markdown, "Or download its checkpoint from *Your runs* and upload it with input size {}, crop {}, "
+                 "mean {} and std {}.", run.input_config.input_size, f"{run.input_config.crop_pct:g}",
+                 run.input_config.mean, run.input_config.std)
         else:
             st.caption("This run kept only its first-layer snapshots (no full checkpoints).")
         st.code(f"python -m fl_core train {cli_flags(run.config)} --out runs/{run.name}", language="bash")

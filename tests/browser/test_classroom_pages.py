@@ -8,6 +8,7 @@ Screenshots go to ``test-artifacts/browser/`` (git-ignored); look at them.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 
 import pytest
@@ -159,7 +160,9 @@ def test_home_opens_on_a_figure_whose_text_reads_on_a_projector(projector, app_u
 
 def test_swap_and_rescore_opens_on_its_result_and_says_what_it_shows(projector, app_url: str, artifacts) -> None:
     projector.goto(f"{app_url}/swap-rescore")
-    projector.locator(".js-plotly-plot .gtitle", has_text="Same top-1 class").wait_for(timeout=900_000)
+    # anchored and case-sensitive: has_text="Same top-1 class" also matches the per-layer figure's "…: same top-1
+    # class as the original" (Playwright's text match ignores case), a strict-mode violation
+    projector.locator(".js-plotly-plot .gtitle", has_text=re.compile(r"^Same top-1 class")).wait_for(timeout=900_000)
     drawn_plots(projector, at_least=1, timeout_ms=60_000)
     figure = projector.evaluate(FIRST_FIGURE_JS)
     projector.screenshot(path=str(artifacts / "classroom-swap-first-screen.png"))
