@@ -58,7 +58,8 @@ def test_an_added_model_is_analysed_with_both_axes_lesions_and_pruning() -> None
     assert all(t in shown for t in ("local axis vs target axis", "Lesion and peer replacement", "Pruning features.14",
                                     "The paper's claims measured here"))
     assert "task information is at the noise floor for" in texts(app) and "on 64 images" in texts(app)
-    claims = app.dataframe[-3].value  # the paper's claims on this layer, each with its verdict
+    claims = next(table.value for table in app.table if "verdict" in table.value)  # the paper's claims, a static
+    # table whose sentences wrap on a projector, each claim with its verdict
     assert len(claims) == 5 and set(claims["verdict"]) <= {"reproduced", "partly", "not reproduced", "inconclusive",
                                                            "cannot be tested offline"}
     channels_table = app.dataframe[-1].value
