@@ -135,25 +135,34 @@ def declared_array_file(path: Path, declared: int) -> Path:
     return path
 
 
-MEASURE_LOADS = r"""
+def measuring_script(imports: str, key: str, items: str, call: str) -> str:
+    """A script that runs ``call`` on each ``key`` of ``items`` (an expression over ``sys.argv``) and prints one JSON
+    line per item: the item, the FilterLens error it raised ("" for none), its seconds and the process's peak memory
+    (``VmHWM``, MiB) after it; ``imports`` come first, so that their cost is not the call's."""
+    return f"""
 import json, sys, time
 from fl_core.errors import FilterLensError
-from fl_core.io.resultfiles import load_result
-import fl_core.channelaxes.estimate  # the class of the last file: its imports are not the load's cost
+{imports}
 
 def kib(field):
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith(field))
 
-for path in sys.argv[1:]:
+for {key} in {items}:
     start, error = time.perf_counter(), ""
     try:
-        load_result(path)
+        {call}
     except FilterLensError as err:
-        error = f"{type(err).__name__}: {err}"
-    print(json.dumps({"path": path, "error": error, "seconds": time.perf_counter() - start,
-                      "peak_mib": kib("VmHWM") / 1024}), flush=True)
+        error = f"{{type(err).__name__}}: {{err}}"
+    print(json.dumps({{"{key}": {key}, "error": error, "seconds": time.perf_counter() - start,
+                      "peak_mib": kib("VmHWM") / 1024}}), flush=True)
 """
+
+
+MEASURE_LOADS = measuring_script(
+    "from fl_core.io.resultfiles import load_result\n"
+    "import fl_core.channelaxes.estimate  # the class of the last file: its imports are not the load's cost",
+    "path", "sys.argv[1:]", "load_result(path)")
 
 
 @pytest.mark.slow
@@ -247,25 +256,9 @@ def test_every_page_csv_download_goes_through_the_one_writer(monkeypatch: pytest
 # ------------------------------------------------------------------------------- cheap checks first (item 9)
 
 
-MEASURE_CHANNELS = r"""
-import json, sys, time
-import fl_core
-import fl_core.channelaxes.analysis  # the library's imports are not the refusal's cost
-from fl_core.errors import FilterLensError
-
-def kib(field):
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith(field))
-
-for layer in json.loads(sys.argv[1]):
-    start, error = time.perf_counter(), ""
-    try:
-        fl_core.analyze_channels("demo:mobilenet_v2", layer=layer, progress=False)
-    except FilterLensError as err:
-        error = f"{type(err).__name__}: {err}"
-    print(json.dumps({"layer": layer, "error": error, "seconds": time.perf_counter() - start,
-                      "peak_mib": kib("VmHWM") / 1024}), flush=True)
-"""
+MEASURE_CHANNELS = measuring_script(
+    "import fl_core\nimport fl_core.channelaxes.analysis  # the library's imports are not the refusal's cost",
+    "layer", "json.loads(sys.argv[1])", 'fl_core.analyze_channels("demo:mobilenet_v2", layer=layer, progress=False)')
 
 
 @pytest.mark.slow

@@ -162,6 +162,16 @@ def peer_support_figure(result: ChannelAxesResult) -> go.Figure:
     return readable(fig)
 
 
+def _criterion_curve(name: str, counters: dict[str, int], flops_removed, accuracy, legend: str, customdata,
+                     hovertemplate: str) -> go.Scatter:
+    """One criterion's top-1 (%) against the MACs removed (%): its axis' colour (:func:`_criterion_color`), solid for
+    the two axes' criteria, dotted for the baselines."""
+    return go.Scatter(x=np.asarray(flops_removed) * 100, y=np.asarray(accuracy) * 100, mode="lines+markers",
+                      name=legend, customdata=customdata, hovertemplate=hovertemplate,
+                      line=dict(color=_criterion_color(name, counters),
+                                dash="solid" if CRITERIA[name].axis in ("local", "target") else "dot"))
+
+
 def _criterion_color(name: str, counters: dict[str, int]) -> str:
     axis = CRITERIA[name].axis
     index = counters.get(axis, 0)
@@ -181,14 +191,11 @@ def pruning_curves_figure(pruning: PruningResult, finetuned: bool = False,
         accuracy = curve.accuracy_finetuned if finetuned else curve.accuracy
         if accuracy is None:
             continue
-        dash = "solid" if CRITERIA[name].axis in ("local", "target") else "dot"
-        fig.add_trace(go.Scatter(
-            x=np.asarray(curve.flops_removed) * 100, y=np.asarray(accuracy) * 100, mode="lines+markers",
-            name=f"{curve.label} (AUC {curve_auc_text(curve, pruning.n_images, finetuned)})",
-            line=dict(color=_criterion_color(name, counters), dash=dash),
-            customdata=pruning.channels_removed,
-            hovertemplate="%{customdata} channels removed<br>MACs removed %{x:.2f}%<br>top-1 %{y:.1f}%<extra>"
-                          + curve.label + "</extra>"))
+        fig.add_trace(_criterion_curve(
+            name, counters, curve.flops_removed, accuracy,
+            f"{curve.label} (AUC {curve_auc_text(curve, pruning.n_images, finetuned)})", pruning.channels_removed,
+            "%{customdata} channels removed<br>MACs removed %{x:.2f}%<br>top-1 %{y:.1f}%<extra>" + curve.label
+            + "</extra>"))
     state = f"after a {pruning.settings.finetune_steps}-step recovery fine-tune" if finetuned else "no fine-tune"
     fig.update_layout(title=f"Pruning {pruning.layer}: accuracy vs FLOPs removed ({state})",
                       xaxis_title="MACs removed (% of the whole network)", yaxis_title=accuracy_label,
@@ -207,13 +214,11 @@ def network_pruning_figure(pruning: NetworkPruningResult, recovered: bool = Fals
                              if recovered else (curve.accuracy, curve.auc_pp, curve.auc_pp_ci))
         if accuracy is None:
             continue
-        dash = "solid" if CRITERIA[name].axis in ("local", "target") else "dot"
-        fig.add_trace(go.Scatter(
-            x=np.asarray(pruning.flops_removed) * 100, y=np.asarray(accuracy) * 100, mode="lines+markers",
-            name=f"{curve.label} (AUC {auc_text(auc, ci, pruning.n_images)})",
-            line=dict(color=_criterion_color(name, counters), dash=dash), customdata=layers,
-            hovertemplate="channels removed: %{customdata}<br>MACs removed %{x:.1f}%<br>top-1 %{y:.1f}%<extra>"
-                          + curve.label + "</extra>"))
+        fig.add_trace(_criterion_curve(
+            name, counters, pruning.flops_removed, accuracy,
+            f"{curve.label} (AUC {auc_text(auc, ci, pruning.n_images)})", layers,
+            "channels removed: %{customdata}<br>MACs removed %{x:.1f}%<br>top-1 %{y:.1f}%<extra>" + curve.label
+            + "</extra>"))
     state = (f"after the {pruning.recovery_steps}-step recovery fine-tune" if recovered else "before recovery")
     fig.update_layout(title=f"{len(pruning.layers)} layers pruned together ({state})",
                       xaxis_title="MACs removed (% of the whole network)", yaxis_title="top-1 accuracy (%)",

@@ -13,6 +13,14 @@ from fl_ui import sessions
 from fl_ui.engine import Engine
 
 
+def finish(*started) -> None:
+    """Cancel the jobs ``started``, then wait for each to end (a minute at most)."""
+    for job in started:
+        job.cancel()
+    for job in started:
+        job.join(timeout=60)
+
+
 def wait_until(condition, timeout: float = 120.0, poll: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

@@ -9,14 +9,7 @@ from fl_ui import engine as engine_module
 from fl_ui.engine import TooManyJobs
 
 from . import sample_jobs as jobs
-from .conftest import wait_until
-
-
-def finish(*started) -> None:
-    for job in started:
-        job.cancel()
-    for job in started:
-        job.join(timeout=60)
+from .conftest import finish, wait_until
 
 
 @pytest.mark.slow

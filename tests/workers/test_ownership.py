@@ -19,7 +19,7 @@ from fl_ui.cache import pooled
 from fl_ui.engine import Lane, TooManyJobs
 
 from . import sample_jobs as jobs
-from .conftest import wait_until
+from .conftest import finish, wait_until
 
 
 class PageRerun(Exception):
@@ -36,13 +36,6 @@ def shared(engine, monkeypatch):
     """A page's cached job (:func:`fl_ui.cache.pooled`) on the test engine."""
     monkeypatch.setattr(cache_module, "heavy_engine", lambda: engine)
     return pooled(jobs.counting, max_entries=4)
-
-
-def finish(*started) -> None:
-    for job in started:
-        job.cancel()
-    for job in started:
-        job.join(timeout=60)
 
 
 @pytest.mark.slow
