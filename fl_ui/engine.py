@@ -655,7 +655,7 @@ class Engine:
 
     def free_workers(self) -> tuple[int, int]:
         """Worker threads, and GPUs, that no dispatched job of this engine holds (one round trip)."""
-        workers = self.client.scheduler_info(n_workers=-1).get("workers", {}).values()
+        workers = self.worker_info()
         threads = sum(info.get("nthreads", 1) for info in workers)
         gpus = sum(info.get("resources", {}).get(GPU_RESOURCE, 0) for info in workers)
         with self._lock:
@@ -681,8 +681,14 @@ class Engine:
         return self.client.run_on_scheduler(processing_on)
 
     def _cluster_has_gpus(self) -> bool:
-        workers = self.client.scheduler_info(n_workers=-1).get("workers", {}).values()
-        return any(info.get("resources", {}).get(GPU_RESOURCE) for info in workers)
+        return any(info.get("resources", {}).get(GPU_RESOURCE) for info in self.worker_info())
+
+    def worker_info(self) -> list[dict]:
+        """Each worker's information, asked of the scheduler now (one round trip). Not ``Client.scheduler_info``: it
+        returns an attribute that the client's own periodic refresh overwrites with no worker listed, so a read between
+        the two saw no worker free and a running warm-up was cancelled for a visitor's job that had a free worker."""
+        identity = self.client.sync(self.client.scheduler.identity, n_workers=-1)
+        return list(identity.get("workers", {}).values())
 
     def _finished(self, key: str) -> None:
         """A dispatched job ended: the next one starts on its worker, then it is finished."""

@@ -69,10 +69,12 @@ def chromium() -> Path:
     return CHROMIUM
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium: Path):
-    """The test run's one Chromium, driven by Playwright's sync API (which allows one instance per thread: a test
-    that started its own beside this one failed with "Sync API inside the asyncio loop")."""
+    """The test module's one Chromium, driven by Playwright's sync API (which allows one instance per thread: a test
+    that started its own beside this one failed with "Sync API inside the asyncio loop"). Per module, not per
+    session: while Playwright runs, its event loop is the main thread's running loop, and the later tests' own
+    ``asyncio.run`` failed with "cannot be called from a running event loop"."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

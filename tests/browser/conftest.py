@@ -1,5 +1,5 @@
 """Browser end-to-end fixtures: one real server (the image's command) for the session, and a new browser session per
-test in the one Chromium of the test run (``browser``, tests/conftest.py)."""
+test in the one Chromium of its module (``browser``, tests/conftest.py)."""
 
 from __future__ import annotations
 

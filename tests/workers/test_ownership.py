@@ -180,6 +180,17 @@ def test_a_warm_up_runs_on_while_the_visitors_job_has_a_free_worker(pair, browse
     finish(warm_up)
 
 
+def test_free_workers_are_counted_from_the_scheduler_not_the_clients_periodic_cache(pair) -> None:
+    """The client's periodic refresh leaves ``scheduler_info()`` listing no worker; the engine must not read that
+    (CI saw a running warm-up cancelled for a visitor's job that had a free worker)."""
+    pair.client._scheduler_identity = type(pair.client._scheduler_identity)({"workers": {}, "n_workers": 2})
+    pair.client.scheduler_info = lambda *args, **kwargs: pair.client._scheduler_identity
+    try:
+        assert pair.free_workers() == (2, 0)
+    finally:
+        del pair.client.scheduler_info
+
+
 @pytest.mark.slow
 def test_an_abandoned_job_keeps_its_grace_while_the_visitors_job_has_a_free_worker(pair, browser_sessions,
                                                                                    monkeypatch) -> None:
