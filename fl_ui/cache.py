@@ -33,9 +33,10 @@ from fl_core.firstlayer.settings import EnergySettings, WhiteningSettings
 from fl_core.firstlayer.whitening import ActivationMaps, WhiteningResult, activation_maps
 from fl_core.io.images import BUNDLED_PHOTOS, ImageSet, open_images
 from fl_core.io.layers import find_layer
-from fl_core.io.models import LoadedModel, ModelSpec, spec_file_stamp
+from fl_core.io.models import LoadedModel
 from fl_core.io.paths import check_readable
 from fl_core.io.sources import is_bundled, source_path
+from fl_core.io.specs import ModelSpec, spec_file_stamp
 from fl_ui import jobs, sessions
 from fl_ui.engine import Job, Lane, engine_started, heavy_engine
 from fl_ui.memory import ModelCache, load_spec

@@ -19,7 +19,7 @@ from pathlib import Path
 import streamlit as st
 
 from fl_core.errors import DataError
-from fl_core.io.models import demo_manifest
+from fl_core.io.demos import demo_manifest
 from fl_core.lab.claims import (
     ClaimSummary,
     RunCorrelations,

@@ -14,8 +14,8 @@ import streamlit as st
 
 from fl_core.compute.progress import Progress
 from fl_core.errors import FilterLensError
+from fl_core.io.demos import demo_manifest
 from fl_core.io.images import BUNDLED
-from fl_core.io.models import demo_manifest
 from fl_core.masterkeys.assignment import (
     PublishedAssignment,
     bank_assignment,

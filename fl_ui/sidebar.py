@@ -14,12 +14,14 @@ import streamlit as st
 from fl_core.compute.device import available_devices
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, ONNX_SUFFIX
+from fl_core.io.demos import demo_manifest
 from fl_core.io.image_archives import MAX_MEMBERS
 from fl_core.io.images import BUNDLED, IMAGE_SUFFIXES
-from fl_core.io.models import FILE_SOURCES, ModelSpec, demo_manifest, recognised_spec
+from fl_core.io.models import recognised_spec
 from fl_core.io.paths import path_policy
 from fl_core.io.preprocessing import CROP_MODES, INTERPOLATIONS, MAX_RESIZE_SIZE, parse_rgb, rgb_text
 from fl_core.io.sources import is_bundled, source_path
+from fl_core.io.specs import FILE_SOURCES, ModelSpec
 from fl_ui.cache import get_images, get_model
 from fl_ui.memory import release_upload
 from fl_ui.messages import show

@@ -22,9 +22,9 @@ import streamlit as st
 from fl_core.compute.device import available_devices
 from fl_core.errors import FilterLensError, ModelSpecError
 from fl_core.io.images import BUNDLED
-from fl_core.io.models import ModelSpec
 from fl_core.io.preprocessing import InputConfig, Overrides
 from fl_core.io.sources import is_bundled
+from fl_core.io.specs import ModelSpec
 from fl_core.settings import SettingField, parse_setting, path_text_problem, printable
 from fl_ui.messages import show
 
@@ -102,7 +102,7 @@ MAX_URL_TOKENS = 4 * MAX_URL_MODELS
 
 def model_from_url(token: str) -> tuple[str, dict] | None:
     """``(spec, overrides)`` of one model token of the URL, or ``None`` (with a notice) when the spec cannot be one
-    (:meth:`fl_core.io.models.ModelSpec.parse`); overrides out of the preprocessing's range are dropped, with a
+    (:meth:`fl_core.io.specs.ModelSpec.parse`); overrides out of the preprocessing's range are dropped, with a
     notice."""
     spec, overrides = decode_token(token)
     try:

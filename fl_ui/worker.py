@@ -218,6 +218,6 @@ WORKER_MODELS = ModelCache()
 
 def worker_model(spec: str, overrides: tuple = ()):
     """A loaded model in a worker process (kept for the next job while used; reloaded when its file changes)."""
-    from fl_core.io.models import spec_file_stamp
+    from fl_core.io.specs import spec_file_stamp
 
     return WORKER_MODELS.get(spec, overrides, spec_file_stamp(spec))

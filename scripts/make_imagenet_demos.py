@@ -54,7 +54,7 @@ IMAGENET_DEMOS = {
 
 def ship(name: str, source: Path, out: Path) -> dict:
     """Write ``out/<name>.safetensors`` from ``source`` (checked against the architecture); its manifest entry."""
-    from fl_core.io.models import registry_model
+    from fl_core.io.registries import registry_model
 
     demo = IMAGENET_DEMOS[name]
     tensors = load_state_dict(source).tensors

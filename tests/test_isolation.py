@@ -18,6 +18,7 @@ from torch import nn
 
 import fl_core.io.layers as layers_module
 import fl_core.io.models as models_module
+import fl_core.io.registries as registries_module
 from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
 from fl_core.errors import WeightsUnavailableError
@@ -158,14 +159,14 @@ def test_the_hub_offline_decision_is_made_once(monkeypatch) -> None:
     from huggingface_hub import constants
 
     calls = []
-    monkeypatch.setattr(models_module, "_reachable", lambda *a, **k: calls.append(a) or False)
+    monkeypatch.setattr(registries_module, "_reachable", lambda *a, **k: calls.append(a) or False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    models_module.hub_offline.cache_clear()
+    registries_module.hub_offline.cache_clear()
     for _ in range(2):
         with pytest.raises(WeightsUnavailableError):
             load_model("timm:resnet18@pretrained")
     assert len(calls) == 1 and constants.HF_HUB_OFFLINE is True
-    threads = [threading.Thread(target=models_module.hub_offline) for _ in range(4)]
+    threads = [threading.Thread(target=registries_module.hub_offline) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -27,7 +27,8 @@ from fl_core.channelaxes.calibration import LabelledInputs
 from fl_core.channelaxes.comparison import spearman
 from fl_core.channelaxes.information import copula_normalize, gaussian_mi
 from fl_core.errors import ArgumentError
-from fl_core.io.models import LoadedModel, is_random_init_spec, load_random_init
+from fl_core.io.models import LoadedModel, load_random_init
+from fl_core.io.specs import is_random_init_spec
 from fl_core.results import Result
 
 

@@ -13,6 +13,9 @@ Spec forms (README.md, "Models"):
 ``onnx:PATH``                       weights only: the Conv nodes of an ONNX model (:mod:`fl_core.io.onnx_weights`)
 ``demo:NAME``                       a checkpoint shipped in ``fl_core/assets/demo`` (listed in its manifest)
 =================================  ==============================================================================
+
+Parsed and checked in :mod:`fl_core.io.specs`; registry architectures built in :mod:`fl_core.io.registries`; the
+demos listed in :mod:`fl_core.io.demos`.
 """
 
 from __future__ import annotations
@@ -21,82 +24,25 @@ import contextlib
 import contextvars
 import copy
 import dataclasses
-import json
-import socket
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from fl_core.compute.budgets import check_parameters
-from fl_core.errors import CheckpointError, ModelSpecError, WeightsUnavailableError
+from fl_core.errors import CheckpointError, ModelSpecError
 from fl_core.io import DEMO_DIR, cifar, nets
 from fl_core.io.checkpoints import file_sha256, load_into, load_state_dict, match_state_dict
 from fl_core.io.classes import IMAGENET_CLASSES, imagenet_class_names
+from fl_core.io.demos import DEMO_INPUT_SOURCE, demo_manifest
 from fl_core.io.layers import ConvLayer, probe_inventory
 from fl_core.io.paths import check_readable
-from fl_core.io.preprocessing import INTERPOLATIONS, OVERRIDE_FIELDS, InputConfig
-from fl_core.settings import path_text_problem, printable
+from fl_core.io.preprocessing import OVERRIDE_FIELDS, InputConfig
+from fl_core.io.registries import build_timm, build_torchvision, build_within_budget, registry_model
+from fl_core.io.specs import SOURCES, ModelSpec, is_random_init_spec
 
-SOURCES = ("timm", "torchvision", "cifar", "weights", "onnx", "demo")
-FILE_SOURCES = ("weights", "onnx")
-"""Spec sources that are just a file path (``weights:PATH``, ``onnx:PATH``): weights only."""
 DEFAULT_INPUT_SOURCE = "FilterLens's default for files that do not record theirs (ImageNet evaluation)"
-def check_spec_text(spec: str) -> None:
-    """Refuse a spec no file system or registry could resolve (:func:`fl_core.settings.path_text_problem`)."""
-    if problem := path_text_problem(spec):
-        shown = printable(spec[:60]).replace("\x00", "") + ("…" if len(spec) > 60 else "")
-        raise ModelSpecError(f"The model spec '{shown}' cannot be used: {problem}. Check the spec.")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A parsed spec string."""
-
-    source: str
-    name: str = ""
-    path: str | None = None
-    pretrained: bool = False
-
-    @classmethod
-    def parse(cls, spec: str) -> ModelSpec:
-        """Parse ``timm:NAME[@pretrained|=PATH]``, ``torchvision:...``, ``cifar:NAME[=PATH]``, ``weights:PATH``,
-        ``onnx:PATH`` or ``demo:NAME``."""
-        check_spec_text(spec)
-        source, sep, rest = spec.strip().partition(":")
-        if not sep or source not in SOURCES or not rest:
-            raise ModelSpecError(f"'{spec}' is not a model spec. Use timm:NAME, timm:NAME@pretrained, timm:NAME=PATH, "
-                                 "torchvision:NAME (same forms), cifar:resnet56[=PATH], weights:PATH, onnx:PATH or "
-                                 "demo:NAME.")
-        if source in FILE_SOURCES:
-            return cls(source, name=Path(rest).name, path=rest)
-        name, eq, path = (rest, "", "") if source == "demo" else rest.partition("=")
-        if not name.isascii():  # int() reads other scripts' digits: cifar:resnet٥٦ would be resnet56
-            raise ModelSpecError(f"'{printable(spec[:80])}': architecture and demo names are ASCII (letters, the "
-                                 "digits 0-9, '_', '-', '.'); give the name as the registry spells it.")
-        if source == "demo":
-            return cls(source, name=rest)
-        if eq:
-            if not path:
-                raise ModelSpecError(f"'{spec}': nothing after '='. Give the path of the state-dict file.")
-            return cls(source, name=name, path=path)
-        if name.endswith("@pretrained"):
-            return cls(source, name=name[: -len("@pretrained")], pretrained=True)
-        if "@" in name:
-            raise ModelSpecError(f"'{spec}': the only tag after '@' is 'pretrained'.")
-        return cls(source, name=name)
-
-    def __str__(self) -> str:
-        if self.source in FILE_SOURCES:
-            return f"{self.source}:{self.path}"
-        if self.source == "demo":
-            return f"demo:{self.name}"
-        suffix = f"={self.path}" if self.path else ("@pretrained" if self.pretrained else "")
-        return f"{self.source}:{self.name}{suffix}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -270,14 +216,9 @@ def _count_outputs(model: nn.Module | None) -> int | None:
     return None if not last else (last[-1].out_features if isinstance(last[-1], nn.Linear) else last[-1].out_channels)
 
 
-def spec_file_stamp(spec: str) -> str:
-    """Modification time and size of a spec's file ("" when it names none), so an edited file is reloaded; a file
-    users may not read is refused (:func:`fl_core.io.paths.check_readable`) before any cache is asked for it."""
-    path = ModelSpec.parse(spec).path
-    if path and check_readable(path).is_file():
-        stat = Path(path).stat()
-        return f"{stat.st_mtime_ns}:{stat.st_size}"
-    return ""
+def _imagenet_names(model: nn.Module) -> tuple[str, ...] | None:
+    """ImageNet-1k class names for pretrained 1000-class registry models."""
+    return imagenet_class_names() if _count_outputs(model) == IMAGENET_CLASSES else None
 
 
 def load_model(spec: str, *, input_overrides: Mapping[str, object] | None = None, prefer_ema: bool = False
@@ -339,16 +280,6 @@ def _random_init_seed() -> Iterator[None]:
         yield
 
 
-def is_random_init_spec(spec: str) -> bool:
-    """Whether ``spec`` names a registry architecture at random init (no weights file, not ``@pretrained``), whose
-    weights :func:`load_random_init` can draw from any seed."""
-    try:
-        parsed = ModelSpec.parse(spec)
-    except ModelSpecError:
-        return False
-    return parsed.source in ("timm", "torchvision", "cifar") and parsed.path is None and not parsed.pretrained
-
-
 def load_random_init(spec: str, seed: int) -> LoadedModel:
     """The random init of a registry architecture drawn from ``seed`` (:func:`load_model` draws it from
     :data:`RANDOM_INIT_SEED`); its label names the seed.
@@ -370,7 +301,7 @@ def load_random_init(spec: str, seed: int) -> LoadedModel:
 
 
 def _load_registry(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
-    build = _build_timm if spec.source == "timm" else _build_torchvision
+    build = build_timm if spec.source == "timm" else build_torchvision
     if spec.path is None:
         with _random_init_seed():
             model, config = build(spec.name, spec.pretrained, None)
@@ -439,199 +370,6 @@ def _classifier_keys(model: nn.Module) -> set[str]:
     return {f"{name}.{k}" for k in heads[-1][1].state_dict()}
 
 
-def check_registry_name(source: str, name: str) -> None:
-    """Refuse an architecture name that ``source`` (``timm`` or ``torchvision``) does not register, before anything
-    is built (timm: with close names)."""
-    if source == "timm":
-        import timm
-
-        if not timm.is_model(name.split(".")[0]) and not name.startswith("hf-hub:"):
-            close = timm.list_models(f"*{name.split('.')[0][:6]}*")[:5]
-            raise ModelSpecError(f"timm has no architecture '{name}'." + (f" Close names: {', '.join(close)}."
-                                                                          if close else " See timm.list_models()."))
-    elif source == "torchvision":
-        import torchvision
-
-        if name not in torchvision.models.list_models():
-            raise ModelSpecError(f"torchvision has no classification model '{name}'. See "
-                                 "torchvision.models.list_models().")
-
-
-def check_spec(spec: str) -> ModelSpec:
-    """The parsed spec, once everything that can be checked without loading it holds: its form, its registry name,
-    and its file under the path policy (:func:`fl_core.io.paths.check_readable`).
-
-    Raises:
-        ModelSpecError, DataError: with a message for the user.
-    """
-    parsed = ModelSpec.parse(spec)
-    check_registry_name(parsed.source, parsed.name)
-    if parsed.path:
-        check_readable(parsed.path)
-    return parsed
-
-
-def _build_timm(name: str, pretrained: bool, num_classes: int | None) -> tuple[nn.Module, InputConfig]:
-    import timm
-    from timm.data import resolve_data_config
-
-    check_registry_name("timm", name)
-    kwargs = {} if num_classes is None else {"num_classes": num_classes}
-    with _hub_errors(name, "timm"):
-        model = build_within_budget(lambda meta: timm.create_model(name, pretrained=pretrained and not meta,
-                                                                   **kwargs), f"timm:{name}")
-    return model, _timm_input_config(resolve_data_config({}, model=model, use_test_size=True))
-
-
-def _timm_input_config(data: Mapping[str, object]) -> InputConfig:
-    """The input config timm evaluates with: ``resolve_data_config(..., use_test_size=True)`` (as timm's
-    ``validate.py``: the pretrained config's test size and test crop where it has them) and its crop mode. Read
-    from the model's ``pretrained_cfg`` metadata, so it needs no download."""
-    return InputConfig(input_size=int(data["input_size"][-1]), crop_pct=float(data["crop_pct"]),
-                       interpolation=_known_interpolation(data["interpolation"]), mean=tuple(data["mean"]),
-                       std=tuple(data["std"]), crop_mode=str(data.get("crop_mode") or "center"))
-
-
-def _build_torchvision(name: str, pretrained: bool, num_classes: int | None) -> tuple[nn.Module, InputConfig]:
-    """The model and its DEFAULT weights' own evaluation transform (``weights.transforms()``: resize of the short
-    side, centre crop, interpolation, mean/std), metadata that needs no download."""
-    import torchvision
-
-    check_registry_name("torchvision", name)
-    weights_enum = torchvision.models.get_model_weights(name)
-    default = weights_enum.DEFAULT
-    kwargs = {} if num_classes is None else {"num_classes": num_classes}
-    with _hub_errors(name, "torchvision"):
-        model = build_within_budget(lambda meta: torchvision.models.get_model(
-            name, weights=default if pretrained and not meta else None, **kwargs), f"torchvision:{name}")
-    preset = default.transforms()
-    crop, resize = int(preset.crop_size[0]), int(preset.resize_size[0])
-    config = InputConfig(input_size=crop, crop_pct=crop / resize, interpolation=preset.interpolation.value,
-                         mean=tuple(preset.mean), std=tuple(preset.std))
-    return model, config
-
-
-_BUILDING = threading.local()
-"""The parameter count of the network this thread is building, and its limit (:func:`build_within_budget`)."""
-
-
-def _count_registered(_module: nn.Module, _name: str, parameter: nn.Parameter | None) -> None:
-    if getattr(_BUILDING, "name", None) is None or parameter is None:
-        return
-    _BUILDING.count += parameter.numel()
-    check_parameters(_BUILDING.count, _BUILDING.name, building=True)
-
-
-def build_within_budget(build: Callable[[bool], nn.Module], name: str) -> nn.Module:
-    """``build(meta=False)``, refused by :func:`fl_core.compute.budgets.check_parameters` before it is materialised: its
-    parameters are counted on the meta device first (``build(meta=True)``: no memory, no weights fetched). A network
-    whose construction needs real values (it computes its widths with tensors) is counted while it is built instead:
-    each parameter as it is registered, the build stopped as soon as the count passes the limit."""
-    try:
-        with torch.device("meta"):
-            count = sum(p.numel() for p in build(True).parameters())
-    except Exception:  # any failure on the meta device: count while building instead
-        count = None
-    if count is not None:
-        check_parameters(count, name)
-        return build(False)
-    _BUILDING.name, _BUILDING.count = name, 0
-    hook = torch.nn.modules.module.register_module_parameter_registration_hook(_count_registered)
-    try:
-        return build(False)
-    finally:
-        hook.remove()
-        _BUILDING.name = None
-
-
-def _known_interpolation(name: str) -> str:
-    return name if name in INTERPOLATIONS else "bicubic"
-
-
-def _imagenet_names(model: nn.Module) -> tuple[str, ...] | None:
-    """ImageNet-1k class names for pretrained 1000-class registry models."""
-    return imagenet_class_names() if _count_outputs(model) == IMAGENET_CLASSES else None
-
-
-@cache
-def hub_offline() -> bool:
-    """Whether the Hugging Face hub is used offline, decided once per process (not per request).
-
-    ``HF_HUB_OFFLINE`` as set in the environment wins; otherwise, when huggingface.co cannot be reached, the hub is
-    switched offline for the whole process, once, so that no request waits for the hub's slow retries.
-    """
-    from huggingface_hub import constants
-
-    if not constants.HF_HUB_OFFLINE and not _reachable("huggingface.co"):
-        constants.HF_HUB_OFFLINE = True
-    return bool(constants.HF_HUB_OFFLINE)
-
-
-@contextlib.contextmanager
-def _hub_errors(name: str, library: str) -> Iterator[None]:
-    """Turn download failures into one clear message."""
-    if library == "timm":
-        hub_offline()
-    try:
-        yield
-    except (OSError, RuntimeError, ValueError) as err:
-        if isinstance(err, ValueError) and "weights" not in str(err).lower():
-            raise
-        cache = "HF_HOME (Hugging Face cache)" if library == "timm" else "TORCH_HOME (torch hub cache)"
-        raise WeightsUnavailableError(
-            f"Pretrained weights for {library}:{name} could not be downloaded or found in the local cache "
-            f"({type(err).__name__}). Either supply the file yourself with the spec {library}:{name}=PATH "
-            f"(.safetensors/.pth), or warm the cache on a machine with network and point {cache} at it."
-        ) from err
-
-
-def _reachable(host: str, port: int = 443, timeout: float = 3.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-# ----------------------------------------------------------------------------------------------------- demo models
-
-
-DEMO_INPUT_SOURCE = "the demo's manifest (how it was trained)"
-
-
-@dataclass(frozen=True)
-class DemoEntry:
-    """One checkpoint of ``fl_core/assets/demo/manifest.json``; without ``arch`` a weights-only file (a filter bank)."""
-
-    name: str
-    file: str
-    arch: str | None = None
-    arch_kwargs: dict = field(default_factory=dict)
-    input_config: dict = field(default_factory=dict)
-    class_names: tuple[str, ...] = ()
-    description: str = ""
-    init: str | None = None
-    provenance: dict = field(default_factory=dict)
-
-    @property
-    def init_spec(self) -> str | None:
-        """The untrained baseline's spec: another demo (``init`` is a demo name) or a registry random init
-        (``init`` is a spec such as ``torchvision:squeezenet1_0``)."""
-        if self.init is None:
-            return None
-        return self.init if ":" in self.init else f"demo:{self.init}"
-
-
-@cache
-def demo_manifest() -> dict[str, DemoEntry]:
-    """Demo checkpoints shipped with the app, by name (``demo:NAME``)."""
-    path = DEMO_DIR / "manifest.json"
-    if not path.is_file():
-        return {}
-    raw = json.loads(path.read_text())
-    return {e["name"]: DemoEntry(**{**e, "class_names": tuple(e.get("class_names", ()))}) for e in raw["models"]}
-
-
 def _load_demo(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
     entries = demo_manifest()
     if spec.name not in entries:
@@ -653,10 +391,3 @@ def _load_demo(spec: ModelSpec, prefer_ema: bool) -> LoadedModel:
                        class_names=entry.class_names or _imagenet_names(model), input_source=DEMO_INPUT_SOURCE)
 
 
-def registry_model(arch: str) -> tuple[nn.Module, InputConfig]:
-    """``timm:NAME`` / ``torchvision:NAME`` → the untrained architecture and its registry input config (the
-    architecture of a demo built on a registry network)."""
-    source, _, name = arch.partition(":")
-    if source not in ("timm", "torchvision"):
-        raise ModelSpecError(f"'{arch}' is not a registry architecture (timm:NAME or torchvision:NAME).")
-    return (_build_timm if source == "timm" else _build_torchvision)(name, False, None)

@@ -49,10 +49,11 @@ from fl_core.io import ASSETS_DIR, DEMO_DIR
 from fl_core.io.checkpoints import load_state_dict, save_state_dict
 from fl_core.io.crops import CropData
 from fl_core.io.layers import find_layer
-from fl_core.io.models import LoadedModel, build_within_budget
+from fl_core.io.models import LoadedModel
 from fl_core.io.nets import build_net
 from fl_core.io.paths import check_readable, check_writable, runs_root
 from fl_core.io.preprocessing import InputConfig
+from fl_core.io.registries import build_within_budget
 from fl_core.lab.settings import RunSettings
 from fl_core.lab.train import TrainHistory, train_classifier
 from fl_core.lab.trainsets import (
@@ -208,7 +209,7 @@ def build_run_model(config: RunSettings, num_classes: int) -> tuple[nn.Module, s
 def _meta_network(config: RunSettings) -> tuple[nn.Module, str]:
     """The run's network (for two classes) and its first layer's name, on the meta device: built there (no memory),
     or, when its construction needs real values, built within the parameter budget
-    (:func:`~fl_core.io.models.build_within_budget`) and moved there."""
+    (:func:`~fl_core.io.registries.build_within_budget`) and moved there."""
     try:
         with torch.device("meta"):
             model, first, _ = build_run_model(config, 2)

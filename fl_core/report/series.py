@@ -18,8 +18,9 @@ import torch
 
 from fl_core.errors import ModelSpecError
 from fl_core.io.checkpoints import CHECKPOINT_SUFFIXES, file_sha256
-from fl_core.io.models import LoadedModel, ModelSpec, load_model, spec_file_stamp
+from fl_core.io.models import LoadedModel, load_model
 from fl_core.io.paths import check_readable
+from fl_core.io.specs import ModelSpec, spec_file_stamp
 from fl_core.lab.runs import load_run
 
 ORDER_KEYS = ("epoch", "step", "global_step")

@@ -40,8 +40,10 @@ from fl_core.compute.device import DeviceLike, resolve_device
 from fl_core.compute.progress import ProgressLike, progress_callback, report
 from fl_core.errors import AnalysisError, ArgumentError, FilterLensError, ModelSpecError
 from fl_core.families import FAMILIES, resolve
+from fl_core.io.demos import demo_manifest
 from fl_core.io.images import ImageSet, open_images
-from fl_core.io.models import LoadedModel, ModelSpec, demo_manifest, load_model
+from fl_core.io.models import LoadedModel, load_model
+from fl_core.io.specs import ModelSpec
 from fl_core.results import MODEL_COLUMNS, Result, numbers_as_numbers
 from fl_core.survey.models import survey_models
 from fl_core.survey.settings import FAMILIES as SURVEYED

@@ -91,7 +91,7 @@ def survey_models(models: Iterable[str] = (), files: Sequence[str | Path] = (), 
     """Every model of a survey, in the order given, each once: ``models`` (specs or patterns), then the specs of each
     text file, then the checkpoints of each folder. Repeated entries are dropped before any pattern is expanded, the
     count is bounded as the list grows, and every spec is checked (its form, its registry name, its file under the path
-    policy: :func:`fl_core.io.models.check_spec`) before anything is loaded, but those of ``loaded``: models a script
+    policy: :func:`fl_core.io.specs.check_spec`) before anything is loaded, but those of ``loaded``: models a script
     passed as objects (``LoadedModel.spec``), which nothing reads.
 
     Raises:
@@ -113,9 +113,9 @@ def survey_models(models: Iterable[str] = (), files: Sequence[str | Path] = (), 
 
 
 def _check_specs(specs: tuple[str, ...]) -> None:
-    """Refuse the survey when a spec cannot load whatever the worker does (:func:`fl_core.io.models.check_spec`: its
+    """Refuse the survey when a spec cannot load whatever the worker does (:func:`fl_core.io.specs.check_spec`: its
     form, its registry name, its file under the path policy): the first refusal, with the count of the others."""
-    from fl_core.io.models import check_spec
+    from fl_core.io.specs import check_spec
 
     refused = []
     for spec in specs:

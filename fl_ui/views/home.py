@@ -7,9 +7,9 @@ import streamlit as st
 
 from fl_core.firstlayer.plots import autocorrelation_figure, profile_figure
 from fl_core.firstlayer.settings import EnergySettings, WhiteningSettings
+from fl_core.io.demos import demo_manifest
 from fl_core.io.images import bundled_licences
 from fl_core.io.inspect import inspect_models
-from fl_core.io.models import demo_manifest
 from fl_ui.cache import energy_result, get_model, whitening_result
 from fl_ui.messages import literal
 from fl_ui.state import current_selection

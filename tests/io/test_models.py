@@ -10,10 +10,12 @@ import pytest
 import torch
 
 from fl_core.errors import ArgumentError, CheckpointError, ModelSpecError, WeightsUnavailableError
-from fl_core.io import models as models_module
+from fl_core.io import registries
 from fl_core.io.checkpoints import save_state_dict
-from fl_core.io.models import ModelSpec, demo_manifest, load_model
+from fl_core.io.demos import demo_manifest
+from fl_core.io.models import load_model
 from fl_core.io.preprocessing import InputConfig
+from fl_core.io.specs import ModelSpec
 
 from ..conftest import CHECKPOINTS
 
@@ -57,7 +59,7 @@ def test_unknown_architecture_suggests_close_names() -> None:
 
 
 def test_pretrained_without_network_fails_fast_with_advice(monkeypatch) -> None:
-    monkeypatch.setattr(models_module, "_reachable", lambda *a, **k: False)
+    monkeypatch.setattr(registries, "_reachable", lambda *a, **k: False)
     start = time.perf_counter()
     with pytest.raises(WeightsUnavailableError, match=r"timm:resnet18=PATH"):
         load_model("timm:resnet18@pretrained")

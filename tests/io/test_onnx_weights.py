@@ -16,8 +16,9 @@ from onnx import TensorProto, helper, numpy_helper
 from fl_core.cli import main
 from fl_core.errors import CheckpointError, ModelSpecError
 from fl_core.io.layers import conv_inventory, first_conv_name
-from fl_core.io.models import ModelSpec, load_model
+from fl_core.io.models import load_model
 from fl_core.io.onnx_weights import read_onnx_convs
+from fl_core.io.specs import ModelSpec
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_ui.testing import page_app, shown
 

@@ -11,8 +11,9 @@ from sklearn.metrics import adjusted_rand_score, silhouette_score
 from torch import nn
 
 from fl_core.cli import main
-from fl_core.io.models import LoadedModel, ModelSpec, load_model
+from fl_core.io.models import LoadedModel, load_model
 from fl_core.io.preprocessing import InputConfig
+from fl_core.io.specs import ModelSpec
 from fl_core.masterkeys.assignment import assign_to_master_keys, fit_model_master_keys
 from fl_core.masterkeys.clustering import MasterKeySettings, analyze_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank

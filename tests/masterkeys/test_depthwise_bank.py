@@ -12,7 +12,8 @@ import torch
 
 from fl_core.io import ASSETS_DIR, DEMO_DIR
 from fl_core.io.checkpoints import file_sha256, load_state_dict
-from fl_core.io.models import demo_manifest, load_model
+from fl_core.io.demos import demo_manifest
+from fl_core.io.models import load_model
 from fl_core.masterkeys.assignment import assign_to_master_keys
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.scalespace import load_published_filters

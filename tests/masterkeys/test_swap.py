@@ -10,7 +10,8 @@ import torch
 
 from fl_core.errors import ModelSpecError
 from fl_core.io.images import bundled_images
-from fl_core.io.models import LoadedModel, ModelSpec, load_model
+from fl_core.io.models import LoadedModel, load_model
+from fl_core.io.specs import ModelSpec
 from fl_core.masterkeys.depthwise import depthwise_bank
 from fl_core.masterkeys.fitting import idealized_templates
 from fl_core.masterkeys.rescore import rescore
