@@ -17,7 +17,8 @@ from fl_core.io.images import BUNDLED
 from fl_core.io.layers import ConvLayer, conv_inventory
 from fl_core.io.sources import is_bundled
 from fl_ui import jobs
-from fl_ui.cache import get_model, pooled
+from fl_ui.cache import get_model
+from fl_ui.memo import pooled
 from fl_ui.state import Selection
 
 DEFAULT_CALIBRATION, DEFAULT_EVALUATION = ChannelDataSettings.n_calibration, ChannelDataSettings.n_evaluation

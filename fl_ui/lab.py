@@ -30,7 +30,7 @@ from fl_core.lab.claims import (
 )
 from fl_core.lab.runs import SESSION_TOKEN, Run, list_runs, load_run, session_runs_dir
 from fl_ui import sessions
-from fl_ui.cache import memoize
+from fl_ui.memo import memoize
 
 RUNS_TOKEN = "lab_runs"
 """Session state key of this browser's runs token (:func:`session_token`), and URL key of the runs folder a link

@@ -1,7 +1,7 @@
 """Cached wrappers for the Master Keys, Scale-Space Models and Swap & Re-score pages.
 
 Depthwise banks are cached per model with ``st.cache_resource`` (read-only, like the models); analyses are memoized
-by their arguments (:func:`fl_ui.cache.memoize`), so the pages can draw progress bars.
+by their arguments (:func:`fl_ui.memo.memoize`), so the pages can draw progress bars.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from fl_core.masterkeys.settings import (
 )
 from fl_core.masterkeys.swap import FilterSwap, swap_filters
 from fl_ui import jobs
-from fl_ui.cache import get_model, memoize, pooled
+from fl_ui.cache import get_model
+from fl_ui.memo import memoize, pooled
 from fl_ui.messages import literal
 from fl_ui.state import Selection
 

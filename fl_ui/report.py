@@ -16,8 +16,9 @@ from fl_core.report.html import report_html
 from fl_core.report.series import series_stamp
 from fl_core.report.settings import ReportSettings
 from fl_ui import jobs
-from fl_ui.cache import get_model, memoize, pooled
+from fl_ui.cache import get_model
 from fl_ui.lab import my_runs_dir
+from fl_ui.memo import memoize, pooled
 from fl_ui.state import Selection
 from fl_ui.uploads import upload_store
 

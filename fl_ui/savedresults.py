@@ -16,7 +16,7 @@ from fl_core.families import FAMILIES
 from fl_core.io.paths import check_readable, path_policy
 from fl_core.io.resultfiles import load_result
 from fl_core.results import MODEL_COLUMNS, Result
-from fl_ui.cache import memoize
+from fl_ui.memo import memoize
 
 SUFFIX = ".flr"
 """What ``result.save(path)`` is named by convention, and what the page lists."""

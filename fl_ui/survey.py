@@ -12,8 +12,8 @@ from fl_core.errors import FilterLensError
 from fl_core.survey.analysis import SurveyResult, SurveyRow, model_family
 from fl_core.survey.settings import SurveySettings
 from fl_ui import jobs, sessions
-from fl_ui.cache import WAIT_POLL_S, pooled
 from fl_ui.engine import Job, Lane, heavy_engine
+from fl_ui.memo import WAIT_POLL_S, pooled
 
 survey_row_result = pooled(jobs.survey_row_job, max_entries=512, lane=Lane.LONG)
 """One model's row (:func:`fl_ui.jobs.survey_row_job`), keyed by its :class:`~fl_ui.jobs.SurveyRowRequest`."""

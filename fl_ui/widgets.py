@@ -71,7 +71,7 @@ def job_status_area() -> Any:
 
 
 def heavy_result(label: str, compute: Callable, *args: object, status: Any = None) -> object:
-    """The result of a :func:`fl_ui.cache.pooled` computation; while it waits or runs, its progress (the queue place,
+    """The result of a :func:`fl_ui.memo.pooled` computation; while it waits or runs, its progress (the queue place,
     then the stage) and a Cancel button in one box in ``status`` (the page's :func:`job_status_area`; default: here).
 
     Cancelling says this session no longer wants it (the job stops unless another session, or the server's warm-up,

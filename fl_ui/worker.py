@@ -33,7 +33,8 @@ from typing import Any
 from fl_core.compute import allocator
 from fl_core.errors import FilterLensError
 from fl_core.io.paths import path_policy, reading_for
-from fl_ui.memory import ModelCache, start_janitor
+from fl_ui.memory import start_janitor
+from fl_ui.model_cache import ModelCache
 
 log = logging.getLogger("filterlens")
 
@@ -213,7 +214,7 @@ async def exit_worker() -> None:
 
 
 WORKER_MODELS = ModelCache()
-"""This worker's models (:class:`fl_ui.memory.ModelCache`: bounded in bytes, released when unused)."""
+"""This worker's models (:class:`fl_ui.model_cache.ModelCache`: bounded in bytes, released when unused)."""
 
 
 def worker_model(spec: str, overrides: tuple = ()):

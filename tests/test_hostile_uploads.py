@@ -478,7 +478,7 @@ def test_a_shared_computation_shows_who_waits_and_a_waiter_can_leave() -> None:
     import threading
 
     from fl_core.compute.progress import report
-    from fl_ui.cache import memoize
+    from fl_ui.memo import memoize
 
     gate, started = threading.Event(), threading.Event()
 

@@ -55,15 +55,16 @@ def test_importing_every_library_module_pulls_in_neither_streamlit_nor_the_engin
 
 
 def test_the_engine_modules_import_each_other_one_way() -> None:
-    """worker ← engine ← jobs ← cache: the worker side never imports the client side or the jobs (memory, the model
-    cache and the janitor of both sides, imports no app module)."""
+    """worker ← engine ← memo ← cache, jobs ← cache: the worker side never imports the client side or the jobs (the
+    model cache and the janitor, of both sides, import no app module)."""
     def app_imports(name: str) -> set[str]:
         return {m for m, _ in _imports(REPO / "fl_ui" / f"{name}.py") if m.startswith("fl_ui.")}
 
-    assert app_imports("memory") == set()
-    assert app_imports("worker") <= {"fl_ui.memory"}
+    assert app_imports("memory") == app_imports("model_cache") == set()
+    assert app_imports("worker") <= {"fl_ui.memory", "fl_ui.model_cache"}
     assert app_imports("cluster") == set()
     assert app_imports("engine") <= {"fl_ui.worker", "fl_ui.cluster"}
+    assert app_imports("memo") <= {"fl_ui.engine", "fl_ui.sessions"}
     assert "fl_ui.jobs" not in app_imports("engine") and "fl_ui.cache" not in app_imports("jobs")
 
 

@@ -12,7 +12,7 @@ import torch
 from fl_core.errors import ModelSpecError
 from fl_core.io.models import LoadedModel, load_model
 from fl_core.io.preprocessing import InputConfig
-from fl_ui.memory import ModelCache, model_bytes
+from fl_ui.model_cache import ModelCache, model_bytes
 
 FILTERS = 2**18 // 27  # about 1 MiB of float32 3×3×3 filters
 

@@ -9,8 +9,8 @@ import pytest
 
 from fl_core.channelaxes.analysis import ChannelSettings
 from fl_core.channelaxes.pruning import PruningSettings
-from fl_ui import cache as cache_module
 from fl_ui import channels
+from fl_ui import memo as memo_module
 from fl_ui.channels import channel_axes_result, default_request
 from fl_ui.jobs import ChannelAxesRequest
 from fl_ui.testing import shown
@@ -157,7 +157,7 @@ def test_a_server_that_computed_the_default_before_listening_shows_it_at_once(mo
     def no_new_job():
         raise AssertionError("the page started a job: the server's warm-up computed another request")
 
-    monkeypatch.setattr(cache_module, "heavy_engine", no_new_job)
+    monkeypatch.setattr(memo_module, "heavy_engine", no_new_job)
     app = page_app(PAGE)  # the sidebar's default models: none that the page prefers to its own default
     app.run()
     assert_clean(app)

@@ -15,9 +15,9 @@ import pytest
 
 from fl_core.compute.progress import report
 from fl_core.errors import DataError, FilterLensError
-from fl_ui import cache as cache_module
-from fl_ui.cache import memoize, pooled
+from fl_ui import memo as memo_module
 from fl_ui.engine import HARD_CANCEL_AFTER_S
+from fl_ui.memo import memoize, pooled
 from fl_ui.worker import JobCancelled
 
 from ..conftest import REPO
@@ -188,7 +188,7 @@ def test_one_job_per_key_for_every_session(engine, monkeypatch) -> None:
         return original(*args, **kwargs)
 
     monkeypatch.setattr(engine, "submit", counting_submit)
-    monkeypatch.setattr(cache_module, "heavy_engine", lambda: engine)
+    monkeypatch.setattr(memo_module, "heavy_engine", lambda: engine)
     shared = pooled(jobs.counting, max_entries=4)
     pids = run_together([lambda: shared(10) for _ in range(4)])
     assert len(set(pids)) == 1 and len(submitted) == 1
@@ -199,7 +199,7 @@ def test_one_job_per_key_for_every_session(engine, monkeypatch) -> None:
 def test_a_result_is_kept_when_the_session_that_asked_has_gone(engine, monkeypatch) -> None:
     """A session interrupted while it waits (its user closed the tab): the job goes on, and its result is kept for
     the session that comes back, without computing it again."""
-    monkeypatch.setattr(cache_module, "heavy_engine", lambda: engine)
+    monkeypatch.setattr(memo_module, "heavy_engine", lambda: engine)
     shared = pooled(jobs.counting, max_entries=4)
 
     class TabClosed(Exception):

@@ -12,11 +12,11 @@ from collections.abc import Callable
 import pytest
 
 from fl_core.survey.analysis import SurveySettings
-from fl_ui import cache as cache_module
 from fl_ui import engine as engine_module
+from fl_ui import memo as memo_module
 from fl_ui import survey as survey_module
-from fl_ui.cache import pooled
 from fl_ui.engine import Lane, TooManyJobs
+from fl_ui.memo import pooled
 
 from . import sample_jobs as jobs
 from .conftest import finish, wait_until
@@ -33,8 +33,8 @@ def interrupted_once_running(fraction: float, message: str) -> None:
 
 @pytest.fixture
 def shared(engine, monkeypatch):
-    """A page's cached job (:func:`fl_ui.cache.pooled`) on the test engine."""
-    monkeypatch.setattr(cache_module, "heavy_engine", lambda: engine)
+    """A page's cached job (:func:`fl_ui.memo.pooled`) on the test engine."""
+    monkeypatch.setattr(memo_module, "heavy_engine", lambda: engine)
     return pooled(jobs.counting, max_entries=4)
 
 
@@ -230,7 +230,7 @@ def test_a_session_may_own_a_limited_number_of_unfinished_jobs(engine, browser_s
 def test_a_survey_feeds_its_rows_through_the_sessions_job_limit(engine, browser_sessions, monkeypatch) -> None:
     monkeypatch.setenv(engine_module.SESSION_JOBS_ENV, "2")
     monkeypatch.setattr(survey_module, "heavy_engine", lambda: engine)
-    monkeypatch.setattr(cache_module, "heavy_engine", lambda: engine)
+    monkeypatch.setattr(memo_module, "heavy_engine", lambda: engine)
     rows = pooled(jobs.survey_row, max_entries=8, lane=Lane.LONG)
     monkeypatch.setattr(survey_module, "survey_row_result", rows)
     owned = []

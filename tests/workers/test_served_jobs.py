@@ -130,7 +130,7 @@ SERVED = {
         DEPTHWISE, SurveySettings(family="masterkeys"), "cpu"), check_survey_row, lane=Lane.LONG),
     "training lab": Served(jobs.training_job, training_request, check_training, graceful=True, lane=Lane.LONG),
 }
-"""Each job kind as a page submits it (:func:`fl_ui.cache.pooled`, :class:`fl_ui.jobs.TrainingJob`, the Survey page)."""
+"""Each job kind as a page submits it (:func:`fl_ui.memo.pooled`, :class:`fl_ui.jobs.TrainingJob`, the Survey page)."""
 
 
 def test_every_job_kind_of_the_dashboard_is_tested_as_served() -> None:
