@@ -3,6 +3,7 @@ wrote, and find the same widgets with the same values and the same figures."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,8 +26,13 @@ def widgets(app: AppTest) -> dict[str, Any]:
 
 
 def figure_titles(app: AppTest) -> list[str]:
-    return [chart.proto.spec.split('"title"')[1][:200] if '"title"' in chart.proto.spec else ""
-            for chart in app.get("plotly_chart")]
+    """Each figure's own title (``layout.title.text``; not the first "title" of the JSON, a colour bar's or an
+    axis's)."""
+    def title(spec: str) -> str:
+        layout_title = json.loads(spec).get("layout", {}).get("title", "")
+        return layout_title.get("text", "") if isinstance(layout_title, dict) else str(layout_title)
+
+    return [title(chart.proto.spec) for chart in app.get("plotly_chart")]
 
 
 def assert_clean(app: AppTest) -> None:
