@@ -18,13 +18,18 @@ this project's [proposed]:
    (the paper prunes many layers of CIFAR-100 networks to FLOPs targets, with fine-tuning);
 5. the separation follows residualized gradient directions: needs the axes along a training run (the Training Lab's
    ``--channel-axes``, :mod:`fl_core.channelaxes.training`), not one network beside its initialization.
+
+Along a training run (:func:`trajectory_claims`) claims 1, 2 and 5 are measured on the followed layer's snapshots:
+claim 1 compares step 0 with the last snapshot, claim 2 reads the last snapshot's ARI, and claim 5 asks that after
+early training (the snapshots past the first :data:`EARLY_SHARE` of the steps) both update cosines' intervals lie
+inside ±:data:`NEAR_ORTHOGONAL` [proposed].
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -36,12 +41,24 @@ from fl_core.settings import settings_to_argv
 if TYPE_CHECKING:
     from fl_core.channelaxes.analysis import ChannelAxesResult
     from fl_core.channelaxes.pruning import NetworkPruningResult
+    from fl_core.channelaxes.training import AxesSnapshot, AxesTrajectory
 
 WEAK = 0.3
 """|ρ| below this is a weak alignment, above it a strong coupling [proposed]."""
 CHANCE_ARI = 0.1
 """An ARI below this: groupings that barely agree [proposed]."""
+NEAR_ORTHOGONAL = 0.1
+"""|cos| below this: an update near-orthogonal to an information gradient (claim 5) [proposed]."""
+EARLY_SHARE = 0.25
+"""The share of a run's steps that is "early training", left out of claim 5's check [proposed]."""
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "cannot be tested offline")
+
+
+class Interval(NamedTuple):
+    """A stored interval (a snapshot's ``[low, high]``), checked like a :class:`Bootstrap`'s."""
+
+    low: float
+    high: float
 
 
 @dataclass(frozen=True)
@@ -128,22 +145,22 @@ def _mean(parts: Sequence[Bootstrap | None], fallback: Sequence[float]) -> tuple
     return (float(np.mean(values)) if values else None), combined
 
 
-def _inside(interval: Bootstrap | None, low: float = -np.inf, high: float = np.inf) -> bool | None:
+def _inside(interval: Bootstrap | Interval | None, low: float = -np.inf, high: float = np.inf) -> bool | None:
     """Whether the interval lies inside (low, high) (``None``: no interval)."""
     if interval is None or not np.isfinite([interval.low, interval.high]).all():
         return None
     return low < interval.low and interval.high < high
 
 
-def _text(value: float | None, interval: Bootstrap | None) -> str:
+def _text(value: float | None, interval: Bootstrap | Interval | None) -> str:
     if value is None:
         return "–"
     ci = f" [{interval.low:+.2f}, {interval.high:+.2f}]" if interval is not None and np.isfinite(interval.low) else ""
     return f"{value:+.2f}{ci}"
 
 
-def _row(claim: PaperClaim, measured: float | None, interval: Bootstrap | Sequence[float] | None, verdict: str,
-         why: str, settings: str, command: str) -> ClaimRow:
+def _row(claim: PaperClaim, measured: float | None, interval: Bootstrap | Interval | Sequence[float] | None,
+         verdict: str, why: str, settings: str, command: str) -> ClaimRow:
     low, high = ((interval.low, interval.high) if isinstance(interval, Bootstrap) else
                  (None, None) if interval is None else tuple(interval))
     finite = [None if v is None or not np.isfinite(v) else float(v) for v in (measured, low, high)]
@@ -163,7 +180,7 @@ def verdict(checks: Sequence[bool | None]) -> str:
     return "partly" if any(known) else "not reproduced"
 
 
-def _bound(interval: Bootstrap | None, low: float = -np.inf, high: float = np.inf) -> bool | None:
+def _bound(interval: Bootstrap | Interval | None, low: float = -np.inf, high: float = np.inf) -> bool | None:
     """True when the interval lies inside (low, high), False when it lies wholly outside, ``None`` when it straddles
     a bound or is missing."""
     inside = _inside(interval, low, high)
@@ -320,3 +337,76 @@ def channel_claims(results: Sequence[ChannelAxesResult], network: NetworkPruning
                  "run: the Training Lab's axes over training measure them (python -m fl_core train --channel-axes "
                  "LAYER), not a trained network beside one initialization")]
     return ClaimsTable(tuple(_row(claim, *values, settings, command) for claim, values in zip(PAPER_CLAIMS, measured)))
+
+
+def _interval(bounds: list[float] | None) -> Interval | None:
+    """A snapshot's stored ``[low, high]`` (``None``: none stored)."""
+    if not bounds or any(v is None for v in bounds):
+        return None
+    return Interval(float(bounds[0]), float(bounds[1]))
+
+
+def _late_snapshots(trajectory: AxesTrajectory) -> list[AxesSnapshot]:
+    """The snapshots after early training: past the first :data:`EARLY_SHARE` of the run's steps."""
+    last = trajectory.snapshots[-1].step
+    return [s for s in trajectory.snapshots if s.step > EARLY_SHARE * last]
+
+
+def trajectory_alignment(trajectory: AxesTrajectory) -> tuple[float | None, Interval | None, str, str]:
+    """Claim 1 along a run: the last snapshot's ρ and interval; coupled at step 0 (interval above :data:`WEAK`),
+    weak at the end (inside ±WEAK), separated (step 0's interval wholly above the last one's: the snapshots are not
+    resampled together, so this is stricter than a paired difference)."""
+    first, last = trajectory.snapshots[0], trajectory.snapshots[-1]
+    start, end = _interval(first.spearman_ci), _interval(last.spearman_ci)
+    separated = None if start is None or end is None else (True if start.low > end.high else
+                                                            False if start.high < end.low else None)
+    checks = [_bound(start, WEAK), _bound(end, -WEAK, WEAK), separated]
+    return (last.spearman, end, verdict(checks),
+            f"coupled: step {first.step}'s interval above {WEAK}; weak: step {last.step}'s inside ±{WEAK}; separated: "
+            f"the first interval wholly above the last. Step {first.step}: {_text(first.spearman, start)}; step "
+            f"{last.step}: {_text(last.spearman, end)}")
+
+
+def trajectory_grouping(trajectory: AxesTrajectory) -> tuple[float | None, Interval | None, str, str]:
+    """Claim 2 along a run: the last snapshot's ARI and its interval against :data:`CHANCE_ARI`."""
+    last = trajectory.snapshots[-1]
+    if not np.isfinite(last.ari):
+        return None, None, "inconclusive", "too few channels for k-means groupings"
+    interval = _interval(last.ari_ci)
+    return (last.ari, interval, verdict([_bound(interval, high=CHANCE_ARI)]),
+            f"step {last.step}'s ARI interval against {CHANCE_ARI} (0: chance): {_text(last.ari, interval)}")
+
+
+def trajectory_orthogonality(trajectory: AxesTrajectory) -> tuple[float | None, Interval | None, str, str]:
+    """Claim 5 along a run: after early training, each snapshot's cosines of the update with the gradients of input
+    capture and of task information inside ±:data:`NEAR_ORTHOGONAL`; measured: the last snapshot's larger one."""
+    late = _late_snapshots(trajectory)
+    names = ("cos_update_capture", "cos_update_information")
+    if not late:
+        return None, None, "inconclusive", "no snapshot after early training"
+    checks = [_bound(_interval(s.cosines_ci.get(name)), -NEAR_ORTHOGONAL, NEAR_ORTHOGONAL)
+              for s in late for name in names]
+    last = late[-1]
+    larger = max(names, key=lambda name: abs(last.cosines.get(name, 0.0)))
+    held = sum(c is True for c in checks)
+    return (last.cosines[larger], _interval(last.cosines_ci.get(larger)), verdict(checks),
+            f"after the first {EARLY_SHARE:.0%} of the steps, both cosines' intervals inside ±{NEAR_ORTHOGONAL} at "
+            f"every snapshot: {held} of {len(checks)} hold ({len(late)} snapshots, steps {late[0].step}-{last.step}). "
+            f"Step {last.step}: cos(update, ∇I_X) "
+            f"{_text(last.cosines['cos_update_capture'], _interval(last.cosines_ci.get('cos_update_capture')))}, "
+            f"cos(update, ∇I) "
+            f"{_text(last.cosines['cos_update_information'], _interval(last.cosines_ci.get('cos_update_information')))}"
+            f"; shown: the larger")
+
+
+def trajectory_claims(trajectory: AxesTrajectory, command: str = "") -> ClaimsTable:
+    """Claims 1, 2 and 5 measured along a training run on its followed layer (module docstring); ``command``: the
+    command that trained it (default: the ``channels`` command that measures the run's checkpoints again)."""
+    n = trajectory.snapshots[0].n_images
+    settings = (f"{trajectory.layer}, {len(trajectory.snapshots)} snapshots (steps {trajectory.steps[0]}-"
+                f"{trajectory.steps[-1]}), N = {n} analysis images ({trajectory.data}); {trajectory.bootstrap} "
+                f"bootstrap resamples, seed {trajectory.seed}")
+    command = command or f"python -m fl_core channels --model weights:RUN_DIR --layer {trajectory.layer}"
+    measured = {1: trajectory_alignment, 2: trajectory_grouping, 5: trajectory_orthogonality}
+    return ClaimsTable(tuple(_row(claim, *measured[claim.number](trajectory), settings, command)
+                             for claim in PAPER_CLAIMS if claim.number in measured))

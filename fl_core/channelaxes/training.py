@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -41,6 +41,9 @@ from fl_core.compute.device import cpu_layout
 from fl_core.compute.progress import Progress, report
 from fl_core.io.checkpoints import save_state_dict
 from fl_core.results import Result, jsonable
+
+if TYPE_CHECKING:
+    from fl_core.channelaxes.claims import ClaimsTable
 
 
 def training_axes_settings(bootstrap_resamples: int, seed: int = 0) -> ChannelSettings:
@@ -154,6 +157,13 @@ class AxesTrajectory(Result):
     def from_dict(cls, data: dict) -> AxesTrajectory:
         return cls(layer=data["layer"], snapshots=tuple(AxesSnapshot.from_dict(s) for s in data["snapshots"]),
                    data=data["data"], bootstrap=int(data["bootstrap"]), seed=int(data.get("seed", 0)))
+
+    def claims(self) -> ClaimsTable:
+        """The two-axis paper's claims 1, 2 and 5 measured along this run
+        (:func:`fl_core.channelaxes.claims.trajectory_claims`)."""
+        from fl_core.channelaxes.claims import trajectory_claims
+
+        return trajectory_claims(self)
 
     def with_snapshot(self, snapshot: AxesSnapshot) -> AxesTrajectory:
         """This trajectory with ``snapshot`` added (live views)."""

@@ -178,6 +178,8 @@ def print_trajectory(trajectory: AxesTrajectory) -> None:
               f"{value(s.cosines['cos_update_capture'], s.cosines_ci.get('cos_update_capture')):22s} "
               f"{value(s.cosines['cos_update_information'], s.cosines_ci.get('cos_update_information')):22s} "
               f"{s.accuracy:.1%}")
+    if trajectory.snapshots:
+        print_claims(trajectory.claims())
 
 
 def print_depth(sweep: ChannelSweepResult) -> None:

@@ -22,7 +22,9 @@ class TrainReport(Result):
             and at the last snapshot ``theory_r`` (w−w₀), ``eta_t``, ``vs_init``; ``eta_t_trend``; ``trajectory``
             (one entry per snapshot step); ``channel_axes``: the followed layer's axes at every snapshot (``layer``,
             ``snapshots``: ``step``, ``spearman`` with ``spearman_ci``, ``ari`` with ``ari_ci``,
-            ``significant_share``, ``cosines`` with ``cosines_ci``, ...; ``None``: not followed).
+            ``significant_share``, ``cosines`` with ``cosines_ci``, ...; ``None``: not followed); ``axes_claims``: the
+            two-axis paper's claims 1, 2 and 5 measured on them (``claim``, ``paper``, ``measured``, ``ci_low``,
+            ``ci_high``, ``verdict``, ``why``: :func:`fl_core.channelaxes.claims.trajectory_claims`).
         claims: the paper's claims measured on these runs (see :class:`fl_core.lab.claims.ClaimSummary`).
     """
 
@@ -42,7 +44,8 @@ def run_summary(run: Run) -> dict:
             "training_seconds": run.provenance.get("training_seconds"), "theory_r": traj.r[-1],
             "eta_t": traj.eta_t[-1], "vs_init": traj.vs_init[-1], "eta_t_trend": traj.eta_t_trend,
             "trajectory": traj.steps_frame().to_dict(orient="records"),
-            "channel_axes": None if run.channel_axes is None else run.channel_axes.to_dict()}
+            "channel_axes": None if run.channel_axes is None else run.channel_axes.to_dict(),
+            "axes_claims": None if run.channel_axes is None else run.channel_axes.claims().rows()}
 
 
 def train_report(runs: Sequence[Run]) -> TrainReport:

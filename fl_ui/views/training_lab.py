@@ -9,7 +9,8 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from fl_core.channelaxes.plots import axes_over_training_figure
+from fl_core.channelaxes.claims import CHANCE_ARI, EARLY_SHARE, NEAR_ORTHOGONAL, WEAK
+from fl_core.channelaxes.plots import axes_over_training_figure, claims_table
 from fl_core.cli.train import cli_flags
 from fl_core.io.images import BUNDLED
 from fl_core.io.sources import is_bundled
@@ -160,6 +161,15 @@ AXES_EXPLANATION = (
     "neither. Bars: 95 % bootstrap intervals over the images.")
 
 
+TRAJECTORY_CLAIMS_EXPLANATION = (
+    "**The two-axis paper's claims 1, 2 and 5 along this run.** Claim 1 holds when ρ starts coupled (step 0's "
+    "interval above {weak}) and ends weak (the last interval inside ±{weak}); claim 2 when the last ARI's interval "
+    "lies below {chance}; claim 5 when, after the first {early:.0%} of the steps, both cosines' intervals lie inside "
+    "±{near} at every snapshot. These thresholds are this project's proposal (the paper publishes none); every "
+    "interval is a 95 % bootstrap over the {n} analysis images. A small network trained for a few hundred steps is not "
+    "the paper's setting: a verdict here is about this run, not about networks in general.")
+
+
 def show_axes(run: Run) -> None:
     """The followed layer's axes over training, with their table."""
     trajectory = run.channel_axes
@@ -168,6 +178,12 @@ def show_axes(run: Run) -> None:
                           f"channel_axes_{run.name}", frame=trajectory.to_frame(), data=trajectory.to_dict())
     st.caption(f"The same rows from the run's checkpoints: `python -m fl_core channels --model weights:RUN_DIR` "
                f"({trajectory.bootstrap} bootstrap resamples, seed {trajectory.seed}).")
+    if trajectory.snapshots:
+        claims = trajectory.claims()
+        st.markdown(TRAJECTORY_CLAIMS_EXPLANATION.format(n=n, early=EARLY_SHARE, near=NEAR_ORTHOGONAL, weak=WEAK,
+                                                         chance=CHANCE_ARI))
+        table_with_download(claims.to_frame(), f"axes_claims_{run.name}", shown=claims_table(claims), wrap=True,
+                            data={"claims": claims.rows()})
 
 
 def claims_for_screen(claims: pd.DataFrame) -> pd.DataFrame:

@@ -18,8 +18,9 @@ from torch import nn
 
 from fl_core.channelaxes.analysis import ChannelSettings, analyze_channels
 from fl_core.channelaxes.calibration import LabelledInputs
-from fl_core.channelaxes.claims import VERDICTS, verdict
+from fl_core.channelaxes.claims import VERDICTS, ClaimRow, verdict
 from fl_core.channelaxes.initialization import init_networks, recalibrate_batchnorm, shared_mode
+from fl_core.channelaxes.training import AxesSnapshot, AxesTrajectory
 from fl_core.cli import main
 from fl_core.errors import ArgumentError
 from fl_core.io.models import load_model
@@ -176,3 +177,53 @@ def test_a_result_with_its_intervals_and_claims_saves_and_loads_whole(tmp_path: 
     assert again.to_dict() == result.to_dict() and again.to_dict()["channels"][4]["peer_r2"] == 1.0
     np.testing.assert_array_equal(again.axes.intervals["spearman"].values, result.axes.intervals["spearman"].values)
     assert again.claims().rows() == result.claims().rows()
+
+
+def snapshot(step: int, rho: tuple[float, float, float], ari: tuple[float, float, float] = (0.0, -0.05, 0.05),
+             capture: tuple[float, float, float] = (0.0, -0.05, 0.05),
+             information: tuple[float, float, float] = (0.0, -0.05, 0.05)) -> AxesSnapshot:
+    """A snapshot with the given (value, low, high) of ρ, the ARI and the two update cosines."""
+    cosines = {"cos_update_capture": capture, "cos_update_information": information,
+               "cos_capture_information": (0.0, -0.1, 0.1)}
+    return AxesSnapshot(step=step, spearman=rho[0], spearman_ci=list(rho[1:]), ari=ari[0], ari_ci=list(ari[1:]),
+                        significant_share=0.5, noise_floor=0.001, mean_task_info=0.01,
+                        cosines={k: v[0] for k, v in cosines.items()},
+                        cosines_ci={k: list(v[1:]) for k, v in cosines.items()}, loss=1.0, accuracy=0.5, n_images=200)
+
+
+def along(*snapshots: AxesSnapshot) -> dict[int, ClaimRow]:
+    table = AxesTrajectory("features.7", snapshots, "200 crops", bootstrap=100).claims()
+    return {row.number: row for row in table.claims}
+
+
+def test_claims_along_a_run_reproduce_the_paper_when_rho_decouples_the_groupings_differ_and_updates_turn_orthogonal(
+        ) -> None:
+    """The paper's picture: coupled at step 0, weak at the end, ARI at chance, late updates orthogonal to both
+    gradients (an early snapshot's large cosine is left out as early training)."""
+    rows = along(snapshot(0, (0.7, 0.6, 0.8)), snapshot(10, (0.4, 0.3, 0.5), capture=(0.6, 0.5, 0.7)),
+                 snapshot(100, (0.1, 0.0, 0.2)), snapshot(200, (0.02, -0.1, 0.12), ari=(0.03, -0.02, 0.07),
+                                                       information=(-0.07, -0.09, -0.04)))
+    assert sorted(rows) == [1, 2, 5] and {row.verdict for row in rows.values()} == {"reproduced"}
+    assert (rows[1].measured, rows[1].ci_low, rows[1].ci_high) == (0.02, -0.1, 0.12)
+    assert (rows[5].measured, rows[5].ci_low, rows[5].ci_high) == (-0.07, -0.09, -0.04)  # the larger |cos|, last step
+    assert "4 of 4 hold (2 snapshots, steps 100-200)" in rows[5].why and "N = 200" in rows[5].settings
+
+
+def test_claims_along_the_small_vggs_documented_run_give_the_verdicts_results_md_states() -> None:
+    """docs/results.md's small VGG run (steps 0, 76 and 200 of its table): ρ −0.07 [−0.21, +0.08] → +0.35 [+0.28,
+    +0.46] is not claim 1 (no coupling at init, no separation; the last interval touches 0.3); the last ARI +0.19
+    [+0.06, +0.27] straddles 0.1; at step 76 the update's cosine with ∇I_X, −0.19 [−0.21, −0.17], is outside ±0.1
+    while its cosine with ∇I, +0.03 [−0.02, +0.07], is inside: claim 5 partly."""
+    rows = along(snapshot(0, (-0.07, -0.21, 0.08), capture=(-0.02, -0.04, 0.01), information=(-0.20, -0.25, -0.12)),
+                 snapshot(76, (0.52, 0.45, 0.59), ari=(0.20, 0.05, 0.26), capture=(-0.19, -0.21, -0.17),
+                          information=(0.03, -0.02, 0.07)),
+                 snapshot(200, (0.35, 0.28, 0.46), ari=(0.19, 0.06, 0.27), capture=(-0.10, -0.13, -0.06),
+                          information=(0.06, 0.02, 0.10)))
+    assert [rows[n].verdict for n in (1, 2, 5)] == ["not reproduced", "inconclusive", "partly"]
+    assert rows[5].measured == -0.10 and "1 of 4 hold" in rows[5].why
+
+
+def test_claims_along_a_run_without_late_snapshots_or_intervals_are_inconclusive() -> None:
+    rows = along(snapshot(0, (0.5, float("nan"), float("nan"))))
+    assert rows[5].verdict == "inconclusive" and rows[5].measured is None
+    assert rows[1].ci_low is None and rows[1].verdict in VERDICTS

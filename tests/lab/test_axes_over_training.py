@@ -8,10 +8,12 @@ import json
 import numpy as np
 import pytest
 
+from fl_core.channelaxes.claims import VERDICTS
 from fl_core.cli import main
 from fl_core.errors import DataError, ModelSpecError
 from fl_core.lab.axes import run_axes
 from fl_core.lab.runs import CHECKPOINTS, RunSettings, load_run, train_run
+from fl_core.lab.summary import run_summary
 from fl_core.lab.train import TrainSettings
 from fl_core.settings import replace_settings
 
@@ -43,12 +45,15 @@ def test_every_snapshot_stores_rho_with_its_interval_the_measurable_share_and_th
     stored = json.loads((load_run(followed.path).checkpoint("final").parent / "run.json").read_text())["channel_axes"]
     assert [s["step"] for s in stored["snapshots"]] == [0, 1, 8]
     assert rows(load_run(followed.path).channel_axes) == rows(trajectory)
+    claims = run_summary(followed)["axes_claims"]  # train --json: the two-axis paper's claims 1, 2 and 5
+    assert [row["number"] for row in claims] == [1, 2, 5] and {row["verdict"] for row in claims} <= set(VERDICTS)
 
 
 @pytest.mark.slow
-def test_the_channels_command_on_the_run_folder_gives_the_same_rows(followed, tmp_path) -> None:
+def test_the_channels_command_on_the_run_folder_gives_the_same_rows(followed, tmp_path, capsys) -> None:
     out = tmp_path / "axes.json"
     assert main(["channels", "--model", f"weights:{followed.path}", "--json", str(out), "--quiet"]) == 0
+    assert "2. The axes induce different channel groupings" in capsys.readouterr().out
     measured = json.loads(out.read_text())
     stored = followed.channel_axes.to_dict()
     for again, before in zip(measured["snapshots"], stored["snapshots"], strict=True):

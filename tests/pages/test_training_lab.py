@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fl_core.channelaxes.claims import VERDICTS
 from fl_core.cli import build_parser
 from fl_core.cli.train import cli_flags, config_from_args
 from fl_core.lab.runs import SHIPPED_RUNS_DIR, RunSettings, list_runs, load_run, resolve_config, session_runs_dir
@@ -268,3 +269,6 @@ def test_a_run_that_followed_a_layer_trains_live_with_its_axes_and_shows_them(ru
     titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in app.get("plotly_chart")]
     assert any("features.7 over training" in title for title in titles)
     assert any("claims, live" in shown(m) for m in app.markdown)
+    claims = app.table[-1].value  # the two-axis paper's claims measured along the run
+    assert [claim.split(".")[0] for claim in claims["claim"]] == ["1", "2", "5"]
+    assert set(claims["verdict"]) <= set(VERDICTS) and "None" not in claims.to_string()
