@@ -389,14 +389,12 @@ def trajectory_orthogonality(trajectory: AxesTrajectory) -> tuple[float | None, 
     last = late[-1]
     larger = max(names, key=lambda name: abs(last.cosines.get(name, 0.0)))
     held = sum(c is True for c in checks)
+    at_last = ", ".join(f"cos(update, {symbol}) {_text(last.cosines[name], _interval(last.cosines_ci.get(name)))}"
+                        for name, symbol in zip(names, ("∇I_X", "∇I")))
     return (last.cosines[larger], _interval(last.cosines_ci.get(larger)), verdict(checks),
-            f"after the first {EARLY_SHARE:.0%} of the steps, both cosines' intervals inside ±{NEAR_ORTHOGONAL} at "
-            f"every snapshot: {held} of {len(checks)} hold ({len(late)} snapshots, steps {late[0].step}-{last.step}). "
-            f"Step {last.step}: cos(update, ∇I_X) "
-            f"{_text(last.cosines['cos_update_capture'], _interval(last.cosines_ci.get('cos_update_capture')))}, "
-            f"cos(update, ∇I) "
-            f"{_text(last.cosines['cos_update_information'], _interval(last.cosines_ci.get('cos_update_information')))}"
-            f"; shown: the larger")
+            f"after the first {EARLY_SHARE * 100:.0f} % of the steps, both cosines' intervals inside "
+            f"±{NEAR_ORTHOGONAL} at every snapshot: {held} of {len(checks)} hold ({len(late)} snapshots, steps "
+            f"{late[0].step}-{last.step}). Step {last.step}: {at_last}; shown: the larger")
 
 
 def trajectory_claims(trajectory: AxesTrajectory, command: str = "") -> ClaimsTable:

@@ -164,7 +164,7 @@ AXES_EXPLANATION = (
 TRAJECTORY_CLAIMS_EXPLANATION = (
     "**The two-axis paper's claims 1, 2 and 5 along this run.** Claim 1 holds when ρ starts coupled (step 0's "
     "interval above {weak}) and ends weak (the last interval inside ±{weak}); claim 2 when the last ARI's interval "
-    "lies below {chance}; claim 5 when, after the first {early:.0%} of the steps, both cosines' intervals lie inside "
+    "lies below {chance}; claim 5 when, after the first {early:.0f} % of the steps, both cosines' intervals lie inside "
     "±{near} at every snapshot. These thresholds are this project's proposal (the paper publishes none); every "
     "interval is a 95 % bootstrap over the {n} analysis images. A small network trained for a few hundred steps is not "
     "the paper's setting: a verdict here is about this run, not about networks in general.")
@@ -180,7 +180,7 @@ def show_axes(run: Run) -> None:
                f"({trajectory.bootstrap} bootstrap resamples, seed {trajectory.seed}).")
     if trajectory.snapshots:
         claims = trajectory.claims()
-        st.markdown(TRAJECTORY_CLAIMS_EXPLANATION.format(n=n, early=EARLY_SHARE, near=NEAR_ORTHOGONAL, weak=WEAK,
+        st.markdown(TRAJECTORY_CLAIMS_EXPLANATION.format(n=n, early=EARLY_SHARE * 100, near=NEAR_ORTHOGONAL, weak=WEAK,
                                                          chance=CHANCE_ARI))
         table_with_download(claims.to_frame(), f"axes_claims_{run.name}", shown=claims_table(claims), wrap=True,
                             data={"claims": claims.rows()})
