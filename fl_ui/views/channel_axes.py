@@ -163,7 +163,7 @@ def applied_request(wanted: ChannelAxesRequest) -> ChannelAxesRequest:
     return wanted
 
 
-def network_pruning_section(analysis: ChannelAxesRequest, names: list[str], status) -> None:
+def network_pruning_section(analysis: ChannelAxesRequest, names: list[str], decisions: bool, status) -> None:
     """Several layers pruned together to FLOPs targets (off by default: it prunes, scores and recovers whole networks
     on the engine), its curves, each criterion's AUC and claim 4's paired difference."""
     st.subheader("Several layers pruned together")
@@ -175,17 +175,17 @@ def network_pruning_section(analysis: ChannelAxesRequest, names: list[str], stat
         st.caption("One layer removes a few percent of the network's computation at most. Switch this on to prune "
                    "several layers together to 10, 20 and 30 % of the MACs by each criterion.")
         return
-    n1, n2, n3 = st.columns([3, 2, 1])
     default = tuple(pruned_layers_default(analysis.spec, analysis.overrides))
-    layers = url_widget("Layers pruned together", default, key="axes_net_layers", choices=names, container=n1,
-                        omit_default=True, help="By default the convolutions that widen the channels for a depthwise "
-                        "one (MobileNetV2's expansions), else every convolution after the first.")
+    layers = url_widget("Layers pruned together", default, key="axes_net_layers", choices=names, omit_default=True,
+                        help="By default the convolutions that widen the channels for a depthwise one (MobileNetV2's "
+                        "expansions), else every convolution after the first.")
+    n1, n2, _ = st.columns([2, 1, 1])
     base = replace(analysis.settings.pruning or PruningSettings(), flops_targets=NETWORK_PRUNING.flops_targets,
                    recovery_steps=NETWORK_PRUNING.recovery_steps)
     pruning = settings_widgets(PruningSettings, {"flops_targets": "FLOPs targets (share of the MACs removed)"},
-                               key="axes_net", base=base, container=n2, url=True)
+                               key="axes_net", base=base, container=n1, url=True)
     pruning = settings_widgets(PruningSettings, {"recovery_steps": "Recovery steps"}, key="axes_net", base=pruning,
-                               container=n3, url=True, options={"recovery_steps": {"max_value": 500, "step": 5}})
+                               container=n2, url=True, options={"recovery_steps": {"max_value": 500, "step": 5}})
     if not layers or not pruning.flops_targets or not pruning.criteria:
         st.info("Choose one or more layers, FLOPs targets and pruning criteria (in the analysis settings).")
         return
@@ -195,26 +195,29 @@ def network_pruning_section(analysis: ChannelAxesRequest, names: list[str], stat
     st.session_state[NETWORK_APPLIED] = request
     with user_errors():  # a target no layer choice reaches is said here; the page above stays
         result = heavy_result("Layers pruned together", network_pruning_result, request, status=status)
-        network_pruning_view(result)
+        network_pruning_view(result, decisions)
 
 
-def network_pruning_view(result) -> None:
-    """The curves of the layers pruned together, before or after the recovery, and the AUC table with claim 4."""
+def network_pruning_view(result, decisions: bool) -> None:
+    """The curves of the layers pruned together, before or after the recovery, and the AUC table with claim 4
+    (``decisions``: the images are labelled with the intact network's own decisions)."""
     n = result.n_images
     recovered = result.recovery_steps > 0 and url_widget("Show after the recovery fine-tune", True,
                                                          key="axes_net_recovered")
     gain, ci, verdict, _ = pruning_claim((), result)
+    labels = " (agreement with the intact network: they are labelled with its own decisions)" if decisions else ""
     plot_with_explanation(
-        network_pruning_figure(result, recovered=recovered),
+        network_pruning_figure(result, recovered=recovered, accuracy_label=(
+            "agreement with the intact network (%)" if decisions else "top-1 accuracy (%)")),
         f"The {len(result.layers)} layers lose channels **together**, each criterion picking inside every layer, "
         "until the share of the network's computation (MACs) on the horizontal axis is gone; every criterion removes "
         "as many channels from each layer, so the points match in FLOPs. The vertical axis is the accuracy on "
-        f"{n} held-out images, after {result.recovery_steps} steps of retraining the pruned network to imitate the "
-        "intact one when the toggle is on. The **AUC** is the average accuracy over the range in percentage points "
-        f"(pp), with its 95 % interval from resampling the images (bootstrap) and n, the number of images: one image "
-        f"moves an accuracy by {100 / n:.1f} points, so AUCs whose intervals overlap are not told apart. The paper's "
-        "claim 4 says the local axis prunes better than the target axis: the table's last row is the paired difference "
-        "local − target on the same images.",
+        f"{n} held-out images{labels}, after {result.recovery_steps} steps of retraining the pruned network to "
+        "imitate the intact one when *Show after the recovery fine-tune* is ticked. The **AUC** is the average "
+        "accuracy over the range in percentage points (pp), with its 95 % interval from resampling the images "
+        f"(bootstrap) and n, the number of images: one image moves an accuracy by {100 / n:.1f} points. The paper's "
+        "claim 4 says the local axis prunes better than the target axis: the table's last row is their paired "
+        "difference, local − target on the same images: one axis prunes better only when its interval excludes 0.",
         "network_pruning", result=result)
     frame = result.to_frame()
 
@@ -232,8 +235,7 @@ def network_pruning_view(result) -> None:
         st.caption("Claim 4 needs both the local and the target axis among the pruning criteria.")
     notes = [*(f"{t:.0%}: not reachable, the layers hold less of the MACs" for t in result.unreachable),
              *(f"not available here: {k} ({v})" for k, v in result.skipped.items())]
-    if notes:
-        show(st.caption, "{}.", "; ".join(notes))
+    show(st.caption, "Pruned together: {}.", "; ".join([", ".join(result.layers), *notes]))
 
 
 st.title("🧭 Channel Axes")
@@ -430,4 +432,4 @@ with user_errors():
     table_with_download(result.to_frame(), f"channel_axes_channels_{layer}",
                         shown=screen_columns(result.to_frame(), CHANNEL_COLUMNS))
     downloads(f"channel_axes_{layer}_result", result=result)
-    network_pruning_section(applied, [lay.name for lay in layers], status)
+    network_pruning_section(applied, [lay.name for lay in layers], decisions, status)
