@@ -205,3 +205,16 @@ def test_layers_pruned_together_show_each_auc_with_its_interval_and_n_and_a_link
     assert network_pruning_result.cached(request)  # the link's layers, targets and recovery reached the job
     assert "3 layers pruned together (before recovery)" in one_line(titles(again))
     assert again.dataframe[-1].value["AUC before recovery"].str.fullmatch(AUC_TEXT).all()
+
+
+@pytest.mark.slow
+def test_flops_targets_outside_the_settings_bounds_are_refused_where_they_are_typed() -> None:
+    app = page_app(PAGE, **SMALL, axes_net="1", axes_net_flops_targets="0.1,0.99")  # PruningSettings: at most 0.95
+    app.run()
+    assert not app.exception
+    assert "axes_net_flops_targets" in " ".join(shown(w) for w in app.warning)  # the link's value, not used
+    assert app.text_input(key="axes_net_flops_targets").value == "0.1,0.2,0.3"  # the page's default instead
+    app.text_input(key="axes_net_flops_targets").input("0.2, lots").run()
+    assert "FLOPs targets" in " ".join(shown(e) for e in app.error)  # said under the field, by its label
+    assert app.query_params["axes_net_flops_targets"] == "0.1,0.2,0.3"  # the last valid targets still run
+    assert app.dataframe[-1].value["AUC before recovery"].str.fullmatch(AUC_TEXT).all()
