@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from fl_core.channelaxes.analysis import ChannelAxesResult
 from fl_core.channelaxes.estimate import stage_work
-from fl_core.channelaxes.settings import CROPS, ChannelDataSettings, ChannelSettings
-from fl_core.channelaxes.site import channel_layer
+from fl_core.channelaxes.settings import CROPS, ChannelDataSettings, ChannelSettings, PruningSettings
+from fl_core.channelaxes.site import channel_layer, default_pruned_layers
 from fl_core.io.images import BUNDLED
 from fl_core.io.layers import ConvLayer, conv_inventory
 from fl_core.io.sources import is_bundled
@@ -29,8 +29,15 @@ channel_axes_result = pooled(jobs.channel_axes_job, max_entries=16)
 :class:`~fl_ui.jobs.ChannelAxesRequest` (the model, the data, the settings), computed on the engine; the last 16
 requests stay at hand (a layer already analysed shows at once)."""
 
+network_pruning_result = pooled(jobs.network_pruning_job, max_entries=8)
+"""Several layers of one model pruned together to FLOPs targets (:func:`fl_ui.jobs.network_pruning_job`), keyed by
+its :class:`~fl_ui.jobs.NetworkPruningRequest`, computed on the engine; the last 8 requests stay at hand."""
+
 DEFAULT_CHANNEL_SPEC = "demo:mobilenet_v2"
 """The page's model before any is added: the real ImageNet MobileNetV2 that ships as a demo."""
+NETWORK_PRUNING = PruningSettings(flops_targets=(0.1, 0.2, 0.3), recovery_steps=5)
+"""The page's several-layer protocol once switched on: the paper's FLOPs targets up to 30 %, a short recovery (about
+three minutes on the demo MobileNetV2's 16 expansions, 2 busy CPU cores)."""
 FALLBACK_MACS_PER_SECOND = 2e9
 """Multiply-accumulates per second assumed before this server has timed any analysis (a 2-core CPU's order)."""
 
@@ -43,6 +50,23 @@ def data_source(images: str) -> str:
 def analysable_layers(spec: str, overrides: tuple) -> list[ConvLayer]:
     """Convolutions with at least two output channels (peers need company)."""
     return [lay for lay in conv_inventory(get_model(spec, overrides)) if lay.out_channels >= 2]
+
+
+def pruned_layers_default(spec: str, overrides: tuple) -> list[str]:
+    """The layers the page prunes together until the user picks others
+    (:func:`~fl_core.channelaxes.site.default_pruned_layers`)."""
+    return default_pruned_layers(conv_inventory(get_model(spec, overrides)))
+
+
+def network_request(analysis: jobs.ChannelAxesRequest, layers: tuple[str, ...], pruning: PruningSettings
+                    ) -> jobs.NetworkPruningRequest:
+    """The page's analysis request's model, images, estimator choices and device with ``layers`` pruned together as
+    ``pruning`` says: only what the pruning reads, so a change of the analysed layer, interventions or initialization
+    keeps the result."""
+    settings = ChannelSettings(axes=analysis.settings.axes, pruning=pruning, batch_size=analysis.settings.batch_size,
+                               memory_mb=analysis.settings.memory_mb)
+    return jobs.NetworkPruningRequest(analysis.spec, analysis.overrides, analysis.source, analysis.n_calibration,
+                                      analysis.n_evaluation, layers, settings, analysis.device)
 
 
 def channel_models(selection: Selection) -> list[str]:

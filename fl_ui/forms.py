@@ -9,16 +9,20 @@ from typing import Any
 
 import streamlit as st
 
-from fl_core.settings import SettingField, replace_settings, setting_value, settings_fields
-from fl_ui.state import set_url_param, url_setting
+from fl_core.errors import ArgumentError
+from fl_core.settings import SettingField, parse_setting, replace_settings, setting_value, settings_fields
+from fl_ui.messages import show
+from fl_ui.state import set_url_param, url_setting, url_text
 
 
 def setting_widget(field: SettingField, label: str, *, key: str, value: Any = None, container: Any = st,
                    slider: bool = False, **options: Any) -> Any:
     """One widget for ``field``: a checkbox (bool), a multiselect (a tuple with choices), a select box (choices), a
     number input — or with ``slider`` a slider — within the field's bounds (int/float; ``min_value``/``max_value``
-    options narrow them for the page) or a text input, starting at ``value`` (default: the field's default) with the
-    field's help; ``options`` go to the widget (e.g. ``step``, ``format``, ``disabled``)."""
+    options narrow them for the page), a text input of comma-separated values for a tuple without choices (checked
+    against the field: an invalid entry is said under it and ``value`` kept) or a text input, starting at ``value``
+    (default: the field's default) with the field's help; ``options`` go to the widget (e.g. ``step``, ``format``,
+    ``disabled``)."""
     value = field.default if value is None else value
     options.setdefault("help", field.help or None)
     if field.kind is bool:
@@ -34,6 +38,13 @@ def setting_widget(field: SettingField, label: str, *, key: str, value: Any = No
                   if bound is not None}
         widget = container.slider if slider else container.number_input
         return kind(widget(label, value=kind(value), key=key, **{**bounds, **options}))
+    if field.kind is tuple:
+        text = container.text_input(label, value=url_text(value), key=key, **options)
+        try:
+            return parse_setting(field, text, label)
+        except ArgumentError as err:
+            show(container.error, "{}", err)
+            return value
     return container.text_input(label, value=str(value), key=key, **options)
 
 

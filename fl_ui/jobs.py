@@ -18,7 +18,9 @@ import numpy as np
 
 from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_channels
 from fl_core.channelaxes.calibration import channel_data
+from fl_core.channelaxes.pruning import NetworkPruningResult
 from fl_core.channelaxes.settings import ChannelSettings
+from fl_core.channelaxes.sweep import prune_layers
 from fl_core.channelaxes.training import AxesTrajectory
 from fl_core.compute.progress import Progress, report
 from fl_core.firstlayer.energy import EnergyResult, analyze_energy
@@ -83,6 +85,21 @@ class ChannelAxesRequest:
     n_evaluation: int
     settings: ChannelSettings
     compare_init: bool
+    device: str
+
+
+@dataclass(frozen=True)
+class NetworkPruningRequest:
+    """``layers`` of ``spec`` pruned together to the FLOPs targets of ``settings.pruning``, each ranked by its two axes
+    measured on ``n_calibration`` images of ``source`` and scored on ``n_evaluation`` held-out ones."""
+
+    spec: str
+    overrides: tuple
+    source: str
+    n_calibration: int
+    n_evaluation: int
+    layers: tuple[str, ...]
+    settings: ChannelSettings
     device: str
 
 
@@ -158,6 +175,17 @@ def channel_axes_job(request: ChannelAxesRequest, progress: Progress | None = No
     data = channel_data(loaded, request.source, request.n_calibration, request.n_evaluation,
                         seed=request.settings.axes.seed)
     return analyze_channels(loaded, data, request.settings, init=init, device=request.device, progress=progress)
+
+
+def network_pruning_job(request: NetworkPruningRequest, progress: Progress | None = None) -> NetworkPruningResult:
+    """:func:`fl_core.channelaxes.sweep.prune_layers` of the request's layers, the images split with the settings'
+    seed."""
+    report(progress, 0.0, LOADING)
+    loaded = worker_model(request.spec, request.overrides)
+    data = channel_data(loaded, request.source, request.n_calibration, request.n_evaluation,
+                        seed=request.settings.axes.seed)
+    return prune_layers(loaded, data, request.settings, layers=request.layers, device=request.device,
+                        progress=progress)
 
 
 def rescore_job(request: ScoringRequest, progress: Progress | None = None) -> RescoreResult:

@@ -203,7 +203,8 @@ def pruning_curves_figure(pruning: PruningResult, finetuned: bool = False,
     return readable(fig)
 
 
-def network_pruning_figure(pruning: NetworkPruningResult, recovered: bool = False) -> go.Figure:
+def network_pruning_figure(pruning: NetworkPruningResult, recovered: bool = False,
+                           accuracy_label: str = "top-1 accuracy (%)") -> go.Figure:
     """Top-1 accuracy of the layers pruned together against the MACs removed, one curve per criterion, each AUC in
     percentage points with its interval and the evaluation set's size in the legend."""
     fig = go.Figure()
@@ -221,7 +222,7 @@ def network_pruning_figure(pruning: NetworkPruningResult, recovered: bool = Fals
             + "</extra>"))
     state = (f"after the {pruning.recovery_steps}-step recovery fine-tune" if recovered else "before recovery")
     fig.update_layout(title=f"{len(pruning.layers)} layers pruned together ({state})",
-                      xaxis_title="MACs removed (% of the whole network)", yaxis_title="top-1 accuracy (%)",
+                      xaxis_title="MACs removed (% of the whole network)", yaxis_title=accuracy_label,
                       height=440, **LAYOUT)
     return readable(fig)
 

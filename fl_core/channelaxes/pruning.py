@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -430,6 +431,31 @@ class NetworkPruningResult(Result):
     notes: list[str] = field(default_factory=list)
 
     _figures: ClassVar[dict[str, str]] = {"curves": "fl_core.channelaxes.plots:network_pruning_figure"}
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per criterion, then the paired ``local − target`` difference: the AUC (pp) with its 95 % interval
+        before and after the recovery fine-tune (NaN where not run), the evaluation images and the protocol."""
+        rows = [[c.label, c.axis, c.auc_pp, c.auc_pp_ci, c.auc_recovered_pp, c.auc_recovered_pp_ci]
+                for c in self.curves.values()]
+        if self.differences:
+            auc, recovered = self.differences.get("auc", {}), self.differences.get("recovered", {})
+            rows.append(["local − target", "difference", auc.get("local_minus_target_pp"), auc.get("ci"),
+                         recovered.get("local_minus_target_pp"), recovered.get("ci")])
+        return pd.DataFrame([{"criterion": label, "axis": axis, **_pp_columns("auc_pp", auc, ci),
+                              **_pp_columns("auc_recovered_pp", recovered, recovered_ci)}
+                             for label, axis, auc, ci, recovered, recovered_ci in rows]).assign(
+            n_images=self.n_images, recovery_steps=self.recovery_steps,
+            flops_targets=", ".join(f"{t:g}" for t in self.targets), layers=", ".join(self.layers))
+
+
+def _pp_columns(name: str, value: float | None, ci: Sequence[float] | None) -> dict[str, float]:
+    """``{name, name_low, name_high}``: a value in percentage points and its interval, NaN where missing."""
+    low, high = ci if ci is not None else (None, None)
+    return {name: _number(value), f"{name}_low": _number(low), f"{name}_high": _number(high)}
+
+
+def _number(value: float | None) -> float:
+    return np.nan if value is None else float(value)
 
 
 def layer_counts(pruner: NetworkPruner, fraction: float) -> dict[str, int]:

@@ -9,6 +9,7 @@ on the skip stream. :func:`on_call` hooks one call of a module in each forward p
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -32,6 +33,16 @@ def default_channel_layer(layers: list[ConvLayer]) -> str:
     analysable = [lay for lay in layers if lay.out_channels >= 2] or layers
     fitting = [lay for lay in analysable if lay.kind != "depthwise" and lay.out_channels <= 256]
     return (fitting or analysable)[-1].name
+
+
+def default_pruned_layers(layers: list[ConvLayer]) -> list[str]:
+    """The layers pruned together when none are named (the Channel Axes page): the convolutions that widen the
+    channels for a depthwise one (MobileNetV2's expansions: pruning one removes its depthwise channels and the
+    projection's inputs with it, so together they reach 30 % of the MACs), else every convolution with at least two
+    output channels after the first."""
+    expansions = [a.name for a, b in itertools.pairwise(layers)
+                  if b.kind == "depthwise" and a.kind not in ("first", "depthwise") and a.out_channels >= 2]
+    return expansions or [lay.name for lay in layers[1:] if lay.out_channels >= 2]
 
 
 def channel_layer(loaded: LoadedModel, name: str | None = None) -> ConvLayer:

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from fl_core.arguments import ImagesLike, ModelLike, as_model, as_settings
-from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_layers, resolve_layers
+from fl_core.channelaxes.analysis import ChannelAxesResult, LayerAxes, analyze_layers, layers_axes, resolve_layers
 from fl_core.channelaxes.calibration import ChannelData, as_channel_data
 from fl_core.channelaxes.claims import ClaimsTable, channel_claims
 from fl_core.channelaxes.comparison import importance_scores
@@ -27,7 +27,7 @@ from fl_core.channelaxes.pruning import NetworkPruningResult, prune_network
 from fl_core.channelaxes.settings import ChannelOverrides, ChannelSettings
 from fl_core.compute.device import DeviceLike, analysis_threads, cpu_layout, cpu_threads, resolve_device
 from fl_core.compute.progress import Progress, ProgressLike, progress_callback, report, silent, sub_progress
-from fl_core.errors import AnalysisError
+from fl_core.errors import AnalysisError, ArgumentError
 from fl_core.io.models import LoadedModel
 from fl_core.results import Result, jsonable, with_model_columns
 
@@ -174,17 +174,41 @@ def sweep_channels(model: ModelLike, data: ImagesLike | ChannelData | None = Non
                                   timings=timings, network_pruning=network)
 
 
+def prune_layers(model: ModelLike, data: ImagesLike | ChannelData | None = None,
+                 settings: ChannelSettings | None = None, *, layers: Sequence[str] | str,
+                 device: DeviceLike = None, progress: ProgressLike = None,
+                 **setting_overrides: Unpack[ChannelOverrides]) -> NetworkPruningResult:
+    """``layers`` pruned together to ``settings.pruning.flops_targets`` (:func:`prune_layers_together`) without the
+    rest of :func:`sweep_channels`: one statistics pass gives every layer's two axes (no lesions, one-layer pruning
+    curves or intervals), then each criterion prunes the layers together and the fixed recovery fine-tune runs.
+    Arguments as :func:`sweep_channels` takes them; ``settings.pruning`` must name FLOPs targets."""
+    settings = as_settings(ChannelSettings, settings, setting_overrides)
+    if settings.pruning is None or not settings.pruning.flops_targets:
+        raise ArgumentError("Give the pruning settings one or more flops_targets to prune the layers together.")
+    device, progress = resolve_device(device), progress_callback(progress)
+    with cpu_threads(analysis_threads(device)):  # all cores when idle; fewer beside other work
+        loaded = as_model(model, progress=progress)
+        names = [lay.name for lay in resolve_layers(loaded, layers)]
+        data = as_channel_data(data, loaded, seed=settings.axes.seed)
+        report(progress, 0.0, f"statistics of {len(names)} layers on {len(data.calibration)} calibration images")
+        template = cpu_layout(loaded.copy_model().to(device).eval(), device)
+        axes = layers_axes(template, names, data, settings, device, sub_progress(progress, 0, 0.3))
+        del template
+        return prune_layers_together(loaded, data, settings, axes, device, sub_progress(progress, 0.3, 1))
+
+
 def prune_layers_together(loaded: LoadedModel, data: ChannelData, settings: ChannelSettings,
-                          results: Sequence[ChannelAxesResult], device: torch.device, progress: Progress | None
-                          ) -> NetworkPruningResult:
-    """The analysed layers pruned together to ``settings.pruning.flops_targets``, each ranked by its own two-axis
-    scores (:func:`~fl_core.channelaxes.analysis.importance_scores`) and the baselines, its removed channels'
-    calibration means folded into its direct readers."""
+                          results: Sequence[ChannelAxesResult | LayerAxes], device: torch.device,
+                          progress: Progress | None) -> NetworkPruningResult:
+    """The analysed layers (each one's ``site`` and per-channel ``table``) pruned together to
+    ``settings.pruning.flops_targets``, each ranked by its own two-axis scores
+    (:func:`~fl_core.channelaxes.analysis.importance_scores`) and the baselines, its removed channels' calibration
+    means folded into its direct readers."""
     model = cpu_layout(loaded.copy_model().to(device).eval(), device)
     return prune_network(
-        model, [r.layer for r in results], data.calibration, data.evaluation,
-        {r.layer: importance_scores(r.table) for r in results}, settings.pruning, device=device,
-        means={r.layer: r.table["activation_mean"].to_numpy() for r in results},
-        readers={r.layer: r.site.consumers if r.site.foldable else () for r in results},
+        model, [r.site.layer for r in results], data.calibration, data.evaluation,
+        {r.site.layer: importance_scores(r.table) for r in results}, settings.pruning, device=device,
+        means={r.site.layer: r.table["activation_mean"].to_numpy() for r in results},
+        readers={r.site.layer: r.site.consumers if r.site.foldable else () for r in results},
         batch_size=settings.batch_size, memory_bytes=settings.memory_bytes, resamples=settings.axes.bootstrap,
         seed=settings.axes.seed, progress=progress)

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
+from fl_core.channelaxes.claims import pruning_claim
 from fl_core.channelaxes.estimate import duration_text
 from fl_core.channelaxes.plots import (
     METRIC_LABELS,
@@ -18,6 +19,7 @@ from fl_core.channelaxes.plots import (
     labelled_by_decisions,
     lesion_bars_figure,
     metric_correlation_figure,
+    network_pruning_figure,
     observed_where,
     peer_support_figure,
     pruning_curves_figure,
@@ -25,13 +27,14 @@ from fl_core.channelaxes.plots import (
     short_label,
     summary_table,
 )
-from fl_core.channelaxes.pruning import curve_auc_text
+from fl_core.channelaxes.pruning import auc_text, curve_auc_text
 from fl_core.channelaxes.settings import CRITERIA, CROPS, ChannelSettings, PruningSettings
 from fl_ui.cache import get_model
 from fl_ui.channels import (
     DEFAULT_CALIBRATION,
     DEFAULT_CHANNEL_SPEC,
     DEFAULT_EVALUATION,
+    NETWORK_PRUNING,
     analysable_layers,
     channel_axes_result,
     channel_models,
@@ -39,6 +42,9 @@ from fl_ui.channels import (
     default_request,
     estimated_duration,
     learn_durations,
+    network_pruning_result,
+    network_request,
+    pruned_layers_default,
 )
 from fl_ui.forms import settings_widgets
 from fl_ui.glossary import explain_symbols
@@ -55,11 +61,13 @@ from fl_ui.widgets import (
     preprocessing_caption,
     screen_columns,
     table_with_download,
+    url_widget,
     user_errors,
 )
 
 LESION_NAMES = {"mean": "mean-ablation", "zero": "zero-ablation", "replace": "peer replacement"}
 APPLIED = "axes_applied"  # session key: the request whose result the page shows
+NETWORK_APPLIED = "axes_net_applied"  # session key: the layers-pruned-together request the page shows
 # The per-channel table's columns on the page, in words that fit a 1024-px projector (the CSV has them all).
 CHANNEL_COLUMNS = {"index": "channel", "input_capture": "I_X", "peer_overlap": "R̄_X", "peer_r2": "peer R²",
                    "task_info": "I(ā;m)", "task_info_p": "p",
@@ -153,6 +161,81 @@ def applied_request(wanted: ChannelAxesRequest) -> ChannelAxesRequest:
         channel_axes_result.abandon(applied)
     st.session_state[APPLIED] = wanted
     return wanted
+
+
+def network_pruning_section(analysis: ChannelAxesRequest, names: list[str], decisions: bool, status) -> None:
+    """Several layers pruned together to FLOPs targets (off by default: it prunes, scores and recovers whole networks
+    on the engine), its curves, each criterion's AUC and claim 4's paired difference."""
+    st.subheader("Several layers pruned together")
+    on = url_widget("Prune several layers together to FLOPs targets", False, key="axes_net", help=(
+        "The paper's protocol: many layers pruned at once until a share of the whole network's multiply-accumulates "
+        "(MACs) is gone, each pruned network briefly retrained. Runs on the engine, a few minutes on a CPU."))
+    if not on:
+        network_pruning_result.abandon(st.session_state.pop(NETWORK_APPLIED, None))
+        st.caption("One layer removes a few percent of the network's computation at most. Switch this on to prune "
+                   "several layers together to 10, 20 and 30 % of the MACs by each criterion.")
+        return
+    default = tuple(pruned_layers_default(analysis.spec, analysis.overrides))
+    layers = url_widget("Layers pruned together", default, key="axes_net_layers", choices=names, omit_default=True,
+                        help="By default the convolutions that widen the channels for a depthwise one (MobileNetV2's "
+                        "expansions), else every convolution after the first.")
+    n1, n2, _ = st.columns([2, 1, 1])
+    base = replace(analysis.settings.pruning or PruningSettings(), flops_targets=NETWORK_PRUNING.flops_targets,
+                   recovery_steps=NETWORK_PRUNING.recovery_steps)
+    pruning = settings_widgets(PruningSettings, {"flops_targets": "FLOPs targets (share of the MACs removed)"},
+                               key="axes_net", base=base, container=n1, url=True)
+    pruning = settings_widgets(PruningSettings, {"recovery_steps": "Recovery steps"}, key="axes_net", base=pruning,
+                               container=n2, url=True, options={"recovery_steps": {"max_value": 500, "step": 5}})
+    if not layers or not pruning.flops_targets or not pruning.criteria:
+        st.info("Choose one or more layers, FLOPs targets and pruning criteria (in the analysis settings).")
+        return
+    request = network_request(analysis, layers, pruning)
+    if st.session_state.get(NETWORK_APPLIED, request) != request:
+        network_pruning_result.abandon(st.session_state[NETWORK_APPLIED])
+    st.session_state[NETWORK_APPLIED] = request
+    with user_errors():  # a target no layer choice reaches is said here; the page above stays
+        result = heavy_result("Layers pruned together", network_pruning_result, request, status=status)
+        network_pruning_view(result, decisions)
+
+
+def network_pruning_view(result, decisions: bool) -> None:
+    """The curves of the layers pruned together, before or after the recovery, and the AUC table with claim 4
+    (``decisions``: the images are labelled with the intact network's own decisions)."""
+    n = result.n_images
+    recovered = result.recovery_steps > 0 and url_widget("Show after the recovery fine-tune", True,
+                                                         key="axes_net_recovered")
+    gain, ci, verdict, _ = pruning_claim((), result)
+    labels = " (agreement with the intact network: they are labelled with its own decisions)" if decisions else ""
+    plot_with_explanation(
+        network_pruning_figure(result, recovered=recovered, accuracy_label=(
+            "agreement with the intact network (%)" if decisions else "top-1 accuracy (%)")),
+        f"The {len(result.layers)} layers lose channels **together**, each criterion picking inside every layer, "
+        "until the share of the network's computation (MACs) on the horizontal axis is gone; every criterion removes "
+        "as many channels from each layer, so the points match in FLOPs. The vertical axis is the accuracy on "
+        f"{n} held-out images{labels}, after {result.recovery_steps} steps of retraining the pruned network to "
+        "imitate the intact one when *Show after the recovery fine-tune* is ticked. The **AUC** is the average "
+        "accuracy over the range in percentage points (pp), with its 95 % interval from resampling the images "
+        f"(bootstrap) and n, the number of images: one image moves an accuracy by {100 / n:.1f} points. The paper's "
+        "claim 4 says the local axis prunes better than the target axis: the table's last row is their paired "
+        "difference, local − target on the same images: one axis prunes better only when its interval excludes 0.",
+        "network_pruning", result=result)
+    frame = result.to_frame()
+
+    def auc(row: pd.Series, column: str) -> str:
+        return "–" if pd.isna(row[column]) else auc_text(row[column], [row[f"{column}_low"], row[f"{column}_high"]], n)
+
+    shown = pd.DataFrame({"criterion": frame["criterion"], "axis": frame["axis"],
+                          "AUC before recovery": [auc(row, "auc_pp") for _, row in frame.iterrows()],
+                          "AUC after recovery": [auc(row, "auc_recovered_pp") for _, row in frame.iterrows()]})
+    table_with_download(frame, "network_pruning_auc", shown=shown)
+    if gain is not None:
+        show(st.markdown, "**Claim 4, local − target:** {} ({}; {} layers, {} of the MACs removed at most).",
+             auc_text(gain, ci, n), verdict, len(result.layers), f"{max(result.flops_removed):.0%}")
+    else:
+        st.caption("Claim 4 needs both the local and the target axis among the pruning criteria.")
+    notes = [*(f"{t:.0%}: not reachable, the layers hold less of the MACs" for t in result.unreachable),
+             *(f"not available here: {k} ({v})" for k, v in result.skipped.items())]
+    show(st.caption, "Pruned together: {}.", "; ".join([", ".join(result.layers), *notes]))
 
 
 st.title("🧭 Channel Axes")
@@ -349,3 +432,4 @@ with user_errors():
     table_with_download(result.to_frame(), f"channel_axes_channels_{layer}",
                         shown=screen_columns(result.to_frame(), CHANNEL_COLUMNS))
     downloads(f"channel_axes_{layer}_result", result=result)
+    network_pruning_section(applied, [lay.name for lay in layers], decisions, status)

@@ -22,7 +22,9 @@ from fl_core.channelaxes.pruning import (
     lowest_first,
     prune_network,
 )
-from fl_core.errors import AnalysisError
+from fl_core.channelaxes.site import default_pruned_layers
+from fl_core.errors import AnalysisError, ArgumentError
+from fl_core.io.layers import conv_inventory
 from fl_core.io.models import load_model
 
 CPU = torch.device("cpu")
@@ -162,3 +164,42 @@ def test_a_sweep_with_its_layers_pruned_together_saves_loads_and_plots_whole(tmp
     assert figure.data[0].name == f"local axis (AUC {auc_text(curve.auc_pp, curve.auc_pp_ci, 16)})"
     assert list(figure.data[0].x) == pytest.approx([100 * f for f in result.network_pruning.flops_removed])
     assert "network pruning" in result.timings
+
+
+@pytest.mark.slow
+def test_pruning_the_layers_alone_equals_the_sweeps_pruning_and_its_table_reads_the_curves() -> None:
+    """:func:`prune_layers` skips the lesions, one-layer curves and intervals of a sweep: the same statistics pass
+    ranks the same channels, so every accuracy, AUC and interval is the sweep's."""
+    from fl_core.channelaxes.calibration import channel_data
+    from fl_core.channelaxes.sweep import prune_layers, sweep_channels
+
+    data = channel_data("demo:tiny_vgg", "crops", 32, 16)
+    pruning = PruningSettings(criteria=("local", "target", "l1"), fractions=(0.5,), flops_targets=(0.1, 0.3),
+                              recovery_steps=1, finetune_batch=8)
+    options = dict(layers=["features.4", "features.7"], cluster_seeds=2, bootstrap=30, permutations=19,
+                   pruning=pruning)
+    swept = sweep_channels("demo:tiny_vgg", data, lesion_kinds=(), **options).network_pruning
+    alone = prune_layers("demo:tiny_vgg", data, **options)
+    assert alone.curves == swept.curves and alone.differences == swept.differences
+    assert alone.flops_removed == swept.flops_removed and alone.channels_removed == swept.channels_removed
+    frame = alone.to_frame().set_index("criterion")
+    assert list(frame.index) == ["local axis", "target axis", "L1 norm", "local − target"]
+    for curve in alone.curves.values():
+        row = frame.loc[curve.label]
+        assert [row.auc_pp, row.auc_pp_low, row.auc_pp_high] == pytest.approx([curve.auc_pp, *curve.auc_pp_ci])
+        assert row.auc_recovered_pp == pytest.approx(curve.auc_recovered_pp)
+    difference = frame.loc["local − target"]
+    assert [difference.auc_recovered_pp, difference.auc_recovered_pp_low, difference.auc_recovered_pp_high] == \
+        pytest.approx([alone.differences["recovered"]["local_minus_target_pp"], *alone.differences["recovered"]["ci"]])
+    assert (frame["n_images"] == 16).all() and (frame["flops_targets"] == "0.1, 0.3").all()
+    with pytest.raises(ArgumentError, match="flops_targets"):
+        prune_layers("demo:tiny_vgg", data, layers=["features.4"], pruning=PruningSettings())
+
+
+@pytest.mark.slow
+def test_the_default_layers_pruned_together_are_the_expansions_before_depthwise_convolutions() -> None:
+    mobilenet = conv_inventory(load_model("demo:mobilenet_v2"))
+    expansions = default_pruned_layers(mobilenet)
+    assert expansions == [f"features.{i}.conv.0.0" for i in range(2, 18)]  # block 1 has none: the first conv feeds it
+    tiny = conv_inventory(load_model("demo:tiny_vgg"))
+    assert default_pruned_layers(tiny) == [lay.name for lay in tiny[1:]]  # no depthwise: every conv after the first

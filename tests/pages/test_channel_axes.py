@@ -11,11 +11,12 @@ from fl_core.channelaxes.analysis import ChannelSettings
 from fl_core.channelaxes.pruning import PruningSettings
 from fl_ui import channels
 from fl_ui import memo as memo_module
-from fl_ui.channels import channel_axes_result, default_request
+from fl_ui.channels import channel_axes_result, default_request, network_pruning_result, network_request
 from fl_ui.jobs import ChannelAxesRequest
 from fl_ui.testing import shown
 
 from ..conftest import RESNET20_SPEC, page_app
+from .url_round_trip import assert_round_trip, widgets
 
 PAGE = "views/channel_axes.py"
 DEMO = "demo:tiny_vgg"
@@ -29,6 +30,11 @@ def assert_clean(app) -> None:
 
 def titles(app) -> list[str]:
     return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in app.get("plotly_chart")]
+
+
+def one_line(titles: list[str]) -> list[str]:
+    """Figure titles as one line each (long ones are wrapped with ``<br>``)."""
+    return [title.replace("<br>", " ") for title in titles]
 
 
 def texts(app) -> str:
@@ -165,3 +171,50 @@ def test_a_server_that_computed_the_default_before_listening_shows_it_at_once(mo
     assert "not applied yet" not in texts(app) and len(app.dataframe[-1].value) == 128
     basis = channels.estimated_duration(default_request(DEMO)).basis
     assert basis.startswith("at the speed of this server's last analysis of this model") and "as busy as" in basis
+
+
+AUC_TEXT = r"-?\d+\.\d pp \[-?\d+\.\d, -?\d+\.\d\], n = 32"
+"""An AUC in percentage points, its 95 % bootstrap interval and the evaluation images beside it (:func:`auc_text`)."""
+NETWORK = {"axes_net": True, "axes_net_layers": ("features.4", "features.7", "features.11"),
+           "axes_net_flops_targets": "0.1,0.2", "axes_net_recovery_steps": 2, "axes_net_recovered": False}
+"""The several-layer control set by hand: three layers, two targets, a two-step recovery, the curves before it."""
+
+
+@pytest.mark.slow
+def test_layers_pruned_together_show_each_auc_with_its_interval_and_n_and_a_link_restores_them() -> None:
+    app = page_app(PAGE, **SMALL)
+    app.run()
+    assert_clean(app)
+    assert app.checkbox(key="axes_net").value is False  # off: the first view starts no whole-network pruning
+    assert not any("layers pruned together" in title for title in titles(app))
+    app.checkbox(key="axes_net").check().run()
+    assert_clean(app)
+    defaults = app.multiselect(key="axes_net_layers").value
+    assert len(defaults) >= 2 and "axes_net_layers" not in app.query_params  # the library's choice, not frozen
+    table = app.dataframe[-1].value
+    assert list(table.columns) == ["criterion", "axis", "AUC before recovery", "AUC after recovery"]
+    assert list(table["criterion"])[-1] == "local − target"  # claim 4's paired difference, on the same images
+    for column in ("AUC before recovery", "AUC after recovery"):
+        assert table[column].str.fullmatch(AUC_TEXT).all(), table[column]
+    assert f"{len(defaults)} layers pruned together (after the 5-step recovery fine-tune)" in one_line(titles(app))
+    assert "Claim 4, local − target:" in texts(app) and "n = 32" in texts(app)
+    assert not table.isin(["None"]).any().any()
+    again = assert_round_trip(PAGE, NETWORK, fixed=frozenset(widgets(app)) - set(NETWORK), **SMALL)
+    request = network_request(demo_request("features.14"), NETWORK["axes_net_layers"],
+                              PruningSettings(flops_targets=(0.1, 0.2), recovery_steps=2))
+    assert network_pruning_result.cached(request)  # the link's layers, targets and recovery reached the job
+    assert "3 layers pruned together (before recovery)" in one_line(titles(again))
+    assert again.dataframe[-1].value["AUC before recovery"].str.fullmatch(AUC_TEXT).all()
+
+
+@pytest.mark.slow
+def test_flops_targets_outside_the_settings_bounds_are_refused_where_they_are_typed() -> None:
+    app = page_app(PAGE, **SMALL, axes_net="1", axes_net_flops_targets="0.1,0.99")  # PruningSettings: at most 0.95
+    app.run()
+    assert not app.exception
+    assert "axes_net_flops_targets" in " ".join(shown(w) for w in app.warning)  # the link's value, not used
+    assert app.text_input(key="axes_net_flops_targets").value == "0.1,0.2,0.3"  # the page's default instead
+    app.text_input(key="axes_net_flops_targets").input("0.2, lots").run()
+    assert "FLOPs targets" in " ".join(shown(e) for e in app.error)  # said under the field, by its label
+    assert app.query_params["axes_net_flops_targets"] == "0.1,0.2,0.3"  # the last valid targets still run
+    assert app.dataframe[-1].value["AUC before recovery"].str.fullmatch(AUC_TEXT).all()

@@ -45,7 +45,8 @@ PAGE_VALUES = {
     "axes_ncal": "99999999", "axes_neval": "-1", "axes_layer": "x" * 5000, "layer": "\x00", "init": "2",
     "mk_model": "weights:/\x00", "ss_source": "demo:\x00", "sw_model": "zzz", "swaps": "Q,\x00", "lab": "nonsense",
     "step": "-5", "run": "../../etc/passwd", "energy_seeds": "1000000", "whitening_seeds": "0",
-    "whitening_max_distance": "14000", "axes_finetune_steps": "1e12",
+    "whitening_max_distance": "14000", "axes_finetune_steps": "1e12", "axes_net": "1", "axes_net_layers": "\x00,x",
+    "axes_net_flops_targets": "0.1,nan,9", "axes_net_recovery_steps": "-3", "axes_net_recovered": "perhaps",
 }
 """Page parameters (each page reads its own) with text where a number belongs, unknown choices and extremes, on
 the small demo (the ImageNet defaults would make each page compute for minutes; the values are what is tested)."""

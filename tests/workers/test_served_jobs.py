@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_core.channelaxes.settings import ChannelSettings
+from fl_core.channelaxes.settings import ChannelSettings, PruningSettings
 from fl_core.channelaxes.site import default_channel_layer
 from fl_core.firstlayer.energy import EnergySettings
 from fl_core.firstlayer.whitening import WhiteningSettings
@@ -65,6 +65,11 @@ def check_channels(result) -> None:
     assert len(result.table) >= 2 and result.pruning is not None
 
 
+def check_network_pruning(result) -> None:
+    assert result.n_images == 40 and result.recovery_images == 64  # 2 batches of 32 each, recovered on 64 images
+    assert result.targets == [0.1, 0.2] and len(result.layers) == 2 and result.differences["recovered"]["ci"]
+
+
 def check_unlabelled_rescore(result) -> None:
     assert result.n_images == 11 and result.top1 is None  # 3 batches of 4
     assert 0.0 <= result.swaps[0].agreement <= 1.0 and result.swaps[0].kl > 0
@@ -114,6 +119,10 @@ SERVED = {
                         check_whitening),
     "channel axes": Served(jobs.channel_axes_job, lambda _: jobs.ChannelAxesRequest(
         "demo:tiny_vgg", (), "crops", 64, 40, ChannelSettings(layer=tiny_layer()), False, "cpu"), check_channels),
+    "network pruning": Served(jobs.network_pruning_job, lambda _: jobs.NetworkPruningRequest(
+        "demo:tiny_vgg", (), "crops", 64, 40, ("features.4", "features.7"), ChannelSettings(pruning=PruningSettings(
+            criteria=("local", "target", "l1"), flops_targets=(0.1, 0.2), recovery_steps=2)), "cpu"),
+        check_network_pruning),
     "rescore without labels": Served(jobs.rescore_job, lambda _: jobs.ScoringRequest(
         DEPTHWISE, (), "bundled", 11, RescoreSettings(replacements=("B",), batch_size=4), "cpu"),
         check_unlabelled_rescore),
