@@ -125,6 +125,7 @@ def test_a_folder_without_checkpoints_and_a_missing_file_keep_their_messages(tmp
     assert "No checkpoint file at" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_checkpoint_file_is_still_one_model(folder, capsys) -> None:
     assert main(["inspect", "--model", f"cifar:resnet20={folder / 'ckpt_b.pth'}"]) == 0
     assert "resnet20" in capsys.readouterr().out
