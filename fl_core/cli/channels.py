@@ -10,7 +10,10 @@ network recovered by the fixed ``--recovery-steps`` fine-tune (JSON ``network_pr
 
 On a Training Lab run folder (``--model weights:RUN_DIR``) it measures the run's followed layer (or ``--layer``) at
 every checkpoint the run kept, on the run's validation crops with the run's settings: the rows ``train
---channel-axes`` stored (JSON: ``layer``, ``snapshots``).
+--channel-axes`` stored (JSON: ``layer``, ``snapshots``). On a plain folder of one run's checkpoints with its
+architecture (``--model cifar:resnet20=DIR``, ``timm:NAME=DIR``, ``torchvision:NAME=DIR``) it measures ``--layer`` at
+every checkpoint, in training order (the epoch or step they record, else their names' natural order), on
+``--calibration`` images of ``--data`` labelled with the model's classes: the same rows and JSON.
 
 Examples:
     python -m fl_core channels --model demo:tiny_vgg --layer features.14 --compare-init --json axes.json
@@ -18,10 +21,12 @@ Examples:
         --data /data/imagenet/val --calibration 512 --evaluation 256 --finetune-steps 20 --csv channels.csv
     python -m fl_core channels --model demo:mobilenet_v2 --layer features.10.conv.2 --layer features.16.conv.2 \\
         --init torchvision:mobilenet_v2 --init-seeds 3 --data imagenet-sample --calibration 384 --json axes.json
-    python -m fl_core channels --model demo:mobilenet_v2 --layer features.10.conv.2 --layer features.13.conv.2 \
-        --layer features.16.conv.2 --data imagenet-sample --lesions --criteria local target l1 random \
+    python -m fl_core channels --model demo:mobilenet_v2 --layer features.10.conv.2 --layer features.13.conv.2 \\
+        --layer features.16.conv.2 --data imagenet-sample --lesions --criteria local target l1 random \\
         --flops-targets 0.1 0.2 0.3 --json pruned.json
     python -m fl_core channels --model weights:runs/vgg --json axes_over_training.json
+    python -m fl_core channels --model cifar:resnet20=checkpoints/ --layer layer2.0.conv1 --data cifar10:/data \\
+        --calibration 512 --json axes_over_training.json
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fl_core.channelaxes.settings import ChannelDataSettings, ChannelSettings, PruningSettings
-from fl_core.cli import add_model_arguments, load_models
+from fl_core.cli import add_model_arguments, input_overrides, load_models
 from fl_core.errors import ModelSpecError
 from fl_core.settings import add_settings_arguments, settings_from_args
 
@@ -78,16 +83,24 @@ def run(args: argparse.Namespace, progress) -> ChannelAxesResult | ChannelSweepR
     from fl_core.channelaxes.estimate import channels_estimate, estimate_channels
     from fl_core.channelaxes.sweep import sweep_channels
     from fl_core.io.models import load_model
+    from fl_core.lab.axes import checkpoint_folder, folder_axes, run_axes
 
     run_folder = training_run(args.model)
     if run_folder is not None:
-        from fl_core.lab.axes import run_axes
-
         if len(args.layer) > 1:
             raise ModelSpecError("On a Training Lab run folder give at most one --layer (default: the one it "
                                  "followed).")
         trajectory = run_axes(run_folder, args.layer[0] if args.layer else None, device=args.device,
                               progress=progress)
+        print_trajectory(trajectory)
+        return trajectory
+    if len(args.model) == 1 and checkpoint_folder(args.model[0]) is not None:
+        if len(args.layer) > 1 or args.layer == ["all"]:
+            raise ModelSpecError("On a folder of checkpoints give at most one --layer (default: the model's default "
+                                 "layer).")
+        trajectory = folder_axes(args.model[0], args.layer[0] if args.layer else None,
+                                 settings_from_args(ChannelDataSettings, args), channel_settings(args),
+                                 input_overrides=dict(input_overrides(args)), device=args.device, progress=progress)
         print_trajectory(trajectory)
         return trajectory
     models = load_models(args)

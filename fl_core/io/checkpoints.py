@@ -130,6 +130,10 @@ def load_state_dict(path: str | Path, *, prefer_ema: bool = False, max_bytes: in
         CheckpointError: with a message saying what is wrong and what to do.
     """
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file: give one of its files. A folder of one "
+                              "run's checkpoints is read by report (weights:DIR) and channels (ARCH=DIR, e.g. "
+                              "cifar:resnet20=DIR).")
     if not path.is_file():
         raise CheckpointError(f"No checkpoint file at {path}. Check the path (it is read on the machine that runs "
                               "FilterLens).")

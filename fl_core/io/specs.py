@@ -13,6 +13,8 @@ from fl_core.settings import path_text_problem, printable
 SOURCES = ("timm", "torchvision", "cifar", "weights", "onnx", "demo")
 FILE_SOURCES = ("weights", "onnx")
 """Spec sources that are just a file path (``weights:PATH``, ``onnx:PATH``): weights only."""
+ARCHITECTURE_SOURCES = ("timm", "torchvision", "cifar")
+"""Spec sources that name an architecture (``NAME``, ``NAME=PATH``; timm and torchvision also ``NAME@pretrained``)."""
 
 
 def check_spec_text(spec: str) -> None:
@@ -117,4 +119,4 @@ def is_random_init_spec(spec: str) -> bool:
         parsed = ModelSpec.parse(spec)
     except ModelSpecError:
         return False
-    return parsed.source in ("timm", "torchvision", "cifar") and parsed.path is None and not parsed.pretrained
+    return parsed.source in ARCHITECTURE_SOURCES and parsed.path is None and not parsed.pretrained

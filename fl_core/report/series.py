@@ -39,14 +39,15 @@ def load_spec(spec: str, overrides: tuple = ()) -> LoadedModel:
     return load_model(spec, input_overrides=dict(overrides))
 
 
-def folder_of(spec: str) -> Path | None:
-    """The folder a ``weights:DIR`` spec names (``None`` for any other spec), once the path policy lets users read it
-    (:func:`fl_core.io.paths.check_readable`)."""
+def folder_of(spec: str, sources: tuple[str, ...] = ("weights",)) -> Path | None:
+    """The folder a spec of ``sources`` names (``weights:DIR``; with :data:`~fl_core.io.specs.ARCHITECTURE_SOURCES`,
+    ``ARCH=DIR``), once the path policy lets users read it (:func:`fl_core.io.paths.check_readable`); ``None`` for any
+    other spec or a file."""
     try:
         parsed = ModelSpec.parse(spec)
     except ModelSpecError:
         return None
-    if parsed.source != "weights":
+    if parsed.source not in sources or parsed.path is None:
         return None
     folder = check_readable(parsed.path)
     return folder if folder.is_dir() else None
@@ -87,6 +88,12 @@ def recorded_order(path: Path) -> int | None:
     return next((int(v) for v in found if isinstance(v, int) and not isinstance(v, bool)), None)
 
 
+def series_steps(recorded: Sequence[int | None]) -> list[int]:
+    """The step of each checkpoint of a folder (given in natural name order): the epoch or step it records
+    (:func:`recorded_order`) when every one records one, else its index; sorting by it gives training order."""
+    return [int(r) for r in recorded] if all(r is not None for r in recorded) else list(range(len(recorded)))
+
+
 def run_snapshots(folder: Path, overrides: tuple = ()) -> list[LoadedModel]:
     """A Training Lab run folder as one weights-only model per first-layer snapshot, by step."""
     run = load_run(folder)
@@ -115,10 +122,8 @@ def load_series(specs: Sequence[str], overrides: tuple = (), load: ModelLoader =
         else:
             files = checkpoint_files(folder)
             loaded = [load(f"weights:{path}", overrides) for path in files]  # validated before metadata is read
-            recorded = [recorded_order(path) for path in files]
-            if all(r is not None for r in recorded):
-                loaded = [m for _, m in sorted(zip(recorded, loaded), key=lambda item: item[0])]
-            models.extend(loaded)
+            steps = series_steps([recorded_order(path) for path in files])
+            models.extend(m for _, m in sorted(zip(steps, loaded), key=lambda item: item[0]))
     if not models:
         raise ModelSpecError("Pick at least one model for the report.")
     return models
