@@ -32,6 +32,7 @@ CLAIM_KEYS = {"claim", "paper", "measured", "ci_low", "ci_high", "verdict"}
 FAST = ChannelSettings(cluster_seeds=2, cluster_k=2, lesion_kinds=("mean",), pruning=None)
 
 
+@pytest.mark.slow
 def test_a_sweep_over_two_layers_writes_one_object_per_layer_and_the_claims(tmp_path: Path) -> None:
     out = tmp_path / "axes.json"
     assert main(["channels", "--model", "demo:tiny_vgg", "--layer", "features.7", "--layer", "features.14",

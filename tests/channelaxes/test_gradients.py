@@ -81,6 +81,7 @@ def whole_batch_quantities(net: TinyNet, weight: torch.Tensor, x: torch.Tensor, 
             "information": (-0.5 * torch.log1p(-r ** 2)).sum()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("groups,stride", [(1, 1), (2, 2)])
 def test_gradients_equal_autograd_of_the_whole_batch_definitions(groups: int, stride: int) -> None:
     net, inputs = tiny_world(groups, stride)

@@ -64,6 +64,7 @@ def test_auc_intervals_are_the_auc_of_images_drawn_by_hand() -> None:
     assert auc_text(61.234, [58.0, 64.06], 64) == "61.2 pp [58.0, 64.1], n = 64"
 
 
+@pytest.mark.slow
 def test_layers_pruned_together_reach_each_flops_target_alike_for_every_criterion(demo, images) -> None:
     loaded = demo[0]
     rng = np.random.default_rng(0)
@@ -126,6 +127,7 @@ def test_folded_batchnorm_is_refused_with_the_reason_and_coupled_layers_pruned_o
         prune_network(model, layers, data, data, {}, PruningSettings(), device=CPU)
 
 
+@pytest.mark.slow
 def test_the_command_prunes_its_layers_together_and_claim_4_reads_the_paired_difference(tmp_path) -> None:
     from fl_core.cli import main
 

@@ -30,6 +30,7 @@ from fl_core.channelaxes.significance import (
 )
 
 
+@pytest.mark.slow
 def test_the_noise_floor_is_the_mean_plug_in_mi_of_independent_gaussians_and_about_one_over_2n() -> None:
     rng = np.random.default_rng(0)
     for n in (20, 100, 384):
