@@ -87,6 +87,7 @@ def test_a_zero_filter_and_its_dead_channel_give_numbers_never_nan_and_are_named
     json.dumps(result.to_dict(), allow_nan=False)
 
 
+@pytest.mark.slow
 def test_registry_inits_are_drawn_from_each_seed_and_a_fixed_init_has_one() -> None:
     networks = init_networks("cifar:resnet20", 0, 3)
     assert [seed for seed, _ in networks] == [0, 1, 2]
