@@ -228,9 +228,14 @@ def network_pruning_view(result, decisions: bool) -> None:
                           "AUC before recovery": [auc(row, "auc_pp") for _, row in frame.iterrows()],
                           "AUC after recovery": [auc(row, "auc_recovered_pp") for _, row in frame.iterrows()]})
     table_with_download(frame, "network_pruning_auc", shown=shown)
+    if collapsed := [curve.label for curve in result.curves.values() if not any(curve.accuracy[1:])]:
+        named = " and ".join([", ".join(collapsed[:-1]), collapsed[-1]] if len(collapsed) > 1 else collapsed)
+        show(st.warning, "Before the recovery fine-tune, pruning by {} lost every image at the first FLOPs target: "
+             "those AUCs are the intact network's point alone and tell the criteria apart only after recovery. "
+             "Smaller targets or more recovery steps separate them (the paper fine-tunes each pruned network).", named)
     if gain is not None:
         show(st.markdown, "**Claim 4, local − target:** {} ({}; {} layers, {} of the MACs removed at most).",
-             auc_text(gain, ci, n), verdict, len(result.layers), f"{max(result.flops_removed):.0%}")
+             auc_text(gain, ci, n), verdict, len(result.layers), f"{100 * max(result.flops_removed):.0f} %")
     else:
         st.caption("Claim 4 needs both the local and the target axis among the pruning criteria.")
     notes = [*(f"{t:.0%}: not reachable, the layers hold less of the MACs" for t in result.unreachable),

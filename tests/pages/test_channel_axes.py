@@ -199,6 +199,7 @@ def test_layers_pruned_together_show_each_auc_with_its_interval_and_n_and_a_link
     assert f"{len(defaults)} layers pruned together (after the 5-step recovery fine-tune)" in one_line(titles(app))
     assert "Claim 4, local − target:" in texts(app) and "n = 32" in texts(app)
     assert not table.isin(["None"]).any().any()
+    assert not any("lost every image" in shown(w) for w in app.warning)  # the tiny demo's criteria separate
     again = assert_round_trip(PAGE, NETWORK, fixed=frozenset(widgets(app)) - set(NETWORK), **SMALL)
     request = network_request(demo_request("features.14"), NETWORK["axes_net_layers"],
                               PruningSettings(flops_targets=(0.1, 0.2), recovery_steps=2))
