@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from fl_core.channelaxes.analysis import ChannelAxesResult, analyze_channels
-from fl_core.channelaxes.calibration import channel_data
+from fl_core.channelaxes.calibration import ChannelData, channel_data
 from fl_core.channelaxes.pruning import NetworkPruningResult
 from fl_core.channelaxes.settings import ChannelSettings
 from fl_core.channelaxes.sweep import prune_layers
@@ -167,23 +167,26 @@ def whitening_job(request: WhiteningRequest, progress: Progress | None = None,
                              progress=progress)
 
 
-def channel_axes_job(request: ChannelAxesRequest, progress: Progress | None = None) -> ChannelAxesResult:
-    """:func:`fl_core.channelaxes.analysis.analyze_channels`, the images split with the settings' seed."""
+def channel_inputs(request: ChannelAxesRequest | NetworkPruningRequest, progress: Progress | None
+                   ) -> tuple[LoadedModel, ChannelData]:
+    """The request's model (this worker's copy) and its images split into calibration and evaluation sets with the
+    settings' seed."""
     report(progress, 0.0, LOADING)
     loaded = worker_model(request.spec, request.overrides)
+    return loaded, channel_data(loaded, request.source, request.n_calibration, request.n_evaluation,
+                                seed=request.settings.axes.seed)
+
+
+def channel_axes_job(request: ChannelAxesRequest, progress: Progress | None = None) -> ChannelAxesResult:
+    """:func:`fl_core.channelaxes.analysis.analyze_channels` of :func:`channel_inputs`."""
+    loaded, data = channel_inputs(request, progress)
     init = worker_model(loaded.init_spec) if request.compare_init and loaded.init_spec else None
-    data = channel_data(loaded, request.source, request.n_calibration, request.n_evaluation,
-                        seed=request.settings.axes.seed)
     return analyze_channels(loaded, data, request.settings, init=init, device=request.device, progress=progress)
 
 
 def network_pruning_job(request: NetworkPruningRequest, progress: Progress | None = None) -> NetworkPruningResult:
-    """:func:`fl_core.channelaxes.sweep.prune_layers` of the request's layers, the images split with the settings'
-    seed."""
-    report(progress, 0.0, LOADING)
-    loaded = worker_model(request.spec, request.overrides)
-    data = channel_data(loaded, request.source, request.n_calibration, request.n_evaluation,
-                        seed=request.settings.axes.seed)
+    """:func:`fl_core.channelaxes.sweep.prune_layers` of the request's layers on :func:`channel_inputs`."""
+    loaded, data = channel_inputs(request, progress)
     return prune_layers(loaded, data, request.settings, layers=request.layers, device=request.device,
                         progress=progress)
 

@@ -397,14 +397,14 @@ def trajectory_orthogonality(trajectory: AxesTrajectory) -> tuple[float | None, 
             f"{late[0].step}-{last.step}). Step {last.step}: {at_last}; shown: the larger")
 
 
-def trajectory_claims(trajectory: AxesTrajectory, command: str = "") -> ClaimsTable:
-    """Claims 1, 2 and 5 measured along a training run on its followed layer (module docstring); ``command``: the
-    command that trained it (default: the ``channels`` command that measures the run's checkpoints again)."""
+def trajectory_claims(trajectory: AxesTrajectory) -> ClaimsTable:
+    """Claims 1, 2 and 5 measured along a training run on its followed layer (module docstring), with the ``channels``
+    command that measures the run's checkpoints again."""
     n = trajectory.snapshots[0].n_images
     settings = (f"{trajectory.layer}, {len(trajectory.snapshots)} snapshots (steps {trajectory.steps[0]}-"
                 f"{trajectory.steps[-1]}), N = {n} analysis images ({trajectory.data}); {trajectory.bootstrap} "
                 f"bootstrap resamples, seed {trajectory.seed}")
-    command = command or f"python -m fl_core channels --model weights:RUN_DIR --layer {trajectory.layer}"
+    command = f"python -m fl_core channels --model weights:RUN_DIR --layer {trajectory.layer}"
     measured = {1: trajectory_alignment, 2: trajectory_grouping, 5: trajectory_orthogonality}
     return ClaimsTable(tuple(_row(claim, *measured[claim.number](trajectory), settings, command)
                              for claim in PAPER_CLAIMS if claim.number in measured))
