@@ -60,7 +60,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackCluste
         client = stack.enter_context(Client(address, timeout=60, set_as_default=False))
         client.wait_for_workers(2, timeout=STARTUP_S)
         client.get_task_stream()  # the scheduler records every task from now on
-        workers = tuple(sorted(client.scheduler_info(n_workers=-1)["workers"]))
+        workers = tuple(sorted(client.sync(client.scheduler.identity, n_workers=-1)["workers"]))  # not the cache
         yield LoopbackCluster(address, workers, tuple(f"http://127.0.0.1:{p}/health" for p in worker_ports), client,
                               env)
 
